@@ -1,0 +1,1 @@
+"""The ``tpfabric`` command line: local cluster, toolchain, demo (and later topology, bench)."""

@@ -1,0 +1,155 @@
+"""Entry point of the ``tpfabric`` command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tpfabric_cli.errors import user_errors
+from tpfabric_core.errors import InputError
+from tpfabric_core.fabric_description import (
+    FabricDescription,
+    parse_fabric_description,
+    uniform_fabric,
+)
+
+app = typer.Typer(no_args_is_help=True, help="Topology-aware placement for tensor-parallel jobs.")
+cluster_app = typer.Typer(no_args_is_help=True, help="The local control plane (kwok GPU nodes).")
+toolchain_app = typer.Typer(no_args_is_help=True, help="Kubernetes, etcd, kwok and helm binaries.")
+app.add_typer(cluster_app, name="cluster")
+app.add_typer(toolchain_app, name="toolchain")
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+NameOption = Annotated[str, typer.Option("--name", help="Cluster name (its state folder).")]
+
+
+def load_fabric(path: Path) -> FabricDescription:
+    """Return the fabric described in ``path``; InputError naming the file when unreadable."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InputError(str(path), f"cannot read fabric file: {err.strerror}") from err
+    return parse_fabric_description(text, source=str(path))
+
+
+def _progress(line: str) -> None:
+    err_console.print(f"[dim]{line}[/]")
+
+
+@toolchain_app.command("build")
+@user_errors
+def toolchain_build() -> None:
+    """Build (or find) every binary the local control plane needs; cached per version."""
+    from tpfabric_localcluster.toolchain import ensure_toolchain  # noqa: PLC0415
+
+    toolchain = ensure_toolchain(log=_progress)
+    for name, path in toolchain.paths.items():
+        console.print(f"{name:<24} {path}")
+
+
+@toolchain_app.command("show")
+@user_errors
+def toolchain_show() -> None:
+    """Show where each binary comes from and which are missing."""
+    from tpfabric_localcluster.toolchain import find_toolchain  # noqa: PLC0415
+
+    toolchain = find_toolchain()
+    table = Table("binary", "path")
+    for name, path in toolchain.paths.items():
+        table.add_row(name, str(path) if path else "[red]missing[/] (run `make toolchain`)")
+    console.print(table)
+    console.print("pinned: " + ", ".join(f"{k} {v}" for k, v in toolchain.versions.items()))
+
+
+@cluster_app.command("up")
+@user_errors
+def cluster_up(
+    name: NameOption = "tpfabric",
+    fabric: Annotated[
+        Path | None, typer.Option(help="Fabric description YAML (see examples/fabrics/).")
+    ] = None,
+    nodes: Annotated[
+        int | None, typer.Option(min=0, help="Generate a regular fabric of N nodes instead.")
+    ] = None,
+    scheduler_config: Annotated[
+        Path | None, typer.Option(help="KubeSchedulerConfiguration for kube-scheduler.")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for health.")] = 120.0,
+) -> None:
+    """Start etcd, kube-apiserver, controller-manager, scheduler and kwok; create fake nodes."""
+    from tpfabric_localcluster.cluster import LocalCluster, api_client  # noqa: PLC0415
+    from tpfabric_localcluster.nodes import apply_fake_nodes, wait_ready  # noqa: PLC0415
+
+    if fabric is not None and nodes is not None:
+        raise InputError("--fabric/--nodes", "give one of --fabric and --nodes, not both")
+    description = load_fabric(fabric) if fabric else (uniform_fabric(nodes) if nodes else None)
+    cluster = LocalCluster(name, log=_progress)
+    cluster.up(scheduler_config=scheduler_config, timeout=timeout)
+    if description is not None:
+        try:
+            with api_client(cluster.kubeconfig) as api:
+                names = apply_fake_nodes(api, description)
+                wait_ready(api, names, timeout=timeout)
+        except BaseException:
+            cluster.down()
+            raise
+        console.print(f"{len(names)} fake GPU nodes Ready ({description.name})")
+    console.print(f"export KUBECONFIG={cluster.kubeconfig}")
+
+
+@cluster_app.command("down")
+@user_errors
+def cluster_down(
+    name: NameOption = "tpfabric",
+    keep_logs: Annotated[Path | None, typer.Option(help="Copy the logs here first.")] = None,
+) -> None:
+    """Stop exactly the processes `up` started and remove the cluster's state."""
+    from tpfabric_localcluster.cluster import LocalCluster  # noqa: PLC0415
+
+    if LocalCluster(name).down(keep_logs=keep_logs):
+        console.print(f"cluster {name!r} is down")
+    else:
+        console.print(f"no cluster {name!r}")
+
+
+@cluster_app.command("status")
+@user_errors
+def cluster_status(name: NameOption = "tpfabric") -> None:
+    """Show each component; exit 1 with the log tail of any that crashed."""
+    from tpfabric_localcluster.cluster import LocalCluster  # noqa: PLC0415
+
+    cluster = LocalCluster(name)
+    status = cluster.status()
+    if not status:
+        console.print(f"no cluster {name!r}")
+        raise typer.Exit(1)
+    table = Table("component", "state")
+    for component, state in status.items():
+        table.add_row(component, state if "running" in state else f"[red]{state}[/]")
+    console.print(table)
+    console.print(f"kubeconfig: {cluster.kubeconfig}")
+    crashes = cluster.crashed()
+    for report in crashes:
+        err_console.print(report)
+    if crashes:
+        raise typer.Exit(1)
+
+
+@app.command("demo")
+@user_errors
+def demo(
+    fabric: Annotated[Path, typer.Option(help="Fabric description YAML.")] = Path(
+        "examples/fabrics/small.yaml"
+    ),
+    keep: Annotated[bool, typer.Option(help="Leave the cluster up afterwards.")] = False,
+) -> None:
+    """Bring up the local cluster, schedule GPU pods onto fake nodes, show where they landed."""
+    from tpfabric_cli.demo import run_demo  # noqa: PLC0415
+
+    run_demo(load_fabric(fabric), keep=keep, console=console, log=_progress)

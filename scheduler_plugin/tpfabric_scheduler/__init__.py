@@ -1,0 +1,5 @@
+"""The kube-scheduler HTTP extender (filter, prioritize) and the gang placer.
+
+It keeps an in-memory snapshot of nodes, pods and jobs from watches and never lists the cluster
+per request; it never imports the operator (import-linter contract).
+"""

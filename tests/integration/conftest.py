@@ -1,0 +1,110 @@
+"""Fixtures on the local control plane: one real cluster per session, a namespace per test, and
+fake GPU nodes made from a fabric description.
+
+The cluster runs the real etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+(see ``tpfabric_localcluster``). A test that leaves a component crashed fails with its log tail.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tpfabric_core.fabric_description import FabricDescription, parse_fabric_description
+from tpfabric_localcluster.cluster import LocalCluster, api_client
+from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
+from tpfabric_localcluster.toolchain import find_toolchain
+
+LOGS = Path(os.environ.get("TPFABRIC_TEST_LOGS", "/tmp/tpfabric-test-logs"))
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Return a running local cluster (no nodes); stopped at the end of the session."""
+    toolchain = find_toolchain()
+    if toolchain.missing:
+        pytest.fail(
+            f"missing binaries {toolchain.missing}: run `make toolchain` (the `make test` "
+            "target does it)",
+            pytrace=False,
+        )
+    cluster = LocalCluster(
+        f"test-{uuid.uuid4().hex[:6]}", state_root=tmp_path_factory.mktemp("clusters")
+    )
+    cluster.up()
+    yield cluster
+    cluster.down(keep_logs=LOGS / cluster.name)
+
+
+@pytest.fixture(scope="session")
+def api(local_cluster: LocalCluster) -> Iterator[client.ApiClient]:
+    """Return an admin API client of the session cluster."""
+    with api_client(local_cluster.kubeconfig) as api:
+        yield api
+
+
+@pytest.fixture(autouse=True)
+def _components_survive(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if "local_cluster" in request.fixturenames:
+        cluster: LocalCluster = request.getfixturevalue("local_cluster")
+        crashed = cluster.crashed()
+        assert not crashed, "\n".join(crashed)
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2, what: str = ""
+) -> Any:
+    """Return the first truthy value of ``condition()``; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what or condition}", pytrace=False)
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """Return a fresh namespace (its default service account exists); deleted afterwards."""
+    core = client.CoreV1Api(api)
+    name = f"t-{request.node.name[:40].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
+    name = "".join(c for c in name if c.isalnum() or c == "-")
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(
+        lambda: core.list_namespaced_service_account(name).items,
+        what=f"default service account in {name}",
+    )
+    yield name
+    core.delete_namespace(name)
+
+
+FabricFactory = Callable[[FabricDescription | str], list[str]]
+
+
+@pytest.fixture
+def fake_nodes(api: client.ApiClient) -> Iterator[FabricFactory]:
+    """Return a function that creates Ready kwok nodes from a fabric (object or YAML text).
+
+    Nodes are deleted when the test ends.
+    """
+    created: list[str] = []
+
+    def make(fabric: FabricDescription | str) -> list[str]:
+        if isinstance(fabric, str):
+            fabric = parse_fabric_description(fabric)
+        names = apply_fake_nodes(api, fabric)
+        created.extend(names)
+        wait_ready(api, names)
+        return names
+
+    yield make
+    delete_nodes(api, created)

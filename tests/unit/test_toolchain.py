@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from tpfabric_localcluster import toolchain
+
+GO_MOD = toolchain.WRAPPERS / "kubernetes" / "go.mod"
+
+
+def test_every_staging_replace_matches_the_pinned_kubernetes_version() -> None:
+    version = toolchain.pinned_versions()["kubernetes"]  # e.g. v1.37.2 -> staging v0.37.2
+    staging = "v0." + version.removeprefix("v1.")
+    replaces = re.findall(r"^\s+(k8s\.io/\S+) => (\S+) (\S+)$", GO_MOD.read_text(), re.MULTILINE)
+    assert len(replaces) > 20
+    for module, target, target_version in replaces:
+        assert target == module
+        assert target_version == staging, module
+
+
+def test_pinned_versions_name_every_binary_group() -> None:
+    versions = toolchain.pinned_versions()
+    assert set(versions) >= {"kubernetes", "etcd", "kwok", "helm"}
+    assert all(v.startswith("v") for v in versions.values())
+
+
+def _fake_binary(folder: Path, name: str) -> Path:
+    path = folder / name
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_kubebuilder_assets_win_over_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    apiserver = _fake_binary(assets, "kube-apiserver")
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(assets))
+    monkeypatch.setenv("TPFABRIC_CACHE", str(tmp_path / "cache"))
+    found = toolchain.find_toolchain(("kube-apiserver",))
+    assert found.path("kube-apiserver") == apiserver
+
+
+def test_cached_binaries_are_found_per_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setenv("TPFABRIC_CACHE", str(tmp_path))
+    version = toolchain.pinned_versions()["etcd"]
+    folder = tmp_path / "bin" / f"etcd-{version}"
+    folder.mkdir(parents=True)
+    etcd = _fake_binary(folder, "etcd")
+    assert toolchain.find_toolchain(("etcd",)).path("etcd") == etcd
+
+
+def test_a_missing_binary_names_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
+    monkeypatch.setenv("TPFABRIC_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    found = toolchain.find_toolchain(("kwok",))
+    assert found.missing == ["kwok"]
+    with pytest.raises(toolchain.MissingBinaryError, match="make toolchain"):
+        found.path("kwok")
+
+
+def test_a_binary_on_path_with_another_minor_version_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "kube-scheduler"
+    fake.write_text("#!/bin/sh\necho 'Kubernetes v1.20.0'\n")
+    fake.chmod(0o755)
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setenv("TPFABRIC_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/usr/bin:/bin")
+    assert toolchain.find_toolchain(("kube-scheduler",)).missing == ["kube-scheduler"]
+    version = toolchain.pinned_versions()["kubernetes"]
+    fake.write_text(f"#!/bin/sh\necho 'Kubernetes {version}'\n")
+    assert toolchain.find_toolchain(("kube-scheduler",)).path("kube-scheduler") == fake
