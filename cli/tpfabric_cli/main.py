@@ -22,6 +22,10 @@ cluster_app = typer.Typer(no_args_is_help=True, help="The local control plane (k
 toolchain_app = typer.Typer(no_args_is_help=True, help="Kubernetes, etcd, kwok and helm binaries.")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(toolchain_app, name="toolchain")
+crds_app = typer.Typer(no_args_is_help=True, help="The generated CustomResourceDefinitions.")
+app.add_typer(crds_app, name="crds")
+
+REPO_CRDS = Path(__file__).resolve().parents[2] / "crds"
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -65,6 +69,31 @@ def toolchain_show() -> None:
         table.add_row(name, str(path) if path else "[red]missing[/] (run `make toolchain`)")
     console.print(table)
     console.print("pinned: " + ", ".join(f"{k} {v}" for k, v in toolchain.versions.items()))
+
+
+@crds_app.command("generate")
+@user_errors
+def crds_generate(
+    out: Annotated[Path, typer.Option(help="Folder to write into.")] = REPO_CRDS,
+    check: Annotated[
+        bool, typer.Option(help="Only check that the files are current; exit 1 when stale.")
+    ] = False,
+) -> None:
+    """Write the TensorParallelJob CRD generated from the pydantic models."""
+    from tpfabric_core.api.crd import crd_name, render_crd_yaml  # noqa: PLC0415
+
+    path = out / f"{crd_name()}.yaml"
+    text = render_crd_yaml()
+    if check:
+        current = path.read_text() if path.exists() else ""
+        if current != text:
+            err_console.print(f"{path} is stale: run `tpfabric crds generate`")
+            raise typer.Exit(1)
+        console.print(f"{path} is current")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    console.print(f"wrote {path}")
 
 
 @cluster_app.command("up")

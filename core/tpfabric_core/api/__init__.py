@@ -1,0 +1,36 @@
+"""The ``tpfabric.io/v1alpha1`` TensorParallelJob API as pydantic models: the single source of the
+CRD (``crd.py`` generates it) and of the validation the operator applies to what it reads."""
+
+from tpfabric_core.api.models import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    Condition,
+    DomainReason,
+    FailurePolicy,
+    Placement,
+    RdmaSpec,
+    TensorParallelJob,
+    TensorParallelJobSpec,
+    TensorParallelJobStatus,
+    TopologyPolicy,
+)
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "KIND",
+    "PLURAL",
+    "VERSION",
+    "Condition",
+    "DomainReason",
+    "FailurePolicy",
+    "Placement",
+    "RdmaSpec",
+    "TensorParallelJob",
+    "TensorParallelJobSpec",
+    "TensorParallelJobStatus",
+    "TopologyPolicy",
+]
