@@ -8,6 +8,7 @@ The cluster runs the real etcd, kube-apiserver, kube-controller-manager, kube-sc
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -57,6 +58,21 @@ def _components_survive(request: pytest.FixtureRequest) -> Iterator[None]:
         cluster: LocalCluster = request.getfixturevalue("local_cluster")
         crashed = cluster.crashed()
         assert not crashed, "\n".join(crashed)
+
+
+def run_kubectl(
+    cluster: LocalCluster, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Return the finished ``kubectl`` (the toolchain's) run against ``cluster``."""
+    binary = find_toolchain(("kubectl",)).path("kubectl")
+    return subprocess.run(
+        [str(binary), f"--kubeconfig={cluster.kubeconfig}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def wait_for(

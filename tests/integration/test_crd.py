@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import run_kubectl as kubectl
 from tpfabric_core.api.crd import crd_name
 from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_localcluster.toolchain import find_toolchain
 from tpj_examples import INVALID_JOBS, base_job, valid_jobs
 
 CRD_FILE = Path(__file__).parents[2] / "crds" / f"{crd_name()}.yaml"
-
-
-def kubectl(
-    cluster: LocalCluster, *args: str, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    binary = find_toolchain(("kubectl",)).path("kubectl")
-    return subprocess.run(
-        [str(binary), f"--kubeconfig={cluster.kubeconfig}", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from conftest import FabricFactory, wait_for
+from conftest import FabricFactory, run_kubectl, wait_for
 from tpfabric_core import labels
 from tpfabric_core.fabric_description import uniform_fabric
 from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_localcluster.toolchain import find_toolchain
 
 
 def gpu_pod(name: str, gpus: int = 8) -> dict[str, object]:
@@ -108,15 +106,7 @@ CRD = {
 
 
 def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
-    binary = find_toolchain(("kubectl",)).path("kubectl")
-    done = subprocess.run(
-        [str(binary), f"--kubeconfig={cluster.kubeconfig}", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_kubectl(cluster, *args, stdin=stdin)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -139,21 +129,13 @@ def test_a_crd_applied_with_kubectl_is_served(local_cluster: LocalCluster, names
 def test_the_api_server_validates_a_crd_schema(local_cluster: LocalCluster, namespace: str) -> None:
     kubectl(local_cluster, "apply", "-f", "-", stdin=yaml.safe_dump(CRD))
     kubectl(local_cluster, "wait", "--for=condition=Established", "crd/widgets.smoke.tpfabric.io")
-    binary = find_toolchain(("kubectl",)).path("kubectl")
     bad = {
         "apiVersion": "smoke.tpfabric.io/v1",
         "kind": "Widget",
         "metadata": {"name": "w2", "namespace": namespace},
         "spec": {"size": 0},
     }
-    done = subprocess.run(
-        [str(binary), f"--kubeconfig={local_cluster.kubeconfig}", "apply", "-f", "-"],
-        input=yaml.safe_dump(bad),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_kubectl(local_cluster, "apply", "-f", "-", stdin=yaml.safe_dump(bad))
     assert done.returncode != 0
     assert "spec.size" in done.stderr
 
