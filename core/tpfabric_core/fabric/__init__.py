@@ -1,0 +1,30 @@
+"""The fabric model, its importers and exporters, and the node labels derived from it.
+
+Everything here is pure: text or a file tree in, data out. Nothing in this package may talk to
+Kubernetes, start a process or open a socket; the CLI and the operator are the adapters that do.
+
+Modules, by concern:
+
+- :mod:`.model`: the immutable :class:`~.model.Fabric` (a frozen networkx graph plus maps
+  precomputed at build time);
+- :mod:`.builder`: :class:`~.builder.FabricBuilder` and the fabric of a description file;
+- :mod:`.ibnetdiscover`, :mod:`.slurm`, :mod:`.conventions`, :mod:`.health`: importers;
+- :mod:`.rails`: rail detection and cabling anomalies;
+- :mod:`.node_labels`: the canonical ``topology.tpfabric.io/`` labels and the label diff;
+- :mod:`.generator`: synthetic fabrics for tests and benchmarks, and their writers.
+"""
+
+from __future__ import annotations
+
+from tpfabric_core.fabric.builder import FabricBuilder, fabric_from_description
+from tpfabric_core.fabric.model import Fabric, Hca, HcaRole, Link, Switch
+
+__all__ = [
+    "Fabric",
+    "FabricBuilder",
+    "Hca",
+    "HcaRole",
+    "Link",
+    "Switch",
+    "fabric_from_description",
+]
