@@ -208,6 +208,11 @@ class Placement(_Model):
 
     model_config = ConfigDict(extra="ignore")
 
+    state: Literal["Planned", "Waiting"] | None = None
+    """`Planned`: the gang has a plan and its pods were released to the scheduler. `Waiting`:
+    no domain can take the whole gang yet; `reasons` says why."""
+    message: str = ""
+    """One line for people: the plan, or why the job waits and what would let it run."""
     level: str | None = None
     """Topology level of the chosen domain."""
     domain: str | None = None
@@ -220,6 +225,8 @@ class Placement(_Model):
     """Modelled all-reduce time of the placement (a model, not a measurement)."""
     planned_at: str | None = None
     """When the plan was made (RFC 3339)."""
+    waiting_since: str | None = None
+    """When the whole gang first waited for a domain (RFC 3339); bounds `maxWaitSeconds`."""
     reasons: list[DomainReason] = Field(default_factory=list)
     """While waiting: why each candidate domain cannot take the job."""
 
