@@ -8,6 +8,7 @@ from typing import ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tpfabric_core.errors import InputError
 from tpfabric_localcluster.processes import ComponentCrashedError
@@ -33,10 +34,10 @@ def user_errors(func: Callable[P, R]) -> Callable[P, R]:
         except typer.Exit:
             raise
         except (InputError, MissingBinaryError) as err:
-            stderr.print(f"[bold red]error:[/] {err}", markup=True)
+            stderr.print(f"[bold red]error:[/] {escape(str(err))}", markup=True)
             raise typer.Exit(EXIT_INPUT) from None
         except (ComponentCrashedError, TimeoutError, RuntimeError, ValueError, OSError) as err:
-            stderr.print(f"[bold red]error:[/] {err}", markup=True)
+            stderr.print(f"[bold red]error:[/] {escape(str(err))}", markup=True)
             raise typer.Exit(EXIT_RUNTIME) from None
 
     return wrapper

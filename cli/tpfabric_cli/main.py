@@ -9,7 +9,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tpfabric_cli.bench import app as bench_app
 from tpfabric_cli.errors import user_errors
+from tpfabric_cli.topology import app as topology_app
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric_description import (
     FabricDescription,
@@ -24,6 +26,8 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(toolchain_app, name="toolchain")
 crds_app = typer.Typer(no_args_is_help=True, help="The generated CustomResourceDefinitions.")
 app.add_typer(crds_app, name="crds")
+app.add_typer(topology_app, name="topology")
+app.add_typer(bench_app, name="bench")
 
 REPO_CRDS = Path(__file__).resolve().parents[2] / "crds"
 

@@ -40,3 +40,13 @@ def test_a_missing_binary_gives_the_install_hint(
     assert result.exit_code == EXIT_INPUT
     assert "not found: run `make toolchain`" in result.output
     assert "Traceback" not in result.output
+
+
+def test_brackets_in_an_error_message_are_printed_not_swallowed(tmp_path: Path) -> None:
+    bad = tmp_path / "fabric.yaml"
+    bad.write_text(
+        'name: x\nblocks:\n- name: b\n  spines: [{name: s, leaves: [{name: l, nodes: ["n[3-1]"]}]}]\n'
+    )
+    result = runner.invoke(app, ["cluster", "up", "--fabric", str(bad), "--name", "t"])
+    assert result.exit_code == EXIT_INPUT
+    assert "'n[3-1]'" in result.output

@@ -1,0 +1,32 @@
+"""``tpfabric bench``: run the benchmarks of ``tpfabric_bench`` (speed and memory, not tests).
+
+Each command hands its arguments, unparsed, to the benchmark's own ``main(argv)`` (argparse), so
+``tpfabric bench topology --help`` shows the benchmark's options. This module must never measure
+anything itself.
+"""
+
+from __future__ import annotations
+
+import typer
+
+__all__ = ["app"]
+
+app = typer.Typer(no_args_is_help=True, help="Benchmarks: time and peak memory of the hot paths.")
+
+_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+@app.command("topology", context_settings=_PASS_THROUGH, add_help_option=False)
+def topology(ctx: typer.Context) -> None:
+    """Parse, build and label a generated fabric (--nodes 4096 --rails 8 --repeat 3 --json F)."""
+    from tpfabric_bench.topology import main  # noqa: PLC0415
+
+    raise typer.Exit(main(list(ctx.args)))
+
+
+@app.command("placement", context_settings=_PASS_THROUGH, add_help_option=False)
+def placement(ctx: typer.Context) -> None:
+    """Replay a job trace per placement policy (--seed N --json F --plot DIR --nodes 4096)."""
+    from tpfabric_bench.placement import main  # noqa: PLC0415
+
+    raise typer.Exit(main(list(ctx.args)))

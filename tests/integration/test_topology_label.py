@@ -1,0 +1,152 @@
+"""`tpfabric topology label` against the local control plane: labels kwok nodes, idempotently.
+
+The fabric comes from the generator: its ibnetdiscover text is what `label` reads, its fabric
+description what the fake nodes are made of (same node names). The description's labels differ
+from the discovered ones (rail labels name ``S-<guid>`` switches once discovered), so the first
+`--apply` has work to do; the second must find none and write nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from kubernetes import client
+from typer.testing import CliRunner
+
+from conftest import FabricFactory
+from tpfabric_cli.main import app
+from tpfabric_core import labels
+from tpfabric_core.fabric.generator import (
+    GeneratedFabric,
+    generate_superpod,
+    write_fabric_description,
+    write_ibnetdiscover,
+)
+from tpfabric_core.fabric.node_labels import fabric_node_labels
+from tpfabric_localcluster.cluster import LocalCluster
+
+STALE = labels.rail_key(7)  # the generated nodes have rails 0-3 only
+FOREIGN = "example.com/rack"
+
+
+def label(cluster: LocalCluster, dump: Path, *flags: str) -> Result:
+    args = ["topology", "label", "--ibnetdiscover", str(dump)]
+    result = CliRunner().invoke(app, [*args, "--kubeconfig", str(cluster.kubeconfig), *flags])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture
+def generated() -> GeneratedFabric:
+    return generate_superpod(units=2, nodes_per_unit=3, rails=4, spines_per_rail=1, seed=7)
+
+
+@pytest.fixture
+def dump(generated: GeneratedFabric, tmp_path: Path) -> Path:
+    path = tmp_path / "fabric.ibnetdiscover"
+    path.write_text(write_ibnetdiscover(generated.fabric))
+    return path
+
+
+@pytest.fixture
+def nodes(generated: GeneratedFabric, fake_nodes: FabricFactory) -> list[str]:
+    return fake_nodes(write_fabric_description(generated.fabric, "label-test"))
+
+
+def node_labels(core: client.CoreV1Api, names: list[str]) -> dict[str, dict[str, str]]:
+    return {name: dict(core.read_node(name).metadata.labels) for name in names}
+
+
+def resource_versions(core: client.CoreV1Api, names: list[str]) -> dict[str, str]:
+    return {name: core.read_node(name).metadata.resource_version for name in names}
+
+
+def test_apply_labels_the_nodes_and_a_second_run_changes_nothing(
+    local_cluster: LocalCluster,
+    api: client.ApiClient,
+    generated: GeneratedFabric,
+    dump: Path,
+    nodes: list[str],
+) -> None:
+    core = client.CoreV1Api(api)
+    expected = fabric_node_labels(generated.fabric)
+    assert set(nodes) == set(expected)
+    before = node_labels(core, nodes)
+    assert any(before[n].get(labels.rail_key(0)) != expected[n][labels.rail_key(0)] for n in nodes)
+
+    dry = label(local_cluster, dump)
+    assert f"dry run: {len(nodes)} of {len(nodes)} node(s) would change" in dry.stdout
+    assert node_labels(core, nodes) == before
+
+    applied = label(local_cluster, dump, "--apply")
+    assert f"patched {len(nodes)} of {len(nodes)} node(s)" in applied.stdout
+    after = node_labels(core, nodes)
+    for name in nodes:
+        ours = {k: v for k, v in after[name].items() if k.startswith(labels.PREFIX)}
+        assert ours == expected[name]
+        assert after[name]["kubernetes.io/hostname"] == name
+
+    versions = resource_versions(core, nodes)
+    again = label(local_cluster, dump, "--apply")
+    assert f"no changes: {len(nodes)} node(s) already carry their labels" in again.stdout
+    assert resource_versions(core, nodes) == versions
+    assert node_labels(core, nodes) == after
+
+
+def test_stale_tpfabric_labels_go_and_other_labels_stay(
+    local_cluster: LocalCluster, api: client.ApiClient, dump: Path, nodes: list[str]
+) -> None:
+    core = client.CoreV1Api(api)
+    target = nodes[0]
+    core.patch_node(target, {"metadata": {"labels": {STALE: "old-leaf", FOREIGN: "r12"}}})
+
+    dry = label(local_cluster, dump)
+    assert f"- {STALE} (was old-leaf)" in dry.stdout
+    label(local_cluster, dump, "--apply")
+
+    after = core.read_node(target).metadata.labels
+    assert STALE not in after
+    assert after[FOREIGN] == "r12"
+    managers = {entry.manager for entry in core.read_node(target).metadata.managed_fields}
+    assert "tpfabric-topology" in managers
+
+
+def test_nodes_missing_on_either_side_are_reported_not_touched(
+    local_cluster: LocalCluster,
+    api: client.ApiClient,
+    dump: Path,
+    nodes: list[str],
+    fake_nodes: FabricFactory,
+) -> None:
+    core = client.CoreV1Api(api)
+    extra = "name: extra\nrails: 1\nblocks:\n- name: b\n  spines:\n  - name: s\n    leaves:\n"
+    extra += "    - {name: l, nodes: [cpu-extra-1]}\n"
+    fake_nodes(extra)
+    core.delete_node(nodes[-1])
+    before = core.read_node("cpu-extra-1").metadata.labels
+
+    result = label(local_cluster, dump, "--apply")
+    assert f"not in the cluster (1): {nodes[-1]}" in result.stdout
+    assert "cpu-extra-1" in result.stdout.split("not in the fabric")[1]
+    assert core.read_node("cpu-extra-1").metadata.labels == before
+
+
+def test_show_and_export_read_the_labels_back_from_the_cluster(
+    local_cluster: LocalCluster, generated: GeneratedFabric, dump: Path, nodes: list[str]
+) -> None:
+    label(local_cluster, dump, "--apply")
+    kubeconfig = ["--kubeconfig", str(local_cluster.kubeconfig)]
+    runner = CliRunner()
+
+    shown = runner.invoke(app, ["topology", "show", "--cluster", *kubeconfig])
+    assert shown.exit_code == 0, shown.output
+    assert "su001-dgx-[01-03]" in shown.stdout
+    first_leaf = generated.fabric.leaf_of("su001-dgx-01", 0)
+    assert f"rail 0 → {first_leaf}" in shown.stdout
+
+    from_cluster = runner.invoke(app, ["topology", "export", "--slurm", "--cluster", *kubeconfig])
+    from_dump = runner.invoke(app, ["topology", "export", "--slurm", "--ibnetdiscover", str(dump)])
+    assert from_cluster.exit_code == from_dump.exit_code == 0, from_cluster.output
+    assert from_cluster.stdout == from_dump.stdout
