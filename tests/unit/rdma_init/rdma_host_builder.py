@@ -1,0 +1,311 @@
+"""Builders of sysfs/procfs/devfs trees that look like real GPU hosts to the init program.
+
+``HostTree`` writes one device at a time, the way the kernel lays it out (relative symlinks from
+``sys/class`` and ``sys/bus/pci/devices`` into ``sys/devices/pciDDDD:BB/...``), and the scenario
+functions compose whole hosts: a DGX H100, a RoCE v2 host, and the broken variants.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+UNLIMITED = -1
+CAPS_DEFAULT = 0x00000000A80425FB  # Docker's default set: no CAP_IPC_LOCK
+CAPS_IPC_LOCK = CAPS_DEFAULT | 1 << 14
+
+# DGX H100: compute HCAs interleave with the storage/in-band ones in mlx5_N numbering, so
+# mlx5_1 is a storage HCA while mlx5_10 and mlx5_11 are compute HCAs (the prefix trap).
+DGX_COMPUTE_HCAS = (
+    "mlx5_0",
+    "mlx5_3",
+    "mlx5_4",
+    "mlx5_5",
+    "mlx5_6",
+    "mlx5_9",
+    "mlx5_10",
+    "mlx5_11",
+)
+DGX_STORAGE_HCAS = ("mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8")
+DGX_IB_HCA = "=" + ",".join(f"{name}:1" for name in DGX_COMPUTE_HCAS)
+
+
+def memlock_of(soft: int) -> Callable[[], tuple[int, int]]:
+    """Return a memlock probe reporting ``soft`` as both limits."""
+    return lambda: (soft, soft)
+
+
+UNLIMITED_MEMLOCK = memlock_of(UNLIMITED)
+
+
+def _link(link: Path, target: Path) -> None:
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(os.path.relpath(target, link.parent))
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+
+
+def ipv4_gid(address: str) -> str:
+    """Return the sysfs spelling of the IPv4-mapped GID of ``address``."""
+    a, b, c, d = (int(x) for x in address.split("."))
+    return f"0000:0000:0000:0000:0000:ffff:{a:02x}{b:02x}:{c:02x}{d:02x}"
+
+
+def link_local_gid(guid: int) -> str:
+    """Return the default (link-local) GID of a port GUID."""
+    text = f"{guid:016x}"
+    return "fe80:0000:0000:0000:" + ":".join(text[i : i + 4] for i in range(0, 16, 4))
+
+
+@dataclass
+class HostTree:
+    """A host root directory being filled with devices."""
+
+    root: Path
+
+    def pci_device(
+        self,
+        bdf: str,
+        bridges: tuple[str, ...],
+        *,
+        root_complex: str,
+        numa: int,
+        vendor: str,
+        pci_class: str,
+    ) -> Path:
+        """Create a PCI function below its bridges and return its sysfs directory."""
+        path = self.root / "sys" / "devices" / root_complex
+        for bridge in (*bridges, bdf):
+            path /= bridge
+        path.mkdir(parents=True, exist_ok=True)
+        _write(path / "vendor", vendor)
+        _write(path / "class", pci_class)
+        _write(path / "numa_node", str(numa))
+        link = self.root / "sys" / "bus" / "pci" / "devices" / bdf
+        if not link.is_symlink():
+            _link(link, path)
+        return path
+
+    def gpu(
+        self, bdf: str, bridges: tuple[str, ...], *, root_complex: str, numa: int, procfs: bool
+    ) -> HostTree:
+        """Add an NVIDIA H100 (3D controller) and, with ``procfs``, its driver procfs entry."""
+        self.pci_device(
+            bdf,
+            bridges,
+            root_complex=root_complex,
+            numa=numa,
+            vendor="0x10de",
+            pci_class="0x030200",
+        )
+        if procfs:
+            _write(self.root / "proc/driver/nvidia/gpus" / bdf / "information", "Model: H100")
+        return self
+
+    def hca(
+        self,
+        name: str,
+        bdf: str,
+        bridges: tuple[str, ...],
+        *,
+        root_complex: str,
+        numa: int,
+        uverbs: int,
+        link_layer: str = "InfiniBand",
+        state: str = "4: ACTIVE",
+        phys_state: str = "5: LinkUp",
+        rate: str = "400 Gb/sec (4X NDR)",
+        gids: tuple[tuple[str, str], ...] | None = None,
+        netdev: str | None = None,
+        dev_node: bool = True,
+    ) -> HostTree:
+        """Add a ConnectX HCA with one port, its uverbs device and (optionally) its netdev."""
+        pci = self.pci_device(
+            bdf,
+            bridges,
+            root_complex=root_complex,
+            numa=numa,
+            vendor="0x15b3",
+            pci_class="0x020700",
+        )
+        guid = 0xB83FD20300000000 + uverbs
+        dev = self.root / "sys" / "class" / "infiniband" / name
+        _write(dev / "node_guid", ":".join(f"{guid:016x}"[i : i + 4] for i in range(0, 16, 4)))
+        _link(dev / "device", pci)
+        port = dev / "ports" / "1"
+        _write(port / "state", state)
+        _write(port / "phys_state", phys_state)
+        _write(port / "rate", rate)
+        _write(port / "link_layer", link_layer)
+        for counter in ("symbol_error", "link_downed", "port_rcv_errors"):
+            _write(port / "counters" / counter, "0")
+        table = gids if gids is not None else ((link_local_gid(guid), "IB/RoCE v1"),)
+        for index, (gid, gid_type) in enumerate(table):
+            _write(port / "gids" / str(index), gid)
+            _write(port / "gid_attrs" / "types" / str(index), gid_type)
+            if netdev:
+                _write(port / "gid_attrs" / "ndevs" / str(index), netdev)
+        _write(port / "gids" / str(len(table)), "0000:0000:0000:0000:0000:0000:0000:0000")
+        verbs = self.root / "sys" / "class" / "infiniband_verbs" / f"uverbs{uverbs}"
+        _write(verbs / "ibdev", name)
+        if dev_node:
+            _write(self.root / "dev" / "infiniband" / f"uverbs{uverbs}", "")
+        if netdev:
+            net_dir = pci / "net" / netdev
+            _write(net_dir / "type", "32" if link_layer == "InfiniBand" else "1")
+            _write(net_dir / "operstate", "up")
+            _link(self.root / "sys" / "class" / "net" / netdev, net_dir)
+        return self
+
+    def interface(self, name: str, *, default_route: bool = False, kind: int = 1) -> HostTree:
+        """Add a virtual network interface (the pod's eth0) and, optionally, its default route."""
+        _write(self.root / "sys/class/net" / name / "type", str(kind))
+        _write(self.root / "sys/class/net" / name / "operstate", "up")
+        if default_route:
+            route = self.root / "proc/net/route"
+            lines = route.read_text().splitlines() if route.exists() else ["Iface\tDestination"]
+            lines.append(f"{name}\t00000000\t0100000A\t0003\t0\t0\t0\t00000000\t0\t0\t0")
+            _write(route, "\n".join(lines))
+        return self
+
+    def rdma_cm(self) -> HostTree:
+        """Add ``/dev/infiniband/rdma_cm``."""
+        _write(self.root / "dev/infiniband/rdma_cm", "")
+        return self
+
+    def peermem(self, module: str = "nvidia_peermem") -> HostTree:
+        """Load a peer-memory module (``/sys/module/<module>``)."""
+        (self.root / "sys/module" / module).mkdir(parents=True, exist_ok=True)
+        return self
+
+    def nvidia_driver(self, *, open_module: bool, kernel: str) -> HostTree:
+        """Write the driver's procfs version (open or proprietary module) and the kernel release."""
+        flavour = "Open Kernel Module" if open_module else "Kernel Module"
+        _write(
+            self.root / "proc/driver/nvidia/version",
+            f"NVRM version: NVIDIA UNIX x86_64 {flavour}  550.90.07  Fri May 31 09:35:42 UTC 2024",
+        )
+        _write(self.root / "proc/sys/kernel/osrelease", kernel)
+        return self
+
+    def capabilities(self, cap_eff: int) -> HostTree:
+        """Write ``proc/self/status`` with an effective capability set."""
+        _write(self.root / "proc/self/status", f"Name:\tpython3\nCapEff:\t{cap_eff:016x}")
+        return self
+
+
+def dgx_h100(
+    root: Path,
+    *,
+    port_down: str | None = None,
+    peermem: bool = True,
+    dev_infiniband: bool = True,
+    ipc_lock: bool = True,
+) -> HostTree:
+    """Return a DGX H100: 8 GPUs, each sharing a PCIe switch with one ConnectX-7 (400 Gb/s NDR),
+    plus four storage HCAs under their own root ports (two IB, two RoCE)."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=False, kernel="5.15.0-113-generic")
+    tree.interface("lo").interface("eth0", default_route=True)
+    for index, name in enumerate(DGX_COMPUTE_HCAS):
+        base = 0x10 + index * 0x20
+        numa = 0 if index < 4 else 1
+        root_complex = f"pci0000:{base:02x}"
+        switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+        tree.gpu(
+            f"0000:{base + 3:02x}:00.0",
+            (*switch, f"0000:{base + 2:02x}:00.0"),
+            root_complex=root_complex,
+            numa=numa,
+            procfs=True,
+        )
+        uverbs = int(name.split("_")[1])
+        tree.hca(
+            name,
+            f"0000:{base + 4:02x}:00.0",
+            (*switch, f"0000:{base + 2:02x}:01.0"),
+            root_complex=root_complex,
+            numa=numa,
+            uverbs=uverbs,
+            state="1: DOWN" if name == port_down else "4: ACTIVE",
+            phys_state="3: Disabled" if name == port_down else "5: LinkUp",
+            netdev=f"ibp{base + 4:x}s0",
+            dev_node=dev_infiniband,
+        )
+    for name, bdf, numa, link_layer in (
+        ("mlx5_1", "0000:0c:00.0", 0, "InfiniBand"),
+        ("mlx5_2", "0000:0c:00.1", 0, "InfiniBand"),
+        ("mlx5_7", "0000:8c:00.0", 1, "Ethernet"),
+        ("mlx5_8", "0000:8c:00.1", 1, "Ethernet"),
+    ):
+        bus = bdf[5:7]
+        tree.hca(
+            name,
+            bdf,
+            (f"0000:{bus}:01.0",),
+            root_complex=f"pci0000:{bus}",
+            numa=numa,
+            uverbs=int(name.split("_")[1]),
+            link_layer=link_layer,
+            rate="200 Gb/sec (4X HDR)",
+            gids=(
+                ((link_local_gid(0x1), "IB/RoCE v1"), (ipv4_gid("10.9.0.7"), "RoCE v2"))
+                if link_layer == "Ethernet"
+                else None
+            ),
+            dev_node=dev_infiniband,
+        )
+    if dev_infiniband:
+        tree.rdma_cm()
+    if peermem:
+        tree.peermem()
+    tree.capabilities(CAPS_IPC_LOCK if ipc_lock else CAPS_DEFAULT)
+    return tree
+
+
+def roce_v2_host(root: Path, *, second_gid_index: int = 3) -> HostTree:
+    """Return a RoCE v2 host: 2 GPUs (found by PCI class, no driver procfs) and 2 Ethernet HCAs
+    whose GID tables hold v1/v2 link-local and IPv4-mapped entries (v2 + IPv4 at index 3)."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=True, kernel="6.8.0-45-generic")
+    tree.interface("eth0", default_route=True)
+    for index in range(2):
+        base = 0x40 + index * 0x40
+        root_complex = f"pci0000:{base:02x}"
+        switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+        tree.gpu(
+            f"0000:{base + 3:02x}:00.0",
+            (*switch, f"0000:{base + 2:02x}:00.0"),
+            root_complex=root_complex,
+            numa=index,
+            procfs=False,
+        )
+        address = f"10.0.{index}.5"
+        netdev = f"ens{index}f0np0"
+        gids = [
+            (link_local_gid(0x100 + index), "IB/RoCE v1"),
+            (link_local_gid(0x100 + index), "RoCE v2"),
+            (ipv4_gid(address), "IB/RoCE v1"),
+            (ipv4_gid(address), "RoCE v2"),
+        ]
+        if index == 1 and second_gid_index != 3:
+            gids.insert(2, (ipv4_gid("192.168.7.1"), "IB/RoCE v1"))
+        tree.hca(
+            f"mlx5_{index}",
+            f"0000:{base + 4:02x}:00.0",
+            (*switch, f"0000:{base + 2:02x}:01.0"),
+            root_complex=root_complex,
+            numa=index,
+            uverbs=index,
+            link_layer="Ethernet",
+            rate="200 Gb/sec (4X HDR)",
+            gids=tuple(gids),
+            netdev=netdev,
+        )
+    tree.rdma_cm().capabilities(CAPS_IPC_LOCK)
+    return tree

@@ -1,0 +1,303 @@
+"""The init program end to end on each fixture host: files written, exit code, error lines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rdma_host_builder import (
+    DGX_IB_HCA,
+    UNLIMITED_MEMLOCK,
+    HostTree,
+    dgx_h100,
+    memlock_of,
+    roce_v2_host,
+)
+
+from tpfabric_rdma_init.cli import main, parse_size
+from tpfabric_rdma_init.prepare import InitOptions, prepare_pod
+
+Run = Callable[..., tuple[int, str, str, dict[str, Any]]]
+
+
+@pytest.fixture
+def run(
+    shared_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Run:
+    for name in ("TPFABRIC_RDMA_POLICY", "TPFABRIC_NCCL_OVERRIDES", "TPFABRIC_EXCLUDE_HCAS"):
+        monkeypatch.delenv(name, raising=False)
+
+    def run(root: Path, *flags: str, memlock: Callable[[], tuple[int, int]] = UNLIMITED_MEMLOCK):
+        code = main(
+            [
+                "--root",
+                str(root),
+                "--shared-dir",
+                str(shared_dir),
+                "--annotations-file",
+                "",
+                *flags,
+            ],
+            memlock,
+        )
+        out, err = capsys.readouterr()
+        report = json.loads((shared_dir / "rdma-init-report.json").read_text())
+        return code, out, err, report
+
+    return run
+
+
+def conf(shared_dir: Path) -> dict[str, str]:
+    lines = (shared_dir / "nccl.conf").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if not line.startswith("#"))
+
+
+def errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if ": error: " in line]
+
+
+def test_healthy_dgx_h100_under_required_policy(
+    host_root: Path, shared_dir: Path, run: Run
+) -> None:
+    code, out, err, report = run(dgx_h100(host_root).root, "--policy", "required")
+    assert code == 0
+    assert errors(err) == []
+    assert conf(shared_dir) == {
+        "NCCL_SOCKET_IFNAME": "=eth0",
+        "NCCL_IB_HCA": DGX_IB_HCA,
+        "NCCL_CROSS_NIC": "0",
+        "NCCL_NET_GDR_LEVEL": "PXB",
+    }
+    assert report["outcome"] == "rdma"
+    assert report["fabric"]["rail_aligned"] is True
+    assert report["fabric"]["rails"][6] == {"rail": 6, "hca": "mlx5_10"}
+    assert (
+        (shared_dir / "nccl.env")
+        .read_text()
+        .startswith(f"export NCCL_CONF_FILE={shared_dir}/nccl.conf\n")
+    )
+    assert "rdma (policy required)" in out
+
+
+@pytest.mark.parametrize(
+    ("build", "memlock", "expected_error"),
+    [
+        (
+            lambda root: dgx_h100(root, port_down="mlx5_4"),
+            UNLIMITED_MEMLOCK,
+            "mlx5_4 port 1 is DOWN (physical state Disabled); check the cable",
+        ),
+        (
+            lambda root: dgx_h100(root, peermem=False),
+            UNLIMITED_MEMLOCK,
+            "GPUDirect RDMA unavailable: nvidia_peermem is not loaded",
+        ),
+        (
+            lambda root: dgx_h100(root, ipc_lock=False),
+            memlock_of(64 * 1024),
+            "memlock limit is 64 KiB (needs unlimited) and CAP_IPC_LOCK is missing",
+        ),
+        (
+            lambda root: dgx_h100(root, dev_infiniband=False),
+            UNLIMITED_MEMLOCK,
+            "/dev/infiniband is missing in this pod",
+        ),
+    ],
+    ids=["port-down", "no-peermem", "memlock-64KiB", "no-dev-infiniband"],
+)
+def test_broken_hosts_fail_required_with_one_line_per_problem(
+    build: Callable[[Path], HostTree],
+    memlock: Callable[[], tuple[int, int]],
+    expected_error: str,
+    host_root: Path,
+    shared_dir: Path,
+    run: Run,
+) -> None:
+    (shared_dir).mkdir()
+    (shared_dir / "nccl.conf").write_text("NCCL_IB_HCA=stale\n")
+    code, _, err, report = run(build(host_root).root, "--policy", "required", memlock=memlock)
+    assert code == 1
+    assert len(errors(err)) == 1
+    assert expected_error in errors(err)[0]
+    assert not (shared_dir / "nccl.conf").exists()
+    assert report["outcome"] == "failed"
+    assert report["exit_code"] == 1
+
+
+def test_port_down_under_preferred_falls_back_to_tcp(
+    host_root: Path, shared_dir: Path, run: Run
+) -> None:
+    code, _, err, report = run(dgx_h100(host_root, port_down="mlx5_4").root)
+    assert code == 0
+    assert conf(shared_dir) == {
+        "NCCL_SOCKET_IFNAME": "=eth0",
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_NET": "Socket",
+    }
+    assert report["outcome"] == "tcp-fallback"
+    assert "warning: falling back (tcp-fallback): mlx5_4 port 1 is DOWN" in err
+
+
+def test_missing_peermem_under_preferred_keeps_ib_without_gpudirect(
+    host_root: Path, shared_dir: Path, run: Run
+) -> None:
+    code, _, _, report = run(dgx_h100(host_root, peermem=False).root)
+    assert code == 0
+    assert conf(shared_dir)["NCCL_NET_GDR_LEVEL"] == "LOC"
+    assert conf(shared_dir)["NCCL_IB_HCA"] == DGX_IB_HCA
+    assert report["outcome"] == "rdma-without-gpudirect"
+
+
+def test_several_problems_give_several_lines(host_root: Path, run: Run) -> None:
+    root = dgx_h100(host_root, port_down="mlx5_0", peermem=False, ipc_lock=False).root
+    code, _, err, report = run(root, "--policy", "required", memlock=memlock_of(65536))
+    assert code == 1
+    assert [p["code"] for p in report["problems"]] == ["port-down", "no-peermem", "memlock"]
+    assert len(errors(err)) == 3
+
+
+def test_roce_v2_host_passes_with_dma_buf_and_gid_index(
+    host_root: Path, shared_dir: Path, run: Run
+) -> None:
+    code, _, _, report = run(roce_v2_host(host_root).root, "--policy", "required")
+    assert code == 0
+    assert conf(shared_dir) == {
+        "NCCL_SOCKET_IFNAME": "=eth0",
+        "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1",
+        "NCCL_CROSS_NIC": "0",
+        "NCCL_IB_GID_INDEX": "3",
+        "NCCL_NET_GDR_LEVEL": "PXB",
+    }
+    assert report["host"]["gpudirect"]["dma_buf"] is True
+
+
+def test_host_without_rdma_fails_required_and_falls_back_under_preferred(
+    host_root: Path, shared_dir: Path, run: Run
+) -> None:
+    HostTree(host_root).interface("eth0", default_route=True)
+    code, _, err, _ = run(host_root, "--policy", "required")
+    assert code == 1
+    assert "no RDMA device" in errors(err)[0]
+    code, _, _, report = run(host_root)
+    assert code == 0
+    assert report["outcome"] == "tcp-fallback"
+    assert conf(shared_dir)["NCCL_IB_DISABLE"] == "1"
+
+
+def test_disabled_policy_checks_nothing(host_root: Path, shared_dir: Path, run: Run) -> None:
+    code, _, _, report = run(dgx_h100(host_root, port_down="mlx5_0").root, "--policy", "disabled")
+    assert code == 0
+    assert report["problems"] == []
+    assert conf(shared_dir)["NCCL_IB_DISABLE"] == "1"
+
+
+def test_report_only_never_fails_and_copies_nothing(
+    host_root: Path, shared_dir: Path, run: Run, fake_nccl_wheel: Path
+) -> None:
+    root = dgx_h100(host_root, port_down="mlx5_0").root
+    code, _, _, report = run(root, "--policy", "required", "--report-only")
+    assert code == 0
+    assert report["exit_code"] == 1
+    assert not (shared_dir / "lib").exists()
+
+
+def test_nccl_library_is_copied_from_the_wheel_with_its_version(
+    host_root: Path, shared_dir: Path, fake_nccl_wheel: Path, tmp_path: Path
+) -> None:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "libnccl-net-ofi.so").write_bytes(b"plugin")
+    result = prepare_pod(
+        InitOptions(
+            shared_dir=shared_dir,
+            root=dgx_h100(host_root).root,
+            mount_path="/opt/tpfabric",
+            net_plugin_dir=plugins,
+            library_search_path=[str(fake_nccl_wheel)],
+        ),
+        UNLIMITED_MEMLOCK,
+    )
+    library = result.report["nccl"]["library"]
+    assert library["version"] == "2.27.3"
+    assert library["source"] == "wheel nvidia-nccl-cu12"
+    assert (shared_dir / "lib" / "libnccl.so.2").read_bytes() == b"\x7fELF fake libnccl 2.27.3"
+    assert (shared_dir / "lib" / "libnccl-net-ofi.so").exists()
+    assert result.settings["NCCL_NET_PLUGIN"] == "ofi"
+    assert (shared_dir / "nccl.env").read_text().splitlines() == [
+        "export NCCL_CONF_FILE=/opt/tpfabric/nccl.conf",
+        "export LD_LIBRARY_PATH=/opt/tpfabric/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}",
+    ]
+
+
+def test_explicit_nccl_lib_records_version_from_file_name(
+    host_root: Path, shared_dir: Path, tmp_path: Path, run: Run
+) -> None:
+    library = tmp_path / "libnccl.so.2.21.5"
+    library.write_bytes(b"lib")
+    (tmp_path / "libnccl.so.2").symlink_to(library.name)
+    _, _, _, report = run(dgx_h100(host_root).root, "--nccl-lib", str(tmp_path / "libnccl.so.2"))
+    assert report["nccl"]["library"]["version"] == "2.21.5"
+    assert report["nccl"]["env"]["LD_LIBRARY_PATH"] == f"{shared_dir}/lib"
+
+
+def test_missing_explicit_nccl_lib_is_a_usage_error(
+    host_root: Path, tmp_path: Path, shared_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--root", str(dgx_h100(host_root).root), "--shared-dir", str(shared_dir)]
+    assert main([*argv, "--nccl-lib", str(tmp_path / "nope.so")], UNLIMITED_MEMLOCK) == 2
+    assert "--nccl-lib" in capsys.readouterr().err
+
+
+def test_rails_annotation_from_the_downward_api_file(
+    host_root: Path, shared_dir: Path, tmp_path: Path, run: Run
+) -> None:
+    annotations = tmp_path / "annotations"
+    annotations.write_text(
+        'kubectl.kubernetes.io/default-container="main"\ntpfabric.io/rails="0,1,2,3"\n'
+    )
+    _, _, _, report = run(dgx_h100(host_root).root, "--annotations-file", str(annotations))
+    assert report["fabric"]["rail_source"] == "annotation"
+    assert conf(shared_dir)["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1"
+
+
+def test_a_bad_rails_annotation_fails_required(host_root: Path, tmp_path: Path, run: Run) -> None:
+    annotations = tmp_path / "annotations"
+    annotations.write_text('tpfabric.io/rails="9"\n')
+    root = dgx_h100(host_root).root
+    code, _, err, _ = run(root, "--policy", "required", "--annotations-file", str(annotations))
+    assert code == 1
+    assert "rail 9 has no HCA" in errors(err)[0]
+
+
+def test_user_overrides_win_and_are_reported(host_root: Path, shared_dir: Path, run: Run) -> None:
+    overrides = '{"NCCL_DEBUG": "INFO", "NCCL_CROSS_NIC": null}'
+    _, _, _, report = run(dgx_h100(host_root).root, "--nccl-overrides", overrides)
+    assert conf(shared_dir)["NCCL_DEBUG"] == "INFO"
+    assert "NCCL_CROSS_NIC" not in conf(shared_dir)
+    assert report["nccl"]["overridden"] == ["NCCL_CROSS_NIC", "NCCL_DEBUG"]
+
+
+def test_bad_overrides_exit_2_with_one_line(
+    host_root: Path, shared_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--root", str(host_root), "--shared-dir", str(shared_dir), "--nccl-overrides", "{"]
+    assert main(argv, UNLIMITED_MEMLOCK) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_topology_xml_is_written_and_referenced(
+    host_root: Path, shared_dir: Path, run: Run
+) -> None:
+    run(dgx_h100(host_root).root, "--topology-xml", "--mount-path", "/opt/tp")
+    assert conf(shared_dir)["NCCL_TOPO_FILE"] == "/opt/tp/nccl-topo.xml"
+    assert (shared_dir / "nccl-topo.xml").read_text().startswith("<system")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("unlimited", -1), ("64Ki", 65536), ("8G", 8 << 30), ("4096", 4096)]
+)
+def test_sizes(text: str, value: int) -> None:
+    assert parse_size(text) == value
