@@ -32,7 +32,7 @@ from tpfabric_localcluster.processes import (
 )
 from tpfabric_localcluster.toolchain import Toolchain, find_toolchain
 
-__all__ = ["ClusterState", "LocalCluster", "default_state_root"]
+__all__ = ["ClusterState", "LocalCluster", "api_client", "default_state_root", "free_ports"]
 
 SERVICE_CIDR = "10.96.0.0/16"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -47,7 +47,7 @@ def default_state_root() -> Path:
     return Path(base) / "tpfabric" / "clusters"
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """Return ``count`` distinct free TCP ports on 127.0.0.1."""
     sockets = []
     try:
@@ -182,7 +182,7 @@ class LocalCluster:
         self.folder.mkdir(parents=True)
         names = ["etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok"]
         state = ClusterState(
-            self.name, self.folder, ports=dict(zip(names, _free_ports(6), strict=True))
+            self.name, self.folder, ports=dict(zip(names, free_ports(6), strict=True))
         )
         pki = create_pki(
             self.folder / "pki",
@@ -358,6 +358,8 @@ class LocalCluster:
             f"--cluster-signing-cert-file={pki.ca_cert}",
             f"--cluster-signing-key-file={pki.ca_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # react to node readiness within a second (the default 5 s only slows tests down)
+            "--node-monitor-period=1s",
             # kwok nodes need no pod CIDRs
             "--controllers=*,-node-ipam-controller",
             "--v=1",
@@ -390,6 +392,61 @@ class LocalCluster:
             "--node-ip=10.127.0.1",
             "--node-lease-duration-seconds=40",
         ]
+
+    # -- components added after up ----------------------------------------------------------
+
+    def add_component(
+        self,
+        name: str,
+        argv: list[str],
+        health_url: str | None = None,
+        timeout: float = 60.0,
+        env: dict[str, str] | None = None,
+    ) -> ComponentProcess:
+        """Start one more recorded process (stopped by ``down``) and wait for its health."""
+        state = self.state()
+        if state is None:
+            raise RuntimeError(f"cluster {self.name!r} is not up")
+        existing = state.components.get(name)
+        if existing is not None and existing.alive():
+            raise RuntimeError(f"{name} is already running (pid {existing.pid})")
+        self._log(f"starting {name}")
+        state.components[name] = start_component(
+            name, argv, self.folder / "logs" / f"{name}.log", self.folder, env=env
+        )
+        state.save()
+        if health_url is not None:
+            self._wait(state, name, health_url, time.monotonic() + timeout)
+        return state.components[name]
+
+    def stop_component(self, name: str) -> None:
+        """Stop one recorded process (e.g. to restart it in a test); it stays recorded."""
+        state = self.state()
+        if state is not None and name in state.components:
+            state.components[name].stop()
+
+    def start_scheduler(self, name: str, config: dict[str, Any], timeout: float = 60.0) -> None:
+        """Start another kube-scheduler (e.g. the tpfabric profile) with ``config``."""
+        state = self.state()
+        if state is None:
+            raise RuntimeError(f"cluster {self.name!r} is not up")
+        config = {**config, "leaderElection": {"leaderElect": False}}
+        config["clientConnection"] = {"kubeconfig": str(self.folder / "scheduler.kubeconfig")}
+        path = self.folder / f"{name}-config.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        (port,) = free_ports(1)
+        kubeconfig = str(self.folder / "scheduler.kubeconfig")
+        argv = [
+            str(self.toolchain.path("kube-scheduler")),
+            f"--config={path}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={self.folder / 'pki' / name}",
+            "--v=1",
+        ]
+        self.add_component(name, argv, f"https://127.0.0.1:{port}/healthz", timeout)
 
     # -- status / down -----------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ __all__ = ["GPU_RESOURCE", "apply_fake_nodes", "delete_nodes", "fake_node_manife
 
 GPU_RESOURCE = "nvidia.com/gpu"
 FAKE_NODE_LABEL = "tpfabric.io/fake-node"
+NOT_READY_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 
 
 def fake_node_manifest(fabric: FabricDescription, node: FabricNode) -> dict[str, Any]:
@@ -85,14 +86,19 @@ def delete_nodes(api: client.ApiClient, names: Iterable[str]) -> None:
 
 
 def wait_ready(api: client.ApiClient, names: Iterable[str], timeout: float = 60.0) -> None:
-    """Wait until every named node reports Ready=True; raise TimeoutError naming the others."""
+    """Wait until every named node is Ready and schedulable; TimeoutError names the others.
+
+    The node lifecycle controller taints new nodes ``node.kubernetes.io/not-ready`` until it has
+    seen them Ready; a node still carrying that taint is not usable yet.
+    """
     core = client.CoreV1Api(api)
     pending = set(names)
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:
         for node in core.list_node(label_selector=f"{FAKE_NODE_LABEL}=true").items:
             conditions = {c.type: c.status for c in (node.status.conditions or [])}
-            if conditions.get("Ready") == "True":
+            taints = {t.key for t in node.spec.taints or []}
+            if conditions.get("Ready") == "True" and not taints & NOT_READY_TAINTS:
                 pending.discard(node.metadata.name)
         if pending:
             time.sleep(0.5)

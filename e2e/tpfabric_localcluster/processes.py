@@ -95,7 +95,9 @@ class ComponentProcess:
         psutil.wait_procs(still, timeout=5)
 
 
-def start_component(name: str, argv: list[str], log: Path, cwd: Path) -> ComponentProcess:
+def start_component(
+    name: str, argv: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None
+) -> ComponentProcess:
     """Start ``argv`` in its own session with output to ``log``; return its identity."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
@@ -105,6 +107,7 @@ def start_component(name: str, argv: list[str], log: Path, cwd: Path) -> Compone
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             cwd=cwd,
+            env=None if env is None else {**os.environ, **env},
             start_new_session=True,
         )
     try:

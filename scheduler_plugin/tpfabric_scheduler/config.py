@@ -1,0 +1,46 @@
+"""The KubeSchedulerConfiguration of the tpfabric scheduler process.
+
+``extenders`` sit at the top level of a KubeSchedulerConfiguration and apply to every profile of
+that kube-scheduler process, so tpfabric runs its own kube-scheduler with one profile,
+``tpfabric-scheduler``, beside the cluster's default scheduler (which stays untouched).
+``percentageOfNodesToScore: 100`` makes the scheduler send every feasible node to the extender;
+the planned domain is also enforced by the pod's own node affinity, so a partial node list can
+never move a worker out of its domain. Used by the local cluster launcher and the Helm chart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["SCHEDULER_NAME", "scheduler_configuration"]
+
+SCHEDULER_NAME = "tpfabric-scheduler"
+
+
+def scheduler_configuration(
+    extender_url: str,
+    *,
+    weight: int = 10,
+    timeout: str = "5s",
+    scheduler_name: str = SCHEDULER_NAME,
+) -> dict[str, Any]:
+    """Return the KubeSchedulerConfiguration dict for a scheduler with our extender."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "percentageOfNodesToScore": 100,
+        "profiles": [{"schedulerName": scheduler_name, "percentageOfNodesToScore": 100}],
+        "extenders": [
+            {
+                "urlPrefix": extender_url.rstrip("/"),
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "weight": weight,
+                "nodeCacheCapable": True,
+                "enableHTTPS": extender_url.startswith("https://"),
+                "httpTimeout": timeout,
+                # workers must never be scheduled without the extender's domain checks
+                "ignorable": False,
+            }
+        ],
+    }

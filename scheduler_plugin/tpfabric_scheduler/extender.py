@@ -1,0 +1,134 @@
+"""Filter and prioritize for one pod, answered from the store and the job's persisted plan.
+
+Pods that are not TensorParallelJob workers pass through untouched (filter keeps every node,
+prioritize scores nothing). A worker is kept inside its job's planned domain; inside it, the node
+planned for its rank scores highest, nodes planned for other ranks of the same job are filtered
+out (so each worker index lands where the plan's rank order wants it), and the other nodes of the
+domain are ranked by health and best fit. The request's node list is walked once; nothing here
+lists the cluster or allocates per cluster node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpfabric_core import labels
+from tpfabric_scheduler.protocol import MAX_SCORE, ExtenderArgs, FilterResult
+from tpfabric_scheduler.store import (
+    GPU_RESOURCE,
+    JOB_LABEL,
+    WORKER_INDEX_LABEL,
+    ClusterStore,
+    JobRecord,
+)
+
+__all__ = ["FilterReason", "WorkerView", "filter_nodes", "prioritize_nodes", "worker_view"]
+
+
+class FilterReason:
+    """Reasons a node is filtered out; also the label values of the filter metric."""
+
+    OUTSIDE_DOMAIN = "outside-planned-domain"
+    OTHER_RANK = "planned-for-another-rank"
+    NO_PLAN = "job-not-planned"
+    UNKNOWN_JOB = "unknown-job"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """What the extender knows of a worker pod's job and plan."""
+
+    job: JobRecord | None
+    job_key: str
+    index: int | None
+    level_key: str | None
+    domain: str | None
+    planned_node: str | None
+    other_ranks: dict[str, int]  # node -> rank, for the job's other ranks
+
+
+def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
+    """Return the plan view of a worker pod, or None for a pod that is not a worker."""
+    job_name = args.pod.labels.get(JOB_LABEL)
+    if not job_name:
+        return None
+    key = f"{args.pod.namespace}/{job_name}"
+    index_text = args.pod.labels.get(WORKER_INDEX_LABEL, "")
+    index = int(index_text) if index_text.isdigit() else None
+    job = store.jobs.get(key)
+    placement = (job.raw_status.get("placement") or {}) if job else {}
+    nodes = [str(n) for n in placement.get("nodes") or []]
+    level = placement.get("level")
+    domain = placement.get("domain")
+    planned = nodes[index] if index is not None and index < len(nodes) else None
+    return WorkerView(
+        job=job,
+        job_key=key,
+        index=index,
+        level_key=labels.level_key(str(level)) if level and domain and nodes else None,
+        domain=str(domain) if domain and nodes else None,
+        planned_node=planned,
+        other_ranks={n: r for r, n in enumerate(nodes) if r != index},
+    )
+
+
+def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult, dict[str, int]]:
+    """Return the filter answer for ``args`` and counts of filtered nodes by reason."""
+    view = worker_view(store, args)
+    if view is None:
+        return FilterResult(node_names=args.node_names), {}
+    if view.job is None:
+        message = f"tpfabric: job {view.job_key} does not exist (worker without a job)"
+        return FilterResult(
+            node_names=[], failed_unresolvable=dict.fromkeys(args.node_names, message)
+        ), {FilterReason.UNKNOWN_JOB: len(args.node_names)}
+    if view.domain is None or view.level_key is None:
+        message = f"tpfabric: job {view.job_key} has no gang plan yet"
+        return FilterResult(node_names=[], failed=dict.fromkeys(args.node_names, message)), {
+            FilterReason.NO_PLAN: len(args.node_names)
+        }
+    kept: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    level = view.level_key.removeprefix(labels.PREFIX)
+    for name in args.node_names:
+        node = store.nodes.get(name)
+        value = node.labels.get(view.level_key) if node else None
+        if value != view.domain:
+            unresolvable[name] = (
+                f"tpfabric: outside the planned {level} {view.domain} of job {view.job_key}"
+            )
+        elif name in view.other_ranks and name != view.planned_node:
+            failed[name] = (
+                f"tpfabric: planned for rank {view.other_ranks[name]} of job {view.job_key}"
+            )
+        else:
+            kept.append(name)
+    counts = {}
+    if unresolvable:
+        counts[FilterReason.OUTSIDE_DOMAIN] = len(unresolvable)
+    if failed:
+        counts[FilterReason.OTHER_RANK] = len(failed)
+    return FilterResult(node_names=kept, failed=failed, failed_unresolvable=unresolvable), counts
+
+
+def prioritize_nodes(store: ClusterStore, args: ExtenderArgs) -> list[tuple[str, int]]:
+    """Return ``(node, score)`` for ``args``: the planned node 10, healthy best fit next."""
+    view = worker_view(store, args)
+    if view is None or view.domain is None or view.level_key is None:
+        return []
+    scores: list[tuple[str, int]] = []
+    for name in args.node_names:
+        node = store.nodes.get(name)
+        if node is None or node.labels.get(view.level_key) != view.domain:
+            scores.append((name, 0))
+        elif name == view.planned_node:
+            scores.append((name, MAX_SCORE))
+        elif node.labels.get(labels.HEALTH, "ok") != "ok":
+            scores.append((name, 1))
+        else:
+            # best fit: a node with fewer free GPUs left after this worker scores higher
+            free = store.free(name, GPU_RESOURCE)
+            capacity = max(1, node.allocatable.get(GPU_RESOURCE, 1))
+            scores.append((name, 3 + round(4 * (1 - free / capacity))))
+    return scores

@@ -1,0 +1,110 @@
+"""The extender's HTTP server: ``/filter``, ``/prioritize``, ``/healthz``, ``/readyz``,
+``/metrics``.
+
+Handlers run the (fast, synchronous) decisions under the store lock. A malformed request gets a
+400 with the reason in the body; an unexpected error inside a decision is answered in the
+protocol's ``Error`` field (500 for prioritize) and logged, never taking the server down.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from tpfabric_scheduler.extender import filter_nodes, prioritize_nodes
+from tpfabric_scheduler.metrics import Metrics
+from tpfabric_scheduler.protocol import (
+    BadRequestError,
+    FilterResult,
+    encode_filter_result,
+    encode_priorities,
+    parse_extender_args,
+)
+from tpfabric_scheduler.store import ClusterStore
+
+__all__ = ["make_app"]
+
+log = logging.getLogger("tpfabric.scheduler.server")
+MAX_BODY = 64 * 1024 * 1024  # a 5,000-node pod request is well under 1 MiB
+
+
+def _json(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+def make_app(store: ClusterStore, metrics: Metrics, ready: Callable[[], bool]) -> web.Application:
+    """Return the aiohttp application of the extender."""
+
+    async def handle_filter(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            args = parse_extender_args(await request.read())
+        except BadRequestError as err:
+            metrics.bad_requests.labels("filter").inc()
+            return _json(orjson.dumps({"Error": f"bad request: {err}"}), 400)
+        try:
+            with store.lock:
+                result, counts = filter_nodes(store, args)
+        except Exception as err:
+            log.exception("filter failed for %s/%s", args.pod.namespace, args.pod.name)
+            result, counts = FilterResult(node_names=[], error=f"tpfabric: {err!r}"), {}
+        for reason, count in counts.items():
+            metrics.filtered_nodes.labels(reason).inc(count)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "filter %s/%s: %d of %d nodes kept %s",
+                args.pod.namespace,
+                args.pod.name,
+                len(result.node_names),
+                len(args.node_names),
+                sorted(result.node_names)[:8],
+            )
+        response = _json(encode_filter_result(result))
+        metrics.request_seconds.labels("filter").observe(time.perf_counter() - started)
+        return response
+
+    async def handle_prioritize(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            args = parse_extender_args(await request.read())
+        except BadRequestError as err:
+            metrics.bad_requests.labels("prioritize").inc()
+            return _json(orjson.dumps({"Error": f"bad request: {err}"}), 400)
+        try:
+            with store.lock:
+                scores = prioritize_nodes(store, args)
+        except Exception as err:
+            log.exception("prioritize failed for %s/%s", args.pod.namespace, args.pod.name)
+            return _json(orjson.dumps({"Error": f"tpfabric: {err!r}"}), 500)
+        if log.isEnabledFor(logging.DEBUG):
+            top = sorted(scores, key=lambda hs: -hs[1])[:4]
+            log.debug("prioritize %s/%s: top %s", args.pod.namespace, args.pod.name, top)
+        response = _json(encode_priorities(scores))
+        metrics.request_seconds.labels("prioritize").observe(time.perf_counter() - started)
+        return response
+
+    async def handle_healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def handle_readyz(_: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ok")
+        return web.Response(text="informers not synced", status=503)
+
+    async def handle_metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    app = web.Application(client_max_size=MAX_BODY)
+    app.router.add_post("/filter", handle_filter)
+    app.router.add_post("/prioritize", handle_prioritize)
+    app.router.add_get("/healthz", handle_healthz)
+    app.router.add_get("/readyz", handle_readyz)
+    app.router.add_get("/metrics", handle_metrics)
+    return app

@@ -1,0 +1,351 @@
+"""The extender and gang placer inside a real kube-scheduler, on 64 kwok nodes in 8 leaves.
+
+Every test checks the gang invariant on the way: a job's pods are either all gated or all bound,
+never some of each once the job has settled.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from conftest import wait_for
+from tpfabric_core import labels
+from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.fabric_description import parse_fabric_description
+from tpfabric_localcluster.cluster import LocalCluster
+from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
+from tpfabric_localcluster.tpfabric import (
+    EXTENDER,
+    SCHEDULER_NAME,
+    start_extender,
+    start_scheduling,
+)
+from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
+
+SMALL = Path(__file__).parents[2] / "examples" / "fabrics" / "small.yaml"
+
+
+@pytest.fixture(scope="module")
+def fabric_nodes(api: client.ApiClient) -> Iterator[dict[str, dict[str, str]]]:
+    """Return ``{node: labels}`` of the 64 nodes of examples/fabrics/small.yaml (Ready)."""
+    fabric = parse_fabric_description(SMALL.read_text())
+    names = apply_fake_nodes(api, fabric)
+    wait_ready(api, names)
+    yield {n.name: fabric.node_labels(n) for n in fabric.nodes}
+    delete_nodes(api, names)
+
+
+@pytest.fixture(scope="module")
+def scheduling(local_cluster: LocalCluster, fabric_nodes: dict[str, Any]) -> LocalCluster:
+    """Return the cluster with the CRD, the extender/placer and the tpfabric scheduler running."""
+    start_scheduling(local_cluster)
+    return local_cluster
+
+
+class Jobs:
+    """Creates jobs the way the operator will: a TensorParallelJob and gated worker pods."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace = namespace
+
+    def create(
+        self,
+        name: str,
+        workers: int,
+        *,
+        mode: str = "required",
+        level: str = "leaf",
+        status: dict[str, Any] | None = None,
+    ) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TensorParallelJob",
+            "metadata": {"name": name},
+            "spec": {
+                "workers": workers,
+                "tensorParallelSize": 8,
+                "topology": {"mode": mode, "level": level},
+                "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+            },
+        }
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+        if status is not None:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, PLURAL, name, {"status": status}
+            )
+        for index in range(workers):
+            self.core.create_namespaced_pod(self.namespace, worker_pod(name, index))
+
+    def pods(self, name: str) -> list[client.V1Pod]:
+        pods = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{JOB_LABEL}={name}"
+        ).items
+        return sorted(pods, key=lambda p: int(p.metadata.labels[WORKER_INDEX_LABEL]))
+
+    def placement(self, name: str) -> dict[str, Any]:
+        job = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+        return dict((job.get("status") or {}).get("placement") or {})
+
+    def wait_running(self, name: str, timeout: float = 60) -> list[client.V1Pod]:
+        def running() -> list[client.V1Pod] | None:
+            pods = self.pods(name)
+            return pods if pods and all(p.status.phase == "Running" for p in pods) else None
+
+        pods: list[client.V1Pod] = wait_for(running, timeout, what=f"job {name} Running")
+        return pods
+
+    def nodes(self, name: str) -> list[str]:
+        return [p.spec.node_name for p in self.pods(name)]
+
+
+def worker_pod(job: str, index: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"{job}-worker-{index}",
+            "labels": {JOB_LABEL: job, WORKER_INDEX_LABEL: str(index)},
+        },
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "schedulingGates": [{"name": GANG_GATE}],
+            "containers": [
+                {
+                    "name": "w",
+                    "image": "registry.invalid/w:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8", "rdma/ib": "8"}},
+                }
+            ],
+        },
+    }
+
+
+def filler_pod(name: str, node: str) -> dict[str, Any]:
+    """Return a pod bound straight to ``node`` that takes all its GPUs (fragments a leaf)."""
+    return {
+        "metadata": {"name": name, "labels": {"role": "filler"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "f", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+            ],
+        },
+    }
+
+
+@pytest.fixture
+def jobs(api: client.ApiClient, namespace: str, scheduling: LocalCluster) -> Iterator[Jobs]:
+    yield Jobs(api, namespace)
+    core = client.CoreV1Api(api)
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    wait_for(
+        lambda: not core.list_namespaced_pod(namespace).items,
+        what="the test's pods to be gone (capacity back for the next test)",
+    )
+
+
+def leaves_of(nodes: list[str], fabric_nodes: dict[str, dict[str, str]]) -> set[str]:
+    return {fabric_nodes[n][labels.LEAF] for n in nodes}
+
+
+def test_jobs_of_2_4_and_8_workers_each_land_inside_one_leaf(
+    jobs: Jobs, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    for name, workers in (("two", 2), ("four", 4), ("eight", 8)):
+        jobs.create(name, workers)
+    used: list[str] = []
+    for name, workers in (("two", 2), ("four", 4), ("eight", 8)):
+        jobs.wait_running(name)
+        nodes = jobs.nodes(name)
+        assert len(leaves_of(nodes, fabric_nodes)) == 1, (name, nodes)
+        assert len(set(nodes)) == workers
+        placement = jobs.placement(name)
+        assert placement["state"] == "Planned"
+        assert placement["level"] == "leaf"
+        assert nodes == placement["nodes"], "each worker index sits on its planned rank's node"
+        assert placement["hops"] == 1
+        used += nodes
+    assert len(set(used)) == 14
+
+
+def test_a_16_worker_job_lands_in_the_smallest_domain_that_fits(
+    jobs: Jobs, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    jobs.create("big", 16, mode="preferred", level="leaf")
+    jobs.wait_running("big")
+    nodes = jobs.nodes("big")
+    assert len(leaves_of(nodes, fabric_nodes)) == 2  # 8 nodes per leaf: two whole leaves
+    assert len({fabric_nodes[n][labels.SPINE] for n in nodes}) == 1
+    placement = jobs.placement("big")
+    assert placement["level"] == "spine"
+
+
+def test_with_fragmented_leaves_a_job_goes_to_the_only_leaf_it_fits(
+    api: client.ApiClient, jobs: Jobs, namespace: str, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    core = client.CoreV1Api(api)
+    by_leaf: dict[str, list[str]] = {}
+    for node, node_labels in sorted(fabric_nodes.items()):
+        by_leaf.setdefault(node_labels[labels.LEAF], []).append(node)
+    target = "su2-leaf3"
+    for leaf, nodes in by_leaf.items():
+        keep_free = 4 if leaf == target else 3  # every other leaf keeps only 3 free nodes
+        for node in nodes[keep_free:]:
+            core.create_namespaced_pod(namespace, filler_pod(f"fill-{node}", node))
+    wait_for(
+        lambda: all(
+            p.status.phase == "Running"
+            for p in core.list_namespaced_pod(namespace, label_selector="role=filler").items
+        ),
+        what="filler pods Running",
+    )
+    jobs.create("squeezed", 4)
+    jobs.wait_running("squeezed")
+    assert leaves_of(jobs.nodes("squeezed"), fabric_nodes) == {target}
+
+
+def test_a_job_that_cannot_fit_waits_gated_with_the_reason_then_runs_when_capacity_frees(
+    api: client.ApiClient, jobs: Jobs, namespace: str, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    core = client.CoreV1Api(api)
+    by_leaf: dict[str, list[str]] = {}
+    for node, node_labels in sorted(fabric_nodes.items()):
+        by_leaf.setdefault(node_labels[labels.LEAF], []).append(node)
+    for nodes in by_leaf.values():
+        for node in nodes[3:]:  # 3 free nodes per leaf: a 4-worker leaf job fits nowhere
+            core.create_namespaced_pod(namespace, filler_pod(f"fill-{node}", node))
+    jobs.create("waiter", 4)
+
+    placement = wait_for(
+        lambda: (p := jobs.placement("waiter")).get("state") == "Waiting" and p,
+        what="Waiting placement",
+    )
+    assert "4" in placement["message"]
+    assert len(placement["reasons"]) == 8
+    assert all("3/4 workers fit" in r["reason"] for r in placement["reasons"]), placement
+    time.sleep(2)  # the scheduler would bind within this time if anything were released
+    pods = jobs.pods("waiter")
+    assert all(p.spec.node_name is None for p in pods), "no worker may bind while the gang waits"
+    assert all(any(g.name == GANG_GATE for g in p.spec.scheduling_gates or []) for p in pods)
+
+    freed = by_leaf["su1-leaf2"][3]
+    core.delete_namespaced_pod(f"fill-{freed}", namespace, grace_period_seconds=0)
+    jobs.wait_running("waiter")
+    assert leaves_of(jobs.nodes("waiter"), fabric_nodes) == {"su1-leaf2"}
+
+
+def _persisted_plan(nodes: list[str], leaf: str) -> dict[str, Any]:
+    return {
+        "placement": {
+            "state": "Planned",
+            "level": "leaf",
+            "domain": leaf,
+            "nodes": nodes,
+            "hops": 1,
+            "message": "planned before a crash",
+        }
+    }
+
+
+def test_a_restarted_placer_finishes_the_persisted_plan_without_planning_again(
+    scheduling: LocalCluster, jobs: Jobs, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    # the placer "crashed" after persisting the plan (step 2) and before releasing the pods
+    planned = ["dgx-su2-l4-05", "dgx-su2-l4-02", "dgx-su2-l4-07"]
+    scheduling.stop_component(EXTENDER)
+    try:
+        jobs.create("resumed", 3, status=_persisted_plan(planned, "su2-leaf4"))
+    finally:
+        start_extender(scheduling)
+    jobs.wait_running("resumed")
+    assert jobs.nodes("resumed") == planned
+    assert jobs.placement("resumed")["message"] == "planned before a crash"
+
+    # and a restart after the job runs changes nothing: no second plan, no second pod set
+    scheduling.stop_component(EXTENDER)
+    start_extender(scheduling)
+    time.sleep(2)
+    assert jobs.nodes("resumed") == planned
+    assert len(jobs.pods("resumed")) == 3
+    assert jobs.placement("resumed")["message"] == "planned before a crash"
+
+
+def make_not_ready(core: client.CoreV1Api, node: str) -> None:
+    """Report ``node`` NotReady (kwok must be stopped) and wait for the not-ready taint."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "KubeletNotReady",
+        "message": "test: kubelet stopped",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    core.patch_node_status(node, {"status": {"conditions": [condition]}})
+
+    def tainted() -> bool:
+        taints = core.read_node(node).spec.taints or []
+        return any(t.key == "node.kubernetes.io/not-ready" for t in taints)
+
+    wait_for(tainted, what=f"the node lifecycle controller to taint {node} not-ready")
+
+
+def test_a_planned_node_that_goes_not_ready_before_binding_is_replaced_inside_the_domain(
+    api: client.ApiClient,
+    scheduling: LocalCluster,
+    jobs: Jobs,
+    fabric_nodes: dict[str, dict[str, str]],
+) -> None:
+    core = client.CoreV1Api(api)
+    planned = ["dgx-su1-l4-01", "dgx-su1-l4-02"]
+    lost = planned[0]
+    state = scheduling.state()
+    assert state is not None
+    kwok = state.components["kwok"]
+    # kwok plays every kubelet: stopped, nothing re-marks the node Ready (the other nodes'
+    # leases outlive this test); the pods are checked bound, not Running
+    scheduling.stop_component(EXTENDER)
+    scheduling.stop_component("kwok")
+    try:
+        jobs.create("survivor", 2, status=_persisted_plan(planned, "su1-leaf4"))
+        make_not_ready(core, lost)
+        start_extender(scheduling)
+
+        def bound() -> list[str] | None:
+            nodes = jobs.nodes("survivor")
+            return nodes if all(nodes) else None
+
+        nodes = wait_for(bound, what="both workers bound")
+        assert lost not in nodes
+        assert nodes[1] == planned[1], nodes
+        assert leaves_of(nodes, fabric_nodes) == {"su1-leaf4"}
+    finally:
+        scheduling.add_component("kwok", kwok.argv)
+        wait_ready(api, [lost])
+    jobs.wait_running("survivor")
+
+
+def test_the_extender_refuses_a_malformed_request_with_400(scheduling: LocalCluster) -> None:
+    import urllib.error  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    state = scheduling.state()
+    assert state is not None
+    argv = state.components[EXTENDER].argv
+    port = next(int(arg.split("=")[1]) for arg in argv if arg.startswith("--port"))
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/filter", data=b"{oops", method="POST"
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=5)
+    assert caught.value.code == 400
+    assert b"not JSON" in caught.value.read()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as ok:
+        assert ok.status == 200

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from tpfabric_scheduler.steering import domain_expressions, narrow_affinity, remaining_gates
+
+LEAF = domain_expressions("topology.tpfabric.io/leaf", "leaf-a")
+
+
+def test_a_pod_without_affinity_gets_one_term() -> None:
+    got = narrow_affinity(None, LEAF)
+    terms = got["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms == {"nodeSelectorTerms": [{"matchExpressions": LEAF}]}
+
+
+def test_every_existing_term_is_narrowed_and_other_affinity_is_kept() -> None:
+    mine = {"key": "gpu.product", "operator": "In", "values": ["H100"]}
+    other = {"key": "zone", "operator": "In", "values": ["z1"]}
+    affinity = {
+        "podAntiAffinity": {"x": 1},
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [mine]}, {"matchExpressions": [other]}]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}],
+        },
+    }
+    got = narrow_affinity(affinity, LEAF)
+    terms = got["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchExpressions": [mine, *LEAF]},
+        {"matchExpressions": [other, *LEAF]},
+    ]
+    assert got["podAntiAffinity"] == {"x": 1}
+    assert affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"] == [mine]  # the input is not modified
+
+
+def test_narrowing_twice_changes_nothing_more() -> None:
+    once = narrow_affinity(None, LEAF)
+    assert narrow_affinity(once, LEAF) == once
+
+
+def test_only_our_gate_is_removed() -> None:
+    gates = [{"name": "other.io/quota"}, {"name": "tpfabric.io/gang"}]
+    assert remaining_gates(gates) == [{"name": "other.io/quota"}]
