@@ -29,7 +29,9 @@ app.add_typer(crds_app, name="crds")
 app.add_typer(topology_app, name="topology")
 app.add_typer(bench_app, name="bench")
 
-REPO_CRDS = Path(__file__).resolve().parents[2] / "crds"
+_REPO = Path(__file__).resolve().parents[2]
+#: Where the generated CRD lives: the repo's crds/ and the Helm chart's copy of it.
+REPO_CRD_FOLDERS = (_REPO / "crds", _REPO / "charts" / "tpfabric" / "files" / "crds")
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -78,7 +80,10 @@ def toolchain_show() -> None:
 @crds_app.command("generate")
 @user_errors
 def crds_generate(
-    out: Annotated[Path, typer.Option(help="Folder to write into.")] = REPO_CRDS,
+    out: Annotated[
+        list[Path] | None,
+        typer.Option(help="Folder to write into (repeatable); default: crds/ and the chart."),
+    ] = None,
     check: Annotated[
         bool, typer.Option(help="Only check that the files are current; exit 1 when stale.")
     ] = False,
@@ -86,18 +91,23 @@ def crds_generate(
     """Write the TensorParallelJob CRD generated from the pydantic models."""
     from tpfabric_core.api.crd import crd_name, render_crd_yaml  # noqa: PLC0415
 
-    path = out / f"{crd_name()}.yaml"
     text = render_crd_yaml()
-    if check:
-        current = path.read_text() if path.exists() else ""
-        if current != text:
-            err_console.print(f"{path} is stale: run `tpfabric crds generate`")
-            raise typer.Exit(1)
-        console.print(f"{path} is current")
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    console.print(f"wrote {path}")
+    stale = False
+    for folder in out or list(REPO_CRD_FOLDERS):
+        path = folder / f"{crd_name()}.yaml"
+        if check:
+            current = path.read_text() if path.exists() else ""
+            if current != text:
+                err_console.print(f"{path} is stale: run `tpfabric crds generate`")
+                stale = True
+            else:
+                console.print(f"{path} is current")
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        console.print(f"wrote {path}")
+    if stale:
+        raise typer.Exit(1)
 
 
 @cluster_app.command("up")
@@ -164,7 +174,7 @@ def cluster_status(name: NameOption = "tpfabric") -> None:
         raise typer.Exit(1)
     table = Table("component", "state")
     for component, state in status.items():
-        table.add_row(component, state if "running" in state else f"[red]{state}[/]")
+        table.add_row(component, state if state != "NOT RUNNING" else f"[red]{state}[/]")
     console.print(table)
     console.print(f"kubeconfig: {cluster.kubeconfig}")
     crashes = cluster.crashed()
@@ -180,9 +190,12 @@ def demo(
     fabric: Annotated[Path, typer.Option(help="Fabric description YAML.")] = Path(
         "examples/fabrics/small.yaml"
     ),
+    picture: Annotated[
+        Path | None, typer.Option(help="Write a picture of the fabric here (.png or .svg).")
+    ] = Path("out/demo-fabric.png"),
     keep: Annotated[bool, typer.Option(help="Leave the cluster up afterwards.")] = False,
 ) -> None:
-    """Bring up the local cluster, schedule GPU pods onto fake nodes, show where they landed."""
+    """tpfabric end to end on the local control plane: place the example jobs and explain."""
     from tpfabric_cli.demo import run_demo  # noqa: PLC0415
 
-    run_demo(load_fabric(fabric), keep=keep, console=console, log=_progress)
+    run_demo(load_fabric(fabric), keep=keep, console=console, log=_progress, picture=picture)

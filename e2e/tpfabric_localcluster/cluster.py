@@ -70,6 +70,8 @@ class ClusterState:
     ports: dict[str, int] = field(default_factory=dict)
     components: dict[str, ComponentProcess] = field(default_factory=dict)
     scheduler_config: str = ""
+    #: components stopped on purpose (not crashes); ``add_component`` clears the mark
+    stopped: set[str] = field(default_factory=set)
 
     @property
     def state_file(self) -> Path:
@@ -83,6 +85,7 @@ class ClusterState:
             "ports": self.ports,
             "components": {k: v.to_json() for k, v in self.components.items()},
             "schedulerConfig": self.scheduler_config,
+            "stopped": sorted(self.stopped),
         }
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=2))
@@ -101,6 +104,7 @@ class ClusterState:
             ports={k: int(v) for k, v in data["ports"].items()},
             components={k: ComponentProcess.from_json(v) for k, v in data["components"].items()},
             scheduler_config=data.get("schedulerConfig", ""),
+            stopped=set(data.get("stopped", [])),
         )
 
 
@@ -414,16 +418,25 @@ class LocalCluster:
         state.components[name] = start_component(
             name, argv, self.folder / "logs" / f"{name}.log", self.folder, env=env
         )
+        state.stopped.discard(name)
         state.save()
         if health_url is not None:
             self._wait(state, name, health_url, time.monotonic() + timeout)
         return state.components[name]
 
+    def kill_component(self, name: str) -> None:
+        """Kill one recorded process with SIGKILL (a crash, for tests); it stays recorded."""
+        state = self.state()
+        if state is not None and name in state.components:
+            state.components[name].kill()
+
     def stop_component(self, name: str) -> None:
-        """Stop one recorded process (e.g. to restart it in a test); it stays recorded."""
+        """Stop one recorded process on purpose (not a crash); it stays recorded for a restart."""
         state = self.state()
         if state is not None and name in state.components:
             state.components[name].stop()
+            state.stopped.add(name)
+            state.save()
 
     def start_scheduler(self, name: str, config: dict[str, Any], timeout: float = 60.0) -> None:
         """Start another kube-scheduler (e.g. the tpfabric profile) with ``config``."""
@@ -451,12 +464,14 @@ class LocalCluster:
     # -- status / down -----------------------------------------------------------------------
 
     def status(self) -> dict[str, str]:
-        """Return ``{component: "running (pid N)" | "NOT RUNNING"}``; empty when not up."""
+        """Return ``{component: "running (pid N)" | "stopped" | "NOT RUNNING"}``."""
         state = self.state()
         if state is None:
             return {}
         return {
-            name: f"running (pid {proc.pid})" if proc.alive() else "NOT RUNNING"
+            name: f"running (pid {proc.pid})"
+            if proc.alive()
+            else ("stopped" if name in state.stopped else "NOT RUNNING")
             for name, proc in state.components.items()
         }
 
@@ -465,7 +480,11 @@ class LocalCluster:
         state = self.state()
         if state is None:
             return []
-        return [proc.crash_report() for proc in state.components.values() if not proc.alive()]
+        return [
+            proc.crash_report()
+            for name, proc in state.components.items()
+            if name not in state.stopped and not proc.alive()
+        ]
 
     def _stop_components(self, state: ClusterState) -> None:
         # reverse start order: clients first, etcd last

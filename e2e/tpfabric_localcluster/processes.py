@@ -78,6 +78,15 @@ class ComponentProcess:
             Path(self.log)
         )
 
+    def kill(self) -> None:
+        """Kill the component at once (SIGKILL, no cleanup), as a crash would; wait for it."""
+        proc = self._process()
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        psutil.wait_procs([proc], timeout=10)
+
     def stop(self, grace: float = 10.0) -> None:
         """Stop the component and its process group: SIGTERM, then SIGKILL after ``grace`` s."""
         proc = self._process()

@@ -15,10 +15,12 @@ from tpfabric_scheduler.config import SCHEDULER_NAME, scheduler_configuration
 
 __all__ = [
     "EXTENDER",
+    "OPERATOR",
     "SCHEDULER_NAME",
     "TPFABRIC_SCHEDULER",
     "install_crd",
     "start_extender",
+    "start_operator",
     "start_scheduling",
 ]
 
@@ -79,3 +81,24 @@ def start_scheduling(cluster: LocalCluster) -> int:
     port = start_extender(cluster)
     cluster.start_scheduler(TPFABRIC_SCHEDULER, scheduler_configuration(f"http://127.0.0.1:{port}"))
     return port
+
+
+OPERATOR = "tpfabric-operator"
+
+
+def start_operator(cluster: LocalCluster, *, reconcile_seconds: float = 1.0) -> None:
+    """Start the operator (kopf) against ``cluster``, with its liveness endpoint on loopback."""
+    (port,) = free_ports(1)
+    argv = [
+        sys.executable,
+        "-m",
+        "tpfabric_operator",
+        f"--kubeconfig={cluster.kubeconfig}",
+        f"--liveness=http://127.0.0.1:{port}/healthz",
+    ]
+    cluster.add_component(
+        OPERATOR,
+        argv,
+        f"http://127.0.0.1:{port}/healthz",
+        env={"TPFABRIC_RECONCILE_SECONDS": str(reconcile_seconds)},
+    )

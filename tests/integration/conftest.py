@@ -22,6 +22,7 @@ from tpfabric_core.fabric_description import FabricDescription, parse_fabric_des
 from tpfabric_localcluster.cluster import LocalCluster, api_client
 from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
 from tpfabric_localcluster.toolchain import find_toolchain
+from tpfabric_localcluster.tpfabric import start_scheduling
 
 LOGS = Path(os.environ.get("TPFABRIC_TEST_LOGS", "/tmp/tpfabric-test-logs"))
 
@@ -124,3 +125,34 @@ def fake_nodes(api: client.ApiClient) -> Iterator[FabricFactory]:
 
     yield make
     delete_nodes(api, created)
+
+
+SMALL_FABRIC = Path(__file__).parents[2] / "examples" / "fabrics" / "small.yaml"
+
+
+@pytest.fixture(scope="module")
+def fabric_nodes(api: client.ApiClient) -> Iterator[dict[str, dict[str, str]]]:
+    """Return ``{node: labels}`` of the 64 nodes of examples/fabrics/small.yaml (Ready).
+
+    Module-scoped: a module that uses it has the 64 nodes to itself, and they are gone after.
+    """
+    fabric = parse_fabric_description(SMALL_FABRIC.read_text())
+    names = apply_fake_nodes(api, fabric)
+    wait_ready(api, names)
+    yield {n.name: fabric.node_labels(n) for n in fabric.nodes}
+    delete_nodes(api, names)
+
+
+@pytest.fixture(scope="session")
+def tpfabric_scheduling(local_cluster: LocalCluster) -> LocalCluster:
+    """Return the cluster with the CRD, the extender/placer and the tpfabric kube-scheduler."""
+    start_scheduling(local_cluster)
+    return local_cluster
+
+
+@pytest.fixture
+def scheduling(
+    tpfabric_scheduling: LocalCluster, fabric_nodes: dict[str, dict[str, str]]
+) -> LocalCluster:
+    """Return the cluster with tpfabric scheduling, on the 64 nodes of the small fabric."""
+    return tpfabric_scheduling

@@ -18,35 +18,12 @@ from kubernetes import client
 from conftest import wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
-from tpfabric_core.fabric_description import parse_fabric_description
 from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
-from tpfabric_localcluster.tpfabric import (
-    EXTENDER,
-    SCHEDULER_NAME,
-    start_extender,
-    start_scheduling,
-)
+from tpfabric_localcluster.nodes import wait_ready
+from tpfabric_localcluster.tpfabric import EXTENDER, SCHEDULER_NAME, start_extender
 from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
 SMALL = Path(__file__).parents[2] / "examples" / "fabrics" / "small.yaml"
-
-
-@pytest.fixture(scope="module")
-def fabric_nodes(api: client.ApiClient) -> Iterator[dict[str, dict[str, str]]]:
-    """Return ``{node: labels}`` of the 64 nodes of examples/fabrics/small.yaml (Ready)."""
-    fabric = parse_fabric_description(SMALL.read_text())
-    names = apply_fake_nodes(api, fabric)
-    wait_ready(api, names)
-    yield {n.name: fabric.node_labels(n) for n in fabric.nodes}
-    delete_nodes(api, names)
-
-
-@pytest.fixture(scope="module")
-def scheduling(local_cluster: LocalCluster, fabric_nodes: dict[str, Any]) -> LocalCluster:
-    """Return the cluster with the CRD, the extender/placer and the tpfabric scheduler running."""
-    start_scheduling(local_cluster)
-    return local_cluster
 
 
 class Jobs:

@@ -44,9 +44,8 @@ def test_a_missing_binary_gives_the_install_hint(
 
 def test_brackets_in_an_error_message_are_printed_not_swallowed(tmp_path: Path) -> None:
     bad = tmp_path / "fabric.yaml"
-    bad.write_text(
-        'name: x\nblocks:\n- name: b\n  spines: [{name: s, leaves: [{name: l, nodes: ["n[3-1]"]}]}]\n'
-    )
+    leaves = '[{name: l, nodes: ["n[3-1]"]}]'
+    bad.write_text(f"name: x\nblocks:\n- name: b\n  spines: [{{name: s, leaves: {leaves}}}]\n")
     result = runner.invoke(app, ["cluster", "up", "--fabric", str(bad), "--name", "t"])
     assert result.exit_code == EXIT_INPUT
     assert "'n[3-1]'" in result.output

@@ -249,6 +249,10 @@ class TensorParallelJobStatus(_Model):
     """Workers of the job."""
     restarts: int = 0
     """Worker replacements so far."""
+    workers_created: bool = False
+    """Whether the whole set of worker pods was created once (a missing worker is then lost)."""
+    last_failure_time: str | None = None
+    """When a worker was last lost or failed (RFC 3339); starts the replacement backoff."""
     placement: Placement | None = None
     """The persisted gang plan, or why the job waits."""
     conditions: list[Condition] = Field(default_factory=list)

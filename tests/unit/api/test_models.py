@@ -25,7 +25,7 @@ def test_defaults_fill_the_policy() -> None:
     assert job.spec.gpus_per_worker == 8
     assert job.spec.topology.rail_aligned is True
     assert job.spec.rdma.resource_name == "rdma/ib"
-    assert job.spec.topology.max_wait_seconds == 600
+    assert job.spec.topology.max_wait_seconds == 20
 
 
 @pytest.mark.parametrize("case", sorted(INVALID_JOBS))

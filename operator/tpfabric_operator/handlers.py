@@ -1,0 +1,265 @@
+"""kopf handlers of TensorParallelJob: create, resume, update and a short reconcile timer.
+
+Every handler runs the same idempotent ``reconcile``: read the job and its worker pods (from a
+kopf index of pods, never a list per call), ask ``lifecycle.decide`` what to do, do it through
+the adapter, and patch the operator-owned status once. Names are deterministic, so a restarted
+operator finds its pods instead of making a second set. No finalizer: owner references let the
+garbage collector remove pods and the Service when the job goes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import time
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
+from tpfabric_core.fabric_description import pydantic_error_path
+from tpfabric_operator.children import JOB_LABEL, WORKER_INDEX_LABEL, headless_service, worker_pod
+from tpfabric_operator.kube import KubeAdapter
+from tpfabric_operator.lifecycle import Intent, WorkerPod, decide, honour_problem, job_status
+
+log = logging.getLogger("tpfabric.operator")
+
+RECONCILE_SECONDS = float(os.environ.get("TPFABRIC_RECONCILE_SECONDS", "2"))
+INIT_IMAGE = os.environ.get("TPFABRIC_RDMA_INIT_IMAGE", "ghcr.io/tpfabric/rdma-init:0.1.0")
+_adapter: KubeAdapter | None = None
+
+
+def adapter() -> KubeAdapter:
+    """Return the process's API adapter (made on first use, after kopf has logged in)."""
+    global _adapter  # noqa: PLW0603 - one client per operator process
+    if _adapter is None:
+        _adapter = KubeAdapter()
+    return _adapter
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Keep kopf's bookkeeping under our own annotation prefix; post Events at info level."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="tpfabric.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="tpfabric.io", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 240
+
+
+@kopf.index("pods", labels={JOB_LABEL: kopf.PRESENT, WORKER_INDEX_LABEL: kopf.PRESENT})
+def workers(
+    *,
+    namespace: str | None,
+    name: str,
+    labels: kopf.Labels,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    spec: kopf.Spec,
+    **_: Any,
+) -> dict[tuple[str, str], tuple[str, WorkerPod]]:
+    """Index worker pods by (namespace, job name), with the uid of the job that owns them."""
+    owner = next(
+        (r.get("uid", "") for r in meta.get("ownerReferences", []) if r.get("kind") == PLURAL_KIND),
+        "",
+    )
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    reason = ""
+    for state in status.get("containerStatuses") or []:
+        terminated = (state.get("state") or {}).get("terminated") or {}
+        if terminated.get("exitCode"):
+            reason = f"{state.get('name')} exited {terminated['exitCode']}"
+    index = str(labels[WORKER_INDEX_LABEL])
+    pod = WorkerPod(
+        name=name,
+        index=int(index) if index.isdigit() else -1,
+        phase=str(status.get("phase") or "Pending"),
+        ready=ready,
+        node=spec.get("nodeName"),
+        deleting=meta.get("deletionTimestamp") is not None,
+        reason=reason or str(status.get("reason") or ""),
+    )
+    return {(namespace or "", str(labels[JOB_LABEL])): (owner, pod)}
+
+
+PLURAL_KIND = "TensorParallelJob"
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def _rfc3339(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _fail_invalid(body: kopf.Body, patch: kopf.Patch, message: str) -> None:
+    now = _rfc3339(_now())
+    patch.status["phase"] = "Failed"
+    patch.status["conditions"] = [
+        {
+            "type": "Failed",
+            "status": "True",
+            "reason": "InvalidSpec",
+            "message": message,
+            "lastTransitionTime": now,
+            "observedGeneration": body.meta.get("generation"),
+        }
+    ]
+    kopf.warn(body, reason="InvalidSpec", message=message)
+
+
+def reconcile(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    workers: kopf.Index[tuple[str, str], tuple[str, WorkerPod]],
+    logger: kopf.Logger,
+) -> None:
+    """Bring the job's children and status to what ``lifecycle`` says; idempotent."""
+    namespace, name = body.meta["namespace"], body.meta["name"]
+    uid = body.meta["uid"]
+    status = dict(body.get("status") or {})
+    try:
+        job = TensorParallelJob.model_validate(dict(body))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = pydantic_error_path(tuple(first["loc"]))
+        _fail_invalid(body, patch, f"{where}: {first['msg']}")
+        return
+    failure = next(
+        (
+            str(c.get("message"))
+            for c in status.get("conditions") or []
+            if c.get("type") == "Failed" and c.get("status") == "True"
+        ),
+        None,
+    )
+    problem = None if failure else honour_problem(job, adapter().node_capacity())
+    if problem:
+        failure = problem
+        kopf.warn(body, reason="CannotBeHonoured", message=problem)
+    pods = {
+        pod.index: pod
+        for owner, pod in workers.get((namespace, name), [])
+        if owner in ("", uid) and pod.index >= 0
+    }
+    now = _now()
+    restarts = int(status.get("restarts") or 0)
+    created_before = bool(status.get("workersCreated"))
+    intent = decide(
+        job,
+        pods,
+        created_before=created_before,
+        restarts=restarts,
+        failed=failure is not None,
+        last_failure=_parse_time(status.get("lastFailureTime")),
+        now=now,
+    )
+    failure, restarts = _apply(
+        body=body,
+        patch=patch,
+        job=job,
+        intent=intent,
+        logger=logger,
+        failure=failure,
+        restarts=restarts,
+        now=now,
+    )
+    if job.spec.suspend:
+        patch.status["workersCreated"] = False  # the placer drops the plan of a suspended job
+    elif not created_before and (len(pods) + len(intent.create)) >= job.spec.workers:
+        patch.status["workersCreated"] = True
+    alive = {i: p for i, p in pods.items() if p.name not in intent.delete}
+    patch.status.update(
+        job_status(
+            job,
+            alive,
+            placement=dict(status.get("placement") or {}),
+            previous_conditions=list(status.get("conditions") or []),
+            restarts=restarts,
+            failure=failure,
+            generation=int(body.meta.get("generation") or 0),
+            now=now,
+        )
+    )
+
+
+def _apply(
+    *,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    job: TensorParallelJob,
+    intent: Intent,
+    logger: kopf.Logger,
+    failure: str | None,
+    restarts: int,
+    now: float,
+) -> tuple[str | None, int]:
+    """Carry out ``intent``; return the job's failure (if any) and its replacement count."""
+    namespace, name = body.meta["namespace"], body.meta["name"]
+    created_before = bool((body.get("status") or {}).get("workersCreated"))
+    kube = adapter()
+    if not job.spec.suspend and failure is None:
+        service = headless_service(name, namespace)
+        kopf.adopt(service, owner=body)
+        kube.create(service)
+    for pod_name in intent.delete:
+        if kube.delete_pod(namespace, pod_name):
+            logger.info("deleted worker pod %s", pod_name)
+    if intent.delete and not intent.fail and not job.spec.suspend:
+        patch.status["lastFailureTime"] = _rfc3339(now)
+        kopf.warn(body, reason="WorkerFailed", message=f"deleted failed {intent.delete}")
+    for index in intent.create:
+        manifest = worker_pod(job, name, namespace, index, INIT_IMAGE)
+        kopf.adopt(manifest, owner=body)
+        if kube.create(manifest):
+            logger.info("created worker pod %s", manifest["metadata"]["name"])
+    if intent.replaced:
+        restarts += len(intent.replaced)
+        kopf.info(
+            body,
+            reason="WorkerReplaced",
+            message=f"replaced worker(s) {intent.replaced} in the planned domain "
+            f"({restarts}/{job.spec.failure_policy.max_restarts} replacements)",
+        )
+    elif intent.create and not created_before:
+        kopf.info(
+            body,
+            reason="WorkersCreated",
+            message=f"created {len(intent.create)} gated worker pods; the gang placer plans them",
+        )
+    if intent.fail and failure is None:
+        failure = intent.fail
+        kopf.warn(body, reason="JobFailed", message=failure)
+    return failure, restarts
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def on_job_change(
+    *, body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
+) -> None:
+    """Reconcile at once when a job appears, changes, or the operator starts."""
+    reconcile(body, patch, kwargs["workers"], logger)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=RECONCILE_SECONDS, initial_delay=RECONCILE_SECONDS)
+def on_tick(*, body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any) -> None:
+    """Reconcile every few seconds: pods and placement change without the job changing."""
+    reconcile(body, patch, kwargs["workers"], logger)
