@@ -7,8 +7,13 @@ BIN := $(VENV)/bin
 # Go from PATH, or bootstrapped from the Go module proxy into the cache when missing or too old.
 GO_ENV = PATH="$$(e2e/toolchain/bootstrap-go.sh):$$PATH"
 PYTEST_FLAGS ?=
+# Container images (`make images`, needs Docker): <prefix>/tpfabric, rdma-init, fake-rdma-device-plugin.
+DOCKER ?= docker
+IMAGE_PREFIX ?= tpfabric
+IMAGE_TAG ?= dev
 
-.PHONY: demo test lint typecheck test-unit test-integration toolchain venv constraints clean
+.PHONY: demo test lint typecheck test-unit test-integration toolchain venv constraints clean \
+	images e2e-kind
 
 demo: venv toolchain
 	$(BIN)/tpfabric demo
@@ -44,6 +49,16 @@ test-integration: venv toolchain
 constraints: venv
 	{ echo '# Exact versions CI and `make` install (pip -c). Regenerate: make constraints'; \
 	  $(BIN)/pip freeze --exclude-editable | grep -v '^tpfabric'; } > requirements/constraints.txt
+
+images:
+	$(DOCKER) build -t $(IMAGE_PREFIX)/tpfabric:$(IMAGE_TAG) -f images/tpfabric/Dockerfile .
+	$(DOCKER) build -t $(IMAGE_PREFIX)/rdma-init:$(IMAGE_TAG) rdma_init
+	$(DOCKER) build -t $(IMAGE_PREFIX)/fake-rdma-device-plugin:$(IMAGE_TAG) \
+	  -f e2e/tpfabric_deviceplugin/Dockerfile e2e
+
+# kind cluster, images, chart and a TensorParallelJob end to end (needs Docker and kind).
+e2e-kind: venv
+	e2e/kind/run.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,119 @@
+{{/* Name of the chart (overridable). */}}
+{{- define "tpfabric.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: release-chart, unless the release name already holds the chart name. Component
+suffixes (at most 10 characters) are appended to it, so it is cut at 52. */}}
+{{- define "tpfabric.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tpfabric.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "tpfabric.labels" -}}
+helm.sh/chart: {{ include "tpfabric.chart" . }}
+{{ include "tpfabric.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tpfabric
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "tpfabric.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tpfabric.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of one component's objects: (dict "ctx" $ "component" "operator"). */}}
+{{- define "tpfabric.componentLabels" -}}
+{{ include "tpfabric.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "tpfabric.componentSelectorLabels" -}}
+{{ include "tpfabric.selectorLabels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* ServiceAccount name of a component: (dict "ctx" $ "component" "operator"). */}}
+{{- define "tpfabric.serviceAccountName" -}}
+{{- $sa := (index .ctx.Values .component).serviceAccount -}}
+{{- if $sa.create }}
+{{- default (printf "%s-%s" (include "tpfabric.fullname" .ctx) .component) $sa.name }}
+{{- else }}
+{{- required (printf "%s.serviceAccount.name is required when %s.serviceAccount.create is false" .component .component) $sa.name }}
+{{- end }}
+{{- end }}
+
+{{- define "tpfabric.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "tpfabric.rdmaInitImage" -}}
+{{- $image := .Values.operator.rdmaInit.image }}
+{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) }}
+{{- end }}
+
+{{/* kube-scheduler must not be newer than the API server: default to the cluster's version. */}}
+{{- define "tpfabric.kubeSchedulerImage" -}}
+{{- $image := .Values.scheduler.kubeScheduler.image }}
+{{- $tag := $image.tag | default (regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) }}
+{{- printf "%s:%s" $image.repository (required "scheduler.kubeScheduler.image.tag: cannot read the cluster's version; set it, e.g. v1.30.4" $tag) }}
+{{- end }}
+
+{{/* Pod security context meeting the Pod Security "restricted" profile. */}}
+{{- define "tpfabric.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "tpfabric.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end }}
+
+{{/* Scheduling knobs of a pod: (dict "values" .Values.operator). */}}
+{{- define "tpfabric.podPlacement" -}}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "tpfabric.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}

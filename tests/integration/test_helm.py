@@ -1,0 +1,454 @@
+"""The Helm chart: lint, golden renders, schema errors, and the real API server.
+
+Without a cluster: ``helm lint``, ``helm template`` golden files for the main value sets
+(``TPFABRIC_UPDATE_GOLDEN=1`` rewrites them), and the messages of rejected values. On the local
+control plane: ``helm install`` gets every object accepted (CRD, RBAC, Pod Security "restricted"
+pods) and ``helm uninstall`` leaves nothing. Everything e2e/kind/run.sh applies on kind is
+validated here too (server-side dry run), so the kind e2e cannot rot unseen.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from typer.testing import CliRunner
+
+from conftest import FabricFactory, wait_for
+from conftest import run_kubectl as kubectl
+from tpfabric_cli.main import app
+from tpfabric_core.api.crd import crd_name
+from tpfabric_localcluster.cluster import LocalCluster
+from tpfabric_localcluster.toolchain import find_toolchain, pinned_versions
+from tpfabric_scheduler.config import scheduler_configuration
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "tpfabric"
+KIND = REPO / "e2e" / "kind"
+GOLDEN = Path(__file__).parent / "golden" / "helm"
+CRD_FILE = REPO / "crds" / f"{crd_name()}.yaml"
+KUBE_VERSION = pinned_versions()["kubernetes"]
+RELEASE_NAMESPACE = "tpfabric-system"
+SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
+SMALL_FABRIC = (REPO / "examples" / "fabrics" / "small.yaml").read_text()
+
+#: The main value sets: name -> (values, extra helm flags).
+VALUE_SETS: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "default": ({}, []),
+    "discovery-cronjob": (
+        {
+            "discovery": {
+                "enabled": True,
+                "schedule": "0 * * * *",
+                "source": {"type": "ibnetdiscover", "data": "# ibnetdiscover dump\n"},
+                "extraArgs": ["--node-pattern=^dgx-"],
+            }
+        },
+        [],
+    ),
+    "discovery-job-labels": (
+        {
+            "discovery": {
+                "enabled": True,
+                "ttlSecondsAfterFinished": 3600,
+                "source": {
+                    "type": "labelsFrom",
+                    "existingConfigMap": "node-labels",
+                    "key": "nodes.json",
+                    "convention": "topograph",
+                },
+            }
+        },
+        [],
+    ),
+    "metrics-pdb": (
+        {
+            "scheduler": {"extender": {"listenAddress": "0.0.0.0"}},
+            "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+            "podDisruptionBudget": {"enabled": True},
+            "crds": {"enabled": False},
+        },
+        ["--api-versions", SERVICE_MONITOR_API],
+    ),
+    "kind-e2e": (yaml.safe_load((KIND / "values.yaml").read_text()), []),
+}
+
+
+@pytest.fixture(scope="module")
+def helm_binary() -> Path:
+    found = find_toolchain(("helm",)).paths["helm"]
+    if found is None:
+        pytest.fail("helm is missing: run `make toolchain` (the `make test` target does it)")
+    return found
+
+
+@pytest.fixture(scope="module")
+def helm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Return an environment that keeps helm's cache, config and data out of the home folder."""
+    home = tmp_path_factory.mktemp("helm-home")
+    return {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+
+
+def run_helm(
+    helm: Path, env: dict[str, str], *args: str, values: dict[str, Any] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Return the finished ``helm`` run; ``values`` are passed as a values file on stdin."""
+    flags = ["--values", "-"] if values is not None else []
+    return subprocess.run(
+        [str(helm), *args, *flags],
+        input=yaml.safe_dump(values) if values is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+
+def render(
+    helm: Path,
+    env: dict[str, str],
+    values: dict[str, Any] | None = None,
+    *flags: str,
+    namespace: str = RELEASE_NAMESPACE,
+) -> subprocess.CompletedProcess[str]:
+    """Return ``helm template`` of the chart as the pinned Kubernetes version would see it."""
+    return run_helm(
+        helm,
+        env,
+        "template",
+        "tpfabric",
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--kube-version",
+        KUBE_VERSION,
+        *flags,
+        values=values or {},
+    )
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    """Return the non-empty YAML documents of a rendered chart."""
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def without_crd_spec(rendered: str) -> str:
+    """Return the render with the CRD's spec elided: tests/unit/chart pins it to crds/."""
+    parts = rendered.split("\n---\n")
+    for index, part in enumerate(parts):
+        if "\nkind: CustomResourceDefinition\n" in part:
+            head, _, _ = part.partition("\nspec:\n")
+            parts[index] = f"{head}\nspec: {{}}  # elided: charts/tpfabric/files/crds/"
+    return "\n---\n".join(parts)
+
+
+# -- without a cluster ---------------------------------------------------------------------------
+
+
+def test_helm_lint_is_clean(helm_binary: Path, helm_env: dict[str, str]) -> None:
+    done = run_helm(helm_binary, helm_env, "lint", "--strict", str(CHART))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[WARNING]" not in done.stdout
+    assert "[ERROR]" not in done.stdout
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_helm_template_matches_the_golden_file(
+    helm_binary: Path, helm_env: dict[str, str], name: str
+) -> None:
+    values, flags = VALUE_SETS[name]
+    done = render(helm_binary, helm_env, values, *flags)
+    assert done.returncode == 0, done.stderr
+    got = without_crd_spec(done.stdout)
+    golden = GOLDEN / f"{name}.yaml"
+    if os.environ.get("TPFABRIC_UPDATE_GOLDEN") == "1":
+        golden.write_text(got)
+    assert golden.exists(), f"{golden} missing: rerun with TPFABRIC_UPDATE_GOLDEN=1"
+    assert got == golden.read_text(), (
+        f"helm template ({name}) differs from {golden.relative_to(REPO)}; if the change is "
+        "meant, rerun with TPFABRIC_UPDATE_GOLDEN=1 and review the diff"
+    )
+
+
+def test_the_scheduler_configuration_is_the_one_the_local_cluster_runs(
+    helm_binary: Path, helm_env: dict[str, str]
+) -> None:
+    done = render(helm_binary, helm_env)
+    config_map = next(
+        d
+        for d in documents(done.stdout)
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "tpfabric-scheduler"
+    )
+    config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
+    leader_election = config.pop("leaderElection")
+    assert config == scheduler_configuration("http://127.0.0.1:8888")
+    assert leader_election == {
+        "leaderElect": True,
+        "resourceLock": "leases",
+        "resourceName": "tpfabric-scheduler",
+        "resourceNamespace": RELEASE_NAMESPACE,
+    }
+
+
+@pytest.mark.parametrize(
+    ("cluster_version", "tag"),
+    [(KUBE_VERSION, KUBE_VERSION), ("v1.30.4-eks-a737599", "v1.30.4")],
+)
+def test_kube_scheduler_runs_the_version_of_the_cluster(
+    helm_binary: Path, helm_env: dict[str, str], cluster_version: str, tag: str
+) -> None:
+    done = run_helm(
+        helm_binary,
+        helm_env,
+        "template",
+        "tpfabric",
+        str(CHART),
+        "--kube-version",
+        cluster_version,
+        "--show-only",
+        "templates/scheduler.yaml",
+    )
+    assert done.returncode == 0, done.stderr
+    (deployment,) = documents(done.stdout)
+    images = {c["name"]: c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]}
+    assert images["kube-scheduler"] == f"registry.k8s.io/kube-scheduler:{tag}"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicas": 2}, "additional properties 'replicas' not allowed"),
+        ({"operator": {"logLevel": "verbose"}}, "at '/operator/logLevel': value must be one of"),
+        ({"scheduler": {"extender": {"port": 80}}}, "at '/scheduler/extender/port': minimum"),
+        (
+            {"scheduler": {"extender": {"listenAddress": "10.0.0.1"}}},
+            "at '/scheduler/extender/listenAddress': value must be one of '127.0.0.1', '0.0.0.0'",
+        ),
+        (
+            {"scheduler": {"kubeScheduler": {"image": {"tag": "1.30"}}}},
+            "at '/scheduler/kubeScheduler/image/tag'",
+        ),
+        ({"discovery": {"source": {"type": "ufm"}}}, "at '/discovery/source/type'"),
+        ({"crds": {"enabled": "yes"}}, "at '/crds/enabled': got string, want boolean"),
+        ({"operator": {"resources": {"limit": {}}}}, "additional properties 'limit' not allowed"),
+    ],
+)
+def test_the_schema_rejects_bad_values_with_their_path(
+    helm_binary: Path, helm_env: dict[str, str], values: dict[str, Any], message: str
+) -> None:
+    done = render(helm_binary, helm_env, values)
+    assert done.returncode != 0
+    assert "values don't meet the specifications of the schema" in done.stderr
+    assert message in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "flags", "message"),
+    [
+        (
+            {"discovery": {"enabled": True}},
+            [],
+            "discovery.enabled needs the topology file: set discovery.source.data",
+        ),
+        (
+            {"metrics": {"serviceMonitor": {"enabled": True}}},
+            ["--api-versions", SERVICE_MONITOR_API],
+            "needs scheduler.extender.listenAddress=0.0.0.0",
+        ),
+        (
+            {
+                "metrics": {"serviceMonitor": {"enabled": True}},
+                "scheduler": {"extender": {"listenAddress": "0.0.0.0"}},
+            },
+            [],
+            "needs the Prometheus Operator's ServiceMonitor CRD",
+        ),
+        (
+            {"operator": {"serviceAccount": {"create": False}}},
+            [],
+            "operator.serviceAccount.name is required when operator.serviceAccount.create is false",
+        ),
+    ],
+)
+def test_inconsistent_values_fail_with_what_to_set(
+    helm_binary: Path,
+    helm_env: dict[str, str],
+    values: dict[str, Any],
+    flags: list[str],
+    message: str,
+) -> None:
+    done = render(helm_binary, helm_env, values, *flags)
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr
+
+
+def test_the_kind_script_parses() -> None:
+    done = subprocess.run(
+        ["bash", "-n", str(KIND / "run.sh")], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+# -- on the local control plane ------------------------------------------------------------------
+
+
+def _crd_exists(cluster: LocalCluster) -> bool:
+    return (
+        kubectl(cluster, "get", "crd", crd_name(), "--ignore-not-found", "-o", "name").stdout != ""
+    )
+
+
+@pytest.fixture
+def without_tpj_crd(local_cluster: LocalCluster) -> Iterator[None]:
+    """Run without the CRD (other tests may have applied it), restoring it afterwards."""
+    existed = _crd_exists(local_cluster)
+    kubectl(local_cluster, "delete", "crd", crd_name(), "--ignore-not-found", "--wait=true")
+    yield
+    kubectl(local_cluster, "delete", "crd", crd_name(), "--ignore-not-found", "--wait=true")
+    if existed:
+        _apply_crd(local_cluster)
+
+
+def _apply_crd(cluster: LocalCluster) -> None:
+    applied = kubectl(cluster, "apply", "-f", str(CRD_FILE))
+    assert applied.returncode == 0, applied.stderr
+    ready = kubectl(cluster, "wait", "--for=condition=Established", f"crd/{crd_name()}")
+    assert ready.returncode == 0, ready.stderr
+
+
+def _restricted(cluster: LocalCluster, namespace: str) -> None:
+    labelled = kubectl(
+        cluster,
+        "label",
+        "namespace",
+        namespace,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/warn=restricted",
+    )
+    assert labelled.returncode == 0, labelled.stderr
+
+
+def _pods_of(api: client.ApiClient, namespace: str, release: str) -> set[str]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"app.kubernetes.io/instance={release}"
+    )
+    return {p.metadata.labels.get("app.kubernetes.io/component") for p in pods.items}
+
+
+@pytest.mark.usefixtures("without_tpj_crd")
+def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
+    local_cluster: LocalCluster,
+    api: client.ApiClient,
+    namespace: str,
+    helm_binary: Path,
+    helm_env: dict[str, str],
+) -> None:
+    _restricted(local_cluster, namespace)
+    values = {
+        "crds": {"keep": False},
+        "discovery": {"enabled": True, "source": {"type": "fabric", "data": SMALL_FABRIC}},
+        "podDisruptionBudget": {"enabled": True},
+    }
+    kubeconfig = f"--kubeconfig={local_cluster.kubeconfig}"
+    installed = run_helm(
+        helm_binary, helm_env, "install", "tpf", str(CHART), "-n", namespace, kubeconfig,
+        values=values,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    assert "violate PodSecurity" not in installed.stderr, installed.stderr
+    manifest = run_helm(
+        helm_binary, helm_env, "get", "manifest", "tpf", "-n", namespace, kubeconfig
+    )
+    kinds = {d["kind"] for d in documents(manifest.stdout)}
+    assert {"CustomResourceDefinition", "ClusterRole", "Deployment", "Job"} <= kinds
+    existing = kubectl(local_cluster, "get", "-f", "-", "-o", "name", stdin=manifest.stdout)
+    assert existing.returncode == 0, existing.stderr
+    assert len(existing.stdout.split()) == len(documents(manifest.stdout))
+    # the controllers' pods pass Pod Security "restricted" admission (they stay Pending: no nodes)
+    wait_for(
+        lambda: _pods_of(api, namespace, "tpf") == {"operator", "scheduler", "discovery"},
+        what="pods of the operator, the scheduler and the discovery Job",
+    )
+
+    removed = run_helm(helm_binary, helm_env, "uninstall", "tpf", "-n", namespace, kubeconfig)
+    assert removed.returncode == 0, removed.stderr
+    wait_for(
+        lambda: kubectl(
+            local_cluster, "get", "-f", "-", "--ignore-not-found", "-o", "name",
+            stdin=manifest.stdout,
+        ).stdout == "",
+        what="every object of the release to be deleted",
+    )  # fmt: skip
+    wait_for(lambda: not _pods_of(api, namespace, "tpf"), what="the release's pods to be deleted")
+    secrets = client.CoreV1Api(api).list_namespaced_secret(namespace, label_selector="owner=helm")
+    assert secrets.items == []
+
+
+@pytest.mark.usefixtures("without_tpj_crd")
+def test_helm_uninstall_keeps_the_crd_by_default(
+    local_cluster: LocalCluster, namespace: str, helm_binary: Path, helm_env: dict[str, str]
+) -> None:
+    kubeconfig = f"--kubeconfig={local_cluster.kubeconfig}"
+    installed = run_helm(
+        helm_binary, helm_env, "install", "tpk", str(CHART), "-n", namespace, kubeconfig
+    )
+    assert installed.returncode == 0, installed.stderr
+    removed = run_helm(helm_binary, helm_env, "uninstall", "tpk", "-n", namespace, kubeconfig)
+    assert removed.returncode == 0, removed.stderr
+    assert "tensorparalleljobs.tpfabric.io" in removed.stdout + removed.stderr  # "kept" notice
+    assert _crd_exists(local_cluster)
+
+
+def test_everything_the_kind_e2e_applies_is_accepted(
+    local_cluster: LocalCluster,
+    namespace: str,
+    fake_nodes: FabricFactory,
+    helm_binary: Path,
+    helm_env: dict[str, str],
+) -> None:
+    """The objects and commands of e2e/kind/run.sh, as far as a cluster without Docker allows."""
+    _apply_crd(local_cluster)
+    # the workers of the fake fabric, stripped of their leaf label: `topology label` restores it
+    workers = fake_nodes((KIND / "fabric.yaml").read_text())
+    for node in workers:
+        kubectl(local_cluster, "label", "node", node, "topology.tpfabric.io/leaf-")
+    labelled = CliRunner().invoke(
+        app,
+        ["topology", "label", "--fabric", str(KIND / "fabric.yaml"), "--apply",
+         "--kubeconfig", str(local_cluster.kubeconfig)],
+    )  # fmt: skip
+    assert labelled.exit_code == 0, labelled.output
+    leaves = kubectl(
+        local_cluster, "get", "nodes", *workers, "-o",
+        "jsonpath={.items[*].metadata.labels.topology\\.tpfabric\\.io/leaf}",
+    )  # fmt: skip
+    assert len(set(leaves.stdout.split())) == 2, leaves.stdout
+    for node in workers:
+        patched = kubectl(
+            local_cluster, "patch", "node", node, "--subresource=status", "--type=json",
+            f"--patch-file={KIND / 'advertise-gpus.json'}",
+        )  # fmt: skip
+        assert patched.returncode == 0, patched.stderr
+
+    def dry_run(*args: str, stdin: str | None = None) -> None:
+        done = kubectl(local_cluster, "apply", "--dry-run=server", *args, stdin=stdin)
+        assert done.returncode == 0, done.stderr
+
+    dry_run("-f", str(REPO / "e2e" / "manifests" / "fake-rdma-device-plugin.yaml"))
+    dry_run("-n", namespace, "-f", str(KIND / "tpj.yaml"))
+    values, _ = VALUE_SETS["kind-e2e"]
+    rendered = render(helm_binary, helm_env, values, namespace=namespace)
+    assert rendered.returncode == 0, rendered.stderr
+    dry_run("-f", "-", stdin=rendered.stdout)

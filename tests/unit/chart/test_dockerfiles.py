@@ -1,0 +1,83 @@
+"""Focused Dockerfile checks in place of hadolint (no Docker, no hadolint binary here): pinned
+bases, non-root users, multi-stage builds, constraints, sources that exist in the build context."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from chart_files import DOCKERFILES, REPO, dockerfile_instructions
+
+# The fake device plugin serves a socket in the kubelet's folder and mknods fake devices.
+RUNS_AS_ROOT = {"fake-rdma-device-plugin"}
+CONTEXTS = {
+    "tpfabric": REPO,
+    "rdma-init": REPO / "rdma_init",
+    "fake-rdma-device-plugin": REPO / "e2e",
+}
+PINNED_BASE = re.compile(r"^[\w./-]+:\d+\.\d+\.\d+[\w.-]*(@sha256:[0-9a-f]{64})?$")
+
+
+def _stages(name: str) -> list[list[tuple[str, str]]]:
+    stages: list[list[tuple[str, str]]] = []
+    for instruction, arguments in dockerfile_instructions(DOCKERFILES[name]):
+        if instruction == "FROM":
+            stages.append([])
+        stages[-1].append((instruction, arguments))
+    return stages
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_base_images_are_pinned_to_a_full_version(name: str) -> None:
+    stage_names = set()
+    for stage in _stages(name):
+        image, *alias = stage[0][1].split()
+        if image in stage_names:
+            continue  # FROM an earlier stage
+        assert PINNED_BASE.match(image), f"{DOCKERFILES[name]}: pin {image!r} (x.y.z tag or digest)"
+        assert ":latest" not in image
+        if alias:
+            stage_names.add(alias[-1])
+
+
+@pytest.mark.parametrize("name", sorted(set(DOCKERFILES) - RUNS_AS_ROOT))
+def test_the_final_stage_runs_as_a_numeric_non_root_user(name: str) -> None:
+    users = [args for instruction, args in _stages(name)[-1] if instruction == "USER"]
+    assert users, f"{DOCKERFILES[name]}: the final stage sets no USER"
+    user = users[-1].split(":")[0]
+    # numeric, so that the kubelet can enforce runAsNonRoot without a passwd lookup
+    assert user.isdigit()
+    assert int(user) != 0
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_copied_sources_exist_in_the_build_context(name: str) -> None:
+    for stage in _stages(name):
+        for instruction, arguments in stage:
+            if instruction not in {"COPY", "ADD"} or arguments.startswith("--from"):
+                continue
+            *sources, _ = arguments.split()
+            for source in sources:
+                assert (CONTEXTS[name] / source).exists(), f"{DOCKERFILES[name]}: {source} missing"
+
+
+def test_the_tpfabric_image_is_multi_stage_with_the_ci_constraints() -> None:
+    stages = _stages("tpfabric")
+    assert len(stages) >= 2
+    installs = [a for i, a in stages[0] if i == "RUN" and "pip install" in a]
+    assert any("-c requirements/constraints.txt" in a for a in installs)
+    final = " ".join(a for _, a in stages[-1])
+    assert "pip install" not in final, "the final stage only copies the built environment"
+    assert "COPY --from=build" in " ".join(f"{i} {a}" for i, a in stages[-1])
+
+
+def test_the_tpfabric_build_context_is_filtered() -> None:
+    ignore = Path(f"{DOCKERFILES['tpfabric']}.dockerignore").read_text().splitlines()
+    assert ignore[ignore.index("**") :][0] == "**", "exclude everything, then allow the sources"
+    allowed = {line[1:] for line in ignore if line.startswith("!")}
+    for stage in _stages("tpfabric"):
+        for instruction, arguments in stage:
+            if instruction == "COPY" and not arguments.startswith("--from"):
+                *sources, _ = arguments.split()
+                assert all(s.rstrip("/") in allowed for s in sources), arguments
