@@ -30,3 +30,19 @@ def placement(ctx: typer.Context) -> None:
     from tpfabric_bench.placement import main  # noqa: PLC0415
 
     raise typer.Exit(main(list(ctx.args)))
+
+
+@app.command("extender", context_settings=_PASS_THROUGH, add_help_option=False)
+def extender(ctx: typer.Context) -> None:
+    """Extender latency at 1,000/5,000 nodes and scheduler pods/s (--skip-cluster --json F)."""
+    from tpfabric_bench.extender import main  # noqa: PLC0415
+
+    raise typer.Exit(main(list(ctx.args)))
+
+
+@app.command("operator", context_settings=_PASS_THROUGH, add_help_option=False)
+def operator(ctx: typer.Context) -> None:
+    """100 TPJs at once on 1,000 kwok nodes: time to settle, CPU, memory (--json F)."""
+    from tpfabric_bench.operator import main  # noqa: PLC0415
+
+    raise typer.Exit(main(list(ctx.args)))

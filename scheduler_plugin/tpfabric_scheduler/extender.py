@@ -4,12 +4,15 @@ Pods that are not TensorParallelJob workers pass through untouched (filter keeps
 prioritize scores nothing). A worker is kept inside its job's planned domain; inside it, the node
 planned for its rank scores highest, nodes planned for other ranks of the same job are filtered
 out (so each worker index lands where the plan's rank order wants it), and the other nodes of the
-domain are ranked by health and best fit. The request's node list is walked once; nothing here
-lists the cluster or allocates per cluster node.
+domain are ranked by health and best fit. The request's node list is walked once against the
+set of the planned domain's node names, which is computed once per topology generation of the
+store (node set or labels changed) and shared by every request; nothing else here lists the
+cluster or allocates per cluster node.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from tpfabric_core import labels
@@ -22,7 +25,19 @@ from tpfabric_scheduler.store import (
     JobRecord,
 )
 
-__all__ = ["FilterReason", "WorkerView", "filter_nodes", "prioritize_nodes", "worker_view"]
+__all__ = [
+    "FilterReason",
+    "WorkerView",
+    "domain_members",
+    "filter_nodes",
+    "prioritize_nodes",
+    "worker_view",
+]
+
+#: per store: (level key, domain) -> (topology generation, names of the domain's nodes)
+_DomainCache = dict[tuple[str, str], tuple[int, frozenset[str]]]
+_domain_cache: weakref.WeakKeyDictionary[ClusterStore, _DomainCache] = weakref.WeakKeyDictionary()
+_DOMAIN_CACHE_SIZE = 1024  # planned domains in use at once; past this the cache starts over
 
 
 class FilterReason:
@@ -72,6 +87,28 @@ def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
     )
 
 
+def domain_members(store: ClusterStore, level_key: str, domain: str) -> frozenset[str]:
+    """Return the names of the store's nodes labelled ``level_key=domain``.
+
+    O(cluster) once per topology generation and domain, O(1) after that: a node's labels and the
+    node set only change with ``store.topology_generation``. Call with ``store.lock`` held.
+    """
+    cache = _domain_cache.get(store)
+    if cache is None:
+        cache = _domain_cache[store] = {}
+    generation = store.topology_generation
+    cached = cache.get((level_key, domain))
+    if cached is not None and cached[0] == generation:
+        return cached[1]
+    members = frozenset(
+        name for name, node in store.nodes.items() if node.labels.get(level_key) == domain
+    )
+    if len(cache) >= _DOMAIN_CACHE_SIZE:
+        cache.clear()
+    cache[(level_key, domain)] = (generation, members)
+    return members
+
+
 def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult, dict[str, int]]:
     """Return the filter answer for ``args`` and counts of filtered nodes by reason."""
     view = worker_view(store, args)
@@ -87,18 +124,15 @@ def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult,
         return FilterResult(node_names=[], failed=dict.fromkeys(args.node_names, message)), {
             FilterReason.NO_PLAN: len(args.node_names)
         }
+    members = domain_members(store, view.level_key, view.domain)
+    names = args.node_names
+    level = view.level_key.removeprefix(labels.PREFIX)
+    outside = f"tpfabric: outside the planned {level} {view.domain} of job {view.job_key}"
+    unresolvable = dict.fromkeys([n for n in names if n not in members], outside)
     kept: list[str] = []
     failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
-    level = view.level_key.removeprefix(labels.PREFIX)
-    for name in args.node_names:
-        node = store.nodes.get(name)
-        value = node.labels.get(view.level_key) if node else None
-        if value != view.domain:
-            unresolvable[name] = (
-                f"tpfabric: outside the planned {level} {view.domain} of job {view.job_key}"
-            )
-        elif name in view.other_ranks and name != view.planned_node:
+    for name in [n for n in names if n in members] if unresolvable else names:
+        if name in view.other_ranks and name != view.planned_node:
             failed[name] = (
                 f"tpfabric: planned for rank {view.other_ranks[name]} of job {view.job_key}"
             )
@@ -117,18 +151,21 @@ def prioritize_nodes(store: ClusterStore, args: ExtenderArgs) -> list[tuple[str,
     view = worker_view(store, args)
     if view is None or view.domain is None or view.level_key is None:
         return []
+    members = domain_members(store, view.level_key, view.domain)
     scores: list[tuple[str, int]] = []
+    append = scores.append
     for name in args.node_names:
-        node = store.nodes.get(name)
-        if node is None or node.labels.get(view.level_key) != view.domain:
-            scores.append((name, 0))
-        elif name == view.planned_node:
-            scores.append((name, MAX_SCORE))
+        if name not in members:
+            append((name, 0))
+            continue
+        node = store.nodes[name]
+        if name == view.planned_node:
+            append((name, MAX_SCORE))
         elif node.labels.get(labels.HEALTH, "ok") != "ok":
-            scores.append((name, 1))
+            append((name, 1))
         else:
             # best fit: a node with fewer free GPUs left after this worker scores higher
             free = store.free(name, GPU_RESOURCE)
             capacity = max(1, node.allocatable.get(GPU_RESOURCE, 1))
-            scores.append((name, 3 + round(4 * (1 - free / capacity))))
+            append((name, 3 + round(4 * (1 - free / capacity))))
     return scores

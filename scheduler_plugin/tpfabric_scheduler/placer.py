@@ -101,6 +101,7 @@ class GangPlacer:
         return self._topology
 
     def _placement_of(self, job: JobRecord) -> dict[str, Any]:
+        """Return the job's placement: ours if the store has not seen it yet, else stored."""
         stored = job.raw_status.get("placement") or {}
         recent = self._recent.get(job.key)
         if recent is not None:
@@ -166,10 +167,26 @@ class GangPlacer:
 
     # -- one cycle ---------------------------------------------------------------------------
 
+    def suspended_with_plan(self) -> list[JobRecord]:
+        """Return suspended jobs that still carry a placement (to be dropped)."""
+        return [
+            job
+            for job in self.store.jobs.values()
+            if job.job is not None and job.job.spec.suspend and self._placement_of(job)
+        ]
+
     def run_cycle(self) -> None:
         """Plan, persist and release every job that is ready for it; never raises."""
         with self.store.lock:
             work = self.pending_work()
+            suspended = self.suspended_with_plan()
+        for job in suspended:
+            try:
+                # a suspended job has no pods; resuming plans the gang afresh
+                self.writer.patch_job_status(job.namespace, job.name, {"placement": None})
+                self._recent.pop(job.key, None)
+            except ApiException as err:
+                log.warning("job %s: dropping the plan failed: %s", job.key, err.reason)
         waiting = 0
         for item in work:
             try:

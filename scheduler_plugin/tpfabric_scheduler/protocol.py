@@ -92,7 +92,8 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
             names = [n.get("metadata", {}).get("name") for n in nodes["items"]]
         else:
             raise BadRequestError("NodeNames is missing (configure the extender nodeCacheCapable)")
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+    # one C-level pass over thousands of names (orjson only ever makes exact str)
+    if not isinstance(names, list) or not set(map(type, names)) <= {str}:
         raise BadRequestError("NodeNames must be a list of node names")
     return ExtenderArgs(
         pod=PodRef(

@@ -1,0 +1,882 @@
+"""Extender benchmark: request latency of filter+prioritize, and kube-scheduler pods/s with it.
+
+``tpfabric bench extender [--nodes 1000,5000] [--requests 500] [--skip-cluster] [--json FILE]``
+
+(a) **Latency.** For each node count, the real extender app (``tpfabric_scheduler.server.make_app``
+served by aiohttp exactly as ``python -m tpfabric_scheduler`` serves it, ``access_log=None``) runs
+in a child process on 127.0.0.1 with a :class:`ClusterStore` filled with that many fake GPU nodes,
+some bound pods and one TensorParallelJob whose plan is persisted; no informers, no API server.
+Beside it, in its own child process, a trivial aiohttp + orjson extender answers the same requests
+(filter returns the names unchanged, prioritize scores every name 0): the floor of Python + HTTP.
+This process is the load generator: one keep-alive ``http.client`` connection, requests sent one
+after the other the way kube-scheduler does per pod (one filter, then one prioritize), bodies
+encoded up front, wall time measured client-side from send to the last byte of the answer.
+Prioritize gets the names filter kept, as kube-scheduler sends them. Cases, per node count N:
+
+- floor: the trivial server, N names each way;
+- a pod that is not a worker: N names (``nodeCacheCapable``), passed through;
+- a worker of the planned job as kube-scheduler sends it: the placer narrowed the worker's node
+  affinity to its planned domain, so the scheduler's own filters leave only the domain's names;
+- the worst case: a worker with all N names to both verbs (as if its affinity were not narrowed),
+  which walks every name against the domain and answers 5,000 reasons and scores.
+
+(b) **Throughput** (skipped with ``--skip-cluster``). A local control plane with N (1,000) kwok
+nodes, the real extender/placer process (``python -m tpfabric_scheduler``, INFO logging) and two
+extra kube-schedulers with the same profile (``percentageOfNodesToScore: 100``, client QPS raised
+so the rate limiter is not what is measured): ``bench-plain-scheduler`` without the extender and
+``tpfabric-scheduler`` with it. Each phase creates its pods while its scheduler is stopped, then
+starts the scheduler and times first to last binding (the ``eventTime`` of each pod's Scheduled
+event, microseconds, stamped by the scheduler), so pod creation and scheduler start-up are not
+part of the rate. Phases: K plain 8-GPU pods without the extender;
+the same K pods through the extender (pass-through); TensorParallelJob gangs (gated workers,
+released by the placer before the scheduler starts; the placer's time is reported separately).
+
+Numbers are wall-clock on whatever machine runs it and vary with its load. This module measures;
+it must never be imported by the product, assert on timings, or bind anything but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import datetime as dt
+import http.client
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+from rich.console import Console
+from rich.table import Table
+
+from tpfabric_bench.placement import percentile
+from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.fabric_description import uniform_fabric
+from tpfabric_scheduler.config import SCHEDULER_NAME, scheduler_configuration
+from tpfabric_scheduler.metrics import Metrics
+from tpfabric_scheduler.server import make_app
+from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL, ClusterStore
+
+__all__ = ["main", "run_cluster", "run_latency"]
+
+NAMESPACE = "bench"
+JOB_NAME = "bench-job"
+JOB_WORKERS = 8
+WORKER_INDEX = 3
+PLAIN_SCHEDULER = "bench-plain-scheduler"
+PLAIN_COMPONENT = "kube-scheduler-bench-plain"
+TPFABRIC_COMPONENT = "kube-scheduler-tpfabric"
+EXTENDER_COMPONENT = "tpfabric-extender"
+PHASE_LABEL = "tpfabric.io/bench-phase"
+ISSUE_P99_TARGET_MS = 3.0
+CASE_FLOOR = "floor: N names, echoed"
+CASE_OTHER = "pass-through pod: N names"
+CASE_WORKER = "worker: its domain's names"
+CASE_WORST = "worker: all N names (worst)"
+ISSUE_THROUGHPUT_TARGET = 0.8  # the extender may cost at most 20% of the scheduler's pods/s
+
+
+# -- (a) the servers, run in a child process ------------------------------------------------------
+
+
+def node_object(name: str, node_labels: dict[str, str]) -> dict[str, Any]:
+    """Return a Ready 8-GPU Node object (a dict as the API returns it)."""
+    allocatable = {"cpu": "128", "memory": "2Ti", "pods": "110", "nvidia.com/gpu": "8"}
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **node_labels}},
+        "spec": {},
+        "status": {
+            "allocatable": {**allocatable, "rdma/ib": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod_object(name: str, *, worker: bool, node: str | None = None) -> dict[str, Any]:
+    """Return a pending 8-GPU pod the way kube-scheduler sends it (no managedFields)."""
+    pod_labels = {"app": "bench"}
+    if worker:
+        pod_labels |= {JOB_LABEL: JOB_NAME, WORKER_INDEX_LABEL: str(WORKER_INDEX)}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
+            "resourceVersion": "123456",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": pod_labels,
+            "annotations": {"kubectl.kubernetes.io/default-container": "w"},
+        },
+        "spec": {
+            "nodeName": node,
+            "schedulerName": SCHEDULER_NAME,
+            "containers": [
+                {
+                    "name": "w",
+                    "image": "registry.invalid/worker:1",
+                    "command": ["python", "-m", "serve"],
+                    "env": [{"name": "NCCL_DEBUG", "value": "WARN"}],
+                    "resources": {
+                        "limits": {"nvidia.com/gpu": "8", "rdma/ib": "8"},
+                        "requests": {"nvidia.com/gpu": "8", "rdma/ib": "8", "cpu": "4"},
+                    },
+                    "terminationMessagePath": "/dev/termination-log",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default",
+            "priority": 0,
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "tolerations": [
+                {
+                    "key": f"node.kubernetes.io/{taint}",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }
+                for taint in ("not-ready", "unreachable")
+            ],
+        },
+        "status": {"phase": "Running" if node else "Pending", "qosClass": "Burstable"},
+    }
+
+
+def build_store(nodes: int) -> ClusterStore:
+    """Return a store of ``nodes`` nodes (leaves of 8), every third node busy, one planned job.
+
+    The job's 8 workers are planned on the first leaf, which is free; the benchmark's worker pod
+    is rank ``WORKER_INDEX`` of it.
+    """
+    fabric = uniform_fabric(nodes)
+    store = ClusterStore()
+    store.replace_nodes([node_object(n.name, fabric.node_labels(n)) for n in fabric.nodes])
+    store.replace_pods(
+        [
+            pod_object(f"busy-{k}", worker=False, node=n.name)
+            for k, n in enumerate(fabric.nodes)
+            if k % 3 == 2 and k >= JOB_WORKERS
+        ]
+    )
+    planned = [n.name for n in fabric.nodes[:JOB_WORKERS]]
+    store.upsert_job(
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TensorParallelJob",
+            "metadata": {"name": JOB_NAME, "namespace": NAMESPACE, "uid": "job-uid"},
+            "spec": {
+                "workers": JOB_WORKERS,
+                "tensorParallelSize": 8,
+                "topology": {"mode": "required", "level": "leaf"},
+                "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+            },
+            "status": {
+                "placement": {
+                    "state": "Planned",
+                    "level": "leaf",
+                    "domain": fabric.nodes[0].leaf,
+                    "nodes": planned,
+                    "hops": 1,
+                }
+            },
+        }
+    )
+    return store
+
+
+def trivial_app() -> web.Application:
+    """Return the floor: an aiohttp + orjson extender that returns the names it is given."""
+
+    async def handle_filter(request: web.Request) -> web.Response:
+        names = orjson.loads(await request.read())["NodeNames"]
+        body = {"NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def handle_prioritize(request: web.Request) -> web.Response:
+        names = orjson.loads(await request.read())["NodeNames"]
+        body = [{"Host": name, "Score": 0} for name in names]
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/filter", handle_filter)
+    app.router.add_post("/prioritize", handle_prioritize)
+    return app
+
+
+def serve(kind: str, nodes: int) -> int:
+    """Serve ``kind`` (tpfabric or trivial) on a free 127.0.0.1 port until killed.
+
+    Prints ``PORT n`` on stdout once listening (the parent waits for that line).
+    """
+    if kind == "tpfabric":
+        app = make_app(build_store(nodes), Metrics(), lambda: True)
+    else:
+        app = trivial_app()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+
+    async def run() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        print(f"PORT {sock.getsockname()[1]}", flush=True)
+        await asyncio.Event().wait()  # until SIGTERM
+
+    asyncio.run(run())
+    return 0
+
+
+@contextlib.contextmanager
+def server_process(kind: str, nodes: int) -> Iterator[int]:
+    """Yield the port of a child process serving ``kind``; stop it afterwards."""
+    with tempfile.TemporaryFile() as errors:
+        argv = [sys.executable, "-m", "tpfabric_bench.extender", "--serve", kind]
+        proc = subprocess.Popen(
+            [*argv, "--nodes", str(nodes)], stdout=subprocess.PIPE, stderr=errors
+        )
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().decode()
+            if not line.startswith("PORT "):
+                proc.wait(10)
+                errors.seek(0)
+                tail = errors.read().decode(errors="replace")[-2000:]
+                raise RuntimeError(f"{kind} server did not start: {tail}")
+            yield int(line.split()[1])
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# -- (a) the load generator ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Client-side wall times of one case, in milliseconds, one entry per pod."""
+
+    filter_ms: list[float]
+    prioritize_ms: list[float]
+
+    @property
+    def combined_ms(self) -> list[float]:
+        """Return filter + prioritize per pod (what one scheduling cycle waits for)."""
+        return [f + p for f, p in zip(self.filter_ms, self.prioritize_ms, strict=True)]
+
+
+def extender_args(pod: dict[str, Any], names: list[str]) -> bytes:
+    """Return the ExtenderArgs body kube-scheduler sends with ``nodeCacheCapable``."""
+    return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
+
+
+def _post(conn: http.client.HTTPConnection, path: str, body: bytes) -> bytes:
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    data = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"{path} answered {response.status}: {data[:300]!r}")
+    return data
+
+
+def time_requests(port: int, bodies: tuple[bytes, bytes], pods: int, warmup: int) -> Timings:
+    """Return the timings of ``pods`` sequential filter+prioritize pairs (after a warm-up)."""
+    filter_body, prioritize_body = bodies
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    filter_ms: list[float] = []
+    prioritize_ms: list[float] = []
+    clock = time.perf_counter
+    try:
+        for k in range(warmup + pods):
+            start = clock()
+            _post(conn, "/filter", filter_body)
+            middle = clock()
+            _post(conn, "/prioritize", prioritize_body)
+            end = clock()
+            if k >= warmup:
+                filter_ms.append((middle - start) * 1e3)
+                prioritize_ms.append((end - middle) * 1e3)
+    finally:
+        conn.close()
+    return Timings(filter_ms, prioritize_ms)
+
+
+def answer_shape(port: int, bodies: tuple[bytes, bytes]) -> dict[str, int]:
+    """Return how many names the filter kept and prioritize scored (a sanity check)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        filtered = orjson.loads(_post(conn, "/filter", bodies[0]))
+        scored = orjson.loads(_post(conn, "/prioritize", bodies[1]))
+        return {
+            "kept": len(filtered.get("NodeNames") or []),
+            "failed": len(filtered.get("FailedNodes") or {}),
+            "unresolvable": len(filtered.get("FailedAndUnresolvableNodes") or {}),
+            "scored": len(scored),
+            "filter_response_bytes": len(orjson.dumps(filtered)),
+        }
+    finally:
+        conn.close()
+
+
+def _summary(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "p50": round(percentile(values, 0.5), 3),
+        "p99": round(percentile(values, 0.99), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def run_latency(
+    node_counts: Sequence[int], pods: int, warmup: int, log: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    """Return one result per (node count, server, pod kind) with p50/p99/max per verb in ms."""
+    results: list[dict[str, Any]] = []
+    for nodes in node_counts:
+        names = [n.name for n in uniform_fabric(nodes).nodes]
+        worker = pod_object(f"{JOB_NAME}-worker-{WORKER_INDEX}", worker=True)
+        other = pod_object("web-0", worker=False)
+        planned = names[:JOB_WORKERS]
+        # (filter names, prioritize names): kube-scheduler sends prioritize what filter kept
+        cases: dict[str, tuple[str, tuple[bytes, bytes]]] = {
+            CASE_FLOOR: ("trivial", (extender_args(other, names), extender_args(other, names))),
+            CASE_OTHER: ("tpfabric", (extender_args(other, names), extender_args(other, names))),
+            CASE_WORKER: (
+                "tpfabric",
+                (extender_args(worker, planned), extender_args(worker, [planned[WORKER_INDEX]])),
+            ),
+            CASE_WORST: ("tpfabric", (extender_args(worker, names), extender_args(worker, names))),
+        }
+        for server in ("trivial", "tpfabric"):
+            with server_process(server, nodes) as port:
+                for case, (_, bodies) in ((c, v) for c, v in cases.items() if v[0] == server):
+                    log(f"{nodes} nodes: {server} server, {case}, {pods} pods")
+                    timings = time_requests(port, bodies, pods, warmup)
+                    results.append(
+                        {
+                            "nodes": nodes,
+                            "server": server,
+                            "case": case,
+                            "pods": pods,
+                            "request_bytes": [len(b) for b in bodies],
+                            "answer": answer_shape(port, bodies),
+                            "filter_ms": _summary(timings.filter_ms),
+                            "prioritize_ms": _summary(timings.prioritize_ms),
+                            "combined_ms": _summary(timings.combined_ms),
+                        }
+                    )
+    return results
+
+
+# -- (b) kube-scheduler throughput on a local cluster --------------------------------------------
+
+
+def _rate(times: list[float]) -> float:
+    """Return bindings per second between the first and the last binding."""
+    if len(times) < 2 or times[-1] <= times[0]:
+        return 0.0
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def _bench_pod(name: str, scheduler: str, phase: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {PHASE_LABEL: phase}},
+        "spec": {
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "w",
+                    "image": "registry.invalid/w:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8", "rdma/ib": "8"}},
+                }
+            ],
+        },
+    }
+
+
+def _worker_pod(job: str, index: int, phase: str) -> dict[str, Any]:
+    pod = _bench_pod(f"{job}-worker-{index}", SCHEDULER_NAME, phase)
+    pod["metadata"]["labels"] |= {JOB_LABEL: job, WORKER_INDEX_LABEL: str(index)}
+    pod["spec"]["schedulingGates"] = [{"name": GANG_GATE}]
+    return pod
+
+
+def _job(name: str, workers: int) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TensorParallelJob",
+        "metadata": {"name": name},
+        "spec": {
+            "workers": workers,
+            "tensorParallelSize": 8,
+            "topology": {"mode": "required", "level": "leaf"},
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+        },
+    }
+
+
+def _create_all(create: Callable[[dict[str, Any]], Any], objects: list[dict[str, Any]]) -> None:
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for future in [pool.submit(create, obj) for obj in objects]:
+            future.result()
+
+
+def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.25)
+
+
+def _start_scheduler(
+    cluster: Any, component: str, config: dict[str, Any], qps: int, timeout: float = 120.0
+) -> None:
+    """Start a kube-scheduler component with ``config`` and client QPS ``qps``.
+
+    ``LocalCluster.start_scheduler`` keeps the client's default QPS (50 binds/s at most), which
+    would make both schedulers measure the rate limiter; this sets it, and nothing else differs.
+    """
+    from tpfabric_localcluster.cluster import free_ports  # noqa: PLC0415
+
+    kubeconfig = str(cluster.folder / "scheduler.kubeconfig")
+    config = {
+        **config,
+        "leaderElection": {"leaderElect": False},
+        "clientConnection": {"kubeconfig": kubeconfig, "qps": qps, "burst": 2 * qps},
+    }
+    path = cluster.folder / f"{component}-config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    (port,) = free_ports(1)
+    argv = [
+        str(cluster.toolchain.path("kube-scheduler")),
+        f"--config={path}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={cluster.folder / 'pki' / component}",
+        "--v=1",
+    ]
+    cluster.add_component(component, argv, f"https://127.0.0.1:{port}/healthz", timeout)
+
+
+def _extender_seconds(port: int) -> dict[str, dict[str, float]]:
+    """Return the extender's own request count and mean seconds per verb (its /metrics)."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    result: dict[str, dict[str, float]] = {}
+    pattern = r'^tpfabric_extender_request_seconds_(sum|count)\{verb="(\w+)"\} (\S+)$'
+    for kind, verb, value in re.findall(pattern, text, re.MULTILINE):
+        result.setdefault(verb, {})[kind] = float(value)
+    return {
+        verb: {
+            "requests": int(v.get("count", 0)),
+            "mean_ms": round(1e3 * v.get("sum", 0) / v["count"], 3) if v.get("count") else 0.0,
+        }
+        for verb, v in result.items()
+    }
+
+
+class ClusterRun:
+    """The phases of (b) on one local cluster; every phase leaves no pods behind."""
+
+    def __init__(self, cluster: Any, api: Any, qps: int, log: Callable[[str], None]) -> None:
+        from kubernetes import client  # noqa: PLC0415
+
+        self.cluster = cluster
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.api = api
+        self.qps = qps
+        self.log = log
+        self.extender_url = ""
+
+    def start_extender(self) -> int:
+        """Start ``python -m tpfabric_scheduler`` at INFO (DEBUG logs every decision)."""
+        from tpfabric_localcluster.cluster import free_ports  # noqa: PLC0415
+        from tpfabric_localcluster.tpfabric import install_crd  # noqa: PLC0415
+
+        install_crd(self.cluster)
+        (port,) = free_ports(1)
+        argv = [
+            sys.executable,
+            "-m",
+            "tpfabric_scheduler",
+            f"--kubeconfig={self.cluster.kubeconfig}",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            "--log-level=INFO",
+        ]
+        self.cluster.add_component(
+            EXTENDER_COMPONENT, argv, f"http://127.0.0.1:{port}/readyz", timeout=120
+        )
+        self.extender_url = f"http://127.0.0.1:{port}"
+        return port
+
+    def scheduler_config(self, with_extender: bool) -> dict[str, Any]:
+        """Return the tpfabric profile, with its extender or (renamed) without."""
+        if with_extender:
+            return scheduler_configuration(self.extender_url)
+        config = scheduler_configuration("http://127.0.0.1:1", scheduler_name=PLAIN_SCHEDULER)
+        del config["extenders"]
+        return config
+
+    def measure(self, component: str, with_extender: bool, phase: str, count: int) -> list[float]:
+        """Start the scheduler, wait until the ``count`` pods of ``phase`` are bound, stop it;
+        return the bind times (sorted, seconds)."""
+        selector = f"{PHASE_LABEL}={phase}"
+        _start_scheduler(self.cluster, component, self.scheduler_config(with_extender), self.qps)
+        try:
+            _wait(lambda: self.bound(selector) >= count, 300, f"{count} pods of {phase} bound")
+        except TimeoutError as err:
+            log = self.cluster.folder / "logs" / f"{component}.log"
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            raise TimeoutError(f"{err}; {component} log tail:\n{tail}") from err
+        deadline = time.monotonic() + 30
+        times = self.scheduled_times(phase)
+        while len(times) < count and time.monotonic() < deadline:
+            time.sleep(0.5)  # events are sent asynchronously after each binding
+            times = self.scheduled_times(phase)
+        self.cluster.stop_component(component)
+        return times
+
+    def bound(self, selector: str) -> int:
+        """Return how many pods matching ``selector`` have a node (from the watch cache)."""
+        response = self.core.list_namespaced_pod(
+            NAMESPACE, label_selector=selector, resource_version="0", _preload_content=False
+        )
+        return sum(1 for pod in orjson.loads(response.data)["items"] if pod["spec"].get("nodeName"))
+
+    def scheduled_times(self, phase: str) -> list[float]:
+        """Return the sorted ``eventTime`` (microseconds, stamped by the scheduler right after
+        each binding) of the Scheduled events of ``phase``'s pods, in epoch seconds.
+
+        Server-side stamps: a watch read in this process would lag behind a burst of bindings
+        on a small machine (the API server even closes a watcher that falls behind).
+        """
+        response = self.core.list_namespaced_event(NAMESPACE, _preload_content=False)
+        times = {
+            event["involvedObject"]["name"]: dt.datetime.fromisoformat(event["eventTime"])
+            for event in orjson.loads(response.data)["items"]
+            if event.get("reason") == "Scheduled"
+            and event.get("eventTime")
+            and event["involvedObject"].get("name", "").startswith(f"{phase}-")
+        }
+        return sorted(t.timestamp() for t in times.values())
+
+    def clean(self, phase: str) -> None:
+        """Delete the pods (and jobs) of ``phase`` and wait until the pods are gone."""
+        selector = f"{PHASE_LABEL}={phase}"
+        self.core.delete_collection_namespaced_pod(
+            NAMESPACE, label_selector=selector, grace_period_seconds=0
+        )
+        self.custom.delete_collection_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, label_selector=selector
+        )
+        _wait(
+            lambda: not self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items,
+            120,
+            f"the pods of {phase} to be deleted",
+        )
+
+    def plain_pods(self, phase: str, count: int, with_extender: bool) -> dict[str, Any]:
+        """Return the rate of ``count`` 8-GPU pods that are not workers."""
+        scheduler = SCHEDULER_NAME if with_extender else PLAIN_SCHEDULER
+        component = TPFABRIC_COMPONENT if with_extender else PLAIN_COMPONENT
+        pods = [_bench_pod(f"{phase}-{k}", scheduler, phase) for k in range(count)]
+        _create_all(lambda pod: self.core.create_namespaced_pod(NAMESPACE, pod), pods)
+        self.log(f"{phase}: {count} pods pending; starting {component}")
+        times = self.measure(component, with_extender, phase, count)
+        self.clean(phase)
+        return {
+            "pods": count,
+            "timed": len(times),
+            "pods_per_s": round(_rate(times), 1),
+            "window_s": _span(times),
+        }
+
+    def gangs(self, phase: str, jobs: int, workers: int) -> dict[str, Any]:
+        """Return the placer's release time and the binding rate of ``jobs`` gangs."""
+        started = time.perf_counter()
+        for j in range(jobs):
+            name = f"{phase}-job-{j}"
+            body = _job(name, workers)
+            body["metadata"]["labels"] = {PHASE_LABEL: phase}
+            self.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, body)
+            pods = [_worker_pod(name, i, phase) for i in range(workers)]
+            _create_all(lambda pod: self.core.create_namespaced_pod(NAMESPACE, pod), pods)
+        created = time.perf_counter()
+        selector = f"{PHASE_LABEL}={phase}"
+
+        def released() -> bool:
+            items = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+            return len(items) == jobs * workers and not any(p.spec.scheduling_gates for p in items)
+
+        _wait(released, 300, f"the placer to release the {jobs} gangs of {phase}")
+        placer_s = time.perf_counter() - started
+        self.log(f"{phase}: {jobs} gangs planned and released in {placer_s:.1f} s")
+        times = self.measure(TPFABRIC_COMPONENT, True, phase, jobs * workers)
+        self.clean(phase)
+        return {
+            "jobs": jobs,
+            "workers": workers,
+            "pods": jobs * workers,
+            "timed": len(times),
+            "create_s": round(created - started, 2),
+            "create_to_released_s": round(placer_s, 2),
+            "pods_per_s": round(_rate(times), 1),
+            "window_s": _span(times),
+        }
+
+
+def _span(times: list[float]) -> float:
+    return round(times[-1] - times[0], 3) if times else 0.0
+
+
+def run_cluster(
+    *,
+    nodes: int,
+    pods: int,
+    jobs: int,
+    workers: int,
+    rounds: int,
+    qps: int,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """Return the pods/s of each phase on a fresh local cluster (always torn down)."""
+    from tpfabric_localcluster.cluster import LocalCluster, api_client  # noqa: PLC0415
+    from tpfabric_localcluster.nodes import apply_fake_nodes, wait_ready  # noqa: PLC0415
+
+    state_root = Path(tempfile.mkdtemp(prefix="tpfabric-bench-"))
+    cluster = LocalCluster(f"bench-{uuid.uuid4().hex[:6]}", state_root=state_root, log=log)
+    result: dict[str, Any] = {"nodes": nodes, "client_qps": qps, "rounds": []}
+    try:
+        started = time.perf_counter()
+        cluster.up()
+        result["cluster_up_s"] = round(time.perf_counter() - started, 1)
+        with api_client(cluster.kubeconfig) as api:
+            from kubernetes import client  # noqa: PLC0415
+
+            started = time.perf_counter()
+            names = apply_fake_nodes(api, uniform_fabric(nodes))
+            wait_ready(api, names, timeout=600)
+            result["nodes_ready_s"] = round(time.perf_counter() - started, 1)
+            log(f"{nodes} kwok nodes Ready in {result['nodes_ready_s']} s")
+            core = client.CoreV1Api(api)
+            core.create_namespace({"metadata": {"name": NAMESPACE}})
+            _wait(
+                lambda: bool(core.list_namespaced_service_account(NAMESPACE).items),
+                60,
+                "the default service account",
+            )
+            run = ClusterRun(cluster, api, qps, log)
+            port = run.start_extender()
+            for k in range(rounds):
+                plain = run.plain_pods(f"plain-{k}", pods, with_extender=False)
+                through = run.plain_pods(f"extender-{k}", pods, with_extender=True)
+                gangs = run.gangs(f"gangs-{k}", jobs, workers) if jobs else None
+                ratio = through["pods_per_s"] / plain["pods_per_s"] if plain["pods_per_s"] else 0
+                result["rounds"].append(
+                    {
+                        "without_extender": plain,
+                        "with_extender_pass_through": through,
+                        "with_extender_gangs": gangs,
+                        "pass_through_ratio": round(ratio, 3),
+                    }
+                )
+            result["extender_server_side"] = _extender_seconds(port)
+    finally:
+        cluster.down()
+        shutil.rmtree(state_root, ignore_errors=True)
+    return result
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def environment() -> dict[str, Any]:
+    """Return what the numbers depend on: CPUs, load, Python, library versions, the commit."""
+    from importlib.metadata import version  # noqa: PLC0415
+
+    commit = ""
+    git = shutil.which("git")
+    if git:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            commit = subprocess.run(
+                [git, "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=True,
+                cwd=Path(__file__).parent,
+            ).stdout.strip()
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "platform": platform.platform(),
+        "aiohttp": version("aiohttp"),
+        "orjson": version("orjson"),
+        "git_commit": commit,
+    }
+
+
+def _cell(summary: dict[str, float]) -> str:
+    return f"{summary['p50']:.2f} / {summary['p99']:.2f} / {summary['max']:.2f}"
+
+
+def latency_table(results: list[dict[str, Any]]) -> Table:
+    """Return the rich table of (a)."""
+    table = Table(
+        "nodes",
+        "server",
+        "case (filter names → prioritize names)",
+        "filter ms p50/p99/max",
+        "prioritize ms p50/p99/max",
+        "filter+prioritize ms p50/p99/max",
+        "answer (kept/failed/unres./scored)",
+        title="(a) extender latency, client-side, sequential keep-alive requests (NodeNames only)",
+    )
+    for row in results:
+        answer = row["answer"]
+        table.add_row(
+            f"{row['nodes']:,}",
+            row["server"],
+            row["case"],
+            _cell(row["filter_ms"]),
+            _cell(row["prioritize_ms"]),
+            _cell(row["combined_ms"]),
+            f"{answer['kept']}/{answer['failed']}/{answer['unresolvable']}/{answer['scored']}",
+        )
+    table.caption = (
+        f"target: tpfabric filter+prioritize p99 <= {ISSUE_P99_TARGET_MS} ms at 5,000 nodes; "
+        "trivial = aiohttp + orjson returning the names unchanged (the floor)"
+    )
+    return table
+
+
+def cluster_table(result: dict[str, Any]) -> Table:
+    """Return the rich table of (b)."""
+    table = Table(
+        "round",
+        "phase",
+        "pods",
+        "pods/s (first→last bind)",
+        "window s",
+        "vs. without extender",
+        title=(
+            f"(b) kube-scheduler throughput on {result['nodes']:,} kwok nodes "
+            f"(percentageOfNodesToScore 100, client QPS {result['client_qps']})"
+        ),
+    )
+    for k, run in enumerate(result["rounds"]):
+        plain = run["without_extender"]
+        rows = [
+            ("without extender", plain),
+            ("with extender, pass-through pods", run["with_extender_pass_through"]),
+        ]
+        if run["with_extender_gangs"]:
+            rows.append(("with extender, TPJ gang workers", run["with_extender_gangs"]))
+        for name, phase in rows:
+            ratio = phase["pods_per_s"] / plain["pods_per_s"] if plain["pods_per_s"] else 0.0
+            table.add_row(
+                str(k + 1),
+                name,
+                str(phase["pods"]),
+                f"{phase['pods_per_s']:.1f}",
+                f"{phase['window_s']:.2f}",
+                f"{ratio:.2f}",
+            )
+    served = result.get("extender_server_side", {})
+    table.caption = f"target: with/without >= {ISSUE_THROUGHPUT_TARGET}; " + ", ".join(
+        f"extender {verb}: {v['requests']} requests, mean {v['mean_ms']} ms server-side"
+        for verb, v in served.items()
+    )
+    return table
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Return the parsed command line."""
+    parser = argparse.ArgumentParser(
+        prog="tpfabric bench extender",
+        description="Extender latency at 1,000/5,000 nodes and kube-scheduler pods/s with it.",
+    )
+    parser.add_argument(
+        "--nodes", default="1000,5000", help="comma-separated node counts for (a) latency"
+    )
+    parser.add_argument("--requests", type=int, default=500, help="pods (filter+prioritize) each")
+    parser.add_argument("--warmup", type=int, default=50, help="untimed pods before each case")
+    parser.add_argument("--skip-cluster", action="store_true", help="run (a) only (seconds)")
+    parser.add_argument("--cluster-nodes", type=int, default=1000, help="kwok nodes for (b)")
+    parser.add_argument("--pods", type=int, default=300, help="(b) 8-GPU pods per phase")
+    parser.add_argument("--jobs", type=int, default=16, help="(b) gangs (0 skips that phase)")
+    parser.add_argument("--workers", type=int, default=8, help="(b) workers per gang")
+    parser.add_argument("--rounds", type=int, default=2, help="(b) rounds of all phases")
+    parser.add_argument("--qps", type=int, default=1000, help="(b) schedulers' client QPS")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results here")
+    parser.add_argument("--serve", choices=("tpfabric", "trivial"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.requests < 1 or args.pods < 2 or args.rounds < 1 or args.workers < 1:
+        parser.error("--requests, --rounds and --workers must be >= 1, --pods >= 2")
+    if args.pods > args.cluster_nodes or args.jobs * args.workers > args.cluster_nodes:
+        parser.error("each phase must fit: --pods and --jobs x --workers <= --cluster-nodes")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark with command-line ``argv``; return the exit code."""
+    args = parse_args(argv)
+    node_counts = [int(n) for n in args.nodes.split(",") if n.strip()]
+    if args.serve:
+        return serve(args.serve, node_counts[0])
+    console = Console(highlight=False, width=170)
+    output: dict[str, Any] = {"benchmark": "extender", "environment": environment()}
+    output["latency"] = run_latency(node_counts, args.requests, args.warmup, console.log)
+    console.print(latency_table(output["latency"]))
+    if not args.skip_cluster:
+        output["cluster"] = run_cluster(
+            nodes=args.cluster_nodes,
+            pods=args.pods,
+            jobs=args.jobs,
+            workers=args.workers,
+            rounds=args.rounds,
+            qps=args.qps,
+            log=console.log,
+        )
+        console.print(cluster_table(output["cluster"]))
+    output["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    if args.json is not None:
+        args.json.write_text(json.dumps(output, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
