@@ -27,7 +27,7 @@ from tpfabric_operator.lifecycle import Intent, WorkerPod, decide, honour_proble
 log = logging.getLogger("tpfabric.operator")
 
 RECONCILE_SECONDS = float(os.environ.get("TPFABRIC_RECONCILE_SECONDS", "2"))
-INIT_IMAGE = os.environ.get("TPFABRIC_RDMA_INIT_IMAGE", "ghcr.io/tpfabric/rdma-init:0.1.0")
+INIT_IMAGE = os.environ.get("TPFABRIC_RDMA_INIT_IMAGE", "tpfabric/rdma-init:0.1.0")
 _adapter: KubeAdapter | None = None
 
 
