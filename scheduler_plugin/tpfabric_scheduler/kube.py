@@ -9,6 +9,7 @@ applied under the store's lock. Nothing here decides anything.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import time
@@ -21,7 +22,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION
-from tpfabric_scheduler.store import ClusterStore
+from tpfabric_scheduler.store import ClusterStore, JobRecord
 
 __all__ = ["Informer", "KubeWriter", "start_informers"]
 
@@ -166,6 +167,32 @@ class KubeWriter:
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, PLURAL, name, {"status": status}
         )
+
+    def job_event(self, job: JobRecord, kind: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on the job (best effort: a lost event is only a lost note)."""
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        namespace, name = job.namespace, job.name
+        body = {
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "TensorParallelJob",
+                "name": name,
+                "namespace": namespace,
+                "uid": job.uid,
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "tpfabric-placer"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(namespace, body)
+        except ApiException as err:
+            log.warning("event for %s/%s not recorded: %s", namespace, name, err.reason)
 
     def read_job(self, namespace: str, name: str) -> dict[str, Any]:
         """Return the job as stored now (for a consistent read before writing a plan)."""

@@ -222,11 +222,19 @@ class GangPlacer:
             placement = _waiting_placement(result, _now_of(waiting_since))
             if _changed(previous, placement):
                 self.writer.patch_job_status(job.namespace, job.name, {"placement": placement})
+                if previous.get("state") != "Waiting":
+                    self.writer.job_event(
+                        job,
+                        "Normal",
+                        "WaitingForCapacity",
+                        result.summary,
+                    )
                 log.info("job %s waits: %s", job.key, result.summary)
             return False
         placement = _planned_placement(result, _now_rfc3339(self.clock))
         self.writer.patch_job_status(job.namespace, job.name, {"placement": placement})
         self._recent[job.key] = placement
+        self.writer.job_event(job, "Normal", "GangPlaced", placement["message"])
         self.metrics.plans.labels("planned").inc()
         log.info("job %s planned: %s", job.key, result.explain().splitlines()[0])
         self._release(item, placement)

@@ -138,6 +138,12 @@ def test_a_4_worker_job_runs_in_one_leaf_with_ranks_following_the_plan(
     described = run_kubectl(tpj.cluster, "describe", "tpj", name, "-n", tpj.namespace).stdout
     for words in ("Type:                  Placed", "GangPlaced", "WorkersCreated", "Events:"):
         assert words in described, described
+    events = tpj.core.list_namespaced_event(
+        tpj.namespace, field_selector=f"involvedObject.name={name}"
+    ).items
+    placed = [e for e in events if e.reason == "GangPlaced"]
+    assert placed, [e.reason for e in events]
+    assert placed[0].message == status["placement"]["message"]  # the event says what status says
 
 
 def test_a_deleted_worker_is_replaced_in_the_same_domain(
