@@ -106,6 +106,17 @@ def crds_generate(
         folder.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         console.print(f"wrote {path}")
+    if out is None:  # the reference is generated beside the repo's CRD
+        from tpfabric_core.api.reference import render_reference  # noqa: PLC0415
+
+        reference = _REPO / "docs" / "crd-reference.md"
+        if check and (not reference.exists() or reference.read_text() != render_reference()):
+            err_console.print(f"{reference} is stale: run `tpfabric crds generate`")
+            stale = True
+        elif not check:
+            reference.parent.mkdir(parents=True, exist_ok=True)
+            reference.write_text(render_reference())
+            console.print(f"wrote {reference}")
     if stale:
         raise typer.Exit(1)
 

@@ -75,3 +75,11 @@ def test_printer_columns_show_phase_ready_domain_and_hops() -> None:
     version = tensor_parallel_job_crd()["spec"]["versions"][0]
     names = [c["name"] for c in version["additionalPrinterColumns"]]
     assert names == ["Phase", "Ready", "Level", "Domain", "Hops", "Age"]
+
+
+def test_the_field_reference_is_the_generators_output() -> None:
+    from tpfabric_core.api.reference import render_reference  # noqa: PLC0415
+
+    reference = CRD_FILE.parents[1] / "docs" / "crd-reference.md"
+    assert reference.read_text() == render_reference(), "run `tpfabric crds generate`"
+    assert "| `spec.topology.level` |" in reference.read_text()
