@@ -398,6 +398,7 @@ def _measure(
         settle_s = time.perf_counter() - t0
         cpu_settled = sampler.cpu()
         requests_settled = apiserver_requests(api)
+        pods = _bind_window(client.CoreV1Api(api))
         log(f"all {len(shapes)} jobs settled in {settle_s:.1f} s; idle for {idle_seconds:.0f} s")
         time.sleep(idle_seconds)
         cpu_idle = sampler.cpu()
@@ -414,7 +415,8 @@ def _measure(
         "time_to_waiting_s": _summary([t for s, t in seen.values() if s == "Waiting"]),
         "waiting_reasons": _waiting_reasons(objects, shapes),
         "after_idle_phases": _poll_final(custom),
-        "pods": _bind_window(client.CoreV1Api(api)),
+        "pods": pods,
+        "failures": _failures(objects),
         "idle_s": idle_seconds,
         "processes": {
             name: {
@@ -523,6 +525,16 @@ def _poll_final(custom: Any) -> dict[str, int]:
     return dict(Counter(str((j.get("status") or {}).get("phase")) for j in items))
 
 
+def _failures(objects: dict[str, Any]) -> dict[str, str]:
+    """Return the Failed condition's message of every failed job (what went wrong)."""
+    return {
+        name: str(condition.get("message") or "")
+        for name, job in sorted(objects.items())
+        for condition in (job.get("status") or {}).get("conditions") or []
+        if condition.get("type") == "Failed" and condition.get("status") == "True"
+    }
+
+
 def _waiting_reasons(objects: dict[str, Any], shapes: list[JobShape]) -> list[dict[str, Any]]:
     """Return each waiting job's shape and placement message (what a user would read)."""
     by_name = {s.name: s for s in shapes}
@@ -584,7 +596,7 @@ def summary_table(result: dict[str, Any]) -> Table:
         ("time to Running s p50 / p90 / max", _times(result["time_to_running_s"])),
         ("time to Waiting s p50 / p90 / max", _times(result["time_to_waiting_s"])),
         (
-            "worker pods bound / gated / all",
+            "worker pods bound / gated / all (at settle)",
             f"{pods['bound']} / {pods['gated']} / {pods['pods']}",
         ),
         (
@@ -696,6 +708,13 @@ def main(argv: list[str] | None = None) -> int:
     output["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.json is not None:
         args.json.write_text(json.dumps(output, indent=2) + "\n")
+    if result["failed"]:
+        first, message = next(iter(result["failures"].items()), ("", ""))
+        console.print(
+            f"[red]{result['failed']} job(s) Failed instead of Running or Waiting[/red] "
+            f"(first: {first}: {message[:300]})"
+        )
+        return 1
     return 0
 
 

@@ -13,14 +13,21 @@ import datetime as dt
 import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
-from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
+from tpfabric_core.api import GROUP, KIND, PLURAL, VERSION, TensorParallelJob
 from tpfabric_core.fabric_description import pydantic_error_path
-from tpfabric_operator.children import JOB_LABEL, WORKER_INDEX_LABEL, headless_service, worker_pod
+from tpfabric_operator.children import (
+    JOB_LABEL,
+    WORKER_INDEX_LABEL,
+    headless_service,
+    worker_name,
+    worker_pod,
+)
 from tpfabric_operator.kube import KubeAdapter
 from tpfabric_operator.lifecycle import Intent, WorkerPod, decide, honour_problem, job_status
 
@@ -47,7 +54,44 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         prefix="tpfabric.io", key="last-handled-configuration"
     )
     settings.posting.level = logging.INFO
+    # our own Events only: kopf's per-handler log lines as Events would be one per job per tick
+    settings.posting.loggers = False
+    # "Timer succeeded" every tick for every job is noise; our messages use our own logger
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings.watching.server_timeout = 240
+
+
+def worker_of(
+    name: str,
+    labels: Mapping[str, str],
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+) -> tuple[str, WorkerPod]:
+    """Return (uid of the owning job, the worker) for a worker pod's fields."""
+    owner = next(
+        (r.get("uid", "") for r in meta.get("ownerReferences") or [] if r.get("kind") == KIND),
+        "",
+    )
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    reason = ""
+    for state in status.get("containerStatuses") or []:
+        terminated = (state.get("state") or {}).get("terminated") or {}
+        if terminated.get("exitCode"):
+            reason = f"{state.get('name')} exited {terminated['exitCode']}"
+    index = str(labels.get(WORKER_INDEX_LABEL, ""))
+    return owner, WorkerPod(
+        name=name,
+        index=int(index) if index.isdigit() else -1,
+        phase=str(status.get("phase") or "Pending"),
+        ready=ready,
+        node=spec.get("nodeName"),
+        deleting=meta.get("deletionTimestamp") is not None,
+        reason=reason or str(status.get("reason") or ""),
+    )
 
 
 @kopf.index("pods", labels={JOB_LABEL: kopf.PRESENT, WORKER_INDEX_LABEL: kopf.PRESENT})
@@ -62,33 +106,7 @@ def workers(
     **_: Any,
 ) -> dict[tuple[str, str], tuple[str, WorkerPod]]:
     """Index worker pods by (namespace, job name), with the uid of the job that owns them."""
-    owner = next(
-        (r.get("uid", "") for r in meta.get("ownerReferences", []) if r.get("kind") == PLURAL_KIND),
-        "",
-    )
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    reason = ""
-    for state in status.get("containerStatuses") or []:
-        terminated = (state.get("state") or {}).get("terminated") or {}
-        if terminated.get("exitCode"):
-            reason = f"{state.get('name')} exited {terminated['exitCode']}"
-    index = str(labels[WORKER_INDEX_LABEL])
-    pod = WorkerPod(
-        name=name,
-        index=int(index) if index.isdigit() else -1,
-        phase=str(status.get("phase") or "Pending"),
-        ready=ready,
-        node=spec.get("nodeName"),
-        deleting=meta.get("deletionTimestamp") is not None,
-        reason=reason or str(status.get("reason") or ""),
-    )
-    return {(namespace or "", str(labels[JOB_LABEL])): (owner, pod)}
-
-
-PLURAL_KIND = "TensorParallelJob"
+    return {(namespace or "", str(labels[JOB_LABEL])): worker_of(name, labels, meta, spec, status)}
 
 
 def _now() -> float:
@@ -161,6 +179,22 @@ def reconcile(
     now = _now()
     restarts = int(status.get("restarts") or 0)
     created_before = bool(status.get("workersCreated"))
+    if created_before and failure is None and not job.spec.suspend:
+        # the index may lag behind the status (a busy operator): a worker it does not show is
+        # only lost when the API server says so too
+        for index in range(job.spec.workers):
+            if index not in pods:
+                found = adapter().read_pod(namespace, worker_name(name, index))
+                if found is not None:
+                    owner, pod = worker_of(
+                        found["metadata"]["name"],
+                        found["metadata"].get("labels") or {},
+                        found["metadata"],
+                        found.get("spec") or {},
+                        found.get("status") or {},
+                    )
+                    if owner in ("", uid):
+                        pods[index] = pod
     intent = decide(
         job,
         pods,
@@ -185,18 +219,19 @@ def reconcile(
     elif not created_before and (len(pods) + len(intent.create)) >= job.spec.workers:
         patch.status["workersCreated"] = True
     alive = {i: p for i, p in pods.items() if p.name not in intent.delete}
-    patch.status.update(
-        job_status(
-            job,
-            alive,
-            placement=dict(status.get("placement") or {}),
-            previous_conditions=list(status.get("conditions") or []),
-            restarts=restarts,
-            failure=failure,
-            generation=int(body.meta.get("generation") or 0),
-            now=now,
-        )
+    desired = job_status(
+        job,
+        alive,
+        placement=dict(status.get("placement") or {}),
+        previous_conditions=list(status.get("conditions") or []),
+        restarts=restarts,
+        failure=failure,
+        generation=int(body.meta.get("generation") or 0),
+        now=now,
     )
+    for key, value in desired.items():  # an unchanged job costs no API call
+        if status.get(key) != value:
+            patch.status[key] = value
 
 
 def _apply(
@@ -214,21 +249,23 @@ def _apply(
     namespace, name = body.meta["namespace"], body.meta["name"]
     created_before = bool((body.get("status") or {}).get("workersCreated"))
     kube = adapter()
-    if not job.spec.suspend and failure is None:
+    if not job.spec.suspend and failure is None and (intent.create or not created_before):
         service = headless_service(name, namespace)
         kopf.adopt(service, owner=body)
         kube.create(service)
     for pod_name in intent.delete:
         if kube.delete_pod(namespace, pod_name):
-            logger.info("deleted worker pod %s", pod_name)
-    if intent.delete and not intent.fail and not job.spec.suspend:
+            log.info("job %s/%s: deleted worker pod %s", namespace, name, pod_name)
+    if intent.delete and not intent.fail and failure is None and not job.spec.suspend:
         patch.status["lastFailureTime"] = _rfc3339(now)
         kopf.warn(body, reason="WorkerFailed", message=f"deleted failed {intent.delete}")
     for index in intent.create:
         manifest = worker_pod(job, name, namespace, index, INIT_IMAGE)
         kopf.adopt(manifest, owner=body)
         if kube.create(manifest):
-            logger.info("created worker pod %s", manifest["metadata"]["name"])
+            log.info(
+                "job %s/%s: created worker pod %s", namespace, name, manifest["metadata"]["name"]
+            )
     if intent.replaced:
         restarts += len(intent.replaced)
         kopf.info(

@@ -3,6 +3,7 @@ read node capacity. Conflicts and not-found answers that mean "already so" are n
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -53,6 +54,17 @@ class KubeAdapter:
                 return False
             raise
         return True
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Return the pod as the API server has it now, or None when it does not exist."""
+        try:
+            response = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        result: dict[str, Any] = json.loads(response.data)
+        return result
 
     def node_capacity(self) -> list[dict[str, int]]:
         """Return the allocatable extended resources of every node (cached for 30 s)."""
