@@ -16,6 +16,7 @@ import weakref
 from dataclasses import dataclass
 
 from tpfabric_core import labels
+from tpfabric_core.placement.topology import CLUSTER_LEVEL
 from tpfabric_scheduler.protocol import MAX_SCORE, ExtenderArgs, FilterResult
 from tpfabric_scheduler.store import (
     GPU_RESOURCE,
@@ -87,6 +88,9 @@ def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
     )
 
 
+_CLUSTER_KEY = labels.level_key(CLUSTER_LEVEL)
+
+
 def domain_members(store: ClusterStore, level_key: str, domain: str) -> frozenset[str]:
     """Return the names of the store's nodes labelled ``level_key=domain``.
 
@@ -100,9 +104,12 @@ def domain_members(store: ClusterStore, level_key: str, domain: str) -> frozense
     cached = cache.get((level_key, domain))
     if cached is not None and cached[0] == generation:
         return cached[1]
-    members = frozenset(
-        name for name, node in store.nodes.items() if node.labels.get(level_key) == domain
-    )
+    if level_key == _CLUSTER_KEY:  # a plan spread over the whole cluster: every node is in
+        members = frozenset(store.nodes)
+    else:
+        members = frozenset(
+            name for name, node in store.nodes.items() if node.labels.get(level_key) == domain
+        )
     if len(cache) >= _DOMAIN_CACHE_SIZE:
         cache.clear()
     cache[(level_key, domain)] = (generation, members)

@@ -212,7 +212,7 @@ class KubeWriter:
         namespace: str,
         name: str,
         resource_version: str,
-        affinity: dict[str, Any],
+        affinity: dict[str, Any] | None,
         remaining_gates: list[dict[str, Any]],
     ) -> None:
         """Set the gated pod's (narrowed) affinity and drop our gate, in one JSON patch.
@@ -220,15 +220,13 @@ class KubeWriter:
         The ``test`` op makes it optimistic: if the pod changed since it was read, the API
         server refuses the patch (409/422) and nothing is half-applied.
         """
-        self.core.patch_namespaced_pod(
-            name,
-            namespace,
-            [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
-                {"op": "add", "path": "/spec/affinity", "value": affinity},
-                {"op": "add", "path": "/spec/schedulingGates", "value": remaining_gates},
-            ],
-        )
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}
+        ]
+        if affinity is not None:  # None: a cluster-wide plan narrows nothing
+            ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
+        ops.append({"op": "add", "path": "/spec/schedulingGates", "value": remaining_gates})
+        self.core.patch_namespaced_pod(name, namespace, ops)
 
     @staticmethod
     def wait_synced(informers: list[Informer], timeout: float) -> bool:

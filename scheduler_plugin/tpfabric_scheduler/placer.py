@@ -252,11 +252,8 @@ class GangPlacer:
             gates = spec.get("schedulingGates") or []
             if not any(g.get("name") == GANG_GATE for g in gates):
                 continue  # released already (a restart mid-release)
-            affinity = (
-                narrow_affinity(spec.get("affinity"), expressions)
-                if expressions
-                else (spec.get("affinity") or {})
-            )
+            # a cluster-wide plan (spread, the last resort) narrows nothing
+            affinity = narrow_affinity(spec.get("affinity"), expressions) if expressions else None
             self.writer.release_pod(
                 pod.namespace,
                 pod.name,
