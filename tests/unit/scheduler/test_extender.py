@@ -81,7 +81,7 @@ def test_a_worker_without_a_job_cannot_be_placed() -> None:
 def test_a_plan_spread_over_the_whole_cluster_keeps_every_node_but_other_ranks() -> None:
     store = a_store()
     store.upsert_job(a_job("job", 2, plan=("cluster", "cluster", ["a1", "b2"])))
-    result, counts = filter_nodes(store, args_for(a_worker("job", 0, gated=False)))
+    result, _ = filter_nodes(store, args_for(a_worker("job", 0, gated=False)))
     assert sorted(result.node_names) == ["a1", "a2", "a3", "b1"]
     assert set(result.failed) == {"b2"}
     assert result.failed_unresolvable == {}
