@@ -146,7 +146,6 @@ def reconcile(
     body: kopf.Body,
     patch: kopf.Patch,
     workers: kopf.Index[tuple[str, str], tuple[str, WorkerPod]],
-    logger: kopf.Logger,
 ) -> None:
     """Bring the job's children and status to what ``lifecycle`` says; idempotent."""
     namespace, name = body.meta["namespace"], body.meta["name"]
@@ -209,7 +208,6 @@ def reconcile(
         patch=patch,
         job=job,
         intent=intent,
-        logger=logger,
         failure=failure,
         restarts=restarts,
         now=now,
@@ -240,7 +238,6 @@ def _apply(
     patch: kopf.Patch,
     job: TensorParallelJob,
     intent: Intent,
-    logger: kopf.Logger,
     failure: str | None,
     restarts: int,
     now: float,
@@ -289,14 +286,12 @@ def _apply(
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def on_job_change(
-    *, body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any
-) -> None:
+def on_job_change(*, body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     """Reconcile at once when a job appears, changes, or the operator starts."""
-    reconcile(body, patch, kwargs["workers"], logger)
+    reconcile(body, patch, kwargs["workers"])
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RECONCILE_SECONDS, initial_delay=RECONCILE_SECONDS)
-def on_tick(*, body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any) -> None:
+def on_tick(*, body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     """Reconcile every few seconds: pods and placement change without the job changing."""
-    reconcile(body, patch, kwargs["workers"], logger)
+    reconcile(body, patch, kwargs["workers"])
