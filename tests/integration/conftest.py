@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric_description import FabricDescription, parse_fabric_description
 from tpfabric_localcluster.cluster import LocalCluster, api_client
 from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
 from tpfabric_localcluster.toolchain import find_toolchain
-from tpfabric_localcluster.tpfabric import start_scheduling
+from tpfabric_localcluster.tpfabric import SCHEDULER_NAME, start_scheduling
+from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
 LOGS = Path(os.environ.get("TPFABRIC_TEST_LOGS", "/tmp/tpfabric-test-logs"))
 
@@ -156,3 +158,81 @@ def scheduling(
 ) -> LocalCluster:
     """Return the cluster with tpfabric scheduling, on the 64 nodes of the small fabric."""
     return tpfabric_scheduling
+
+
+class Jobs:
+    """Creates jobs the way the operator will: a TensorParallelJob and gated worker pods."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace = namespace
+
+    def create(
+        self,
+        name: str,
+        workers: int,
+        *,
+        mode: str = "required",
+        level: str = "leaf",
+        status: dict[str, Any] | None = None,
+    ) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TensorParallelJob",
+            "metadata": {"name": name},
+            "spec": {
+                "workers": workers,
+                "tensorParallelSize": 8,
+                "topology": {"mode": mode, "level": level},
+                "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+            },
+        }
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+        if status is not None:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, PLURAL, name, {"status": status}
+            )
+        for index in range(workers):
+            self.core.create_namespaced_pod(self.namespace, worker_pod(name, index))
+
+    def pods(self, name: str) -> list[client.V1Pod]:
+        pods = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{JOB_LABEL}={name}"
+        ).items
+        return sorted(pods, key=lambda p: int(p.metadata.labels[WORKER_INDEX_LABEL]))
+
+    def placement(self, name: str) -> dict[str, Any]:
+        job = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+        return dict((job.get("status") or {}).get("placement") or {})
+
+    def wait_running(self, name: str, timeout: float = 60) -> list[client.V1Pod]:
+        def running() -> list[client.V1Pod] | None:
+            pods = self.pods(name)
+            return pods if pods and all(p.status.phase == "Running" for p in pods) else None
+
+        pods: list[client.V1Pod] = wait_for(running, timeout, what=f"job {name} Running")
+        return pods
+
+    def nodes(self, name: str) -> list[str]:
+        return [p.spec.node_name for p in self.pods(name)]
+
+
+def worker_pod(job: str, index: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"{job}-worker-{index}",
+            "labels": {JOB_LABEL: job, WORKER_INDEX_LABEL: str(index)},
+        },
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "schedulingGates": [{"name": GANG_GATE}],
+            "containers": [
+                {
+                    "name": "w",
+                    "image": "registry.invalid/w:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8", "rdma/ib": "8"}},
+                }
+            ],
+        },
+    }

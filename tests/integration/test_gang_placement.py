@@ -15,93 +15,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from conftest import wait_for
+from conftest import Jobs, wait_for
 from tpfabric_core import labels
-from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.nodes import wait_ready
-from tpfabric_localcluster.tpfabric import EXTENDER, SCHEDULER_NAME, start_extender
-from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
+from tpfabric_localcluster.tpfabric import EXTENDER, start_extender
+from tpfabric_scheduler.store import GANG_GATE
 
 SMALL = Path(__file__).parents[2] / "examples" / "fabrics" / "small.yaml"
-
-
-class Jobs:
-    """Creates jobs the way the operator will: a TensorParallelJob and gated worker pods."""
-
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-        self.namespace = namespace
-
-    def create(
-        self,
-        name: str,
-        workers: int,
-        *,
-        mode: str = "required",
-        level: str = "leaf",
-        status: dict[str, Any] | None = None,
-    ) -> None:
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "TensorParallelJob",
-            "metadata": {"name": name},
-            "spec": {
-                "workers": workers,
-                "tensorParallelSize": 8,
-                "topology": {"mode": mode, "level": level},
-                "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
-            },
-        }
-        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
-        if status is not None:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, self.namespace, PLURAL, name, {"status": status}
-            )
-        for index in range(workers):
-            self.core.create_namespaced_pod(self.namespace, worker_pod(name, index))
-
-    def pods(self, name: str) -> list[client.V1Pod]:
-        pods = self.core.list_namespaced_pod(
-            self.namespace, label_selector=f"{JOB_LABEL}={name}"
-        ).items
-        return sorted(pods, key=lambda p: int(p.metadata.labels[WORKER_INDEX_LABEL]))
-
-    def placement(self, name: str) -> dict[str, Any]:
-        job = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
-        return dict((job.get("status") or {}).get("placement") or {})
-
-    def wait_running(self, name: str, timeout: float = 60) -> list[client.V1Pod]:
-        def running() -> list[client.V1Pod] | None:
-            pods = self.pods(name)
-            return pods if pods and all(p.status.phase == "Running" for p in pods) else None
-
-        pods: list[client.V1Pod] = wait_for(running, timeout, what=f"job {name} Running")
-        return pods
-
-    def nodes(self, name: str) -> list[str]:
-        return [p.spec.node_name for p in self.pods(name)]
-
-
-def worker_pod(job: str, index: int) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": f"{job}-worker-{index}",
-            "labels": {JOB_LABEL: job, WORKER_INDEX_LABEL: str(index)},
-        },
-        "spec": {
-            "schedulerName": SCHEDULER_NAME,
-            "schedulingGates": [{"name": GANG_GATE}],
-            "containers": [
-                {
-                    "name": "w",
-                    "image": "registry.invalid/w:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "8", "rdma/ib": "8"}},
-                }
-            ],
-        },
-    }
 
 
 def filler_pod(name: str, node: str) -> dict[str, Any]:
