@@ -11,7 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.api import (
+    GANG_GATE,
+    JOB_LABEL,
+    SCHEDULER_NAME,
+    WORKER_INDEX_LABEL,
+    TensorParallelJob,
+)
 
 __all__ = [
     "GANG_GATE",
@@ -26,10 +32,6 @@ __all__ = [
     "worker_pod",
 ]
 
-JOB_LABEL = "tpfabric.io/job-name"
-WORKER_INDEX_LABEL = "tpfabric.io/worker-index"
-GANG_GATE = "tpfabric.io/gang"
-SCHEDULER_NAME = "tpfabric-scheduler"
 MASTER_PORT = 29500
 SHARED_MOUNT = "/tpfabric"
 PODINFO_MOUNT = "/etc/podinfo"

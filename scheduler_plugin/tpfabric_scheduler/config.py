@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SCHEDULER_NAME", "scheduler_configuration"]
+from tpfabric_core.api import SCHEDULER_NAME
 
-SCHEDULER_NAME = "tpfabric-scheduler"
+__all__ = ["SCHEDULER_NAME", "scheduler_configuration"]
 
 
 def scheduler_configuration(

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.api import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL, TensorParallelJob
 
 __all__ = [
     "GANG_GATE",
@@ -28,9 +28,6 @@ __all__ = [
 ]
 
 GPU_RESOURCE = "nvidia.com/gpu"
-JOB_LABEL = "tpfabric.io/job-name"
-WORKER_INDEX_LABEL = "tpfabric.io/worker-index"
-GANG_GATE = "tpfabric.io/gang"
 
 
 def parse_quantity(value: Any) -> int:

@@ -3,10 +3,14 @@ CRD (``crd.py`` generates it) and of the validation the operator applies to what
 
 from tpfabric_core.api.models import (
     API_VERSION,
+    GANG_GATE,
     GROUP,
+    JOB_LABEL,
     KIND,
     PLURAL,
+    SCHEDULER_NAME,
     VERSION,
+    WORKER_INDEX_LABEL,
     Condition,
     DomainReason,
     FailurePolicy,
@@ -20,10 +24,14 @@ from tpfabric_core.api.models import (
 
 __all__ = [
     "API_VERSION",
+    "GANG_GATE",
     "GROUP",
+    "JOB_LABEL",
     "KIND",
     "PLURAL",
+    "SCHEDULER_NAME",
     "VERSION",
+    "WORKER_INDEX_LABEL",
     "Condition",
     "DomainReason",
     "FailurePolicy",

@@ -15,11 +15,15 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "API_VERSION",
+    "GANG_GATE",
     "GROUP",
+    "JOB_LABEL",
     "KIND",
     "LEVELS",
     "PLURAL",
+    "SCHEDULER_NAME",
     "VERSION",
+    "WORKER_INDEX_LABEL",
     "Condition",
     "DomainReason",
     "FailurePolicy",
@@ -36,6 +40,17 @@ VERSION: Final = "v1alpha1"
 API_VERSION: Final = "tpfabric.io/v1alpha1"
 KIND: Final = "TensorParallelJob"
 PLURAL = "tensorparalleljobs"
+# The contract between the operator (which creates worker pods) and the gang placer/extender
+# (which plans and steers them): one definition for both sides.
+#: Label naming a worker pod's TensorParallelJob.
+JOB_LABEL: Final = "tpfabric.io/job-name"
+#: Label holding a worker pod's index, which is also its rank in the plan.
+WORKER_INDEX_LABEL: Final = "tpfabric.io/worker-index"
+#: Scheduling gate that holds worker pods until their whole gang has a plan.
+GANG_GATE: Final = "tpfabric.io/gang"
+#: schedulerName of worker pods: the kube-scheduler profile that calls the extender.
+SCHEDULER_NAME: Final = "tpfabric-scheduler"
+
 #: Topology levels a policy may name, smallest first (the canonical label scheme's levels).
 LEVELS = ("leaf", "spine", "block")
 
