@@ -206,7 +206,11 @@ class LocalCluster:
             self._start(state, "kube-apiserver", self._apiserver_argv(state, pki))
             self._wait(state, "kube-apiserver", self._api_url(state) + "/readyz", deadline)
             self._start(state, "kube-controller-manager", self._kcm_argv(state, pki))
-            self._start(state, "kube-scheduler", self._scheduler_argv(state))
+            self._start(
+                state,
+                "kube-scheduler",
+                self._scheduler_argv(state.scheduler_config, state.ports["scheduler"], "scheduler"),
+            )
             self._start(state, "kwok", self._kwok_argv(state))
             for name, port in (
                 ("kube-controller-manager", state.ports["controller-manager"]),
@@ -369,16 +373,16 @@ class LocalCluster:
             "--v=1",
         ]
 
-    def _scheduler_argv(self, state: ClusterState) -> list[str]:
+    def _scheduler_argv(self, config: str, port: int, cert_dir: str) -> list[str]:
         kubeconfig = str(self.folder / "scheduler.kubeconfig")
         return [
             str(self.toolchain.path("kube-scheduler")),
-            f"--config={state.scheduler_config}",
+            f"--config={config}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1",
-            f"--secure-port={state.ports['scheduler']}",
-            f"--cert-dir={self.folder / 'pki' / 'scheduler'}",
+            f"--secure-port={port}",
+            f"--cert-dir={self.folder / 'pki' / cert_dir}",
             "--v=1",
         ]
 
@@ -448,17 +452,7 @@ class LocalCluster:
         path = self.folder / f"{name}-config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         (port,) = free_ports(1)
-        kubeconfig = str(self.folder / "scheduler.kubeconfig")
-        argv = [
-            str(self.toolchain.path("kube-scheduler")),
-            f"--config={path}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--cert-dir={self.folder / 'pki' / name}",
-            "--v=1",
-        ]
+        argv = self._scheduler_argv(str(path), port, name)
         self.add_component(name, argv, f"https://127.0.0.1:{port}/healthz", timeout)
 
     # -- status / down -----------------------------------------------------------------------
