@@ -51,7 +51,7 @@ INVALID_JOBS: dict[str, tuple[dict[str, Any], str]] = {
         _with("pipelineParallelSize", 3),
         "spec.pipelineParallelSize",
     ),
-    "unknown-level": (_with("topology.level", "rack"), "spec.topology.level"),
+    "invalid-level-name": (_with("topology.level", "Rack_1"), "spec.topology.level"),
     "bad-resource-name": (_with("rdma.resourceName", "rdma"), "spec.rdma.resourceName"),
     "template-without-containers": (
         _with("template", {"spec": {"containers": []}}),

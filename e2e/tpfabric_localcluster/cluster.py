@@ -368,6 +368,9 @@ class LocalCluster:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             # react to node readiness within a second (the default 5 s only slows tests down)
             "--node-monitor-period=1s",
+            # the default 20 QPS untaints new nodes at ~5/s: 1,000 kwok nodes would take minutes
+            "--kube-api-qps=300",
+            "--kube-api-burst=600",
             # kwok nodes need no pod CIDRs
             "--controllers=*,-node-ipam-controller",
             "--v=1",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 
 from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
@@ -51,26 +52,49 @@ def install_crd(cluster: LocalCluster) -> None:
     raise TimeoutError("the TensorParallelJob CRD was not established in 30s")
 
 
-def start_extender(cluster: LocalCluster, port: int | None = None) -> int:
-    """Start the extender/placer process against ``cluster``; return its port.
+#: placer flags of the local cluster: bounds short enough for tests and the demo to show them
+LOCAL_PLACER_ARGS = (
+    "--lease-namespace=kube-system",
+    "--lease-seconds=6",
+    "--renew-seconds=4",
+    "--retry-seconds=1",
+    "--bind-timeout-seconds=30",
+    "--head-of-line-seconds=60",
+)
 
-    A restart reuses the port of the previous run: the scheduler's configuration points there.
+
+def start_extender(
+    cluster: LocalCluster,
+    port: int | None = None,
+    *,
+    name: str = EXTENDER,
+    extra_args: Sequence[str] = (),
+) -> int:
+    """Start an extender/placer process (``name``) against ``cluster``; return its port.
+
+    A restart reuses the port and flags of the previous run of ``name``: the scheduler's
+    configuration points there. Several replicas (different names) elect one placer by Lease.
     """
     state = cluster.state()
-    previous = state.components.get(EXTENDER) if state else None
-    if port is None and previous is not None:
-        port = next(int(a.split("=", 1)[1]) for a in previous.argv if a.startswith("--port="))
-    (port,) = (port,) if port else free_ports(1)
-    argv = [
-        sys.executable,
-        "-m",
-        "tpfabric_scheduler",
-        f"--kubeconfig={cluster.kubeconfig}",
-        "--host=127.0.0.1",
-        f"--port={port}",
-    ]
+    previous = state.components.get(name) if state else None
+    if previous is not None and port is None and not extra_args:
+        argv = list(previous.argv)
+        port = next(int(a.split("=", 1)[1]) for a in argv if a.startswith("--port="))
+    else:
+        (port,) = (port,) if port else free_ports(1)
+        argv = [
+            sys.executable,
+            "-m",
+            "tpfabric_scheduler",
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            f"--identity={name}",
+            *LOCAL_PLACER_ARGS,
+            *extra_args,
+        ]
     cluster.add_component(
-        EXTENDER, argv, f"http://127.0.0.1:{port}/readyz", env={"TPFABRIC_LOG_LEVEL": "DEBUG"}
+        name, argv, f"http://127.0.0.1:{port}/readyz", env={"TPFABRIC_LOG_LEVEL": "DEBUG"}
     )
     return port
 

@@ -194,6 +194,11 @@ def reconcile(
                     )
                     if owner in ("", uid):
                         pods[index] = pod
+    replanning = (status.get("placement") or {}).get("state") == "Replanning"
+    if created_before and not replanning and len(pods) < job.spec.workers:
+        # the placer writes Replanning before it deletes released pods; the pod watch may be
+        # ahead of the job's: ask the API server before charging a loss
+        replanning = adapter().read_placement_state(namespace, name) == "Replanning"
     intent = decide(
         job,
         pods,
@@ -202,6 +207,7 @@ def reconcile(
         failed=failure is not None,
         last_failure=_parse_time(status.get("lastFailureTime")),
         now=now,
+        replanning=replanning,
     )
     failure, restarts = _apply(
         body=body,

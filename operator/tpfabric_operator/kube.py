@@ -11,6 +11,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from tpfabric_core.api import GROUP, PLURAL, VERSION
+
 __all__ = ["KubeAdapter"]
 
 NODE_CACHE_SECONDS = 30.0
@@ -27,6 +29,7 @@ class KubeAdapter:
                 config.load_kube_config()
             api = client.ApiClient()
         self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
         self._nodes: list[dict[str, int]] = []
         self._nodes_at = 0.0
         self._lock = threading.Lock()
@@ -65,6 +68,17 @@ class KubeAdapter:
             raise
         result: dict[str, Any] = json.loads(response.data)
         return result
+
+    def read_placement_state(self, namespace: str, name: str) -> str | None:
+        """Return the job's ``status.placement.state`` as the API server has it now."""
+        try:
+            job = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        state = ((job.get("status") or {}).get("placement") or {}).get("state")
+        return str(state) if state else None
 
     def node_capacity(self) -> list[dict[str, int]]:
         """Return the allocatable extended resources of every node (cached for 30 s)."""

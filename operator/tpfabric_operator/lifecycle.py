@@ -78,11 +78,14 @@ def decide(
     failed: bool,
     last_failure: float | None,
     now: float,
+    replanning: bool = False,
 ) -> Intent:
     """Return the intent for ``job`` given its worker pods by index.
 
     ``created_before`` says whether the full set of workers existed once (a missing worker is
-    then a lost one to replace, not one to create for the first time).
+    then a lost one to replace, not one to create for the first time). ``replanning`` says the
+    placer dropped the gang's plan and deleted its released pods: missing workers are then
+    recreated (gated) for a fresh plan, not charged as failures.
     """
     spec = job.spec
     intent = Intent()
@@ -93,7 +96,7 @@ def decide(
     for index in range(spec.workers):
         pod = pods.get(index)
         if pod is None:
-            (lost if created_before else intent.create).append(index)
+            (lost if created_before and not replanning else intent.create).append(index)
         elif pod.phase == "Failed" and not pod.deleting:
             intent.delete.append(pod.name)
             lost.append(index)
@@ -177,7 +180,7 @@ def job_status(
         phase = "Succeeded"
     elif ready == total:
         phase = "Running"
-    elif state == "Waiting":
+    elif state in ("Waiting", "Replanning", "Invalid"):
         phase = "Waiting"
     elif state == "Planned":
         phase = "Placed"
@@ -199,10 +202,13 @@ def job_status(
 
     if state == "Planned":
         placed = cond("Placed", True, "GangPlaced", str(placement.get("message") or "planned"))
-    elif state == "Waiting":
-        placed = cond(
-            "Placed", False, "WaitingForCapacity", str(placement.get("message") or "waiting")
-        )
+    elif state in ("Waiting", "Replanning", "Invalid"):
+        reason = {
+            "Waiting": "WaitingForCapacity",
+            "Replanning": "Replanning",
+            "Invalid": "InvalidTopology",
+        }[str(state)]
+        placed = cond("Placed", False, reason, str(placement.get("message") or "waiting"))
     else:
         placed = cond(
             "Placed",

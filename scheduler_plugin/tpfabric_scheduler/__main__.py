@@ -1,8 +1,10 @@
 """``python -m tpfabric_scheduler``: the extender HTTP server and the gang placer, one process.
 
-Informers feed the store; the placer runs a cycle after every batch of changes (and every few
-seconds, so bounded waits can relax); the HTTP server answers kube-scheduler. Ready once every
-informer has listed once. SIGTERM stops it cleanly.
+Informers feed the store; the HTTP server answers kube-scheduler on every replica. The placer runs
+a cycle after every batch of changes (and every few seconds, so bounded waits can relax), on the
+replica holding the placer Lease only (``--leader-elect``, on by default): plans are written by one
+placer at a time, so replicas can be rolled one by one. Ready once every informer has listed once;
+live while the placer loop keeps turning. SIGTERM stops it cleanly and hands the lease over.
 """
 
 from __future__ import annotations
@@ -13,19 +15,26 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import threading
+import time
+from collections.abc import Callable
 
 from aiohttp import web
 from kubernetes import client, config
 
+from tpfabric_core.errors import InputError
+from tpfabric_core.placement.topology import DEFAULT_LEVELS, LevelSpec, parse_levels
 from tpfabric_scheduler.kube import Informer, KubeWriter, start_informers
+from tpfabric_scheduler.leader import LeaseElector
 from tpfabric_scheduler.metrics import Metrics
-from tpfabric_scheduler.placer import GangPlacer
+from tpfabric_scheduler.placer import BIND_TIMEOUT_SECONDS, HEAD_OF_LINE_SECONDS, GangPlacer
 from tpfabric_scheduler.server import make_app
 from tpfabric_scheduler.store import ClusterStore
 
 log = logging.getLogger("tpfabric.scheduler")
 RESYNC_SECONDS = 5.0
+DEFAULT_LEVELS_TEXT = ",".join(f"{spec.name}={spec.label_key}" for spec in DEFAULT_LEVELS)
 
 
 def _api(kubeconfig: str | None) -> client.ApiClient:
@@ -35,54 +44,174 @@ def _api(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient()
 
 
+def _elector(
+    args: argparse.Namespace, api: client.ApiClient, metrics: Metrics, wake: Callable[[], None]
+) -> LeaseElector | None:
+    """Return the placer's lease elector (None without ``--leader-elect``)."""
+    if not args.leader_elect:
+        metrics.placer_leader.set(1)
+        return None
+
+    def on_transition(leading: bool) -> None:
+        metrics.placer_leader.set(1 if leading else 0)
+        wake()
+
+    return LeaseElector(
+        api,
+        args.lease_namespace,
+        args.lease_name,
+        args.identity,
+        lease_seconds=args.lease_seconds,
+        renew_seconds=args.renew_seconds,
+        retry_seconds=args.retry_seconds,
+        on_transition=on_transition,
+    )
+
+
+class PlacerLoop:
+    """Runs placer cycles, on the lease holder only, and keeps ``store.placer_heartbeat`` fresh.
+
+    A turn waits for a change (or ``resync_seconds``), then runs one cycle in an executor thread
+    (never on the event loop) if the informers have synced and this replica leads; a follower, or
+    a replica still listing, only beats the heartbeat (it is alive, just idle). A replica that
+    becomes leader starts from a new placer (``new_placer``): nothing an earlier term of it
+    remembered is trusted, the store fed by the informers is the truth.
+    """
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        new_placer: Callable[[], GangPlacer],
+        ready: Callable[[], bool],
+        leading: Callable[[], bool],
+        *,
+        resync_seconds: float = RESYNC_SECONDS,
+        settle_seconds: float = 0.05,
+    ) -> None:
+        self.store = store
+        self.new_placer = new_placer
+        self.ready = ready
+        self.leading = leading
+        self.resync_seconds = resync_seconds
+        self.settle_seconds = settle_seconds
+        self.changed = asyncio.Event()
+        self.placer: GangPlacer | None = None
+        self.cycles = 0
+
+    async def turn(self) -> bool:
+        """Wait for a change, then run a cycle if we may; return whether one ran."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), timeout=self.resync_seconds)
+        self.changed.clear()
+        if not self.leading():
+            self.placer = None  # the next term starts afresh
+        if not self.ready() or not self.leading():
+            self.store.placer_heartbeat = time.monotonic()
+            return False
+        if self.placer is None:
+            # a new term: plans this process wrote in an earlier term may since have been
+            # replaced by another leader; only what the watches deliver is trusted
+            with self.store.lock:
+                self.store.fresh_plans.clear()
+            self.placer = self.new_placer()
+        await asyncio.sleep(self.settle_seconds)  # let a burst of watch events land first
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.placer.run_cycle)
+        except Exception:
+            # no heartbeat: a cycle that keeps failing turns /healthz red after the stall bound
+            log.exception("placer cycle failed")
+            return False
+        self.store.placer_heartbeat = time.monotonic()
+        self.cycles += 1
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Turn until ``stop`` is set (a cycle in flight finishes first)."""
+        while not stop.is_set():
+            await self.turn()
+
+
+def _start_elector(elector: LeaseElector | None) -> tuple[threading.Event, threading.Thread | None]:
+    stop = threading.Event()
+    if elector is None:
+        return stop, None
+    thread = threading.Thread(target=elector.run, args=(stop,), name="lease-elector", daemon=True)
+    thread.start()
+    return stop, thread
+
+
 async def serve(args: argparse.Namespace) -> None:
     """Run until SIGTERM/SIGINT."""
     api = _api(args.kubeconfig)
     store = ClusterStore()
     metrics = Metrics()
     loop = asyncio.get_running_loop()
-    changed = asyncio.Event()
     stop = asyncio.Event()
-
-    def on_change() -> None:
-        loop.call_soon_threadsafe(changed.set)
-
-    informers: list[Informer] = start_informers(api, store, on_change)
-    placer = GangPlacer(store, KubeWriter(api), metrics)
-    cycle_lock = threading.Lock()
+    informers: list[Informer] = []
+    writer = KubeWriter(api)
 
     def ready() -> bool:
-        return all(i.synced.is_set() for i in informers)
+        return bool(informers) and all(i.synced.is_set() for i in informers)
 
-    async def placer_loop() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout=RESYNC_SECONDS)
-            changed.clear()
-            if not ready():
-                continue
-            await asyncio.sleep(0.05)  # let a burst of watch events land before planning
-            with cycle_lock:
-                await loop.run_in_executor(None, placer.run_cycle)
+    def wake() -> None:  # from any thread
+        loop.call_soon_threadsafe(placer.changed.set)
 
-    runner = web.AppRunner(make_app(store, metrics, ready), access_log=None)
+    elector = _elector(args, api, metrics, wake)
+    placer = PlacerLoop(
+        store,
+        lambda: GangPlacer(
+            store,
+            writer,
+            metrics,
+            levels=args.levels,
+            bind_timeout=args.bind_timeout_seconds,
+            head_of_line_seconds=args.head_of_line_seconds,
+            leading=elector.is_leader if elector is not None else lambda: True,
+        ),
+        ready,
+        elector.is_leader if elector is not None else lambda: True,
+    )
+    elector_stop, elector_thread = _start_elector(elector)
+    informers += start_informers(api, store, wake)
+
+    app = make_app(store, metrics, ready, liveness_stall_seconds=args.liveness_stall_seconds)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
-    await site.start()
+    await web.TCPSite(runner, args.host, args.port).start()
     log.info("extender listening on http://%s:%s", args.host, args.port)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    task = asyncio.create_task(placer_loop())
+    task = asyncio.create_task(placer.run(stop))
     await stop.wait()
-    task.cancel()
+    placer.changed.set()
+    await task  # the cycle in flight ends before the lease is released: never two placers at work
+    elector_stop.set()
+    if elector_thread is not None:
+        await loop.run_in_executor(None, elector_thread.join, args.retry_seconds + 5)
     for informer in informers:
         informer.stop()
     await runner.cleanup()
     log.info("stopped")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Parse flags and serve."""
+def _flag_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in {"true", "1", "yes"}:
+        return True
+    if lowered in {"false", "0", "no"}:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _flag_levels(text: str) -> tuple[LevelSpec, ...]:
+    try:
+        return parse_levels(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Return the parsed flags; exit with a usage error on bad or inconsistent ones."""
     parser = argparse.ArgumentParser(prog="tpfabric-scheduler", description=__doc__)
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -92,7 +221,83 @@ def main(argv: list[str] | None = None) -> None:
         default=os.environ.get("TPFABRIC_LOG_LEVEL", "INFO"),
         help="DEBUG logs every filter/prioritize decision (env TPFABRIC_LOG_LEVEL)",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--levels",
+        type=_flag_levels,
+        default=DEFAULT_LEVELS_TEXT,
+        help="topology levels as name=label-key pairs, top level first "
+        f"(default {DEFAULT_LEVELS_TEXT})",
+    )
+    parser.add_argument(
+        "--bind-timeout-seconds",
+        type=float,
+        default=BIND_TIMEOUT_SECONDS,
+        help="a released gang not bound within this long is planned again "
+        f"(default {BIND_TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--head-of-line-seconds",
+        type=float,
+        default=HEAD_OF_LINE_SECONDS,
+        help="a gang waiting this long holds the best domain it would take "
+        f"(default {HEAD_OF_LINE_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--liveness-stall-seconds",
+        type=float,
+        default=60.0,
+        help="/healthz fails once the placer loop has not turned for this long (default 60)",
+    )
+    election = parser.add_argument_group("leader election of the placer (a Lease)")
+    election.add_argument(
+        "--leader-elect",
+        type=_flag_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="plan only while holding the lease (default true; false: a single replica only)",
+    )
+    election.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE") or "tpfabric-system",
+        help="namespace of the lease (default env POD_NAMESPACE, else tpfabric-system)",
+    )
+    election.add_argument("--lease-name", default="tpfabric-placer", help="name of the lease")
+    election.add_argument(
+        "--identity",
+        default=os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}",
+        help="holder identity (default env POD_NAME, else hostname_pid)",
+    )
+    election.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=15.0,
+        help="a lease not renewed for this long may be taken over (default 15)",
+    )
+    election.add_argument(
+        "--renew-seconds",
+        type=float,
+        default=10.0,
+        help="a leader that could not renew for this long stops planning (default 10)",
+    )
+    election.add_argument(
+        "--retry-seconds",
+        type=float,
+        default=2.0,
+        help="period of every acquire/renew attempt (default 2)",
+    )
+    args = parser.parse_args(argv)  # a string default goes through ``type`` too
+    if not 0 < args.retry_seconds < args.renew_seconds < args.lease_seconds:
+        parser.error(
+            "need 0 < --retry-seconds < --renew-seconds < --lease-seconds, got "
+            f"{args.retry_seconds}, {args.renew_seconds}, {args.lease_seconds}"
+        )
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse flags and serve."""
+    args = parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),
         format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'

@@ -1,13 +1,29 @@
-"""Filter and prioritize for one pod, answered from the store and the job's persisted plan.
+"""Filter and prioritize for one pod, answered from the store and the job's plan.
 
-Pods that are not TensorParallelJob workers pass through untouched (filter keeps every node,
-prioritize scores nothing). A worker is kept inside its job's planned domain; inside it, the node
-planned for its rank scores highest, nodes planned for other ranks of the same job are filtered
-out (so each worker index lands where the plan's rank order wants it), and the other nodes of the
-domain are ranked by health and best fit. The request's node list is walked once against the
-set of the planned domain's node names, which is computed once per topology generation of the
-store (node set or labels changed) and shared by every request; nothing else here lists the
-cluster or allocates per cluster node.
+A worker is kept inside its job's planned domain; inside it, the node planned for its rank scores
+highest, and nodes that hold a not-yet-bound rank of any gang (``store.reservations()``: another
+rank of the same job, or a rank of another job) are filtered out, so each worker index lands where
+the plan's rank order wants it and never on a node another gang was promised. The other nodes of
+the domain are ranked by health and best fit.
+
+Every rejection is *failed and unresolvable*: no preemption on a node could make us accept it, so
+kube-scheduler's DefaultPreemption must never evict pods for it. The plan read is
+``store.placement_of(job)``: a plan the placer has just written counts at once, and a job deleted
+and created again under the same name never sees the old job's plan.
+
+A planned domain is matched on its full label path (``placement.domainLabels``: every level from
+the top down to the plan's level), so two leaves of the same name under different spines are never
+mixed up. Plans persisted before ``domainLabels`` existed fall back to the plan level's key alone.
+
+Pods that are not TensorParallelJob workers pass through untouched: filter keeps every node,
+prioritize scores nothing. Such pods only reach us when they name the tpfabric scheduler, and may
+as well run on the default scheduler, so the extender neither holds them back nor steers them off
+reserved nodes (the placer's capacity snapshot already accounts for them once they are bound).
+
+The request's node list is walked once against the set of the planned domain's node names, which
+is computed once per topology generation of the store (node set or labels changed) and shared by
+every request, and the reservation map, cached by the store per capacity generation. Nothing here
+lists the cluster or allocates per cluster node. Call with ``store.lock`` held.
 """
 
 from __future__ import annotations
@@ -27,6 +43,7 @@ from tpfabric_scheduler.store import (
 )
 
 __all__ = [
+    "DomainPath",
     "FilterReason",
     "WorkerView",
     "domain_members",
@@ -35,8 +52,11 @@ __all__ = [
     "worker_view",
 ]
 
-#: per store: (level key, domain) -> (topology generation, names of the domain's nodes)
-_DomainCache = dict[tuple[str, str], tuple[int, frozenset[str]]]
+#: a planned domain as (label key, value) pairs, sorted; empty: the whole cluster
+DomainPath = tuple[tuple[str, str], ...]
+
+#: per store: domain path -> (topology generation, names of the domain's nodes)
+_DomainCache = dict[DomainPath, tuple[int, frozenset[str]]]
 _domain_cache: weakref.WeakKeyDictionary[ClusterStore, _DomainCache] = weakref.WeakKeyDictionary()
 _DOMAIN_CACHE_SIZE = 1024  # planned domains in use at once; past this the cache starts over
 
@@ -46,21 +66,36 @@ class FilterReason:
 
     OUTSIDE_DOMAIN = "outside-planned-domain"
     OTHER_RANK = "planned-for-another-rank"
+    RESERVED = "reserved-by-another-gang"
     NO_PLAN = "job-not-planned"
     UNKNOWN_JOB = "unknown-job"
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerView:
-    """What the extender knows of a worker pod's job and plan."""
+    """What the extender knows of a worker pod's job and plan.
+
+    ``domain`` is None while the job has no plan; ``domain_path`` is then empty too.
+    """
 
     job: JobRecord | None
     job_key: str
     index: int | None
-    level_key: str | None
+    level: str | None
     domain: str | None
+    domain_path: DomainPath
     planned_node: str | None
     other_ranks: dict[str, int]  # node -> rank, for the job's other ranks
+
+
+def _domain_path(placement: dict[str, object], level: str, domain: str) -> DomainPath:
+    """Return the planned domain's label path: ``domainLabels``, else the level key (old plans)."""
+    domain_labels = placement.get("domainLabels")
+    if isinstance(domain_labels, dict) and domain_labels:
+        return tuple(sorted((str(k), str(v)) for k, v in domain_labels.items()))
+    if level == CLUSTER_LEVEL:
+        return ()
+    return ((labels.level_key(level), domain),)
 
 
 def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
@@ -72,48 +107,53 @@ def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
     index_text = args.pod.labels.get(WORKER_INDEX_LABEL, "")
     index = int(index_text) if index_text.isdigit() else None
     job = store.jobs.get(key)
-    placement = (job.raw_status.get("placement") or {}) if job else {}
+    placement = store.placement_of(job) if job is not None else {}
     nodes = [str(n) for n in placement.get("nodes") or []]
-    level = placement.get("level")
-    domain = placement.get("domain")
-    planned = nodes[index] if index is not None and index < len(nodes) else None
+    level = str(placement.get("level") or "")
+    domain = str(placement.get("domain") or "")
+    planned = bool(level and domain and nodes)
     return WorkerView(
         job=job,
         job_key=key,
         index=index,
-        level_key=labels.level_key(str(level)) if level and domain and nodes else None,
-        domain=str(domain) if domain and nodes else None,
-        planned_node=planned,
+        level=level if planned else None,
+        domain=domain if planned else None,
+        domain_path=_domain_path(placement, level, domain) if planned else (),
+        planned_node=nodes[index] if index is not None and index < len(nodes) else None,
         other_ranks={n: r for r, n in enumerate(nodes) if r != index},
     )
 
 
-_CLUSTER_KEY = labels.level_key(CLUSTER_LEVEL)
+def domain_members(store: ClusterStore, path: DomainPath) -> frozenset[str]:
+    """Return the names of the store's nodes whose labels hold every item of ``path``.
 
-
-def domain_members(store: ClusterStore, level_key: str, domain: str) -> frozenset[str]:
-    """Return the names of the store's nodes labelled ``level_key=domain``.
-
-    O(cluster) once per topology generation and domain, O(1) after that: a node's labels and the
-    node set only change with ``store.topology_generation``. Call with ``store.lock`` held.
+    An empty path is the whole cluster. O(cluster) once per topology generation and domain, O(1)
+    after that: a node's labels and the node set only change with ``store.topology_generation``.
+    Call with ``store.lock`` held.
     """
     cache = _domain_cache.get(store)
     if cache is None:
         cache = _domain_cache[store] = {}
     generation = store.topology_generation
-    cached = cache.get((level_key, domain))
+    cached = cache.get(path)
     if cached is not None and cached[0] == generation:
         return cached[1]
-    if level_key == _CLUSTER_KEY:  # a plan spread over the whole cluster: every node is in
-        members = frozenset(store.nodes)
-    else:
-        members = frozenset(
-            name for name, node in store.nodes.items() if node.labels.get(level_key) == domain
-        )
+    members = frozenset(
+        name
+        for name, node in store.nodes.items()
+        if all(node.labels.get(key) == value for key, value in path)
+    )
     if len(cache) >= _DOMAIN_CACHE_SIZE:
         cache.clear()
-    cache[(level_key, domain)] = (generation, members)
+    cache[path] = (generation, members)
     return members
+
+
+def _reject_all(
+    args: ExtenderArgs, message: str, reason: str
+) -> tuple[FilterResult, dict[str, int]]:
+    rejected = dict.fromkeys(args.node_names, message)
+    return FilterResult(node_names=[], failed_unresolvable=rejected), {reason: len(rejected)}
 
 
 def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult, dict[str, int]]:
@@ -121,54 +161,71 @@ def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult,
     view = worker_view(store, args)
     if view is None:
         return FilterResult(node_names=args.node_names), {}
-    if view.job is None:
-        message = f"tpfabric: job {view.job_key} does not exist (worker without a job)"
-        return FilterResult(
-            node_names=[], failed_unresolvable=dict.fromkeys(args.node_names, message)
-        ), {FilterReason.UNKNOWN_JOB: len(args.node_names)}
-    if view.domain is None or view.level_key is None:
-        message = f"tpfabric: job {view.job_key} has no gang plan yet"
-        return FilterResult(node_names=[], failed=dict.fromkeys(args.node_names, message)), {
-            FilterReason.NO_PLAN: len(args.node_names)
-        }
-    members = domain_members(store, view.level_key, view.domain)
-    names = args.node_names
-    level = view.level_key.removeprefix(labels.PREFIX)
-    outside = f"tpfabric: outside the planned {level} {view.domain} of job {view.job_key}"
-    unresolvable = dict.fromkeys([n for n in names if n not in members], outside)
+    if view.job is None or view.domain is None:
+        # A worker reaches the scheduler only after the placer released it, so its plan
+        # exists: this replica's watch has not delivered it (the placer may be another
+        # replica) or the job was just deleted. Answer an error: kube-scheduler retries the pod
+        # after a short backoff, never preempts for it, and never parks it as unschedulable.
+        if view.job is None:
+            message = f"tpfabric: job {view.job_key} not known yet (or deleted)"
+            reason = FilterReason.UNKNOWN_JOB
+        else:
+            message = f"tpfabric: the gang plan of job {view.job_key} is not visible here yet"
+            reason = FilterReason.NO_PLAN
+        return FilterResult(node_names=[], error=message), {reason: len(args.node_names)}
+    members = domain_members(store, view.domain_path)
+    reserved = store.reservations()
+    outside = f"tpfabric: outside the planned {view.level} {view.domain} of job {view.job_key}"
     kept: list[str] = []
-    failed: dict[str, str] = {}
-    for name in [n for n in names if n in members] if unresolvable else names:
-        if name in view.other_ranks and name != view.planned_node:
-            failed[name] = (
+    rejected: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for name in args.node_names:
+        if name not in members:
+            reason, rejected[name] = FilterReason.OUTSIDE_DOMAIN, outside
+        elif name == view.planned_node:  # its own reservation
+            kept.append(name)
+            continue
+        elif name in view.other_ranks:
+            reason = FilterReason.OTHER_RANK
+            rejected[name] = (
                 f"tpfabric: planned for rank {view.other_ranks[name]} of job {view.job_key}"
             )
+        elif (holder := reserved.get(name)) is not None:
+            job_key, rank = holder
+            reason = FilterReason.OTHER_RANK if job_key == view.job_key else FilterReason.RESERVED
+            rejected[name] = f"tpfabric: reserved for rank {rank} of job {job_key}"
         else:
             kept.append(name)
-    counts = {}
-    if unresolvable:
-        counts[FilterReason.OUTSIDE_DOMAIN] = len(unresolvable)
-    if failed:
-        counts[FilterReason.OTHER_RANK] = len(failed)
-    return FilterResult(node_names=kept, failed=failed, failed_unresolvable=unresolvable), counts
+            continue
+        counts[reason] = counts.get(reason, 0) + 1
+    return FilterResult(node_names=kept, failed_unresolvable=rejected), counts
 
 
 def prioritize_nodes(store: ClusterStore, args: ExtenderArgs) -> list[tuple[str, int]]:
-    """Return ``(node, score)`` for ``args``: the planned node 10, healthy best fit next."""
+    """Return ``(node, score)`` for ``args``: the planned node 10, healthy best fit next.
+
+    Nodes outside the domain, planned for another rank or reserved by another gang score 0 (the
+    filter removes them anyway). Nothing for a pod that is not a planned worker.
+    """
     view = worker_view(store, args)
-    if view is None or view.domain is None or view.level_key is None:
+    if view is None or view.domain is None:
         return []
-    members = domain_members(store, view.level_key, view.domain)
+    members = domain_members(store, view.domain_path)
+    reserved = store.reservations()
     scores: list[tuple[str, int]] = []
     append = scores.append
     for name in args.node_names:
         if name not in members:
             append((name, 0))
             continue
-        node = store.nodes[name]
         if name == view.planned_node:
             append((name, MAX_SCORE))
-        elif node.labels.get(labels.HEALTH, "ok") != "ok":
+            continue
+        if name in view.other_ranks or name in reserved:
+            append((name, 0))
+            continue
+        node = store.nodes[name]
+        if node.labels.get(labels.HEALTH, "ok") != "ok":
             append((name, 1))
         else:
             # best fit: a node with fewer free GPUs left after this worker scores higher

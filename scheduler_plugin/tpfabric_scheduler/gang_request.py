@@ -1,19 +1,27 @@
-"""Map a TensorParallelJob spec onto the placement engine's GangRequest (pure)."""
+"""Describe one gang to the placement engine: what each worker demands and where it may run.
+
+A worker's demands are read from one of its pods (kube-scheduler's arithmetic, kept by the
+store: CPU, memory, a pod slot, GPUs, the RDMA resource, any other extended resource); where it
+may run follows from the pod's node selector, required node affinity and tolerations. Pure.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, get_args
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.placement.pod_fit import node_matcher
 from tpfabric_core.placement.request import GangRequest, TopologyPolicy
 from tpfabric_core.placement.snapshot import TaintEffect, Toleration
+from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, PodRecord
 
-__all__ = ["gang_request", "tolerations_of"]
+__all__ = ["eligible_nodes", "gang_request", "tolerations_of"]
 
 _EFFECTS = set(get_args(TaintEffect))
 
 
-def tolerations_of(pod_spec: dict[str, Any]) -> tuple[Toleration, ...]:
+def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
     """Return the engine's tolerations from a pod spec's ``tolerations`` list."""
     result = []
     for item in pod_spec.get("tolerations") or []:
@@ -29,18 +37,41 @@ def tolerations_of(pod_spec: dict[str, Any]) -> tuple[Toleration, ...]:
     return tuple(result)
 
 
-def gang_request(key: str, job: TensorParallelJob) -> GangRequest:
-    """Return the engine's request for ``job`` (named by its ``namespace/name`` key)."""
+def eligible_nodes(store: ClusterStore, scheduling: Mapping[str, Any]) -> frozenset[str] | None:
+    """Return the nodes a worker's node selector and required affinity allow (None: every)."""
+    if not scheduling.get("nodeSelector") and not (
+        (scheduling.get("affinity") or {}).get("nodeAffinity") or {}
+    ).get("requiredDuringSchedulingIgnoredDuringExecution"):
+        return None
+    matches = node_matcher(scheduling)
+    return frozenset(name for name, node in store.nodes.items() if matches(name, node.labels))
+
+
+def gang_request(
+    key: str,
+    job: TensorParallelJob,
+    worker: PodRecord | None,
+    eligible: frozenset[str] | None,
+) -> GangRequest:
+    """Return the engine's request for ``job``, its demands read from one worker pod."""
     spec = job.spec
     topology = spec.topology
+    demand = dict(worker.requests) if worker is not None and worker.requests else {}
+    demand.setdefault("pods", 1)
+    if spec.rdma.count:
+        demand.setdefault(spec.rdma.resource_name, spec.rdma.count)
+    demand.pop(GPU_RESOURCE, None)  # the engine counts GPUs itself (gpus_per_worker)
+    scheduling = worker.scheduling if worker is not None else {}
     return GangRequest(
         name=key,
         workers=spec.workers,
         gpus_per_worker=spec.gpus_per_worker,
-        rdma_per_worker=spec.rdma.count,
+        rdma_per_worker=0,  # RDMA is one of the other resources: see build_snapshot
         tp_size=spec.tensor_parallel_size,
         pp_size=spec.pipeline_parallel_size,
-        tolerations=tolerations_of(spec.template.spec),
+        tolerations=tolerations_of(dict(scheduling)),
+        other_resources=tuple(sorted((r, a) for r, a in demand.items() if a > 0)),
+        eligible_nodes=eligible,
         policy=TopologyPolicy(
             mode=topology.mode,
             level=topology.level,

@@ -5,6 +5,13 @@ Each watched kind runs an informer loop in its own thread: list, then watch from
 resourceVersion with bookmarks; a closed stream re-watches from the last version; ``410 Gone`` or
 any error relists after a short backoff. The store is never left half-updated: every event is
 applied under the store's lock. Nothing here decides anything.
+
+A list is read in pages of ``LIST_PAGE_SIZE`` (``limit``/``continue``: one consistent snapshot of
+the API server). Each page's objects are cut down to the fields the store's records read
+(:func:`slim_pod`, :func:`slim_node`, :func:`slim_job`) before the next page is fetched, so at most
+one page of raw objects (and its response body) is alive at a time, and the store is replaced in
+one step, under its lock, once the last page has arrived: a 50,000-pod cluster never holds 50,000
+raw pod dicts, and the lock is never held across a network call.
 """
 
 from __future__ import annotations
@@ -24,10 +31,110 @@ from kubernetes.client.rest import ApiException
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_scheduler.store import ClusterStore, JobRecord
 
-__all__ = ["Informer", "KubeWriter", "start_informers"]
+__all__ = [
+    "LIST_PAGE_SIZE",
+    "Informer",
+    "KubeWriter",
+    "list_pages",
+    "slim_job",
+    "slim_node",
+    "slim_pod",
+    "start_informers",
+]
 
 log = logging.getLogger("tpfabric.scheduler.kube")
 WATCH_TIMEOUT_S = 240
+LIST_PAGE_SIZE = 500  # what client-go's pager asks for
+JSON_PATCH = "application/json-patch+json"
+_UNPROCESSABLE = 422
+
+#: annotations nothing of ours reads that can be as large as the object itself
+_BULKY_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+_POD_SPEC_BULK = frozenset({"volumes", "ephemeralContainers"})
+_POD_STATUS_BULK = frozenset(
+    {"containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses", "conditions"}
+)
+_NODE_STATUS_BULK = frozenset({"images", "volumesInUse", "volumesAttached"})
+
+
+def _slim_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    slim = {k: v for k, v in meta.items() if k != "managedFields"}
+    annotations = slim.get("annotations")
+    if annotations and any(a in annotations for a in _BULKY_ANNOTATIONS):
+        slim["annotations"] = {k: v for k, v in annotations.items() if k not in _BULKY_ANNOTATIONS}
+    return slim
+
+
+def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """Return ``obj`` without the bulk no pod record reads (managed fields, volumes, env, ...).
+
+    Metadata, the scheduling fields of the spec and the status phase stay whole; of each
+    container only its name, resources and (init containers) restart policy.
+    """
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    slim_spec = {k: v for k, v in spec.items() if k not in _POD_SPEC_BULK}
+    for key in ("containers", "initContainers"):
+        if key in spec:
+            # restartPolicy marks a sidecar (an init container that keeps running): it changes
+            # the pod's requests (kube-scheduler's arithmetic in pod_fit.pod_requests)
+            slim_spec[key] = [
+                {
+                    "name": c.get("name"),
+                    "resources": c.get("resources") or {},
+                    **({"restartPolicy": c["restartPolicy"]} if c.get("restartPolicy") else {}),
+                }
+                for c in spec[key] or []
+            ]
+    return {
+        "metadata": _slim_meta(obj.get("metadata") or {}),
+        "spec": slim_spec,
+        "status": {k: v for k, v in status.items() if k not in _POD_STATUS_BULK},
+    }
+
+
+def slim_node(obj: dict[str, Any]) -> dict[str, Any]:
+    """Return ``obj`` without the bulk no node record reads (managed fields, images, ...)."""
+    status = obj.get("status") or {}
+    return {
+        "metadata": _slim_meta(obj.get("metadata") or {}),
+        "spec": obj.get("spec") or {},
+        "status": {k: v for k, v in status.items() if k not in _NODE_STATUS_BULK},
+    }
+
+
+def slim_job(obj: dict[str, Any]) -> dict[str, Any]:
+    """Return ``obj`` without its managed fields (jobs are few; spec and status stay whole)."""
+    return {**obj, "metadata": _slim_meta(obj.get("metadata") or {})}
+
+
+def list_pages(
+    list_call: Callable[..., Any], slim: Callable[[dict[str, Any]], dict[str, Any]]
+) -> tuple[list[dict[str, Any]], str]:
+    """Return every object of a paginated list, each cut down by ``slim``, and its version.
+
+    Pages of ``LIST_PAGE_SIZE``; each response body is parsed, cut down and dropped before the
+    next one is fetched. The resourceVersion is the snapshot's (the first page's). An expired
+    continue token (410) raises like any list error: the caller lists again from the start.
+    """
+    objects: list[dict[str, Any]] = []
+    version, token = "", ""
+    while True:
+        page = _page(list_call, token)
+        version = version or str(page["metadata"]["resourceVersion"])
+        token = str(page["metadata"].get("continue") or "")
+        objects.extend(map(slim, page.get("items") or ()))
+        del page  # dropped before the next page is fetched
+        if not token:
+            return objects, version
+
+
+def _page(list_call: Callable[..., Any], token: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False}
+    if token:
+        kwargs["_continue"] = token
+    page: dict[str, Any] = orjson.loads(list_call(**kwargs).data)
+    return page
 
 
 @dataclass
@@ -38,6 +145,7 @@ class _Kind:
     upsert: Callable[[dict[str, Any]], None]
     delete: Callable[[str], None]
     namespaced: bool
+    slim: Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class Informer(threading.Thread):
@@ -63,13 +171,12 @@ class Informer(threading.Thread):
         return f"{meta.get('namespace')}/{meta['name']}" if self.kind.namespaced else meta["name"]
 
     def _list(self) -> str:
-        response = self.kind.list_call(_preload_content=False)
-        data = orjson.loads(response.data)
+        objects, version = list_pages(self.kind.list_call, self.kind.slim)
         with self.store.lock:
-            self.kind.replace(data.get("items") or [])
+            self.kind.replace(objects)
         self.synced.set()
         self.on_change()
-        return str(data["metadata"]["resourceVersion"])
+        return version
 
     def _watch_from(self, version: str) -> str:
         self._watch = watch.Watch()
@@ -131,6 +238,7 @@ def start_informers(
             store.upsert_node,
             store.delete_node,
             namespaced=False,
+            slim=slim_node,
         ),
         _Kind(
             "pods",
@@ -139,6 +247,7 @@ def start_informers(
             store.upsert_pod,
             store.delete_pod,
             namespaced=True,
+            slim=slim_pod,
         ),
         _Kind(
             "tensorparalleljobs",
@@ -147,12 +256,18 @@ def start_informers(
             store.upsert_job,
             store.delete_job,
             namespaced=True,
+            slim=slim_job,
         ),
     ]
     informers = [Informer(kind, store, on_change) for kind in kinds]
     for informer in informers:
         informer.start()
     return informers
+
+
+def _pointer(key: str) -> str:
+    """Return ``key`` as one JSON pointer (RFC 6901) segment."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 class KubeWriter:
@@ -162,11 +277,55 @@ class KubeWriter:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
-    def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Merge-patch ``status`` into the job's status subresource."""
+    def patch_job_status(
+        self, namespace: str, name: str, status: dict[str, Any], *, uid: str | None = None
+    ) -> None:
+        """Write ``status`` into the job's status subresource; None values remove keys.
+
+        Without ``uid``: a merge patch (nested maps merge). With ``uid``: only this incarnation
+        of the job is written, and each top-level key of ``status`` is replaced whole (no stale
+        keys of an earlier placement survive). A merge patch cannot do that: the status
+        subresource ignores ``metadata.uid`` in a patch (checked against kube-apiserver 1.37), so
+        this is a JSON patch led by a ``test`` of the uid; the API server refuses it (422) when a
+        job of the same name was created since. A job without any status yet gets it whole,
+        guarded by a ``test`` that it still has none.
+        """
+        if not uid:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, {"status": status}
+            )
+            return
+        same_job: dict[str, Any] = {"op": "test", "path": "/metadata/uid", "value": uid}
+        ops = [same_job] + [
+            {"op": "add", "path": f"/status/{_pointer(key)}", "value": value}
+            for key, value in status.items()
+        ]
+        try:
+            self._json_patch_status(namespace, name, ops)
+        except ApiException as err:
+            if err.status != _UNPROCESSABLE:
+                raise
+            # another job, or no /status to add into: the first status, if it still has none
+            first: list[dict[str, Any]] = [
+                same_job,
+                {"op": "test", "path": "/status", "value": None},
+                {"op": "add", "path": "/status", "value": status},
+            ]
+            self._json_patch_status(namespace, name, first)
+
+    def _json_patch_status(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": status}
+            GROUP, VERSION, namespace, PLURAL, name, ops, _content_type=JSON_PATCH
         )
+
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete the pod (only the incarnation ``uid`` when given); one already gone is fine."""
+        body = {"preconditions": {"uid": uid}} if uid else None
+        try:
+            self.core.delete_namespaced_pod(name, namespace, body=body)
+        except ApiException as err:
+            if err.status not in {404, 409}:  # 409: the uid precondition, a newer pod
+                raise
 
     def job_event(self, job: JobRecord, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the job (best effort: a lost event is only a lost note)."""

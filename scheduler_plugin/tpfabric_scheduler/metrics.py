@@ -48,3 +48,8 @@ class Metrics:
             "Jobs whose whole gang waits for a domain.",
             registry=self.registry,
         )
+        self.placer_leader = Gauge(
+            "tpfabric_placer_leader",
+            "1 while this replica holds the placer lease (only the leader plans), else 0.",
+            registry=self.registry,
+        )

@@ -1,62 +1,80 @@
 """The gang placer: one plan for a whole job on one consistent snapshot, persisted, then released.
 
-For every TensorParallelJob whose worker pods all exist and are still gated:
+Each cycle (run by the lease holder only):
 
-1. with the store locked, build a capacity snapshot (free = allocatable - bound pods - workers of
-   other planned jobs not bound yet) and ask the engine for a whole plan;
-2. persist it in the job's ``status.placement`` (so a restart of any component finds it);
-3. release each pod: narrow its required node affinity to the planned domain and drop our gate.
+1. under the store lock, build one capacity snapshot: every resource's allocatable amount minus
+   bound pods minus the reservations of planned ranks that are not bound yet (``capacity.py``);
+2. outside the lock, walk the jobs in order — priority, then arrival (``creationTimestamp``) —
+   and for each:
 
-A job whose placement is already persisted skips to step 3 (a restart mid-release finishes the
-same plan; nothing is planned twice). If no plan fits, the pods stay gated and the placement says
-why, per candidate domain; the job is retried whenever the store changes. The placer owns
-``status.placement`` and nothing else of the job.
+   - a whole, gated gang without a plan: ask the engine for a plan on the snapshot (the plan's
+     demands are then taken off the snapshot, so later gangs of the cycle see them), persist it
+     in ``status.placement``, then release each pod: narrow its required node affinity to the
+     planned domain (every level's label, top down) and drop our gate, in one patch per pod;
+   - a planned job with gated pods (a restart mid-release, a resume, a replacement worker):
+     check the plan again before releasing; a replacement worker goes through ``replan_worker``
+     (a new node in the planned domain, never the node it failed on); a plan that can no longer
+     be honoured is dropped and planned afresh;
+   - a planned job whose released pods have not bound within ``bind_timeout`` seconds: the plan
+     is dropped (``state: Replanning``) and the job's released pods are deleted, so the operator
+     recreates them gated and the whole gang is planned again. No gang stays half-bound longer.
+
+A gang that has waited longer than ``head_of_line_seconds`` holds the best domain it would take
+for the rest of the cycle: younger or lower-priority gangs cannot fill it, so small gangs cannot
+starve a big one forever. Waiting jobs are re-planned only when capacity changed
+(``store.capacity_generation``) or their next topology level opens; statuses are written only when
+their meaning changes. The placer owns ``status.placement`` and nothing else of the job.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from tpfabric_core import labels
+from tpfabric_core.errors import InputError
 from tpfabric_core.placement.planner import plan_gang
-from tpfabric_core.placement.results import GangPlan, Unschedulable
-from tpfabric_core.placement.snapshot import CapacitySnapshot, NodeState, Taint, TaintEffect
-from tpfabric_core.placement.topology import DEFAULT_LEVELS, ClusterTopology, LevelSpec
-from tpfabric_scheduler.gang_request import gang_request
+from tpfabric_core.placement.replacement import replan_worker
+from tpfabric_core.placement.request import GangRequest
+from tpfabric_core.placement.results import (
+    CollectiveCost,
+    GangPlan,
+    ReplacementOptions,
+    Unschedulable,
+)
+from tpfabric_core.placement.snapshot import CapacitySnapshot
+from tpfabric_core.placement.topology import (
+    CLUSTER_LEVEL,
+    DEFAULT_LEVELS,
+    ClusterTopology,
+    LevelSpec,
+)
+from tpfabric_scheduler.capacity import Reservation, build_snapshot, reservations_by_job
+from tpfabric_scheduler.gang_request import eligible_nodes, gang_request
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
-from tpfabric_scheduler.steering import domain_expressions, narrow_affinity, remaining_gates
-from tpfabric_scheduler.store import (
-    GANG_GATE,
-    GPU_RESOURCE,
-    ClusterStore,
-    JobRecord,
-    PodRecord,
+from tpfabric_scheduler.placement_status import (
+    changed,
+    invalid_placement,
+    parse_rfc3339,
+    planned_placement,
+    replanning_placement,
+    rfc3339,
+    waiting_placement,
 )
+from tpfabric_scheduler.steering import narrow_affinity, remaining_gates
+from tpfabric_scheduler.store import GANG_GATE, GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
 
 __all__ = ["GangPlacer", "PlacementWork"]
 
 log = logging.getLogger("tpfabric.scheduler.placer")
 
-
-def _now_rfc3339(clock: Callable[[], float]) -> str:
-    return dt.datetime.fromtimestamp(clock(), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_rfc3339(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
-    except ValueError:
-        return None
+BIND_TIMEOUT_SECONDS = 120.0
+HEAD_OF_LINE_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -64,12 +82,39 @@ class PlacementWork:
     """One job the placer must act on, with what it saw under the store lock."""
 
     job: JobRecord
+    members: list[PodRecord]
     gated: list[PodRecord]
-    persisted: dict[str, Any] | None  # the persisted Planned placement, if any
+    placement: dict[str, Any]
+    reservations: list[Reservation]
+    eligible: frozenset[str] | None
+    priority: int
+
+    @property
+    def planned(self) -> bool:
+        """Return whether the job has a plan (persisted or just written)."""
+        return self.placement.get("state") == "Planned"
+
+
+@dataclass
+class _Attempt:
+    """What a waiting job's last plan attempt saw, to skip attempts that cannot differ."""
+
+    capacity_generation: int
+    relax_at: float | None  # clock time the next topology level opens
+    hol: bool
+
+
+@dataclass
+class _Cycle:
+    """Per-cycle state: the snapshot and the nodes held for head-of-line gangs."""
+
+    snapshot: CapacitySnapshot
+    now: float
+    held_for_hol: set[int] = field(default_factory=set)
 
 
 class GangPlacer:
-    """Plans, persists and releases gangs; ``run_cycle`` is called whenever the store changes."""
+    """Plans, persists, checks and releases gangs; ``run_cycle`` runs whenever the store changes."""
 
     def __init__(
         self,
@@ -79,16 +124,22 @@ class GangPlacer:
         *,
         levels: tuple[LevelSpec, ...] = DEFAULT_LEVELS,
         clock: Callable[[], float] = time.time,
+        bind_timeout: float = BIND_TIMEOUT_SECONDS,
+        head_of_line_seconds: float = HEAD_OF_LINE_SECONDS,
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.writer = writer
         self.metrics = metrics
         self.levels = levels
         self.clock = clock
+        self.bind_timeout = bind_timeout
+        self.head_of_line_seconds = head_of_line_seconds
+        self.leading = leading
         self._topology: ClusterTopology | None = None
         self._topology_generation = -1
-        #: plans persisted by us that the store has not seen yet: job key -> placement
-        self._recent: dict[str, dict[str, Any]] = {}
+        self._attempts: dict[str, _Attempt] = {}  # job uid -> last attempt
+        self._eligible: dict[tuple[str, str], tuple[int, frozenset[str] | None]] = {}
 
     # -- reading the store (lock held) -------------------------------------------------------
 
@@ -100,99 +151,86 @@ class GangPlacer:
             self._topology_generation = self.store.topology_generation
         return self._topology
 
-    def _placement_of(self, job: JobRecord) -> dict[str, Any]:
-        """Return the job's placement: ours if the store has not seen it yet, else stored."""
-        stored = job.raw_status.get("placement") or {}
-        recent = self._recent.get(job.key)
-        if recent is not None:
-            if stored.get("nodes") == recent.get("nodes"):
-                del self._recent[job.key]  # the watch caught up
-            else:
-                return recent
-        return dict(stored)
+    def _eligible_of(self, job: JobRecord, worker: PodRecord) -> frozenset[str] | None:
+        """Return the nodes the job's workers may run on, cached per topology generation."""
+        key = (job.uid, repr(sorted(worker.scheduling.items())))
+        cached = self._eligible.get(key)
+        if cached is not None and cached[0] == self.store.topology_generation:
+            return cached[1]
+        eligible = eligible_nodes(self.store, worker.scheduling)
+        if len(self._eligible) > 4096:
+            self._eligible.clear()
+        self._eligible[key] = (self.store.topology_generation, eligible)
+        return eligible
 
-    def pending_work(self) -> list[PlacementWork]:
-        """Return the jobs whose whole gang exists and still has gated pods, oldest first."""
+    def pending_work(
+        self, reservations: dict[str, list[Reservation]] | None = None
+    ) -> list[PlacementWork]:
+        """Return the jobs with gated or unbound workers, by priority then arrival."""
+        if reservations is None:
+            reservations = reservations_by_job(self.store)
         work = []
-        for key in sorted(self.store.jobs):
-            job = self.store.jobs[key]
+        for key, job in self.store.jobs.items():
             if job.job is None or job.job.spec.suspend:
                 continue
-            members = self.store.workers.get(key, {})
-            gated = sorted((p for p in members.values() if p.gated), key=lambda p: p.name)
-            if not gated or len(members) < job.job.spec.workers:
+            members = sorted(self.store.workers.get(key, {}).values(), key=lambda p: p.name)
+            live = [p for p in members if not p.terminal and not p.deleting]
+            gated = [p for p in live if p.gated]
+            unbound = [p for p in live if p.node is None and not p.gated]
+            if not gated and not unbound:
                 continue
-            placement = self._placement_of(job)
-            planned = placement if placement.get("state") == "Planned" else None
-            work.append(PlacementWork(job=job, gated=gated, persisted=planned))
-        return work
-
-    def _reserved(self) -> dict[str, int]:
-        """Return GPUs per node held for existing, not yet bound workers of planned jobs."""
-        reserved: dict[str, int] = {}
-        for key, members in self.store.workers.items():
-            job = self.store.jobs.get(key)
-            if job is None or job.job is None:
-                continue
-            nodes = self._placement_of(job).get("nodes") or []
-            for pod in members.values():
-                index = pod.worker_index
-                unbound = pod.node is None and not pod.terminal
-                if unbound and index is not None and index < len(nodes):
-                    node = nodes[index]
-                    reserved[node] = reserved.get(node, 0) + job.job.spec.gpus_per_worker
-        return reserved
-
-    def capacity_snapshot(self, rdma_resource: str) -> CapacitySnapshot:
-        """Return free capacity per node, reservations of planned gangs taken off."""
-        topology = self._topology_now()
-        reserved = self._reserved()
-        states = []
-        for name, node in self.store.nodes.items():
-            held = reserved.get(name, 0)
-            states.append(
-                NodeState(
-                    name=name,
-                    free_gpus=self.store.free(name, GPU_RESOURCE) - held,
-                    free_rdma=self.store.free(name, rdma_resource),
-                    ready=node.ready,
-                    schedulable=not node.unschedulable,
-                    taints=tuple(
-                        Taint(key=k, value=v, effect=_effect(e)) for k, v, e in node.taints
-                    ),
-                    health="degraded" if node.labels.get(labels.HEALTH) == "degraded" else "ok",
+            placement = self.store.placement_of(job)
+            planned = placement.get("state") == "Planned"
+            if not planned and (len(gated) < job.job.spec.workers or len(gated) < len(live)):
+                continue  # the gang is not whole (yet, or pods of a dropped plan are going)
+            worker = (gated or live)[0]
+            work.append(
+                PlacementWork(
+                    job=job,
+                    members=members,
+                    gated=gated,
+                    placement=placement,
+                    reservations=reservations.get(key, []),
+                    eligible=self._eligible_of(job, worker),
+                    priority=max((p.priority for p in members), default=0),
                 )
             )
-        return CapacitySnapshot.from_node_states(topology, states)
-
-    # -- one cycle ---------------------------------------------------------------------------
+        work.sort(key=lambda w: (-w.priority, w.job.created, w.job.key))
+        return work
 
     def suspended_with_plan(self) -> list[JobRecord]:
         """Return suspended jobs that still carry a placement (to be dropped)."""
         return [
             job
             for job in self.store.jobs.values()
-            if job.job is not None and job.job.spec.suspend and self._placement_of(job)
+            if job.job is not None and job.job.spec.suspend and self.store.placement_of(job)
         ]
 
+    # -- one cycle ---------------------------------------------------------------------------
+
     def run_cycle(self) -> None:
-        """Plan, persist and release every job that is ready for it; never raises."""
+        """Plan, check, persist and release every job that needs it; never raises."""
+        now = self.clock()
         with self.store.lock:
-            work = self.pending_work()
+            topology = self._topology_now()
+            reservations = reservations_by_job(self.store)
+            work = self.pending_work(reservations)
             suspended = self.suspended_with_plan()
+            capacity_generation = self.store.capacity_generation
+            snapshot = build_snapshot(self.store, topology, reservations) if work else None
         for job in suspended:
-            try:
-                # a suspended job has no pods; resuming plans the gang afresh
-                self.writer.patch_job_status(job.namespace, job.name, {"placement": None})
-                self._recent.pop(job.key, None)
-            except ApiException as err:
-                log.warning("job %s: dropping the plan failed: %s", job.key, err.reason)
+            self._drop_suspended(job)
         waiting = 0
+        cycle = _Cycle(snapshot, now) if snapshot is not None else None
         for item in work:
+            assert cycle is not None
+            if not self.leading():
+                log.warning(
+                    "lost the placer lease mid-cycle: %d job(s) left to the new leader", len(work)
+                )
+                break
             try:
-                if item.persisted is not None:
-                    self._release(item, item.persisted)
-                elif not self._plan_and_persist(item):
+                if not self._act(item, cycle, capacity_generation):
                     waiting += 1
             except ApiException as err:
                 # a conflict means the job or a pod changed under us: the next cycle sees it
@@ -202,52 +240,283 @@ class GangPlacer:
                 self.metrics.plans.labels("error").inc()
                 log.exception("job %s: placement failed", item.job.key)
         self.metrics.jobs_waiting.set(waiting)
+        live = {item.job.uid for item in work}
+        for uid in [u for u in self._attempts if u not in live]:
+            del self._attempts[uid]
+        self.store.placer_heartbeat = time.monotonic()
 
-    def _plan_and_persist(self, item: PlacementWork) -> bool:
-        """Return True when the job got a plan (persisted and released), False when it waits."""
+    def _act(self, item: PlacementWork, cycle: _Cycle, capacity_generation: int) -> bool:
+        """Return False when the job waits; plan, check or release it otherwise."""
+        if not item.planned:
+            return self._plan_gang(item, cycle, capacity_generation)
+        if item.gated:
+            return self._release_checked(item, cycle)
+        return self._watch_binding(item, cycle)
+
+    def _drop_suspended(self, job: JobRecord) -> None:
+        try:
+            # a suspended job has no pods; resuming plans the gang afresh
+            self.writer.patch_job_status(job.namespace, job.name, {"placement": None})
+            with self.store.lock:
+                self.store.record_plan(job, None)
+        except ApiException as err:
+            log.warning("job %s: dropping the plan failed: %s", job.key, err.reason)
+
+    # -- planning a whole gang -----------------------------------------------------------------
+
+    def _request(self, item: PlacementWork) -> GangRequest:
+        assert item.job.job is not None
+        worker = (item.gated or item.members)[0]
+        return gang_request(item.job.key, item.job.job, worker, item.eligible)
+
+    def _plan_gang(self, item: PlacementWork, cycle: _Cycle, capacity_generation: int) -> bool:
+        """Return True when the whole gang got a plan (persisted and released)."""
         job = item.job
-        assert job.job is not None
-        request = gang_request(job.key, job.job)
-        previous = job.raw_status.get("placement") or {}
-        waiting_since = _parse_rfc3339(previous.get("waitingSince")) or self.clock()
-        with self.store.lock:
-            snapshot = self.capacity_snapshot(job.job.spec.rdma.resource_name)
+        previous = item.placement
+        waiting_since = parse_rfc3339(previous.get("waitingSince")) or cycle.now
+        waited = max(0.0, cycle.now - waiting_since)
+        hol = waited >= self.head_of_line_seconds
+        attempt = self._attempts.get(job.uid)
+        if (
+            attempt is not None
+            and previous.get("state") == "Waiting"
+            and attempt.capacity_generation == capacity_generation
+            and (attempt.relax_at is None or cycle.now < attempt.relax_at)
+            and attempt.hol == hol
+            and not hol
+        ):
+            return False  # nothing it depends on changed since it last waited
+        try:
+            request = self._request(item)
             started = time.perf_counter()
-            result = plan_gang(
-                snapshot, request, waited_seconds=max(0.0, self.clock() - waiting_since)
-            )
+            result = plan_gang(self._without_held(cycle, item), request, waited_seconds=waited)
             self.metrics.plan_seconds.observe(time.perf_counter() - started)
+        except InputError as err:
+            self._write(job, previous, invalid_placement(f"{job.key}: {err}"), "InvalidTopology")
+            return False
         if isinstance(result, Unschedulable):
             self.metrics.plans.labels("waiting").inc()
-            placement = _waiting_placement(result, _now_of(waiting_since))
-            if _changed(previous, placement):
-                self.writer.patch_job_status(job.namespace, job.name, {"placement": placement})
-                if previous.get("state") != "Waiting":
-                    self.writer.job_event(
-                        job,
-                        "Normal",
-                        "WaitingForCapacity",
-                        result.summary,
-                    )
+            placement = waiting_placement(result, waiting_since)
+            if hol:
+                self._hold_for_head_of_line(cycle, result)
+                placement["message"] += (
+                    f"; head of line (waited over {self.head_of_line_seconds:g} s): younger "
+                    "or lower-priority gangs may not take its best domain"
+                )
+            relax = result.relax_after_seconds
+            self._attempts[job.uid] = _Attempt(
+                capacity_generation, waiting_since + relax if relax is not None else None, hol
+            )
+            if changed(previous, placement):
+                event = "WaitingForCapacity" if previous.get("state") != "Waiting" else ""
+                self._write(job, previous, placement, event)
                 log.info("job %s waits: %s", job.key, result.summary)
             return False
-        placement = _planned_placement(result, _now_rfc3339(self.clock))
-        self.writer.patch_job_status(job.namespace, job.name, {"placement": placement})
-        self._recent[job.key] = placement
-        self.writer.job_event(job, "Normal", "GangPlaced", placement["message"])
+        self._attempts.pop(job.uid, None)
+        cycle.snapshot.allocate(result)
+        placement = planned_placement(result, cycle.now)
+        self._write(job, previous, placement, "GangPlaced")
         self.metrics.plans.labels("planned").inc()
         log.info("job %s planned: %s", job.key, result.explain().splitlines()[0])
-        self._release(item, placement)
+        self._release(item, placement, item.gated)
         return True
 
-    def _release(self, item: PlacementWork, placement: dict[str, Any]) -> None:
-        """Constrain every gated pod of the job to the planned domain and drop our gate."""
-        level = str(placement["level"])
-        domain = str(placement["domain"])
-        level_key = next((s.label_key for s in self.levels if s.name == level), None)
-        expressions = domain_expressions(level_key, domain) if level_key else []
+    def _without_held(self, cycle: _Cycle, item: PlacementWork) -> CapacitySnapshot:
+        """Return the cycle's snapshot, or a copy without the nodes held for older gangs."""
+        if not cycle.held_for_hol:
+            return cycle.snapshot
+        trimmed = cycle.snapshot.copy()
+        for i in cycle.held_for_hol:
+            trimmed.free_gpus[i] = 0
+        return trimmed
+
+    def _hold_for_head_of_line(self, cycle: _Cycle, result: Unschedulable) -> None:
+        """Hold the best candidate domain of a head-of-line gang for the rest of the cycle."""
+        if not result.candidates:
+            return
+        best = result.candidates[0]
+        topology = cycle.snapshot.topology
+        try:
+            depth = topology.depth_of(best.level)
+        except ValueError:
+            return
+        for domain in topology.domains[depth]:
+            if domain.name == best.domain:
+                cycle.held_for_hol.update(range(domain.start, domain.end))
+                return
+
+    # -- checking a plan again -----------------------------------------------------------------
+
+    def _fits_reserved(self, snapshot: CapacitySnapshot, node: str) -> bool:
+        """Return whether ``node`` still holds a rank's reservation (nothing overcommitted)."""
+        i = snapshot.topology.index_of.get(node)
+        if i is None or not snapshot.ready[i] or not snapshot.schedulable[i]:
+            return False
+        if snapshot.free_gpus[i] < 0:
+            return False
+        return all(amounts[i] >= 0 for amounts in snapshot.free_other.values())
+
+    def _release_checked(self, item: PlacementWork, cycle: _Cycle) -> bool:
+        """Release the gated pods of a planned job after checking the plan still holds."""
+        job = item.job
+        placement = item.placement
+        nodes = [str(n) for n in placement.get("nodes") or []]
+        planned_at = parse_rfc3339(placement.get("plannedAt"))
+        replaced = dict(placement.get("replacedRanks") or {})
+        bound = [p for p in item.members if p.node is not None and not p.terminal]
+        moves: list[PodRecord] = []
         for pod in item.gated:
+            rank = pod.worker_index
+            if rank is None or rank >= len(nodes):
+                continue
+            created = parse_rfc3339(pod.created)
+            replacement = (
+                planned_at is not None
+                and created is not None
+                and created > planned_at
+                and replaced.get(str(rank)) != pod.uid
+            )
+            if replacement or not self._fits_reserved(cycle.snapshot, nodes[rank]):
+                moves.append(pod)
+        if moves:
+            updated = self._replace_ranks(item, cycle, moves, nodes, replaced)
+            if updated is None and bound:
+                return False  # dropped: the operator recreates the gang gated
+            if updated is None:
+                # nothing of the gang runs yet and its domain has no room: plan it whole again
+                return self._plan_gang(
+                    PlacementWork(
+                        job=job,
+                        members=item.members,
+                        gated=item.gated,
+                        placement={**placement, "waitingSince": rfc3339(cycle.now)},
+                        reservations=[],
+                        eligible=item.eligible,
+                        priority=item.priority,
+                    ),
+                    cycle,
+                    -1,
+                )
+            placement = updated
+        self._release(item, placement, item.gated)
+        return True
+
+    def _give_back(self, cycle: _Cycle, item: PlacementWork, ranks: set[int] | None = None) -> None:
+        """Add the job's reservations (of ``ranks``, default all) back to the cycle's snapshot."""
+        for reservation in item.reservations:
+            if ranks is None or reservation.rank in ranks:
+                _adjust(cycle.snapshot, reservation.node, reservation.demand, +1)
+
+    def _replace_ranks(
+        self,
+        item: PlacementWork,
+        cycle: _Cycle,
+        moves: list[PodRecord],
+        nodes: list[str],
+        replaced: dict[str, str],
+    ) -> dict[str, Any] | None:
+        """Return the plan with new nodes for ``moves`` (persisted), or None when none fit.
+
+        ``replan_worker`` keeps every other rank where it is and looks only inside the planned
+        domain. When no node there can take a rank and part of the gang is bound, the plan is
+        dropped (``Replanning``); when nothing is bound, the caller plans the gang afresh.
+        """
+        job = item.job
+        placement = item.placement
+        request = self._request(item)
+        moving = {p.worker_index for p in moves if p.worker_index is not None}
+        self._give_back(cycle, item, moving)
+        plan = _plan_of(placement, nodes, request, cycle.snapshot.topology)
+        notes = []
+        for pod in moves:
+            rank = pod.worker_index
+            assert rank is not None
+            answer = replan_worker(plan, rank, cycle.snapshot, request)
+            if isinstance(answer, ReplacementOptions):
+                if any(p.node is not None and not p.terminal for p in item.members):
+                    self._replan_whole(item, answer.summary, cycle.now)
+                else:
+                    self._give_back(cycle, item, None if not moving else _others(item, moving))
+                return None
+            plan = answer
+            demand = dict(request.other_resources)
+            demand[GPU_RESOURCE] = request.gpus_per_worker
+            _adjust(cycle.snapshot, plan.nodes_by_rank[rank], demand, -1)
+            replaced[str(rank)] = pod.uid
+            notes.append(f"rank {rank} -> {plan.nodes_by_rank[rank]}")
+        updated = {
+            **placement,
+            "nodes": list(plan.nodes_by_rank),
+            "hops": plan.hops,
+            "modelledAllreduceUs": round(plan.cost.best_s * 1e6, 3),
+            "replacedRanks": replaced,
+            "releasedAt": rfc3339(cycle.now),
+            "message": f"{placement.get('message', '')}".split(" [replaced:")[0]
+            + f" [replaced: {', '.join(notes)}]",
+        }
+        self._write(job, placement, updated, "WorkerReplanned")
+        return updated
+
+    def _watch_binding(self, item: PlacementWork, cycle: _Cycle) -> bool:
+        """Drop a plan whose released pods did not bind within the bound; True while it may."""
+        released = parse_rfc3339(
+            item.placement.get("releasedAt") or item.placement.get("plannedAt")
+        )
+        if released is None or cycle.now - released < self.bind_timeout:
+            return True
+        unbound = [
+            p.worker_index
+            for p in item.members
+            if p.node is None and not p.gated and not p.terminal and not p.deleting
+        ]
+        why = (
+            f"{item.job.key}: worker(s) {sorted(i for i in unbound if i is not None)} not bound "
+            f"{cycle.now - released:.0f} s after release (bound {self.bind_timeout:g} s): the plan "
+            "cannot be honoured; the gang is recreated and planned again"
+        )
+        self._replan_whole(item, why, cycle.now)
+        return False
+
+    def _replan_whole(self, item: PlacementWork, why: str, now: float) -> None:
+        """Drop the plan and delete the job's released pods; the operator recreates them gated."""
+        job = item.job
+        self._write(job, item.placement, replanning_placement(why, now), "GangReplanning")
+        for pod in item.members:
+            if not pod.gated and not pod.terminal and not pod.deleting:
+                self.writer.delete_pod(pod.namespace, pod.name, pod.uid)
+        log.warning("%s", why)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _write(
+        self, job: JobRecord, previous: dict[str, Any], placement: dict[str, Any], event: str
+    ) -> None:
+        """Persist ``placement`` for ``job`` (if it changed) and record ``event`` (if any)."""
+        if changed(previous, placement) or placement.get("state") == "Planned":
+            patch = dict(placement)
+            labels = placement.get("domainLabels")
+            if isinstance(labels, dict):  # a merge patch merges maps: drop the old keys
+                stale = previous.get("domainLabels") or {}
+                patch["domainLabels"] = {
+                    **dict.fromkeys(k for k in stale if k not in labels),
+                    **labels,
+                }
+            self.writer.patch_job_status(job.namespace, job.name, {"placement": patch}, uid=job.uid)
+            with self.store.lock:
+                self.store.record_plan(job, placement)
+        if event:
+            kind = "Warning" if event in ("GangReplanning", "InvalidTopology") else "Normal"
+            self.writer.job_event(job, kind, event, str(placement.get("message") or ""))
+
+    def _release(
+        self, item: PlacementWork, placement: dict[str, Any], pods: list[PodRecord]
+    ) -> None:
+        """Constrain every gated pod to the planned domain (every level's label) and ungate it."""
+        expressions = _domain_expressions(placement, self.levels)
+        for pod in pods:
             current = self.writer.read_pod(pod.namespace, pod.name)
+            if current["metadata"].get("uid") != pod.uid:
+                continue  # another pod of that name now: the next cycle sees it
             spec = current.get("spec") or {}
             gates = spec.get("schedulingGates") or []
             if not any(g.get("name") == GANG_GATE for g in gates):
@@ -261,56 +530,66 @@ class GangPlacer:
                 affinity,
                 remaining_gates(gates),
             )
-        log.info("job %s: released %d worker pod(s)", item.job.key, len(item.gated))
+        log.info("job %s: released %d worker pod(s)", item.job.key, len(pods))
 
 
-def _effect(text: str) -> TaintEffect:
-    if text == "NoExecute":
-        return "NoExecute"
-    if text == "PreferNoSchedule":
-        return "PreferNoSchedule"
-    return "NoSchedule"
+def _adjust(snapshot: CapacitySnapshot, node: str, demand: Mapping[str, int], sign: int) -> None:
+    """Add (``sign`` +1) or take (-1) one worker's ``demand`` on ``node`` in ``snapshot``."""
+    i = snapshot.topology.index_of.get(node)
+    if i is None:
+        return
+    for resource, amount in demand.items():
+        if resource == GPU_RESOURCE:
+            snapshot.free_gpus[i] += sign * amount
+        elif resource in snapshot.free_other:
+            snapshot.free_other[resource][i] += sign * amount
 
 
-def _now_of(timestamp: float) -> str:
-    return _now_rfc3339(lambda: timestamp)
+def _others(item: PlacementWork, ranks: set[int]) -> set[int]:
+    """Return the ranks of ``item``'s reservations that are not in ``ranks``."""
+    return {r.rank for r in item.reservations} - ranks
 
 
-def _planned_placement(plan: GangPlan, now: str) -> dict[str, Any]:
-    return {
-        "state": "Planned",
-        "message": plan.explain().splitlines()[0],
-        "level": plan.level,
-        "domain": plan.domain,
-        "nodes": list(plan.nodes_by_rank),
-        "hops": plan.hops,
-        "modelledAllreduceUs": round(plan.cost.best_s * 1e6, 3),
-        "plannedAt": now,
-        "waitingSince": None,
-        "reasons": [
-            {"level": plan.level, "domain": plan.domain, "reason": r} for r in plan.reasons
-        ],
-    }
+def _domain_expressions(
+    placement: dict[str, Any], levels: tuple[LevelSpec, ...]
+) -> list[dict[str, Any]]:
+    """Return node-selector expressions naming the planned domain by every level's label."""
+    if placement.get("level") == CLUSTER_LEVEL:
+        return []
+    labels = placement.get("domainLabels") or {}
+    if not labels:  # a plan persisted by an older placer: its level's label only
+        key = next((s.label_key for s in levels if s.name == placement.get("level")), None)
+        if key is None or not placement.get("domain"):
+            return []
+        labels = {key: placement["domain"]}
+    return [{"key": k, "operator": "In", "values": [str(v)]} for k, v in labels.items()]
 
 
-def _waiting_placement(result: Unschedulable, waiting_since: str) -> dict[str, Any]:
-    return {
-        "state": "Waiting",
-        "message": result.summary,
-        "level": None,
-        "domain": None,
-        "nodes": [],
-        "hops": None,
-        "modelledAllreduceUs": None,
-        "plannedAt": None,
-        "waitingSince": waiting_since,
-        "reasons": [
-            {"level": c.level, "domain": c.domain, "reason": str(c)} for c in result.candidates
-        ],
-    }
-
-
-def _changed(previous: dict[str, Any], placement: dict[str, Any]) -> bool:
-    """Return whether writing ``placement`` would change what is stored (ignoring nulls)."""
-    keys = ("state", "message", "reasons", "waitingSince")
-    return any(previous.get(k) != placement.get(k) for k in keys)
+def _plan_of(
+    placement: dict[str, Any], nodes: list[str], request: GangRequest, topology: ClusterTopology
+) -> GangPlan:
+    """Return the persisted plan as the engine's GangPlan (for ``replan_worker``)."""
+    level = str(placement.get("level") or CLUSTER_LEVEL)
+    labels = placement.get("domainLabels") or {}
+    # the API server returns maps with sorted keys: the path follows the levels, top down
+    path: tuple[str, ...] = ()
+    for spec in topology.levels:
+        if spec.label_key not in labels:
+            break
+        path += (str(labels[spec.label_key]),)
+    if not path and level != CLUSTER_LEVEL and nodes and nodes[0] in topology.index_of:
+        path = topology.domain_of(nodes[0], level).path
+    return GangPlan(
+        job=request.name,
+        policy="tpfabric",
+        level=level,
+        domain=str(placement.get("domain") or CLUSTER_LEVEL),
+        domain_path=path,
+        domain_labels=tuple((str(k), str(v)) for k, v in labels.items()),
+        nodes_by_rank=tuple(nodes),
+        gpus_per_worker=request.gpus_per_worker,
+        rdma_per_worker=request.rdma_per_worker,
+        hops=int(placement.get("hops") or 0),
+        leaves_spanned=0,
+        cost=CollectiveCost(0.0, 0.0, 0),
+    )

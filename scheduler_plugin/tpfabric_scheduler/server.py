@@ -1,9 +1,16 @@
 """The extender's HTTP server: ``/filter``, ``/prioritize``, ``/healthz``, ``/readyz``,
 ``/metrics``.
 
-Handlers run the (fast, synchronous) decisions under the store lock. A malformed request gets a
-400 with the reason in the body; an unexpected error inside a decision is answered in the
-protocol's ``Error`` field (500 for prioritize) and logged, never taking the server down.
+Handlers run the (fast, synchronous) decisions under the store lock and nothing else there:
+parsing and encoding happen outside it. A malformed request gets a 400 with the reason in the
+body; an unexpected error inside a decision is answered in the protocol's ``Error`` field (500 for
+prioritize) and logged, never taking the server down. Until every informer has listed once, the
+store cannot tell a worker's job from a missing one, so /filter answers with ``Error`` (the
+scheduler retries the pod after a backoff) and /prioritize with 503, never "unknown job".
+
+/healthz is the liveness of the placer loop: 503 once the informers have synced and the loop has
+not finished a cycle (or a follower's idle round) for ``liveness_stall_seconds``; it reads one
+float and never waits on the store lock. /readyz: the informers have synced.
 """
 
 from __future__ import annotations
@@ -31,14 +38,26 @@ __all__ = ["make_app"]
 
 log = logging.getLogger("tpfabric.scheduler.server")
 MAX_BODY = 64 * 1024 * 1024  # a 5,000-node pod request is well under 1 MiB
+NOT_SYNCED = "tpfabric: extender not synced yet (informers listing)"
 
 
 def _json(body: bytes, status: int = 200) -> web.Response:
     return web.Response(body=body, status=status, content_type="application/json")
 
 
-def make_app(store: ClusterStore, metrics: Metrics, ready: Callable[[], bool]) -> web.Application:
-    """Return the aiohttp application of the extender."""
+def make_app(
+    store: ClusterStore,
+    metrics: Metrics,
+    ready: Callable[[], bool],
+    *,
+    liveness_stall_seconds: float = 60.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> web.Application:
+    """Return the aiohttp application of the extender.
+
+    ``ready``: whether every informer has listed once. ``clock`` must be the clock of
+    ``store.placer_heartbeat`` (``time.monotonic``).
+    """
 
     async def handle_filter(request: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -47,6 +66,8 @@ def make_app(store: ClusterStore, metrics: Metrics, ready: Callable[[], bool]) -
         except BadRequestError as err:
             metrics.bad_requests.labels("filter").inc()
             return _json(orjson.dumps({"Error": f"bad request: {err}"}), 400)
+        if not ready():
+            return _json(encode_filter_result(FilterResult(node_names=[], error=NOT_SYNCED)))
         try:
             with store.lock:
                 result, counts = filter_nodes(store, args)
@@ -64,7 +85,7 @@ def make_app(store: ClusterStore, metrics: Metrics, ready: Callable[[], bool]) -
                 len(args.node_names),
                 sorted(result.node_names)[:8],
             )
-        response = _json(encode_filter_result(result))
+        response = _json(encode_filter_result(result, args.nodes))
         metrics.request_seconds.labels("filter").observe(time.perf_counter() - started)
         return response
 
@@ -75,6 +96,8 @@ def make_app(store: ClusterStore, metrics: Metrics, ready: Callable[[], bool]) -
         except BadRequestError as err:
             metrics.bad_requests.labels("prioritize").inc()
             return _json(orjson.dumps({"Error": f"bad request: {err}"}), 400)
+        if not ready():
+            return _json(orjson.dumps({"Error": NOT_SYNCED}), 503)
         try:
             with store.lock:
                 scores = prioritize_nodes(store, args)
@@ -89,6 +112,11 @@ def make_app(store: ClusterStore, metrics: Metrics, ready: Callable[[], bool]) -
         return response
 
     async def handle_healthz(_: web.Request) -> web.Response:
+        heartbeat = store.placer_heartbeat  # one attribute read: no lock, never blocks
+        if heartbeat is not None and ready():
+            stalled = clock() - heartbeat
+            if stalled > liveness_stall_seconds:
+                return web.Response(text=f"placer loop stalled for {stalled:.0f} s", status=503)
         return web.Response(text="ok")
 
     async def handle_readyz(_: web.Request) -> web.Response:

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tpfabric_core.api import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL, TensorParallelJob
+from tpfabric_core.placement.pod_fit import pod_requests, resource_amount
 
 __all__ = [
     "GANG_GATE",
@@ -61,11 +62,10 @@ class NodeRecord:
         meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
         allocatable = {}
         for key, value in (status.get("allocatable") or {}).items():
-            if "/" in key or key == "pods":
-                try:
-                    allocatable[key] = parse_quantity(value)
-                except ValueError:
-                    continue
+            try:
+                allocatable[key] = resource_amount(key, value)
+            except ValueError:
+                continue  # a quantity we cannot read counts as absent (never a crash)
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         return cls(
             name=meta["name"],
@@ -93,6 +93,11 @@ class PodRecord:
     gated: bool
     job: str | None  # "namespace/job-name" of a TensorParallelJob worker
     worker_index: int | None
+    priority: int = 0
+    deleting: bool = False
+    created: str = ""  # metadata.creationTimestamp
+    #: a worker's nodeSelector, affinity and tolerations (empty for other pods: kept slim)
+    scheduling: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -103,18 +108,17 @@ class PodRecord:
     def from_object(cls, obj: dict[str, Any]) -> PodRecord:
         """Return the record of a Pod object (a dict as the API returns it)."""
         meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
-        requests: dict[str, int] = {}
-        for container in spec.get("containers") or []:
-            resources = container.get("resources") or {}
-            merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-            for key, value in merged.items():
-                if "/" in key:
-                    try:
-                        requests[key] = requests.get(key, 0) + parse_quantity(value)
-                    except ValueError:
-                        continue
+        try:
+            requests = pod_requests(spec)
+        except ValueError:
+            requests = {"pods": 1}  # the API server validated it; never crash on a quantity
         labels = meta.get("labels") or {}
         job_name = labels.get(JOB_LABEL)
+        scheduling = (
+            {k: spec[k] for k in ("nodeSelector", "affinity", "tolerations") if spec.get(k)}
+            if job_name
+            else {}
+        )
         index = labels.get(WORKER_INDEX_LABEL, "")
         return cls(
             namespace=meta.get("namespace", "default"),
@@ -126,6 +130,10 @@ class PodRecord:
             gated=any(g.get("name") == GANG_GATE for g in spec.get("schedulingGates") or []),
             job=f"{meta.get('namespace', 'default')}/{job_name}" if job_name else None,
             worker_index=int(index) if index.isdigit() else None,
+            priority=int(spec.get("priority") or 0),
+            deleting=meta.get("deletionTimestamp") is not None,
+            created=str(meta.get("creationTimestamp") or ""),
+            scheduling=scheduling,
         )
 
 
@@ -140,6 +148,7 @@ class JobRecord:
     job: TensorParallelJob | None  # None when the object does not validate
     invalid_reason: str = ""
     raw_status: dict[str, Any] = field(default_factory=dict)
+    created: str = ""  # metadata.creationTimestamp (RFC 3339 sorts as text)
 
     @property
     def key(self) -> str:
@@ -158,7 +167,10 @@ class JobRecord:
         """Return the record of a TensorParallelJob object; invalid specs are kept, flagged."""
         meta = obj["metadata"]
         try:
-            job: TensorParallelJob | None = TensorParallelJob.model_validate(obj)
+            # the spec decides what to plan; the status is read raw (a status this version does
+            # not know must never hide a job from the placer)
+            body = {k: v for k, v in obj.items() if k != "status"}
+            job: TensorParallelJob | None = TensorParallelJob.model_validate(body)
             reason = ""
         except ValidationError as err:
             job, reason = None, str(err.errors()[0]["msg"])
@@ -170,6 +182,7 @@ class JobRecord:
             job=job,
             invalid_reason=reason,
             raw_status=dict(obj.get("status") or {}),
+            created=str(meta.get("creationTimestamp") or ""),
         )
 
 
@@ -187,6 +200,13 @@ class ClusterStore:
         self.topology_generation = 0
         #: bumped on every change (the placer's "something happened" signal)
         self.generation = 0
+        #: bumped when free capacity may have changed: nodes, pods bound/unbound/gone, plans
+        self.capacity_generation = 0
+        #: plans written by the placer that the job watch has not delivered yet: job uid -> plan
+        self.fresh_plans: dict[str, dict[str, Any]] = {}
+        #: monotonic time the placer loop last finished a cycle (liveness); None before the first
+        self.placer_heartbeat: float | None = None
+        self._reservations: tuple[int, dict[str, tuple[str, int]]] = (-1, {})
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -196,6 +216,8 @@ class ClusterStore:
         old = self.nodes.get(node.name)
         if old is None or old.labels != node.labels:
             self.topology_generation += 1
+        if old != node:
+            self.capacity_generation += 1
         self.nodes[node.name] = node
         self.generation += 1
 
@@ -203,12 +225,14 @@ class ClusterStore:
         """Forget a node."""
         if self.nodes.pop(name, None) is not None:
             self.topology_generation += 1
+            self.capacity_generation += 1
             self.generation += 1
 
     def replace_nodes(self, objs: list[dict[str, Any]]) -> None:
         """Replace every node (after a relist)."""
         self.nodes = {n.name: n for n in map(NodeRecord.from_object, objs)}
         self.topology_generation += 1
+        self.capacity_generation += 1
         self.generation += 1
 
     # -- pods --------------------------------------------------------------------------------
@@ -235,6 +259,8 @@ class ClusterStore:
             self._account(old, -1)
         self.pods[pod.key] = pod
         self._account(pod, +1)
+        if old is None or _placement_facts(old) != _placement_facts(pod):
+            self.capacity_generation += 1
         self.generation += 1
 
     def delete_pod(self, key: str) -> None:
@@ -242,6 +268,7 @@ class ClusterStore:
         old = self.pods.pop(key, None)
         if old is not None:
             self._account(old, -1)
+            self.capacity_generation += 1
             self.generation += 1
 
     def replace_pods(self, objs: list[dict[str, Any]]) -> None:
@@ -251,6 +278,7 @@ class ClusterStore:
             pod = PodRecord.from_object(obj)
             self.pods[pod.key] = pod
             self._account(pod, +1)
+        self.capacity_generation += 1
         self.generation += 1
 
     # -- jobs --------------------------------------------------------------------------------
@@ -258,18 +286,79 @@ class ClusterStore:
     def upsert_job(self, obj: dict[str, Any]) -> None:
         """Add or replace a TensorParallelJob."""
         job = JobRecord.from_object(obj)
+        old = self.jobs.get(job.key)
         self.jobs[job.key] = job
+        if old is None or _job_facts(old) != _job_facts(job):
+            self.capacity_generation += 1
         self.generation += 1
 
     def delete_job(self, key: str) -> None:
         """Forget a TensorParallelJob."""
-        if self.jobs.pop(key, None) is not None:
+        old = self.jobs.pop(key, None)
+        if old is not None:
+            self.fresh_plans.pop(old.uid, None)
+            self.capacity_generation += 1
             self.generation += 1
 
     def replace_jobs(self, objs: list[dict[str, Any]]) -> None:
         """Replace every job (after a relist)."""
         self.jobs = {j.key: j for j in map(JobRecord.from_object, objs)}
+        self.capacity_generation += 1
         self.generation += 1
+
+    # -- plans -------------------------------------------------------------------------------
+
+    def record_plan(self, job: JobRecord, placement: dict[str, Any] | None) -> None:
+        """Remember a placement just written for ``job`` until its watch event arrives.
+
+        Keyed by the job's uid, so a job deleted and created again under the same name never
+        sees the old job's plan. ``None`` records that the plan was dropped.
+        """
+        self.fresh_plans[job.uid] = dict(placement) if placement else {}
+        self.generation += 1
+        self.capacity_generation += 1
+
+    def placement_of(self, job: JobRecord) -> dict[str, Any]:
+        """Return the job's placement: the placer's fresh write if the watch lags, else stored."""
+        stored: dict[str, Any] = job.raw_status.get("placement") or {}
+        fresh = self.fresh_plans.get(job.uid)
+        if fresh is None:
+            return stored
+        if _same_plan(stored, fresh):
+            del self.fresh_plans[job.uid]  # the watch caught up
+            return stored
+        return fresh
+
+    def reservations(self) -> dict[str, tuple[str, int]]:
+        """Return node -> (job key, rank) for every rank of a planned job not bound yet.
+
+        A planned rank holds its node until its pod binds there (or the plan is dropped), also
+        while the rank's pod is missing (a replacement in its backoff). Cached per
+        ``capacity_generation``: O(planned ranks) once per change, O(1) after that.
+        """
+        generation, cached = self._reservations
+        if generation == self.capacity_generation:
+            return cached
+        held: dict[str, tuple[str, int]] = {}
+        for key, job in self.jobs.items():
+            if job.job is None or job.job.spec.suspend:
+                continue
+            if job.raw_status.get("phase") in ("Succeeded", "Failed"):
+                continue  # a finished job holds nothing, whatever its plan says
+            placement = self.placement_of(job)
+            if placement.get("state") != "Planned":
+                continue
+            # a rank holds its node unless its pod is bound there or has finished
+            settled = {
+                pod.worker_index
+                for pod in self.workers.get(key, {}).values()
+                if pod.node is not None or pod.terminal
+            }
+            for rank, node in enumerate(placement.get("nodes") or []):
+                if rank not in settled:
+                    held.setdefault(str(node), (key, rank))
+        self._reservations = (self.capacity_generation, held)
+        return held
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -279,3 +368,22 @@ class ClusterStore:
         if record is None:
             return 0
         return record.allocatable.get(resource, 0) - self.used.get(node, {}).get(resource, 0)
+
+
+def _placement_facts(pod: PodRecord) -> tuple[object, ...]:
+    """Return what of a pod matters to capacity and plans (not its phase while it runs)."""
+    return (pod.node, pod.terminal, pod.gated, pod.requests, pod.deleting, pod.priority)
+
+
+def _job_facts(job: JobRecord) -> tuple[object, ...]:
+    """Return what of a job matters to planning: its spec and plan, not other status."""
+    placement = job.raw_status.get("placement") or {}
+    spec = job.job.spec.model_dump() if job.job is not None else job.invalid_reason
+    return (job.uid, job.generation, spec, placement.get("state"), placement.get("nodes"))
+
+
+def _same_plan(stored: dict[str, Any], fresh: dict[str, Any]) -> bool:
+    """Return whether the stored placement is the fresh one (or a later write of the placer)."""
+    if not fresh:
+        return not stored or stored.get("state") != "Planned"
+    return stored.get("state") == fresh.get("state") and stored.get("nodes") == fresh.get("nodes")

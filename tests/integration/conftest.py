@@ -106,6 +106,25 @@ def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator
     core.delete_namespace(name)
 
 
+def clear_jobs_and_pods(api: client.ApiClient, namespace: str) -> None:
+    """Delete the namespace's TensorParallelJobs, then its pods, and wait until both are gone.
+
+    Jobs first: a planned job whose pods are gone still holds its nodes (a replacement in its
+    backoff keeps its reservation), so the next test would see less capacity.
+    """
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    wait_for(
+        lambda: (
+            not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+            and not core.list_namespaced_pod(namespace).items
+        ),
+        what="the test's jobs and pods to be gone (capacity back for the next test)",
+    )
+
+
 FabricFactory = Callable[[FabricDescription | str], list[str]]
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from conftest import Jobs, wait_for
+from conftest import Jobs, clear_jobs_and_pods
 from tpfabric_core import labels
 from tpfabric_core.fabric_description import uniform_fabric
 from tpfabric_localcluster.cluster import LocalCluster
@@ -46,6 +46,4 @@ def test_a_gang_bigger_than_any_block_is_spread_and_runs(
     assert len({tiny_nodes[n][labels.BLOCK] for n in nodes}) >= 2
     affinity = pods[0].spec.affinity
     assert affinity is None or affinity.node_affinity is None  # nothing to narrow to
-    core = client.CoreV1Api(api)
-    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-    wait_for(lambda: not core.list_namespaced_pod(namespace).items, what="pods gone")
+    clear_jobs_and_pods(api, namespace)

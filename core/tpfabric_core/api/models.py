@@ -51,7 +51,8 @@ GANG_GATE: Final = "tpfabric.io/gang"
 #: schedulerName of worker pods: the kube-scheduler profile that calls the extender.
 SCHEDULER_NAME: Final = "tpfabric-scheduler"
 
-#: Topology levels a policy may name, smallest first (the canonical label scheme's levels).
+#: The default topology levels, smallest first (the canonical label scheme's); a cluster's
+#: tpfabric may be configured with others (the scheduler's ``--levels``).
 LEVELS = ("leaf", "spine", "block")
 
 RESOURCE_NAME_PATTERN = (
@@ -91,8 +92,10 @@ class TopologyPolicy(_Model):
     mode: Literal["required", "preferred"] = "preferred"
     """`required`: all workers inside one domain of `level`, else wait. `preferred`: the smallest
     domain that fits, climbing levels when `level` cannot hold the job."""
-    level: Literal["leaf", "spine", "block"] = "leaf"
-    """Topology level of the domain: `leaf` (one switch hop on every rail), `spine` or `block`."""
+    level: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,62}$")] = "leaf"
+    """Topology level of the domain: a level name the cluster's tpfabric is configured with (by
+    default `block`, `spine`, `leaf`, where `leaf` is one switch hop on every rail; see
+    `--levels`), or `cluster` for the whole cluster."""
     rail_aligned: bool = True
     """Keep the workers on shared rail leaves and tell NCCL not to cross rails."""
     avoid_degraded: Literal["avoid", "penalize", "ignore"] = "avoid"
@@ -223,15 +226,22 @@ class Placement(_Model):
 
     model_config = ConfigDict(extra="ignore")
 
-    state: Literal["Planned", "Waiting"] | None = None
+    state: Literal["Planned", "Waiting", "Replanning", "Invalid"] | None = None
     """`Planned`: the gang has a plan and its pods were released to the scheduler. `Waiting`:
-    no domain can take the whole gang yet; `reasons` says why."""
+    no domain can take the whole gang yet; `reasons` says why. `Replanning`: the plan could no
+    longer be honoured (a worker did not bind within the bound, or no node of the domain can
+    take a replacement); the released pods were deleted, the operator recreates them gated and
+    the gang is planned again. `Invalid`: the job can never be planned as written (e.g. a
+    topology level the cluster is not configured with); `message` says what to change."""
     message: str = ""
     """One line for people: the plan, or why the job waits and what would let it run."""
     level: str | None = None
     """Topology level of the chosen domain."""
     domain: str | None = None
     """The chosen domain (node label value at `level`)."""
+    domain_labels: dict[str, str] = Field(default_factory=dict)
+    """Label key -> value of every level from the top down to `level`: the exact domain, as node
+    selectors match it."""
     nodes: list[str] = Field(default_factory=list)
     """Node of each rank, in rank order."""
     hops: int | None = None
@@ -240,6 +250,11 @@ class Placement(_Model):
     """Modelled all-reduce time of the placement (a model, not a measurement)."""
     planned_at: str | None = None
     """When the plan was made (RFC 3339)."""
+    released_at: str | None = None
+    """When worker pods were last released to the scheduler (RFC 3339); a released pod not
+    bound within the placer's bind bound drops the plan."""
+    replaced_ranks: dict[str, str] = Field(default_factory=dict)
+    """Ranks re-planned onto a new node for a replacement worker: rank -> uid of that pod."""
     waiting_since: str | None = None
     """When the whole gang first waited for a domain (RFC 3339); bounds `maxWaitSeconds`."""
     reasons: list[DomainReason] = Field(default_factory=list)

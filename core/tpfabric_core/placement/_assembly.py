@@ -28,7 +28,7 @@ def plan_hops(topology: ClusterTopology, nodes: Sequence[int]) -> int:
 
 
 def span_domain(topology: ClusterTopology, nodes: Sequence[int]) -> Domain:
-    """Return the smallest domain holding every node index in ``nodes``."""
+    """Return the smallest labelled domain holding every node index in ``nodes``."""
     depth = topology.span_depth(nodes)
     return topology.domains[depth][topology.node_domain[depth][nodes[0]]]
 
@@ -64,4 +64,6 @@ def assemble_plan(
         cost=cost,
         degraded_nodes=tuple(names[i] for i in sorted(degraded)),
         reasons=tuple(reasons),
+        domain_labels=topology.domain_labels(domain),
+        other_resources=tuple((name, amount) for name, amount in request.other_resources if amount),
     )

@@ -39,10 +39,10 @@ from tpfabric_core.placement.cost import (
     modelled_allreduce_by_index,
 )
 from tpfabric_core.placement.planner import (
-    allowed_depth,
     explain_unschedulable,
     plan_gang,
     policy_depth,
+    policy_reach,
 )
 from tpfabric_core.placement.rank_order import order_ranks
 from tpfabric_core.placement.request import GangRequest
@@ -258,13 +258,12 @@ def _kueue_fit_level(
     domains = topology.domains[depth]
     state = counts[depth]
     order = sorted(range(len(domains)), key=lambda i: (-state[i], domains[i].path))
-    if not order:
-        return None
-    chosen = order[0]
-    if state[chosen] >= workers:
-        chosen = order[_best_fit_index([state[i] for i in order], workers)]
+    # nodes outside the labelled fabric only take part in the spread at the top
+    labelled = [i for i in order if domains[i].labelled]
+    if labelled and state[labelled[0]] >= workers:
+        chosen = labelled[_best_fit_index([state[i] for i in labelled], workers)]
         return depth, [(chosen, workers)]
-    if required:
+    if required or not order:
         return None
     if depth < top:
         return _kueue_fit_level(
@@ -299,7 +298,7 @@ def optimal(
     """
     topology = snapshot.topology
     policy = request.policy
-    max_depth = allowed_depth(topology, policy, waited_seconds)
+    max_depth = policy_reach(snapshot, request, waited_seconds).depth
     use_degraded = policy.avoid_degraded != "avoid"
     slots = worker_slots(snapshot, request, use_degraded=use_degraded)
     penalty = [False] * len(topology)
@@ -311,7 +310,7 @@ def optimal(
     monotone = _cost_grows_with_level(topology, cost_config)
     for depth in range(max_depth + 1):
         for domain in topology.domains[depth]:
-            if sum(slots[domain.start : domain.end]) < request.workers:
+            if not domain.labelled or sum(slots[domain.start : domain.end]) < request.workers:
                 continue
             first = topology.node_domain[0][domain.start]
             last = topology.node_domain[0][domain.end - 1]

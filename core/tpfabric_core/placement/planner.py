@@ -1,16 +1,22 @@
 """The gang planner: one whole plan for a tensor-parallel job, or why there is none yet.
 
-``plan_gang`` climbs the topology from the bottom: at each level it looks for domains with room
-for every worker, takes the one with the least room left over (best fit, so whole leaves stay free
-for the next big job) and fills it with as few child domains as possible, whole tensor-parallel
-groups per leaf when it can. The policy bounds the climb (``required``: up to its level;
-``preferred``: past it one level per ``max_wait_seconds`` waited, up to the whole cluster).
+``plan_gang`` climbs the topology from the bottom: at each level it looks for labelled domains
+with room for every worker, takes the one with the least room left over (best fit, so whole
+leaves stay free for the next big job) and fills it with as few child domains as possible, whole
+tensor-parallel groups per leaf when it can (always, inside an NVLink level that keeps them). The
+policy bounds the climb (``required``: up to its level; ``preferred``: past it one level per
+``max_wait_seconds`` waited, up to the whole cluster). A level where no domain could *ever* hold
+the gang (allocatable GPUs and RDMA devices of the nodes the pod may use, current use ignored) is
+no reason to wait: a preferred gang passes it at once, a required one is told plainly that its
+level can never be met. Nodes outside the labelled fabric only count at the cluster level.
 Degraded or miscabled nodes are avoided, or used only when the cost model says so
-(``penalize``). The answer is all or nothing and deterministic: ties go by node order.
+(``penalize``). The answer is all or nothing and deterministic: ties go by node order, and an
+Unschedulable's summary only changes when the inputs do (never with the clock between two steps).
 
-Cost per plan: one O(n) pass over the snapshot to count free worker slots, one slice sum per
-domain, and sorts only over the children of the chosen domain; no per-plan sort of the nodes.
-This module must never mutate the snapshot or do I/O.
+Cost per plan: two O(n) passes over the snapshot (free and allocatable worker slots, one more per
+other demanded resource), one slice sum per domain, and sorts only over the children of the
+chosen domain; no per-plan sort of the nodes. This module must never mutate the snapshot or do
+I/O.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ from tpfabric_core.placement._assembly import assemble_plan
 from tpfabric_core.placement._capacity import (
     Pick,
     degraded_indices,
-    domain_free,
+    ever_slots,
     explain_shortfall,
     fill_domain,
+    level_free,
     worker_slots,
 )
 from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig
@@ -35,7 +42,14 @@ from tpfabric_core.placement.results import GangPlan, Unschedulable
 from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_core.placement.topology import ClusterTopology, Domain
 
-__all__ = ["allowed_depth", "explain_unschedulable", "plan_gang", "policy_depth"]
+__all__ = [
+    "Reach",
+    "allowed_depth",
+    "explain_unschedulable",
+    "plan_gang",
+    "policy_depth",
+    "policy_reach",
+]
 
 POLICY_NAME = "tpfabric"
 
@@ -62,15 +76,100 @@ def policy_depth(topology: ClusterTopology, policy: TopologyPolicy) -> int:
         ) from err
 
 
-def allowed_depth(topology: ClusterTopology, policy: TopologyPolicy, waited_seconds: float) -> int:
-    """Return the highest depth the gang may use after waiting ``waited_seconds``."""
+def allowed_depth(
+    topology: ClusterTopology,
+    policy: TopologyPolicy,
+    waited_seconds: float,
+    *,
+    lowest_possible: int = 0,
+) -> int:
+    """Return the highest depth the gang may use after waiting ``waited_seconds``.
+
+    ``lowest_possible``: the lowest depth where some domain could ever hold the gang; a
+    preferred policy with a max wait starts there when that is above its level (no wait for a
+    level that can never do), then climbs one level per ``max_wait_seconds``.
+    """
     depth = policy_depth(topology, policy)
     if policy.mode == "required":
         return depth
     if not policy.max_wait_seconds:
         return topology.cluster_depth
+    start = max(depth, min(lowest_possible, topology.cluster_depth))
     steps = int(waited_seconds // policy.max_wait_seconds)
-    return min(topology.cluster_depth, depth + steps)
+    return min(topology.cluster_depth, start + steps)
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """How far up the topology a gang may go now, and what could ever hold it.
+
+    ``depth``: the highest depth usable now. ``policy_depth``: the policy's level.
+    ``start_depth``: where a preferred gang with a max wait starts waiting (its level, or the
+    first level above it where some domain could ever hold it). ``ever_depth``: the lowest depth
+    where some domain could ever hold the gang (``None``: not even the whole cluster).
+    ``largest``: per depth, the most workers one domain could ever hold. ``relax_after_seconds``:
+    total waiting after which the next level opens (``None``: nothing pending).
+    """
+
+    depth: int
+    policy_depth: int
+    start_depth: int
+    ever_depth: int | None
+    largest: tuple[int, ...]
+    relax_after_seconds: float | None
+
+
+def policy_reach(snapshot: CapacitySnapshot, request: GangRequest, waited_seconds: float) -> Reach:
+    """Return the :class:`Reach` of ``request`` on ``snapshot`` after ``waited_seconds``.
+
+    InputError (``topologyPolicy.level``) if the policy names a level the topology lacks.
+    """
+    topology = snapshot.topology
+    policy = request.policy
+    wanted = policy_depth(topology, policy)
+    cluster = topology.cluster_depth
+    largest = _largest_ever(snapshot, request)
+    ever = next((d for d, m in enumerate(largest) if m >= request.workers), None)
+    lowest = cluster if ever is None else ever
+    depth = allowed_depth(topology, policy, waited_seconds, lowest_possible=lowest)
+    start = wanted
+    relax: float | None = None
+    step = policy.max_wait_seconds
+    if policy.mode == "preferred" and step:
+        start = max(wanted, lowest)
+        if depth < cluster and ever is not None:
+            relax = (int(waited_seconds // step) + 1) * step
+    return Reach(
+        depth=depth,
+        policy_depth=wanted,
+        start_depth=start,
+        ever_depth=ever,
+        largest=largest,
+        relax_after_seconds=relax,
+    )
+
+
+def _largest_ever(snapshot: CapacitySnapshot, request: GangRequest) -> tuple[int, ...]:
+    """Return per depth the most workers one labelled domain could ever hold (memoised)."""
+    quantum = request.workers_per_tp_group
+    key = (request.gpus_per_worker, request.rdma_per_worker, quantum, request.eligible_nodes)
+    cached = snapshot.ever_cache.get(key)
+    if cached is not None:
+        return cached
+    topology = snapshot.topology
+    cluster = topology.cluster_depth
+    per_depth = level_free(topology, ever_slots(snapshot, request), quantum=quantum, up_to=cluster)
+    largest = tuple(
+        max(
+            (f for f, d in zip(free, topology.domains[depth], strict=True) if d.labelled),
+            default=0,
+        )
+        if depth < cluster
+        else sum(free)
+        for depth, free in enumerate(per_depth)
+    )
+    snapshot.ever_cache[key] = largest
+    return largest
 
 
 def plan_gang(
@@ -86,7 +185,8 @@ def plan_gang(
     """
     topology = snapshot.topology
     policy = request.policy
-    max_depth = allowed_depth(topology, policy, waited_seconds)
+    reach = policy_reach(snapshot, request, waited_seconds)
+    max_depth = reach.depth
     quantum = request.workers_per_tp_group
     bad = degraded_indices(snapshot, request)
     all_slots = worker_slots(snapshot, request, use_degraded=True)
@@ -120,10 +220,16 @@ def plan_gang(
             max_depth=max_depth,
             waited_seconds=waited_seconds,
             policy_name=POLICY_NAME,
+            reach=reach,
         )
     ranks = order_ranks(choice.picks)
+    outside = sum(1 for i in set(ranks) if i in topology.outside)
+    if outside:
+        notes.append(
+            f"uses {outside} node(s) outside the labelled fabric: only a cluster-wide plan may"
+        )
     reasons = [
-        *_placement_reasons(topology, request, choice, waited_seconds),
+        *_placement_reasons(topology, request, choice, waited_seconds, reach),
         *notes,
         describe_rank_order(topology, ranks, request),
     ]
@@ -152,19 +258,23 @@ def _search(
     quantum: int,
     penalty: Sequence[bool] | None = None,
 ) -> _Choice | None:
-    """Return the smallest, best-fitting domain up to ``max_depth`` and its picks, or None."""
-    free = domain_free(slots, topology.domains[0])
-    below: list[int] = []
+    """Return the smallest, best-fitting labelled domain up to ``max_depth`` and its picks."""
+    levels = level_free(topology, slots, quantum=quantum, up_to=max_depth)
+    cluster = topology.cluster_depth
     for depth in range(max_depth + 1):
         domains = topology.domains[depth]
-        if depth > 0:
-            below, free = free, [sum(free[c] for c in d.children) for d in domains]
-        fits = [i for i, f in enumerate(free) if f >= workers]
+        free = levels[depth]
+        fits = [
+            i
+            for i, f in enumerate(free)
+            if f >= workers and (depth == cluster or domains[i].labelled)
+        ]
         if not fits:
             continue
         if depth == 0:
             best = min(fits, key=lambda i: (free[i] - workers, i))
         else:
+            below = levels[depth - 1]
             best = min(
                 fits,
                 key=lambda i: (
@@ -238,7 +348,11 @@ def _cheaper_with_degraded(
 
 
 def _placement_reasons(
-    topology: ClusterTopology, request: GangRequest, choice: _Choice, waited_seconds: float
+    topology: ClusterTopology,
+    request: GangRequest,
+    choice: _Choice,
+    waited_seconds: float,
+    reach: Reach,
 ) -> list[str]:
     """Return why this domain: smallest level that fits, best fit, any relaxation."""
     domain = choice.domain
@@ -251,16 +365,33 @@ def _placement_reasons(
             f"{choice.leftover} worker slot(s) free there)"
         )
     ]
-    wanted = topology.depth_of(policy.level)
-    if domain.depth > wanted:
+    if reach.start_depth > reach.policy_depth:
+        reasons.append(_never_note(topology, request, reach))
+    start_level = topology.level_names[reach.start_depth]
+    if domain.depth > reach.start_depth:
         if policy.max_wait_seconds:
             reasons.append(
-                f"no {policy.level} domain fits; relaxed to {domain.level} after waiting "
+                f"no {start_level} domain fits; relaxed to {domain.level} after waiting "
                 f"{waited_seconds:.0f} s (max wait {policy.max_wait_seconds:g} s per level)"
             )
         else:
             reasons.append(f"no {policy.level} domain fits; preferred policy climbs at once")
     return reasons
+
+
+def _never_note(topology: ClusterTopology, request: GangRequest, reach: Reach) -> str:
+    """Return e.g. ``no leaf domain can ever hold 16 workers (largest holds 8): considered ...``."""
+    names = topology.level_names
+    parts = []
+    for depth in range(reach.policy_depth, reach.start_depth):
+        if depth == reach.policy_depth:
+            parts.append(
+                f"no {names[depth]} domain can ever hold {request.workers} workers "
+                f"(largest holds {reach.largest[depth]})"
+            )
+        else:
+            parts.append(f"nor any {names[depth]} domain (largest holds {reach.largest[depth]})")
+    return ", ".join(parts) + f": considered {names[reach.start_depth]} at once"
 
 
 def _rail_note(topology: ClusterTopology, ranks: Sequence[int]) -> str:
@@ -287,15 +418,27 @@ def explain_unschedulable(
     max_depth: int,
     waited_seconds: float,
     policy_name: str,
+    reach: Reach | None = None,
 ) -> Unschedulable:
-    """Return the structured why-not at the highest level the gang may use now."""
+    """Return the structured why-not at ``max_depth``, the highest level the gang may use now.
+
+    The summary depends on the inputs only: a pending relaxation is named by the total wait
+    after which it happens (``relax_after_seconds``), never by a countdown.
+    """
     topology = snapshot.topology
     policy = request.policy
+    if reach is None:
+        reach = policy_reach(snapshot, request, waited_seconds)
     use_degraded = policy.avoid_degraded != "avoid"
+    cluster = topology.cluster_depth
+    fit = level_free(topology, slots, quantum=request.workers_per_tp_group, up_to=max_depth)
     candidates = sorted(
         (
-            explain_shortfall(snapshot, request, domain, slots, use_degraded=use_degraded)
-            for domain in topology.domains[max_depth]
+            explain_shortfall(
+                snapshot, request, domain, slots, use_degraded=use_degraded, workers_fit=f
+            )
+            for domain, f in zip(topology.domains[max_depth], fit[max_depth], strict=True)
+            if domain.labelled or max_depth == cluster
         ),
         key=lambda c: (-c.workers_fit, c.domain),
     )
@@ -307,14 +450,33 @@ def explain_unschedulable(
     )
     if best is not None:
         summary += f" (best: {best.domain!r} fits {best.workers_fit})"
-    if policy.mode == "required":
-        summary += f"; waiting for one {level} domain (topology policy required)"
-    elif max_depth < topology.cluster_depth and policy.max_wait_seconds:
-        step = policy.max_wait_seconds
-        left = step - (waited_seconds % step)
+    else:
+        summary = f"{request.name}: there is no {level} domain"
+    outside = len(topology.outside) if max_depth < cluster else 0
+    if outside:
+        summary += f"; {topology.outside_note()}, left out below the cluster level"
+    if reach.start_depth > reach.policy_depth and policy.mode == "preferred":
+        summary += f"; {_never_note(topology, request, reach)}"
+    relax: float | None = None
+    if reach.ever_depth is None:
         summary += (
-            f"; waiting, will consider a {topology.level_names[max_depth + 1]} domain in "
-            f"{left:.0f} s"
+            f"; not even the whole cluster can ever hold {request.workers} workers (it holds "
+            f"{reach.largest[cluster]} by allocatable capacity)"
+        )
+    elif policy.mode == "required" and reach.ever_depth > max_depth:
+        summary += (
+            f"; no {level} domain can ever hold {request.workers} workers (the largest holds "
+            f"{reach.largest[max_depth]} by allocatable capacity): the required {level} level "
+            "can never be met; ask for a higher level or mode preferred"
+        )
+    elif policy.mode == "required":
+        summary += f"; waiting for one {level} domain (topology policy required)"
+    elif max_depth < cluster and policy.max_wait_seconds:
+        step = policy.max_wait_seconds
+        relax = (int(waited_seconds // step) + 1) * step
+        summary += (
+            f"; waiting, will consider a {topology.level_names[max_depth + 1]} domain once it "
+            f"has waited {relax:g} s"
         )
     else:
         summary += "; waiting for capacity"
@@ -324,4 +486,6 @@ def explain_unschedulable(
         level=level,
         candidates=tuple(candidates),
         summary=summary,
+        relax_after_seconds=relax,
+        outside_nodes=outside,
     )

@@ -3,7 +3,10 @@
 The replacement goes into the plan's domain when any node there has room (nearest to the rank's
 ring neighbours first, then best fit); otherwise the answer lists the nearest options elsewhere,
 each with the level the gang would then span, so the caller can pick one or re-plan the whole
-gang. The snapshot must still hold the other ranks' allocations. This module must never move a
+gang. Room means the same as for a whole plan: every demanded resource, the pod's node
+selector/affinity, taints, health; and where the topology keeps tensor-parallel groups whole
+(an NVLink level), the rank stays in the domain of that level its group's other ranks are in.
+The snapshot must still hold the other ranks' allocations. This module must never move a
 healthy rank or mutate the snapshot.
 """
 
@@ -12,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tpfabric_core.placement._assembly import assemble_plan, plan_hops
-from tpfabric_core.placement._capacity import degraded_indices, worker_slots
+from tpfabric_core.placement._capacity import degraded_indices, group_depth, worker_slots
 from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig, edge_hops
+from tpfabric_core.placement.pod_fit import format_amount
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import GangPlan, ReplacementOption, ReplacementOptions
 from tpfabric_core.placement.snapshot import CapacitySnapshot
@@ -66,6 +70,9 @@ def replan_worker(
             node,
         )
 
+    home = _group_home(topology, request, ranks, rank)
+    if home is not None and home.depth < domain.depth:
+        domain = home  # a tensor-parallel group never leaves its NVLink domain
     inside = [i for i in range(domain.start, domain.end) if slots[i] > 0]
     if inside:
         chosen = min(inside, key=nearness)
@@ -104,9 +111,24 @@ def _plan_domain(topology: ClusterTopology, plan: GangPlan) -> Domain:
     """Return the topology domain the plan names (level and path)."""
     depth = topology.depth_of(plan.level)
     for domain in topology.domains[depth]:
-        if domain.path == plan.domain_path:
+        if domain.path == plan.domain_path and (domain.labelled or not domain.path):
             return domain
     raise ValueError(f"plan {plan.job!r} names {plan.level} {plan.domain!r}, not in topology")
+
+
+def _group_home(
+    topology: ClusterTopology, request: GangRequest, ranks: Sequence[int], rank: int
+) -> Domain | None:
+    """Return the group-keeping domain the other ranks of ``rank``'s TP group are in, or None."""
+    quantum = request.workers_per_tp_group
+    keep = group_depth(topology, quantum)
+    if keep is None:
+        return None
+    first = rank - rank % quantum
+    others = [ranks[k] for k in range(first, min(first + quantum, len(ranks))) if k != rank]
+    if not others:
+        return None
+    return topology.domains[keep][topology.node_domain[keep][others[0]]]
 
 
 def _ring_neighbours(ranks: Sequence[int], rank: int) -> list[int]:
@@ -160,11 +182,13 @@ def _options_elsewhere(
             )
         )
     failed_name = plan.nodes_by_rank[rank]
+    needs = [f"{request.gpus_per_worker} GPUs"]
+    if request.rdma_per_worker:
+        needs.append(f"{request.rdma_per_worker} RDMA devices")
+    needs.extend(format_amount(name, amount) for name, amount in request.other_resources if amount)
     summary = (
         f"{plan.job}: no node in {domain.level} {domain.name!r} can take rank {rank} "
-        f"(was on {failed_name!r}; needs {request.gpus_per_worker} GPUs"
-        + (f", {request.rdma_per_worker} RDMA devices" if request.rdma_per_worker else "")
-        + ")"
+        f"(was on {failed_name!r}; needs {', '.join(needs)})"
     )
     if options:
         first = options[0]

@@ -24,6 +24,8 @@ DegradedPolicy = Literal["avoid", "penalize", "ignore"]
 class TopologyPolicy:
     """Where the gang may go.
 
+    - ``level``: a level name the topology is configured with (by default ``block``, ``spine``,
+      ``leaf``; ``cluster`` is the implicit root); an unknown name is an InputError when planning.
     - ``mode="required"``: every worker inside one domain of ``level``, else wait.
     - ``mode="preferred"``: the smallest domain that fits, up to ``level``; past it, climb one
       more level per ``max_wait_seconds`` waited (like Slurm's ``--switches=N@time``), up to the
@@ -69,6 +71,13 @@ class GangRequest:
     ``tp_size * pp_size`` (the rest is data parallelism). A tensor-parallel group is either inside
     one worker (``tp_size`` divides ``gpus_per_worker``) or whole workers
     (``gpus_per_worker`` divides ``tp_size``).
+
+    ``other_resources``: what one worker needs of every resource other than GPUs and the RDMA
+    devices counted by ``rdma_per_worker`` (kube-scheduler units, e.g. ``("cpu", 16000)``,
+    ``("memory", 64 * 2**30)``, ``("pods", 1)``; see
+    :func:`~tpfabric_core.placement.pod_fit.pod_requests`). ``eligible_nodes``: the only nodes a
+    worker may go to (what the pod's node selector and required node affinity allow, see
+    :func:`~tpfabric_core.placement.pod_fit.node_matcher`); ``None`` allows every node.
     """
 
     name: str
@@ -79,6 +88,8 @@ class GangRequest:
     pp_size: int = 1
     tolerations: tuple[Toleration, ...] = ()
     policy: TopologyPolicy = field(default_factory=TopologyPolicy)
+    other_resources: tuple[tuple[str, int], ...] = ()
+    eligible_nodes: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         for where, value, low in (
@@ -90,6 +101,17 @@ class GangRequest:
         ):
             if value < low:
                 raise InputError(where, f"must be >= {low}, got {value}")
+        seen: set[str] = set()
+        for resource, amount in self.other_resources:
+            if not resource or resource in seen:
+                raise InputError("resources", f"resource name {resource!r} is empty or given twice")
+            seen.add(resource)
+            if amount < 0:
+                raise InputError(
+                    f"resources.{resource}",
+                    f"must be >= 0, got {amount}",
+                    "request a positive amount",
+                )
         world = self.workers * self.gpus_per_worker
         if world % (self.tp_size * self.pp_size):
             raise InputError(

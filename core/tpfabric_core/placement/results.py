@@ -46,8 +46,14 @@ class GangPlan:
     """Where every rank of a gang goes.
 
     ``level``/``domain`` name the smallest domain holding every rank (``domain_path`` from the
-    top level down). ``hops`` is the most switch hops between two ranks on the same rail: 0 on
-    one node (NVLink), 1 under one rail leaf, 3 across a spine, ``2*depth+1`` in general.
+    top level down; ``domain_labels`` the (label key, value) of every level from the top down to
+    ``level``, empty for a cluster-wide plan: select on all of them to hit exactly this domain,
+    since names repeat under different parents; a node outside the labelled fabric may carry
+    the upper of these labels but lacks some level's label, so a selector that must exclude it
+    also requires every configured level key to exist). ``hops`` is the most switch hops between two
+    ranks on the same rail: 0 on one node (NVLink), 1 under one rail leaf, 3 across a spine,
+    ``2*depth+1`` in general. ``other_resources`` is what each worker takes besides GPUs and RDMA
+    devices (what :meth:`CapacitySnapshot.allocate` subtracts).
     """
 
     job: str
@@ -63,6 +69,8 @@ class GangPlan:
     cost: CollectiveCost
     degraded_nodes: tuple[str, ...] = ()
     reasons: tuple[str, ...] = ()
+    domain_labels: tuple[tuple[str, str], ...] = ()
+    other_resources: tuple[tuple[str, int], ...] = ()
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -80,8 +88,18 @@ class GangPlan:
 
 
 ShortfallKind = Literal[
-    "capacity", "health", "rail", "taint", "not_ready", "cordoned", "wait", "level"
+    "capacity",
+    "health",
+    "rail",
+    "taint",
+    "selector",
+    "not_ready",
+    "cordoned",
+    "wait",
+    "level",
 ]
+"""Why nodes add nothing to a domain: ``selector`` = the pod's nodeSelector/affinity excludes
+them, ``capacity`` = some demanded resource is short (the detail names which)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,17 +136,36 @@ class DomainShortfall:
 
 @dataclass(frozen=True, slots=True)
 class Unschedulable:
-    """No whole plan exists now; ``candidates`` say per domain what is missing."""
+    """No whole plan exists now; ``candidates`` say per domain what is missing, best first.
+
+    ``summary`` depends only on the inputs, never on the clock between two relaxation steps, so
+    an adapter can write it only when it changes. ``relax_after_seconds``: after this many
+    seconds of waiting in total (counted from when the gang started waiting) the policy opens
+    the next level, so re-plan then; ``None`` when no relaxation is pending. ``outside_nodes``:
+    nodes left out because they are outside the labelled fabric (0 at the cluster level, where
+    they count).
+    """
 
     job: str
     policy: str
     level: str
     candidates: tuple[DomainShortfall, ...]
     summary: str
+    relax_after_seconds: float | None = None
+    outside_nodes: int = 0
 
-    def explain(self) -> str:
-        """Return the summary and one line per candidate domain."""
-        return "\n".join([self.summary, *(f"  - {c}" for c in self.candidates)])
+    def top_candidates(self, n: int) -> tuple[tuple[DomainShortfall, ...], int]:
+        """Return the ``n`` best candidate domains and how many more there are."""
+        shown = self.candidates[: max(0, n)]
+        return shown, len(self.candidates) - len(shown)
+
+    def explain(self, limit: int = 10) -> str:
+        """Return the summary and one line per candidate domain (at most ``limit``)."""
+        shown, more = self.top_candidates(limit)
+        lines = [self.summary, *(f"  - {c}" for c in shown)]
+        if more:
+            lines.append(f"  - and {more} more domain(s)")
+        return "\n".join(lines)
 
 
 PlacementResult = GangPlan | Unschedulable

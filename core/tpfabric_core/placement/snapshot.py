@@ -2,15 +2,21 @@
 
 A :class:`CapacitySnapshot` is a few flat lists indexed like
 :attr:`ClusterTopology.node_names <tpfabric_core.placement.topology.ClusterTopology>`; copying it
-is O(n) list copies and allocating or releasing a plan is O(workers). Taints follow Kubernetes
+is O(n) list copies and allocating or releasing a plan is O(workers x resources). Resources are
+in kube-scheduler units (:mod:`~tpfabric_core.placement.pod_fit`): GPUs and the RDMA devices of a
+gang have their own lists (``free_gpus``, ``free_rdma``); every other resource (CPU millicores,
+memory bytes, pod slots, extended resources) is one list per name in ``free_other``. A node
+without an entry for a resource has none of it. ``alloc_gpus``/``alloc_rdma`` hold what each node
+could ever offer (allocatable, ignoring current use); they never change after construction, so
+the planner memoises what it derives from them in ``ever_cache``. Taints follow Kubernetes
 semantics: ``NoSchedule`` and ``NoExecute`` keep a worker off unless tolerated,
 ``PreferNoSchedule`` is ignored. This module must never read labels, plan, or do I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -77,7 +83,13 @@ def untolerated_taint(taints: Iterable[Taint], tolerations: Sequence[Toleration]
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
-    """What a node has free now and whether a new worker may go there."""
+    """What a node has free now and whether a new worker may go there.
+
+    ``free``: the free amount of every resource other than GPUs and the gang's RDMA devices, in
+    kube-scheduler units (``{"cpu": 120000, "memory": ..., "pods": 105}``); a resource missing
+    here counts as none. ``allocatable_gpus``/``allocatable_rdma``: what the node could ever
+    offer; ``None`` means the same as free.
+    """
 
     name: str
     free_gpus: int
@@ -86,6 +98,9 @@ class NodeState:
     schedulable: bool = True
     taints: tuple[Taint, ...] = ()
     health: Health = "ok"
+    free: Mapping[str, int] = field(default_factory=dict, hash=False)
+    allocatable_gpus: int | None = None
+    allocatable_rdma: int | None = None
 
 
 class CapacitySnapshot:
@@ -96,8 +111,12 @@ class CapacitySnapshot:
     """
 
     __slots__ = (
+        "alloc_gpus",
+        "alloc_rdma",
         "degraded",
+        "ever_cache",
         "free_gpus",
+        "free_other",
         "free_rdma",
         "ready",
         "schedulable",
@@ -115,6 +134,9 @@ class CapacitySnapshot:
         schedulable: list[bool],
         degraded: list[bool],
         taints: dict[int, tuple[Taint, ...]],
+        free_other: dict[str, list[int]] | None = None,
+        alloc_gpus: list[int] | None = None,
+        alloc_rdma: list[int] | None = None,
     ) -> None:
         self.topology = topology
         self.free_gpus = free_gpus
@@ -123,6 +145,12 @@ class CapacitySnapshot:
         self.schedulable = schedulable
         self.degraded = degraded
         self.taints = taints
+        self.free_other: dict[str, list[int]] = free_other if free_other is not None else {}
+        self.alloc_gpus = alloc_gpus if alloc_gpus is not None else free_gpus.copy()
+        self.alloc_rdma = alloc_rdma if alloc_rdma is not None else free_rdma.copy()
+        #: (gpus, rdma, workers per TP group, eligible nodes) -> per depth the most workers one
+        #: domain could ever hold; filled by the planner, valid while the alloc lists stand
+        self.ever_cache: dict[tuple[int, int, int, frozenset[str] | None], tuple[int, ...]] = {}
 
     @classmethod
     def from_node_states(
@@ -138,23 +166,37 @@ class CapacitySnapshot:
             schedulable=[True] * n,
             degraded=[False] * n,
             taints={},
+            alloc_gpus=[0] * n,
+            alloc_rdma=[0] * n,
         )
         index_of = topology.index_of
+        other = snapshot.free_other
         for state in states:
             i = index_of.get(state.name)
             if i is None:
                 continue
             snapshot.free_gpus[i] = state.free_gpus
             snapshot.free_rdma[i] = state.free_rdma
+            snapshot.alloc_gpus[i] = (
+                state.free_gpus if state.allocatable_gpus is None else state.allocatable_gpus
+            )
+            snapshot.alloc_rdma[i] = (
+                state.free_rdma if state.allocatable_rdma is None else state.allocatable_rdma
+            )
             snapshot.ready[i] = state.ready
             snapshot.schedulable[i] = state.schedulable
             snapshot.degraded[i] = state.health == "degraded"
             if state.taints:
                 snapshot.taints[i] = state.taints
+            for resource, amount in state.free.items():
+                per_node = other.get(resource)
+                if per_node is None:
+                    per_node = other[resource] = [0] * n
+                per_node[i] = amount
         return snapshot
 
     def copy(self) -> CapacitySnapshot:
-        """Return an independent copy (O(n))."""
+        """Return an independent copy (O(n x resources))."""
         return CapacitySnapshot(
             self.topology,
             free_gpus=self.free_gpus.copy(),
@@ -163,6 +205,9 @@ class CapacitySnapshot:
             schedulable=self.schedulable.copy(),
             degraded=self.degraded.copy(),
             taints=dict(self.taints),
+            free_other={name: amounts.copy() for name, amounts in self.free_other.items()},
+            alloc_gpus=self.alloc_gpus.copy(),
+            alloc_rdma=self.alloc_rdma.copy(),
         )
 
     def node_state(self, name: str) -> NodeState:
@@ -176,16 +221,35 @@ class CapacitySnapshot:
             schedulable=self.schedulable[i],
             taints=self.taints.get(i, ()),
             health="degraded" if self.degraded[i] else "ok",
+            free={resource: amounts[i] for resource, amounts in self.free_other.items()},
+            allocatable_gpus=self.alloc_gpus[i],
+            allocatable_rdma=self.alloc_rdma[i],
         )
 
+    def free_of(self, resource: str) -> list[int]:
+        """Return the per-node free amounts of ``resource`` (created as zeros if unknown)."""
+        amounts = self.free_other.get(resource)
+        if amounts is None:
+            amounts = self.free_other[resource] = [0] * len(self.topology)
+        return amounts
+
     def allocate(self, plan: GangPlan) -> None:
-        """Take the GPUs and RDMA devices of every rank of ``plan``; ValueError on overcommit."""
+        """Take every resource of every rank of ``plan``; ValueError on overcommit (then nothing).
+
+        GPUs and RDMA devices come from the plan's per-worker counts, every other resource from
+        ``plan.other_resources``.
+        """
         index_of = self.topology.index_of
+        others = [(self.free_of(name), amount) for name, amount in plan.other_resources]
         for rank, name in enumerate(plan.nodes_by_rank):
             i = index_of[name]
             self.free_gpus[i] -= plan.gpus_per_worker
             self.free_rdma[i] -= plan.rdma_per_worker
-            if self.free_gpus[i] < 0 or self.free_rdma[i] < 0:
+            short = self.free_gpus[i] < 0 or self.free_rdma[i] < 0
+            for amounts, amount in others:
+                amounts[i] -= amount
+                short = short or amounts[i] < 0
+            if short:
                 self._give_back(plan, plan.nodes_by_rank[: rank + 1])
                 raise ValueError(f"plan {plan.job!r} overcommits node {name!r}")
 
@@ -194,9 +258,12 @@ class CapacitySnapshot:
         self._give_back(plan, plan.nodes_by_rank)
 
     def _give_back(self, plan: GangPlan, nodes: Sequence[str]) -> None:
-        """Return nothing; add one worker's GPUs and RDMA devices back per entry of ``nodes``."""
+        """Return nothing; add one worker's resources back per entry of ``nodes``."""
         index_of = self.topology.index_of
+        others = [(self.free_of(name), amount) for name, amount in plan.other_resources]
         for name in nodes:
             i = index_of[name]
             self.free_gpus[i] += plan.gpus_per_worker
             self.free_rdma[i] += plan.rdma_per_worker
+            for amounts, amount in others:
+                amounts[i] += amount

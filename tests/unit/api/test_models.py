@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.api import Placement, TensorParallelJob
 from tpfabric_core.api.crd import crd_name, render_crd_yaml, tensor_parallel_job_crd
 from tpfabric_core.fabric_description import pydantic_error_path
 from tpj_examples import INVALID_JOBS, valid_jobs
@@ -83,3 +83,43 @@ def test_the_field_reference_is_the_generators_output() -> None:
     reference = CRD_FILE.parents[1] / "docs" / "crd-reference.md"
     assert reference.read_text() == render_reference(), "run `tpfabric crds generate`"
     assert "| `spec.topology.level` |" in reference.read_text()
+
+
+@pytest.mark.parametrize("level", ["leaf", "nvlink", "zone", "gce-subblock", "cluster"])
+def test_any_configured_level_name_is_a_valid_policy_level(level: str) -> None:
+    manifest = valid_jobs()["llama-405b-tp16x4"]
+    manifest["spec"].setdefault("topology", {})["level"] = level
+    assert TensorParallelJob.model_validate(manifest).spec.topology.level == level
+
+
+@pytest.mark.parametrize("level", ["Leaf", "rack_1", "", "1leaf", "a" * 64])
+def test_a_level_that_is_not_a_level_name_is_rejected(level: str) -> None:
+    manifest = valid_jobs()["llama-405b-tp16x4"]
+    manifest["spec"].setdefault("topology", {})["level"] = level
+    with pytest.raises(ValidationError):
+        TensorParallelJob.model_validate(manifest)
+
+
+def test_the_crd_checks_the_level_name_pattern_not_a_fixed_list() -> None:
+    version = tensor_parallel_job_crd()["spec"]["versions"][0]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    level = spec["properties"]["topology"]["properties"]["level"]
+    assert level["pattern"] == "^[a-z][a-z0-9-]{0,62}$"
+    assert "enum" not in level
+
+
+def test_a_placement_carries_the_labels_of_its_domain() -> None:
+    placement = Placement.model_validate(
+        {
+            "state": "Planned",
+            "level": "leaf",
+            "domain": "rack-1",
+            "domainLabels": {
+                "topology.tpfabric.io/spine": "s2",
+                "topology.tpfabric.io/leaf": "rack-1",
+            },
+        }
+    )
+    assert placement.domain_labels["topology.tpfabric.io/spine"] == "s2"
+    assert Placement().domain_labels == {}
+    assert placement.model_dump(by_alias=True)["domainLabels"] == placement.domain_labels

@@ -1,24 +1,42 @@
 """Fluent test builders: ``a_cluster().with_leaves(4, nodes=4)``, ``a_job(workers=4)``.
 
 Clusters are built the way the scheduler sees them: node labels in the canonical
-``topology.tpfabric.io/`` scheme plus one NodeState per node.
+``topology.tpfabric.io/`` scheme plus one NodeState per node. Every node has ``gpus`` GPUs and
+``rails`` RDMA devices allocatable; ``busy``/``with_free_gpus`` only change what is free.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from tpfabric_core import labels
 from tpfabric_core.placement import (
+    DEFAULT_LEVELS,
     CapacitySnapshot,
     ClusterTopology,
+    GangPlan,
     GangRequest,
+    LevelSpec,
     NodeState,
     Taint,
     Toleration,
     TopologyPolicy,
+    Unschedulable,
 )
 from tpfabric_core.placement.request import DegradedPolicy
+
+
+def planned(result: GangPlan | Unschedulable) -> GangPlan:
+    """Return ``result`` as a plan (the test fails with the why-not otherwise)."""
+    assert isinstance(result, GangPlan), result.explain()
+    return result
+
+
+def waiting(result: GangPlan | Unschedulable) -> Unschedulable:
+    """Return ``result`` as an Unschedulable (the test fails with the plan otherwise)."""
+    assert isinstance(result, Unschedulable), result.explain()
+    return result
 
 
 @dataclass
@@ -33,6 +51,9 @@ class ClusterBuilder:
     gpus: int = 8
     states: dict[str, NodeState] = field(default_factory=dict)
     rail_overrides: dict[tuple[str, int], str] = field(default_factory=dict)
+    resources: dict[str, int] = field(default_factory=dict)
+    dropped_labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    extra_labels: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def with_leaves(
         self, count: int, *, nodes: int = 4, per_spine: int = 2, spines_per_block: int = 2
@@ -49,7 +70,35 @@ class ClusterBuilder:
         ]
 
     def _state(self, node: str) -> NodeState:
-        return self.states.get(node) or NodeState(node, free_gpus=self.gpus, free_rdma=self.rails)
+        return self.states.get(node) or NodeState(
+            node,
+            free_gpus=self.gpus,
+            free_rdma=self.rails,
+            free=dict(self.resources),
+            allocatable_gpus=self.gpus,
+            allocatable_rdma=self.rails,
+        )
+
+    def with_resources(self, **free: int) -> ClusterBuilder:
+        """Give every node these free amounts of other resources (``cpu`` in millicores)."""
+        self.resources.update(free)
+        for name, state in self.states.items():
+            self.states[name] = replace(state, free={**state.free, **free})
+        return self
+
+    def with_free(self, node: str, resource: str, amount: int) -> ClusterBuilder:
+        state = self._state(node)
+        self.states[node] = replace(state, free={**state.free, resource: amount})
+        return self
+
+    def unlabelled(self, node: str, *keys: str) -> ClusterBuilder:
+        """Drop the given level label keys (default: the leaf label) from ``node``."""
+        self.dropped_labels[node] = keys or (labels.LEAF,)
+        return self
+
+    def labelled(self, node: str, key: str, value: str) -> ClusterBuilder:
+        self.extra_labels.setdefault(node, {})[key] = value
+        return self
 
     def with_free_gpus(self, node: str, gpus: int) -> ClusterBuilder:
         self.states[node] = replace(self._state(node), free_gpus=gpus)
@@ -106,14 +155,17 @@ class ClusterBuilder:
                     node[labels.rail_key(rail)] = self.rail_overrides.get(
                         (name, rail), f"leaf-{leaf}-rail{rail}"
                     )
+                for key in self.dropped_labels.get(name, ()):
+                    node.pop(key, None)
+                node.update(self.extra_labels.get(name, {}))
                 result[name] = node
         return result
 
-    def topology(self) -> ClusterTopology:
-        return ClusterTopology.from_node_labels(self.node_labels())
+    def topology(self, levels: tuple[LevelSpec, ...] = DEFAULT_LEVELS) -> ClusterTopology:
+        return ClusterTopology.from_node_labels(self.node_labels(), levels)
 
-    def snapshot(self) -> CapacitySnapshot:
-        topology = self.topology()
+    def snapshot(self, levels: tuple[LevelSpec, ...] = DEFAULT_LEVELS) -> CapacitySnapshot:
+        topology = self.topology(levels)
         return CapacitySnapshot.from_node_states(
             topology, [self._state(name) for name in self.node_names()]
         )
@@ -139,6 +191,21 @@ class JobBuilder:
     pp_size: int = 1
     tolerations: tuple[Toleration, ...] = ()
     policy: TopologyPolicy = field(default_factory=TopologyPolicy)
+    other_resources: dict[str, int] = field(default_factory=dict)
+    eligible_nodes: frozenset[str] | None = None
+
+    def needing(self, **resources: int) -> JobBuilder:
+        """Each worker also needs these resources (``cpu`` in millicores, ``pods``, ...)."""
+        self.other_resources.update(resources)
+        return self
+
+    def needing_resource(self, name: str, amount: int) -> JobBuilder:
+        self.other_resources[name] = amount
+        return self
+
+    def only_on(self, *nodes: str) -> JobBuilder:
+        self.eligible_nodes = frozenset(nodes)
+        return self
 
     def named(self, name: str) -> JobBuilder:
         self.name = name
@@ -186,8 +253,50 @@ class JobBuilder:
             pp_size=self.pp_size,
             tolerations=self.tolerations,
             policy=self.policy,
+            other_resources=tuple(sorted(self.other_resources.items())),
+            eligible_nodes=self.eligible_nodes,
         )
 
 
 def a_job(workers: int) -> JobBuilder:
     return JobBuilder(workers=workers)
+
+
+CLIQUE_KEY = "nvidia.com/gpu.clique"
+NVL72_LEVELS: tuple[LevelSpec, ...] = (
+    *DEFAULT_LEVELS,
+    LevelSpec("nvlink", CLIQUE_KEY, keep_tp_groups=True),
+)
+"""The canonical levels plus an NVLink clique level below the leaf."""
+
+
+def nvl72_snapshot(
+    racks: int,
+    *,
+    nodes_per_rack: int = 18,
+    racks_per_leaf: int = 2,
+    busy: Mapping[int, int] | None = None,
+    levels: tuple[LevelSpec, ...] = NVL72_LEVELS,
+) -> CapacitySnapshot:
+    """Return a GB200 NVL72-like cluster: 4 GPUs per node, 18 nodes per NVLink clique (rack).
+
+    ``busy``: rack -> how many of its nodes have no GPU free.
+    """
+    node_labels: dict[str, dict[str, str]] = {}
+    states = []
+    for rack in range(racks):
+        leaf = rack // racks_per_leaf
+        for k in range(nodes_per_rack):
+            name = f"r{rack:02d}-n{k:02d}"
+            node_labels[name] = {
+                labels.BLOCK: "block-0",
+                labels.SPINE: "spine-0",
+                labels.LEAF: f"leaf-{leaf}",
+                CLIQUE_KEY: f"clique-{rack}",
+            }
+            free = 0 if busy and k < busy.get(rack, 0) else 4
+            states.append(
+                NodeState(name, free_gpus=free, free_rdma=4, allocatable_gpus=4, allocatable_rdma=4)
+            )
+    topology = ClusterTopology.from_node_labels(node_labels, levels)
+    return CapacitySnapshot.from_node_states(topology, states)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from placement_builders import a_cluster, a_job, node_name
+from placement_builders import a_cluster, a_job, node_name, planned, waiting
 
 from tpfabric_core.errors import InputError
 from tpfabric_core.placement import (
@@ -10,19 +10,8 @@ from tpfabric_core.placement import (
     Taint,
     Toleration,
     TopologyPolicy,
-    Unschedulable,
     plan_gang,
 )
-
-
-def planned(result: GangPlan | Unschedulable) -> GangPlan:
-    assert isinstance(result, GangPlan), result.explain()
-    return result
-
-
-def waiting(result: GangPlan | Unschedulable) -> Unschedulable:
-    assert isinstance(result, Unschedulable), result.explain()
-    return result
 
 
 def test_a_gang_that_fits_one_leaf_goes_to_one_leaf() -> None:
@@ -67,15 +56,17 @@ def test_a_required_leaf_gang_waits_and_lists_every_leaf_with_its_shortfall() ->
 
 
 def test_a_preferred_gang_with_a_max_wait_waits_before_relaxing() -> None:
-    snapshot = a_cluster().with_leaves(2, nodes=4).snapshot()
-    job = a_job(workers=6).preferring("leaf", max_wait=300).build()
+    # every leaf could hold 4 workers, but each has one node busy now
+    snapshot = a_cluster().with_leaves(2, nodes=4).busy(node_name(0, 0), node_name(1, 0)).snapshot()
+    job = a_job(workers=4).preferring("leaf", max_wait=300).build()
     answer = waiting(plan_gang(snapshot, job, waited_seconds=100))
-    assert "in 200 s" in answer.summary
+    assert "will consider a spine domain once it has waited 300 s" in answer.summary
+    assert answer.relax_after_seconds == 300
 
 
 def test_a_preferred_gang_relaxes_one_level_after_its_max_wait() -> None:
-    snapshot = a_cluster().with_leaves(2, nodes=4).snapshot()
-    job = a_job(workers=6).preferring("leaf", max_wait=300).build()
+    snapshot = a_cluster().with_leaves(2, nodes=4).busy(node_name(0, 0), node_name(1, 0)).snapshot()
+    job = a_job(workers=4).preferring("leaf", max_wait=300).build()
     plan = planned(plan_gang(snapshot, job, waited_seconds=300))
     assert plan.level == "spine"
     assert any("relaxed to spine" in r for r in plan.reasons)
@@ -214,3 +205,18 @@ def test_parallel_sizes_must_divide_the_world_size() -> None:
 def test_a_negative_max_wait_is_rejected() -> None:
     with pytest.raises(InputError, match=r"topologyPolicy\.maxWaitSeconds"):
         TopologyPolicy(max_wait_seconds=-1)
+
+
+def test_a_plan_names_the_label_of_every_level_down_to_its_own() -> None:
+    snapshot = a_cluster().with_leaves(4, nodes=4).busy_leaf(0).snapshot()
+    plan = planned(plan_gang(snapshot, a_job(workers=4).build()))
+    assert plan.domain_labels == (
+        ("topology.tpfabric.io/block", "block-0"),
+        ("topology.tpfabric.io/spine", "spine-0"),
+        ("topology.tpfabric.io/leaf", "leaf-1"),
+    )
+    wide = planned(plan_gang(snapshot, a_job(workers=9).build()))
+    assert (wide.level, wide.domain_labels) == (
+        "block",
+        (("topology.tpfabric.io/block", "block-0"),),
+    )

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from placement_builders import ClusterBuilder, a_cluster, node_name
+from placement_builders import ClusterBuilder, a_cluster, node_name, nvl72_snapshot
 
+from tpfabric_core import labels
 from tpfabric_core.placement import (
     CapacitySnapshot,
     ClusterTopology,
@@ -25,10 +26,11 @@ from tpfabric_core.placement import (
 )
 from tpfabric_core.placement._capacity import worker_slots
 from tpfabric_core.placement.baselines import optimal
-from tpfabric_core.placement.planner import allowed_depth
+from tpfabric_core.placement.planner import policy_reach
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LEVELS = ("leaf", "spine", "block", "cluster")
+CPU_PER_NODE = 64_000
 
 
 @dataclass
@@ -48,9 +50,13 @@ def cases(draw: st.DrawFn, max_nodes: int = 12) -> Case:
         per_spine=draw(st.integers(1, 2)),
         spines_per_block=draw(st.integers(1, 2)),
     )
+    cluster.with_resources(cpu=CPU_PER_NODE, pods=110)
     for name in cluster.node_names():
         cluster.with_free_gpus(name, draw(st.sampled_from([0, 4, 8, 8, 8])))
-        trouble = draw(st.sampled_from(["none"] * 8 + ["cordoned", "not_ready", "taint", "sick"]))
+        cluster.with_free(name, "cpu", draw(st.sampled_from([CPU_PER_NODE] * 3 + [8_000, 0])))
+        trouble = draw(
+            st.sampled_from(["none"] * 8 + ["cordoned", "not_ready", "taint", "sick", "unlabelled"])
+        )
         if trouble == "cordoned":
             cluster.cordoned(name)
         elif trouble == "not_ready":
@@ -59,6 +65,8 @@ def cases(draw: st.DrawFn, max_nodes: int = 12) -> Case:
             cluster.tainted(name, Taint("maintenance", "NoSchedule"))
         elif trouble == "sick":
             cluster.degraded(name)
+        elif trouble == "unlabelled":
+            cluster.unlabelled(name, draw(st.sampled_from([labels.LEAF, labels.SPINE])))
     gpus = draw(st.sampled_from([4, 8]))
     workers = draw(st.integers(1, 8))
     tp = draw(st.sampled_from([t for t in (4, 8, 16) if (workers * gpus) % t == 0] or [gpus]))
@@ -70,6 +78,8 @@ def cases(draw: st.DrawFn, max_nodes: int = 12) -> Case:
         avoid_degraded=draw(st.sampled_from(["avoid", "penalize", "ignore"])),
         max_wait_seconds=draw(st.sampled_from([None, 0.0, 60.0])),
     )
+    names = cluster.node_names()
+    eligible = draw(st.one_of(st.none(), st.frozensets(st.sampled_from(names))))
     request = GangRequest(
         name="j",
         workers=workers,
@@ -77,6 +87,8 @@ def cases(draw: st.DrawFn, max_nodes: int = 12) -> Case:
         rdma_per_worker=gpus,
         tp_size=tp,
         policy=policy,
+        other_resources=(("cpu", draw(st.sampled_from([0, 16_000, 32_000]))), ("pods", 1)),
+        eligible_nodes=eligible,
     )
     return Case(cluster, request, draw(st.sampled_from([0.0, 30.0, 90.0])))
 
@@ -98,6 +110,8 @@ def test_plans_never_overcommit_a_node(case: Case) -> None:
             assert workers <= slots[snapshot.topology.index_of[node]]
         snapshot.allocate(result)  # raises on overcommit
         assert min(snapshot.free_gpus) >= 0
+        assert min(snapshot.free_other["cpu"]) >= 0
+        assert min(snapshot.free_other["pods"]) >= 0
 
 
 @SETTINGS
@@ -109,7 +123,8 @@ def test_a_gang_is_placed_whole_or_not_at_all(case: Case) -> None:
         assert len(result.nodes_by_rank) == case.request.workers
     else:
         assert isinstance(result, Unschedulable)
-        assert result.candidates
+        # no candidate only when no labelled domain of that level exists
+        assert result.candidates or "there is no" in result.summary
         assert all(c.workers_fit < c.workers_needed for c in result.candidates)
 
 
@@ -190,7 +205,7 @@ def brute_force_min_depth(case: Case, snapshot: CapacitySnapshot) -> int | None:
     slots = usable_slots(case, snapshot)
     usable = [i for i, s in enumerate(slots) if s]
     best: int | None = None
-    limit = allowed_depth(topology, case.request.policy, case.waited)
+    limit = policy_reach(snapshot, case.request, case.waited).depth
     for counts in itertools.product(*(range(slots[i] + 1) for i in usable)):
         if sum(counts) != case.request.workers:
             continue
@@ -229,3 +244,112 @@ def test_brute_force_oracle_agrees_on_a_hand_made_case() -> None:
     request = GangRequest(name="j", workers=2)
     case = Case(cluster, request, 0.0)
     assert brute_force_min_depth(case, cluster.snapshot()) == 0
+
+
+@SETTINGS
+@given(cases())
+def test_workers_only_go_where_the_pod_may_run(case: Case) -> None:
+    result = plan_gang(case.cluster.snapshot(), case.request, waited_seconds=case.waited)
+    if isinstance(result, GangPlan) and case.request.eligible_nodes is not None:
+        assert set(result.nodes_by_rank) <= case.request.eligible_nodes
+
+
+@SETTINGS
+@given(cases())
+def test_nodes_outside_the_labelled_fabric_only_serve_cluster_wide_plans(case: Case) -> None:
+    snapshot = case.cluster.snapshot()
+    result = plan_gang(snapshot, case.request, waited_seconds=case.waited)
+    if not isinstance(result, GangPlan):
+        return
+    topology = snapshot.topology
+    uses_outside = any(topology.index_of[n] in topology.outside for n in result.nodes_by_rank)
+    if result.level != "cluster":
+        assert not uses_outside
+    if uses_outside:
+        assert result.level == "cluster"
+
+
+@SETTINGS
+@given(cases())
+def test_the_domain_labels_select_exactly_the_plans_nodes_domain(case: Case) -> None:
+    snapshot = case.cluster.snapshot()
+    result = plan_gang(snapshot, case.request, waited_seconds=case.waited)
+    if not isinstance(result, GangPlan):
+        return
+    topology = snapshot.topology
+    node_labels = case.cluster.node_labels()
+    depth = topology.depth_of(result.level)
+    assert len(result.domain_labels) == topology.cluster_depth - depth
+    assert tuple(v for _, v in result.domain_labels) == result.domain_path
+    selected = {
+        name
+        for name, node in node_labels.items()
+        if all(node.get(key) == value for key, value in result.domain_labels)
+    }
+    if depth < topology.cluster_depth:
+        domain = topology.domain_at(result.level, result.domain_path)
+        # a node outside the fabric may still carry the upper levels' labels (not a lower one)
+        outside = {topology.node_names[i] for i in topology.outside}
+        assert selected - outside == set(topology.node_names[domain.start : domain.end])
+    assert set(result.nodes_by_rank) <= selected
+
+
+@SETTINGS
+@given(cases(), st.floats(0.0, 0.999))
+def test_a_waiting_summary_does_not_change_while_nothing_changes(case: Case, part: float) -> None:
+    snapshot = case.cluster.snapshot()
+    first = plan_gang(snapshot, case.request, waited_seconds=case.waited)
+    if not isinstance(first, Unschedulable):
+        return
+    step = case.request.policy.max_wait_seconds or 60.0
+    later = (case.waited // step + part) * step  # same relaxation step, another second
+    again = plan_gang(snapshot, case.request, waited_seconds=later)
+    assert isinstance(again, Unschedulable)
+    assert again.summary == first.summary
+    assert again.relax_after_seconds == first.relax_after_seconds
+    if first.relax_after_seconds is not None:
+        assert first.relax_after_seconds > case.waited
+
+
+@SETTINGS
+@given(cases())
+def test_a_preferred_gang_never_waits_at_a_level_that_could_never_hold_it(case: Case) -> None:
+    snapshot = case.cluster.snapshot()
+    result = plan_gang(snapshot, case.request, waited_seconds=case.waited)
+    reach = policy_reach(snapshot, case.request, case.waited)
+    preferred = case.request.policy.mode == "preferred"
+    if isinstance(result, Unschedulable) and preferred and reach.ever_depth is not None:
+        assert snapshot.topology.depth_of(result.level) >= reach.ever_depth
+
+
+@SETTINGS
+@given(
+    racks=st.integers(1, 4),
+    busy=st.lists(st.integers(0, 18), min_size=4, max_size=4),
+    groups=st.integers(1, 8),
+    level=st.sampled_from(["nvlink", "leaf", "spine", "cluster"]),
+    mode=st.sampled_from(["required", "preferred"]),
+)
+def test_an_nvlink_level_never_splits_a_tensor_parallel_group(
+    racks: int, busy: list[int], groups: int, level: str, mode: str
+) -> None:
+    snapshot = nvl72_snapshot(racks, busy=dict(enumerate(busy)))
+    request = GangRequest(
+        name="j",
+        workers=4 * groups,
+        gpus_per_worker=4,
+        rdma_per_worker=4,
+        tp_size=16,
+        policy=TopologyPolicy(mode=mode, level=level),  # type: ignore[arg-type]
+    )
+    result = plan_gang(snapshot, request)
+    topology = snapshot.topology
+    free_groups = sum(
+        (18 - min(18, busy[rack])) // 4 for rack in range(racks)
+    )  # whole groups per clique
+    if isinstance(result, GangPlan):
+        for start in range(0, request.workers, 4):
+            group = result.nodes_by_rank[start : start + 4]
+            assert len({topology.domain_of(n, "nvlink").path for n in group}) == 1
+    elif level == "cluster" or mode == "preferred":
+        assert free_groups < groups

@@ -26,10 +26,29 @@ def test_parses_a_node_cache_capable_request() -> None:
 
 
 def test_accepts_whole_node_objects_from_a_scheduler_without_node_cache() -> None:
-    body = orjson.dumps(
-        {"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"metadata": {"name": "n1"}}]}}
-    )
-    assert parse_extender_args(body).node_names == ["n1"]
+    node = {"metadata": {"name": "n1", "labels": {"a": "b"}}, "status": {"capacity": {}}}
+    body = orjson.dumps({"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [node]}})
+    args = parse_extender_args(body)
+    assert args.node_names == ["n1"]
+    assert args.nodes == [node]
+
+
+def test_a_node_cache_capable_request_keeps_no_node_objects() -> None:
+    body = orjson.dumps({"Pod": {"metadata": {"name": "p"}}, "Nodes": None, "NodeNames": ["n"]})
+    assert parse_extender_args(body).nodes is None
+
+
+def test_the_filter_answer_to_node_objects_carries_the_kept_objects_unchanged() -> None:
+    nodes = [
+        {"metadata": {"name": "n1"}, "spec": {"taints": []}},
+        {"metadata": {"name": "n2"}},
+        {"metadata": {"name": "n3"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}},
+    ]
+    result = FilterResult(["n3", "n1"], failed_unresolvable={"n2": "why"})
+    encoded = orjson.loads(encode_filter_result(result, nodes))
+    assert encoded["Nodes"] == {"items": [nodes[0], nodes[2]]}  # request order
+    assert encoded["NodeNames"] is None
+    assert encoded["FailedAndUnresolvableNodes"] == {"n2": "why"}
 
 
 @pytest.mark.parametrize(
@@ -40,6 +59,12 @@ def test_accepts_whole_node_objects_from_a_scheduler_without_node_cache() -> Non
         (b'{"NodeNames": []}', "Pod is missing"),
         (b'{"Pod": {"metadata": {}}, "NodeNames": []}', "Pod.metadata.name"),
         (b'{"Pod": {"metadata": {"name": "p"}}}', "nodeCacheCapable"),
+        (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [1]}}', "Node objects"),
+        (b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{}]}}', "metadata.name"),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [{"metadata": {}}]}}',
+            "list of node names",
+        ),
         (b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": [1]}', "list of node names"),
         (b'{"Pod": {"metadata": {"name": "p", "labels": {"a": 1}}}, "NodeNames": []}', "labels"),
     ],

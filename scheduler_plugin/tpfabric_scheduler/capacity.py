@@ -1,0 +1,113 @@
+"""The placer's view of free capacity: one snapshot of the store per placement cycle.
+
+``build_snapshot`` turns the store into the engine's :class:`CapacitySnapshot`: per node, every
+resource's allocatable amount minus what bound pods use (kube-scheduler's arithmetic, kept by the
+store) minus what planned ranks that are not bound yet hold (their reservations, for every
+resource their pods request).
+
+Built under the store lock in O(nodes + planned ranks); the plans of a cycle are then computed
+on it outside the lock. Pure over the store's records: this module must never do I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tpfabric_core import labels
+from tpfabric_core.placement.snapshot import CapacitySnapshot, NodeState, Taint, TaintEffect
+from tpfabric_core.placement.topology import ClusterTopology
+from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord
+
+__all__ = [
+    "Reservation",
+    "build_snapshot",
+    "rank_demands",
+    "reservations_by_job",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A planned rank that is not bound yet: it holds ``demand`` on ``node``."""
+
+    job: str
+    rank: int
+    node: str
+    demand: Mapping[str, int]
+
+
+def rank_demands(store: ClusterStore, job: JobRecord) -> dict[str, int]:
+    """Return what one worker of ``job`` requests (from a member pod, else from the spec)."""
+    for pod in store.workers.get(job.key, {}).values():
+        if pod.requests:
+            return dict(pod.requests)
+    if job.job is None:
+        return {}
+    spec = job.job.spec
+    demand = {GPU_RESOURCE: spec.gpus_per_worker, "pods": 1}
+    if spec.rdma.count:
+        demand[spec.rdma.resource_name] = spec.rdma.count
+    return demand
+
+
+def reservations_by_job(store: ClusterStore) -> dict[str, list[Reservation]]:
+    """Return the reservations of every planned job, by job key (call with the lock held)."""
+    held: dict[str, list[Reservation]] = {}
+    for node, (key, rank) in store.reservations().items():
+        job = store.jobs.get(key)
+        if job is None:
+            continue
+        if key not in held:
+            held[key] = []
+        held[key].append(Reservation(key, rank, node, rank_demands(store, job)))
+    return held
+
+
+def _effect(text: str) -> TaintEffect:
+    if text in ("NoExecute", "PreferNoSchedule"):
+        return text  # type: ignore[return-value]
+    return "NoSchedule"
+
+
+def build_snapshot(
+    store: ClusterStore,
+    topology: ClusterTopology,
+    reservations: Mapping[str, list[Reservation]],
+) -> CapacitySnapshot:
+    """Return free capacity per node with every reservation in ``reservations`` taken off.
+
+    GPUs are the snapshot's ``free_gpus``; every other resource (CPU in millicores, memory in
+    bytes, pod slots, the RDMA resource, other extended resources) is in ``free_other``, so one
+    snapshot serves gangs that ask for different RDMA resource names.
+    """
+    held: dict[str, dict[str, int]] = {}
+    for items in reservations.values():
+        for item in items:
+            on_node = held.setdefault(item.node, {})
+            for resource, amount in item.demand.items():
+                on_node[resource] = on_node.get(resource, 0) + amount
+    states = []
+    for name, node in store.nodes.items():
+        taken = held.get(name, {})
+        used = store.used.get(name, {})
+        free = {
+            resource: amount - used.get(resource, 0) - taken.get(resource, 0)
+            for resource, amount in node.allocatable.items()
+            if resource != GPU_RESOURCE
+        }
+        gpus = node.allocatable.get(GPU_RESOURCE, 0)
+        states.append(
+            NodeState(
+                name=name,
+                free_gpus=gpus - used.get(GPU_RESOURCE, 0) - taken.get(GPU_RESOURCE, 0),
+                free_rdma=0,
+                ready=node.ready,
+                schedulable=not node.unschedulable,
+                taints=tuple(Taint(key=k, value=v, effect=_effect(e)) for k, v, e in node.taints),
+                health="degraded" if node.labels.get(labels.HEALTH) == "degraded" else "ok",
+                free=free,
+                allocatable_gpus=gpus,
+            )
+        )
+    return CapacitySnapshot.from_node_states(topology, states)

@@ -1,0 +1,361 @@
+"""The gang placer's decisions on a store, with a recording writer (no API server).
+
+The real-cluster behaviour of the same rules is in tests/integration/test_field_conditions.py;
+these pin the logic: order, reservations, checks before release, replacements, bounds.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from builders import a_job, a_node, a_worker
+
+from tpfabric_core import labels
+from tpfabric_scheduler.metrics import Metrics
+from tpfabric_scheduler.placement_status import rfc3339
+from tpfabric_scheduler.placer import GangPlacer
+from tpfabric_scheduler.store import GANG_GATE, ClusterStore
+
+NOW = 1_800_000_000.0
+
+
+class RecordingWriter:
+    """Applies the placer's writes to the store, as the watches would, and records them."""
+
+    def __init__(self, store: ClusterStore) -> None:
+        self.store = store
+        self.status_writes: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.released: list[str] = []
+        self.deleted: list[str] = []
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.jobs: dict[str, dict[str, Any]] = {}
+
+    def add_pod(self, obj: dict[str, Any]) -> None:
+        obj["metadata"].setdefault("resourceVersion", "1")
+        obj["metadata"].setdefault("creationTimestamp", rfc3339(NOW - 100))
+        self.pods[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
+        with self.store.lock:
+            self.store.upsert_pod(copy.deepcopy(obj))
+
+    def add_job(self, obj: dict[str, Any]) -> None:
+        obj["metadata"].setdefault("creationTimestamp", rfc3339(NOW - 100))
+        self.jobs[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
+        with self.store.lock:
+            self.store.upsert_job(copy.deepcopy(obj))
+
+    def patch_job_status(
+        self, namespace: str, name: str, status: dict[str, Any], *, uid: str | None = None
+    ) -> None:
+        job = self.jobs[f"{namespace}/{name}"]
+        assert uid in (None, job["metadata"]["uid"])
+        # the API server serialises maps with sorted keys (Go): so does this writer
+        status = _sorted_maps(status)
+        self.status_writes.append((name, copy.deepcopy(status)))
+        _merge_patch(job.setdefault("status", {}), copy.deepcopy(status))
+        with self.store.lock:
+            self.store.upsert_job(copy.deepcopy(job))
+
+    def job_event(self, job: Any, kind: str, reason: str, message: str) -> None:
+        self.events.append((job.name, reason, message))
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return copy.deepcopy(self.pods[f"{namespace}/{name}"])
+
+    def release_pod(
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        affinity: dict[str, Any] | None,
+        remaining_gates: list[dict[str, Any]],
+    ) -> None:
+        pod = self.pods[f"{namespace}/{name}"]
+        if affinity is not None:
+            pod["spec"]["affinity"] = affinity
+        pod["spec"]["schedulingGates"] = remaining_gates
+        self.released.append(name)
+        with self.store.lock:
+            self.store.upsert_pod(copy.deepcopy(pod))
+
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
+        self.deleted.append(name)
+        self.pods.pop(f"{namespace}/{name}")
+        with self.store.lock:
+            self.store.delete_pod(f"{namespace}/{name}")
+
+    def bind(self, name: str, node: str, namespace: str = "ns") -> None:
+        pod = self.pods[f"{namespace}/{name}"]
+        pod["spec"]["nodeName"] = node
+        pod["status"]["phase"] = "Running"
+        with self.store.lock:
+            self.store.upsert_pod(copy.deepcopy(pod))
+
+
+def _sorted_maps(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted_maps(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_maps(v) for v in value]
+    return value
+
+
+def _merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """Apply a JSON merge patch (RFC 7386): null deletes, objects merge."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge_patch(target[key], value)
+        else:
+            target[key] = value
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def two_leaves(store: ClusterStore, per_leaf: int = 4, **node_args: Any) -> list[str]:
+    names = []
+    for leaf in ("leaf-a", "leaf-b"):
+        for i in range(per_leaf):
+            name = f"{leaf}-n{i}"
+            with store.lock:
+                store.upsert_node(a_node(name, leaf, **node_args))
+            names.append(name)
+    return names
+
+
+def gang(writer: RecordingWriter, name: str, workers: int, **job_args: Any) -> None:
+    job = a_job(name, workers)
+    job["spec"]["topology"] = {"mode": "required", "level": "leaf"}
+    for key, value in job_args.items():
+        if key == "created":
+            job["metadata"]["creationTimestamp"] = value
+        elif key == "topology":
+            job["spec"]["topology"].update(value)
+        elif key != "priority":
+            job["spec"][key] = value
+    writer.add_job(job)
+    for index in range(workers):
+        pod = a_worker(name, index)
+        pod["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "8"
+        if "priority" in job_args:
+            pod["spec"]["priority"] = job_args["priority"]
+        writer.add_pod(pod)
+
+
+@pytest.fixture
+def world() -> tuple[ClusterStore, RecordingWriter, GangPlacer, Clock]:
+    store = ClusterStore()
+    writer = RecordingWriter(store)
+    clock = Clock()
+    placer = GangPlacer(store, writer, Metrics(), clock=clock, bind_timeout=60)  # type: ignore[arg-type]
+    return store, writer, placer, clock
+
+
+def placement(writer: RecordingWriter, name: str) -> dict[str, Any]:
+    return dict(writer.jobs[f"ns/{name}"].get("status", {}).get("placement") or {})
+
+
+def test_jobs_are_taken_by_priority_then_arrival_not_by_name(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store)
+    gang(writer, "a-young", 1, created=rfc3339(NOW - 10))
+    gang(writer, "b-old", 1, created=rfc3339(NOW - 500))
+    gang(writer, "z-urgent", 1, created=rfc3339(NOW - 1), priority=1000)
+    with store.lock:
+        order = [w.job.name for w in placer.pending_work()]
+    assert order == ["z-urgent", "b-old", "a-young"]
+
+
+def test_a_plan_names_every_level_of_its_domain_in_the_pods_affinity(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store)
+    gang(writer, "job", 2)
+    placer.run_cycle()
+    assert placement(writer, "job")["domainLabels"] == {
+        labels.BLOCK: "b1",
+        labels.SPINE: "su1",
+        labels.LEAF: "leaf-a",
+    }
+    pod = writer.pods["ns/job-worker-0"]
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    keys = {e["key"] for e in terms["nodeSelectorTerms"][0]["matchExpressions"]}
+    assert keys == {labels.BLOCK, labels.SPINE, labels.LEAF}
+
+
+def test_two_gangs_of_one_cycle_never_share_a_nodes_rdma_devices(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store, per_leaf=1)  # two nodes, 8 GPUs and 8 RDMA devices each
+    for name in ("one", "two"):
+        gang(writer, name, 1, gpusPerWorker=4, tensorParallelSize=4)
+        for pod in writer.pods.values():
+            pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "4"
+            with store.lock:
+                store.upsert_pod(copy.deepcopy(pod))
+    placer.run_cycle()
+    nodes = [placement(writer, n)["nodes"][0] for n in ("one", "two")]
+    assert len(set(nodes)) == 2, "each worker takes all 8 RDMA devices of its node"
+
+
+def test_a_gang_is_planned_only_where_its_node_selector_allows(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store)
+    with store.lock:
+        for i in range(4):
+            node = a_node(f"leaf-b-n{i}", "leaf-b")
+            node["metadata"]["labels"]["pool"] = "reserved"
+            store.upsert_node(node)
+    gang(writer, "picky", 2)
+    for index in range(2):
+        pod = writer.pods[f"ns/picky-worker-{index}"]
+        pod["spec"]["nodeSelector"] = {"pool": "reserved"}
+        with store.lock:
+            store.upsert_pod(copy.deepcopy(pod))
+    placer.run_cycle()
+    assert all(n.startswith("leaf-b") for n in placement(writer, "picky")["nodes"])
+
+
+def test_a_waiting_gang_lists_at_most_five_domains_and_is_written_once(world: Any) -> None:
+    store, writer, placer, clock = world
+    with store.lock:
+        for leaf in range(8):
+            store.upsert_node(a_node(f"n{leaf}", f"leaf-{leaf}"))
+    gang(writer, "big", 2)
+    placer.run_cycle()
+    waiting = placement(writer, "big")
+    assert waiting["state"] == "Waiting"
+    assert len(waiting["reasons"]) == 5
+    assert "5 of 8" in waiting["message"]
+    writes = len(writer.status_writes)
+    for _ in range(5):
+        clock.now += 1
+        placer.run_cycle()
+    assert len(writer.status_writes) == writes, "nothing changed: no status write"
+
+
+def test_nodes_without_topology_labels_never_become_domains(world: Any) -> None:
+    store, writer, placer, _ = world
+    with store.lock:
+        store.upsert_node(a_node("labelled-0", "leaf-a"))
+        store.upsert_node(a_node("labelled-1", "leaf-a"))
+        bare = a_node("bare", "x")
+        bare["metadata"]["labels"] = {}
+        store.upsert_node(bare)
+        # a busy labelled node: best fit would have preferred the bare one's zero leftover
+        store.upsert_pod(a_worker("other", 0, node="labelled-1", gated=False, gpus=8))
+    gang(writer, "one", 1)
+    placer.run_cycle()
+    plan = placement(writer, "one")
+    assert plan["state"] == "Planned"
+    assert plan["nodes"] == ["labelled-0"]
+
+
+def test_an_unknown_level_is_a_clear_status_not_a_wait(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store)
+    gang(writer, "typo", 1, topology={"level": "rack"})
+    placer.run_cycle()
+    plan = placement(writer, "typo")
+    assert plan["state"] == "Invalid"
+    assert "rack" in plan["message"]
+    assert "leaf" in plan["message"]
+
+
+def test_a_persisted_plan_whose_node_was_taken_is_planned_again_not_released(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store)
+    job = a_job("late", 2, plan=("leaf", "leaf-a", ["leaf-a-n0", "leaf-a-n1"]))
+    job["spec"]["topology"] = {"mode": "required", "level": "leaf"}
+    writer.add_job(job)
+    for index in range(2):
+        writer.add_pod(a_worker("late", index))
+    with store.lock:  # the default scheduler put a plain pod there meanwhile
+        store.upsert_pod(a_worker("plain", 0, node="leaf-a-n0", gated=False))
+    placer.run_cycle()
+    plan = placement(writer, "late")
+    assert plan["state"] == "Planned"
+    assert "leaf-a-n0" not in plan["nodes"]
+    assert sorted(writer.released) == ["late-worker-0", "late-worker-1"]
+
+
+def test_a_replacement_worker_moves_off_the_node_it_failed_on_inside_the_domain(
+    world: Any,
+) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store)
+    gang(writer, "job", 2)
+    placer.run_cycle()
+    first = placement(writer, "job")["nodes"]
+    for index, node in enumerate(first):
+        writer.bind(f"job-worker-{index}", node)
+    # worker 1 fails; the operator deletes it and creates a gated replacement later
+    writer.delete_pod("ns", "job-worker-1")
+    clock.now += 30
+    replacement = a_worker("job", 1)
+    replacement["metadata"]["uid"] = "uid-replacement"
+    replacement["metadata"]["creationTimestamp"] = rfc3339(clock.now)
+    writer.add_pod(replacement)
+    placer.run_cycle()
+    plan = placement(writer, "job")
+    assert plan["nodes"][0] == first[0], "the healthy rank stays"
+    assert plan["nodes"][1] != first[1], "never the node it failed on"
+    assert plan["nodes"][1].startswith("leaf-a"), "inside the planned leaf"
+    assert plan["replacedRanks"] == {"1": "uid-replacement"}
+    assert "job-worker-1" in writer.released[-1:]
+
+
+def test_a_missing_rank_keeps_its_node_reserved_during_the_backoff(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store, per_leaf=2)
+    gang(writer, "job", 2)
+    placer.run_cycle()
+    nodes = placement(writer, "job")["nodes"]
+    writer.bind("job-worker-0", nodes[0])
+    writer.delete_pod("ns", "job-worker-1")  # lost; the operator waits its backoff
+    gang(writer, "other", 2)
+    placer.run_cycle()
+    assert nodes[1] not in placement(writer, "other").get("nodes", [])
+
+
+def test_released_pods_that_do_not_bind_in_time_drop_the_plan(world: Any) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store)
+    gang(writer, "stuck", 2)
+    placer.run_cycle()
+    writer.bind("stuck-worker-0", placement(writer, "stuck")["nodes"][0])
+    clock.now += 61
+    placer.run_cycle()
+    plan = placement(writer, "stuck")
+    assert plan["state"] == "Replanning"
+    assert "not bound" in plan["message"]
+    assert sorted(writer.deleted) == ["stuck-worker-0", "stuck-worker-1"]
+    assert ("stuck", "GangReplanning", plan["message"]) in writer.events
+
+
+def test_a_head_of_line_gang_keeps_younger_gangs_out_of_its_domain(world: Any) -> None:
+    store, writer, placer, clock = world
+    placer.head_of_line_seconds = 60
+    two_leaves(store)
+    with store.lock:  # 3 free nodes per leaf: a 4-worker gang fits nowhere
+        store.upsert_pod(a_worker("busy", 0, node="leaf-a-n3", gated=False))
+        store.upsert_pod(a_worker("busy", 1, node="leaf-b-n3", gated=False))
+    gang(writer, "big", 4, created=rfc3339(NOW - 1000))
+    placer.run_cycle()
+    assert placement(writer, "big")["state"] == "Waiting"
+    clock.now += 61
+    gang(writer, "small", 2, created=rfc3339(clock.now))
+    placer.run_cycle()
+    assert "head of line" in placement(writer, "big")["message"]
+    # without the hold, the tie between the leaves goes to leaf-a, the one "big" waits for
+    assert all(n.startswith("leaf-b") for n in placement(writer, "small")["nodes"])
+    assert GANG_GATE not in str(writer.pods["ns/small-worker-0"]["spec"]["schedulingGates"])
