@@ -46,6 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--health-file", type=Path, default=None)
     parser.add_argument("--pre-start-required", action="store_true")
+    parser.add_argument(
+        "--mode",
+        choices=("exclusive", "shared"),
+        default="exclusive",
+        help="exclusive: one ID per HCA; shared: as k8s-rdma-shared-dev-plugin",
+    )
+    parser.add_argument(
+        "--rdma-hca-max", type=int, default=1000, help="shared mode: IDs advertised (rdmaHcaMax)"
+    )
+    parser.add_argument(
+        "--cdi-dir", type=Path, default=None, help="shared mode: write the CDI spec here"
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser
 
@@ -67,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             device_nodes=args.device_nodes,
             health_file=args.health_file,
             pre_start_required=args.pre_start_required,
+            mode=args.mode,
+            rdma_hca_max=args.rdma_hca_max,
+            cdi_dir=args.cdi_dir,
         )
     )
     stopped = threading.Event()

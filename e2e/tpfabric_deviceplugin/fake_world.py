@@ -7,8 +7,9 @@ Layout below the world directory (the same relative paths the init program reads
     sys/class/infiniband/mlx5_N/{node_guid,device,ports/1/{state,phys_state,rate,link_layer,gids/0,
         gid_attrs/types/0}}
     sys/class/infiniband_verbs/uverbsN/ibdev
-    dev/infiniband/{uverbsN,rdma_cm}    regular files, or character devices (1:3, like /dev/null)
-                                        with ``device_nodes`` so runc can pass them as devices
+    sys/class/infiniband_mad/umadN/ibdev
+    dev/infiniband/{uverbsN,umadN,rdma_cm}  regular files, or character devices (1:3, like
+                                        /dev/null) with ``device_nodes`` so runc can pass them
 
 Unhealthy HCAs get their port DOWN, so what the kubelet hears and what the init program reads
 agree. This module writes only below its root and must never touch real devices.
@@ -39,6 +40,16 @@ class FakeHca:
         """Return the uverbs device name of this HCA (``uverbsN``)."""
         return f"uverbs{self.index}"
 
+    @property
+    def umad(self) -> str:
+        """Return the MAD device name of this HCA (``umadN``)."""
+        return f"umad{self.index}"
+
+    @property
+    def pci_address(self) -> str:
+        """Return the PCI address the fake tree gives this HCA (the CDI device name)."""
+        return f"0000:{0x10 + self.index * 0x10 + 1:02x}:00.0"
+
 
 def fake_hcas(count: int, numa_nodes: int) -> tuple[FakeHca, ...]:
     """Return ``count`` HCAs spread over ``numa_nodes`` in blocks (first half on node 0, ...)."""
@@ -67,6 +78,10 @@ class FakeRdmaWorld:
         """Return the path of the HCA's fake ``/dev/infiniband/uverbsN``."""
         return self.root / "dev" / "infiniband" / hca.uverbs
 
+    def umad_file(self, hca: FakeHca) -> Path:
+        """Return the path of the HCA's fake ``/dev/infiniband/umadN``."""
+        return self.root / "dev" / "infiniband" / hca.umad
+
     @property
     def rdma_cm(self) -> Path:
         """Return the path of the fake ``/dev/infiniband/rdma_cm``."""
@@ -93,7 +108,7 @@ class FakeRdmaWorld:
                 / "sys/devices"
                 / f"pci0000:{bus:02x}"
                 / f"0000:{bus:02x}:01.0"
-                / f"0000:{bus + 1:02x}:00.0"
+                / hca.pci_address
             )
             files = {
                 pci / "vendor": "0x15b3",
@@ -112,6 +127,8 @@ class FakeRdmaWorld:
             files[port / "gid_attrs" / "types" / "0"] = "IB/RoCE v1"
             verbs = self.root / "sys" / "class" / "infiniband_verbs" / hca.uverbs
             files[verbs / "ibdev"] = hca.name
+            mad = self.root / "sys" / "class" / "infiniband_mad" / hca.umad
+            files[mad / "ibdev"] = hca.name
             for path, text in files.items():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text + "\n")
@@ -119,6 +136,7 @@ class FakeRdmaWorld:
             self._link(self.root / "sys" / "bus" / "pci" / "devices" / pci.name, pci)
             self.set_port_state(hca, healthy=True)
             self._device_file(self.device_file(hca))
+            self._device_file(self.umad_file(hca))
         self._device_file(self.rdma_cm)
 
     @staticmethod

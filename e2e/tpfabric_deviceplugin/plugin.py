@@ -14,6 +14,16 @@ Lifecycle (the one the kubelet expects, ``pkg/kubelet/cm/devicemanager``):
 Device health changes through :meth:`FakeRdmaDevicePlugin.set_health`, or through the health
 file (``<name> Unhealthy`` lines; re-read when it changes and on ``SIGUSR1`` from the CLI).
 
+Two modes:
+
+- ``exclusive`` (tests, the default): one device ID per HCA (``mlx5_N``) with its NUMA node;
+  a container gets only its HCAs' ``uverbs``/``umad`` and ``rdma_cm``;
+- ``shared``, as ``k8s-rdma-shared-dev-plugin`` (what clusters run): ``rdmaHcaMax`` interchangeable
+  IDs ``0..rdmaHcaMax-1`` without topology, no preferred allocation, and *every* container that
+  asks for any number of them gets *all* selected HCAs (``uverbsN``, ``umadN``, ``rdma_cm``,
+  permissions ``rwm``); with a CDI folder it writes the CDI spec and answers with the CDI
+  annotation instead of DeviceSpecs.
+
 Service handlers are registered by hand (``grpc.method_handlers_generic_handler``) with the
 generated messages, so this module stays typed; the generated ``api_pb2_grpc`` serves the tests
 as an independent client. This module must never block the gRPC threads for long or touch real
@@ -33,7 +43,7 @@ from typing import Any
 
 import grpc
 
-from tpfabric_deviceplugin import api_pb2
+from tpfabric_deviceplugin import api_pb2, cdi
 from tpfabric_deviceplugin.fake_world import FakeHca, FakeRdmaWorld, fake_hcas
 
 __all__ = [
@@ -73,6 +83,12 @@ class PluginConfig:
     health_file: Path | None = None
     pre_start_required: bool = False
     poll_interval_s: float = 0.5
+    mode: str = "exclusive"
+    """``exclusive`` (one ID per HCA) or ``shared`` (as k8s-rdma-shared-dev-plugin)."""
+    rdma_hca_max: int = 1000
+    """Shared mode: how many pods' containers may share the HCAs (IDs advertised)."""
+    cdi_dir: Path | None = None
+    """Shared mode: write the CDI spec here and allocate by CDI annotation."""
 
 
 def preferred_allocation(
@@ -99,6 +115,10 @@ class FakeRdmaDevicePlugin:
     """N fake HCAs advertised to the kubelet; thread-safe; ``start``/``stop`` may be repeated."""
 
     def __init__(self, config: PluginConfig) -> None:
+        if config.mode not in ("exclusive", "shared"):
+            raise ValueError(f"mode {config.mode!r}: choose exclusive or shared")
+        if config.rdma_hca_max < 0:
+            raise ValueError(f"rdmaHcaMax must not be negative, not {config.rdma_hca_max}")
         self.config = config
         self.hcas: tuple[FakeHca, ...] = fake_hcas(config.hca_count, config.numa_nodes)
         self._by_name = {hca.name: hca for hca in self.hcas}
@@ -135,6 +155,8 @@ class FakeRdmaDevicePlugin:
         """Create the fake world, serve, register when the kubelet is there, and start watching."""
         self._stopping.clear()
         self.world.create()
+        if self.config.mode == "shared" and self.config.cdi_dir is not None:
+            self.write_cdi_spec()
         if self.config.health_file is not None:
             self.reload_health_file()
         self._serve()
@@ -271,10 +293,38 @@ class FakeRdmaDevicePlugin:
     def _options(self) -> api_pb2.DevicePluginOptions:
         return api_pb2.DevicePluginOptions(
             pre_start_required=self.config.pre_start_required,
-            get_preferred_allocation_available=True,
+            get_preferred_allocation_available=self.config.mode == "exclusive",
         )
 
+    @property
+    def shared(self) -> bool:
+        """Return whether the plugin runs in the shared (k8s-rdma-shared-dev-plugin) mode."""
+        return self.config.mode == "shared"
+
+    def write_cdi_spec(self) -> Path:
+        """Return the CDI spec file written for every HCA (shared mode)."""
+        devices = {
+            hca.pci_address: [
+                (f"/dev/infiniband/{path.name}", str(path))
+                for path in (
+                    self.world.device_file(hca),
+                    self.world.umad_file(hca),
+                    self.world.rdma_cm,
+                )
+            ]
+            for hca in self.hcas
+        }
+        assert self.config.cdi_dir is not None
+        return cdi.write_spec(self.config.cdi_dir, cdi.spec(self.config.resource_name, devices))
+
     def _device_list(self) -> api_pb2.ListAndWatchResponse:
+        if self.shared:
+            return api_pb2.ListAndWatchResponse(
+                devices=[
+                    api_pb2.Device(ID=str(n), health=HEALTHY)
+                    for n in range(self.config.rdma_hca_max)
+                ]
+            )
         return api_pb2.ListAndWatchResponse(
             devices=[
                 api_pb2.Device(
@@ -311,6 +361,8 @@ class FakeRdmaDevicePlugin:
         self, request: api_pb2.PreferredAllocationRequest, context: Any
     ) -> api_pb2.PreferredAllocationResponse:
         """Return, per container, the requested number of devices packed onto few NUMA nodes."""
+        if self.shared:  # the shared plugin has no preference: its IDs are interchangeable
+            return api_pb2.PreferredAllocationResponse()
         numa_of = {hca.name: hca.numa_node for hca in self.hcas}
         return api_pb2.PreferredAllocationResponse(
             container_responses=[
@@ -330,6 +382,19 @@ class FakeRdmaDevicePlugin:
         """Return, per container, the mounts/devices/env that expose the allocated fake HCAs."""
         responses = []
         for container in request.container_requests:
+            if self.shared:
+                unknown = [
+                    d
+                    for d in container.devices_ids
+                    if not d.isdigit() or int(d) >= self.config.rdma_hca_max
+                ]
+                if unknown:
+                    context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"unknown device(s): {', '.join(unknown)}",
+                    )
+                responses.append(self._container_allocation([h.name for h in self.hcas]))
+                continue
             unknown = [d for d in container.devices_ids if d not in self._by_name]
             if unknown:
                 context.abort(
@@ -340,7 +405,10 @@ class FakeRdmaDevicePlugin:
 
     def _container_allocation(self, names: list[str]) -> api_pb2.ContainerAllocateResponse:
         root = self.config.container_root.rstrip("/")
-        files = [self.world.device_file(self._by_name[name]) for name in names]
+        files = []
+        for name in names:
+            files.append(self.world.device_file(self._by_name[name]))
+            files.append(self.world.umad_file(self._by_name[name]))
         files.append(self.world.rdma_cm)
         mounts = [
             api_pb2.Mount(
@@ -360,13 +428,21 @@ class FakeRdmaDevicePlugin:
                 api_pb2.DeviceSpec(
                     container_path=f"/dev/infiniband/{path.name}",
                     host_path=str(path),
-                    permissions="rw",
+                    permissions="rwm" if self.shared else "rw",
                 )
                 for path in files
             ]
             if self.config.device_nodes
             else []
         )
+        annotations = {"tpfabric.io/fake-rdma-devices": ",".join(names)}
+        if self.shared and self.config.cdi_dir is not None:
+            devices = []  # the runtime injects the nodes from the CDI spec
+            annotations.update(
+                cdi.annotation(
+                    self.config.resource_name, [self._by_name[n].pci_address for n in names]
+                )
+            )
         return api_pb2.ContainerAllocateResponse(
             envs={
                 "TPFABRIC_HOST_ROOT": root,
@@ -375,7 +451,7 @@ class FakeRdmaDevicePlugin:
             },
             mounts=mounts,
             devices=devices,
-            annotations={"tpfabric.io/fake-rdma-devices": ",".join(names)},
+            annotations=annotations,
         )
 
     def pre_start_container(

@@ -2,13 +2,20 @@
 
 Two kinds of problem, because they fall back differently under the ``preferred`` policy:
 
-- ``rdma``: no HCA, no ``/dev/infiniband``, no uverbs device, a fabric port not ACTIVE, memory
-  that cannot be pinned (memlock below the minimum *and* no CAP_IPC_LOCK; either one suffices for
-  ``ibv_reg_mr``, so one line names both fixes) -> the job falls back to TCP sockets;
+- ``rdma``: no HCA, no ``/dev/infiniband``, no uverbs device, a fabric port not ACTIVE, a RoCE
+  port without a GID of the pod's own netdevs, memory the *main* container cannot pin -> that
+  rail is dropped (a problem naming a port), or the job falls back to TCP (any other);
 - ``gpudirect``: GPUs present but no peer-memory module and no dma-buf -> IB stays, GPUDirect is
   switched off (``NCCL_NET_GDR_LEVEL=LOC``, staging through host memory).
 
-Pure: takes the inventory and the fabric selection, returns problems and warnings. It must never
+Pinning is judged for the main container, not for this init container: ``ibv_reg_mr`` succeeds
+when the memlock limit is high enough *or* CAP_IPC_LOCK is in the main process's *effective* set.
+The memlock limit is the runtime's, the same for every container of the pod (read here); the
+effective set follows from the main container's user and securityContext (the operator passes
+them): root gets what ``capabilities.add`` grants, a non-root user gets nothing in its effective
+set (kubernetes#56374, no ambient capabilities), whatever the pod spec adds.
+
+Pure: takes the inventory and the fabric ports, returns problems and warnings. It must never
 read files or exit; the policy decides what a problem means.
 """
 
@@ -17,15 +24,19 @@ from __future__ import annotations
 import resource
 from dataclasses import dataclass
 
-from tpfabric_rdma_init.discovery import Hca, HostInventory, IbPort
+from tpfabric_rdma_init.affinity import NicPort
+from tpfabric_rdma_init.discovery import Gid, Hca, HostInventory, IbPort
 
 __all__ = [
     "GPUDIRECT",
     "RDMA",
+    "MainContainer",
     "Problem",
     "check_host",
     "fabric_port",
     "format_bytes",
+    "pod_gid",
+    "port_of",
 ]
 
 RDMA = "rdma"
@@ -39,9 +50,34 @@ class Problem:
 
     code: str
     kind: str
-    """``rdma`` or ``gpudirect``."""
+    """``rdma``, ``gpudirect`` or ``rails``."""
     message: str
     hca: str | None = None
+    port: int | None = None
+    """Set when the problem is one fabric port's: that rail can be dropped alone."""
+
+
+@dataclass(frozen=True)
+class MainContainer:
+    """What the operator knows of the main container: its user and security context."""
+
+    run_as_user: int | None = None
+    run_as_non_root: bool = False
+    privileged: bool = False
+    capabilities_add: tuple[str, ...] = ()
+    cuda_major: int | None = None
+
+    def ipc_lock_effective(self) -> bool | None:
+        """Return whether CAP_IPC_LOCK lands in the main process's effective set (None unknown)."""
+        non_root = (self.run_as_user is not None and self.run_as_user != 0) or (
+            self.run_as_user is None and self.run_as_non_root
+        )
+        if non_root:
+            return False  # added capabilities only reach the bounding set of a non-root user
+        if self.run_as_user is None:
+            return None  # the image's USER decides, which the pod spec does not say
+        added = {cap.upper().removeprefix("CAP_") for cap in self.capabilities_add}
+        return self.privileged or "IPC_LOCK" in added or "ALL" in added
 
 
 def format_bytes(value: int) -> str:
@@ -62,27 +98,66 @@ def fabric_port(hca: Hca) -> IbPort | None:
     return hca.ports[0] if hca.ports else None
 
 
-def _memlock_problem(inventory: HostInventory, min_memlock: int) -> Problem | None:
+def port_of(inventory: HostInventory, endpoint: NicPort) -> IbPort | None:
+    """Return the sysfs port of a fabric endpoint."""
+    for hca in inventory.hcas:
+        if hca.name == endpoint.hca:
+            return next((p for p in hca.ports if p.number == endpoint.port), None)
+    return None
+
+
+def pod_gid(port: IbPort, pod_netdevs: set[str]) -> tuple[Gid | None, Gid | None]:
+    """Return (the RoCE v2 IPv4 GID of a netdev of this pod, the one NCCL would pick unpinned).
+
+    NCCL (>= 2.21, unpinned) takes the first RoCE v2 GID of the address family; in a pod that
+    shares the HCA, that may belong to the host's netdev (another namespace), which MLNX_OFED
+    rejects at MODIFY_QP. A GID without a netdev attribute (old kernels) counts as the pod's.
+    """
+    v2 = [g for g in port.gids if g.type == "RoCE v2" and g.ipv4_mapped]
+    own = next((g for g in v2 if g.netdev is None or g.netdev in pod_netdevs), None)
+    return own, (v2[0] if v2 else None)
+
+
+def _memlock_problem(
+    inventory: HostInventory, min_memlock: int, main: MainContainer | None
+) -> tuple[Problem | None, str | None]:
     soft = inventory.memlock_soft
     enough = soft == UNLIMITED or (min_memlock != UNLIMITED and soft >= min_memlock)
-    if enough or inventory.cap_ipc_lock:
-        return None
-    capability = (
-        "CAP_IPC_LOCK is missing" if inventory.cap_ipc_lock is False else "CAP_IPC_LOCK is unknown"
+    if enough:
+        return None, None
+    if main is None:
+        granted, whose = inventory.cap_ipc_lock, "this container"
+    else:
+        granted, whose = main.ipc_lock_effective(), "the main container"
+    if granted:
+        return None, None
+    limit = f"memlock limit is {format_bytes(soft)} (needs {format_bytes(min_memlock)})"
+    fix = (
+        "set the container runtime's memlock limit to unlimited (containerd/CRI-O: "
+        "LimitMEMLOCK=infinity), or run the main container as root (securityContext.runAsUser: "
+        "0) with capabilities.add: [IPC_LOCK]"
+    )
+    if granted is None:
+        return None, (
+            f"{limit} and whether CAP_IPC_LOCK is effective in {whose} is unknown (no "
+            f"runAsUser in the pod spec: the image's USER decides; a non-root user cannot pin); "
+            f"{fix}"
+        )
+    reason = (
+        f"{whose} runs as non-root user {main.run_as_user} (IPC_LOCK stays in its bounding set)"
+        if main is not None and main.run_as_user not in (None, 0)
+        else f"CAP_IPC_LOCK is not in the effective set of {whose}"
     )
     return Problem(
         code="memlock",
         kind=RDMA,
-        message=(
-            f"memlock limit is {format_bytes(soft)} (needs {format_bytes(min_memlock)}) and "
-            f"{capability}, so the HCA cannot pin NCCL's buffers; set the container runtime's "
-            "memlock limit to unlimited (containerd/CRI-O: LimitMEMLOCK=infinity) or add "
-            "securityContext.capabilities.add: [IPC_LOCK] to the pod"
-        ),
-    )
+        message=f"{limit} and {reason}, so the HCA cannot pin NCCL's buffers; {fix}",
+    ), None
 
 
-def _hca_problems(hca: Hca, inventory: HostInventory) -> list[Problem]:
+def _port_problems(
+    hca: Hca, port: IbPort | None, number: int, inventory: HostInventory
+) -> list[Problem]:
     problems = []
     if inventory.dev_infiniband_present and not hca.uverbs_present:
         device = (
@@ -93,16 +168,22 @@ def _hca_problems(hca: Hca, inventory: HostInventory) -> list[Problem]:
                 code="no-uverbs",
                 kind=RDMA,
                 hca=hca.name,
+                port=number,
                 message=(
                     f"{hca.name}: {device} is not in this pod; request the RDMA resource for every "
                     "fabric HCA (e.g. resources.limits rdma/ib: 8) or exclude it with --exclude-hca"
                 ),
             )
         )
-    port = fabric_port(hca)
     if port is None:
         problems.append(
-            Problem(code="no-port", kind=RDMA, hca=hca.name, message=f"{hca.name}: has no ports")
+            Problem(
+                code="no-port",
+                kind=RDMA,
+                hca=hca.name,
+                port=number,
+                message=f"{hca.name}: has no port {number}",
+            )
         )
     elif not port.active:
         problems.append(
@@ -110,20 +191,42 @@ def _hca_problems(hca: Hca, inventory: HostInventory) -> list[Problem]:
                 code="port-down",
                 kind=RDMA,
                 hca=hca.name,
+                port=number,
                 message=(
                     f"{hca.name} port {port.number} is {port.state} (physical state "
                     f"{port.phys_state}); check the cable and the switch port "
-                    f"(ibstat {hca.name}) or cordon the node"
+                    f"(ibstat {hca.name} {port.number}) or cordon the node"
                 ),
             )
         )
+    elif port.link_layer == "Ethernet":
+        own, _ = pod_gid(port, {iface.name for iface in inventory.interfaces})
+        if own is None:
+            owners = sorted({g.netdev for g in port.gids if g.netdev and g.type == "RoCE v2"})
+            problems.append(
+                Problem(
+                    code="no-pod-gid",
+                    kind=RDMA,
+                    hca=hca.name,
+                    port=number,
+                    message=(
+                        f"{hca.name} port {number} has no RoCE v2 IPv4 GID of a network interface "
+                        f"of this pod (GIDs belong to {', '.join(owners) or 'no netdev'}); attach "
+                        "a secondary network on this port (Multus macvlan/SR-IOV, one per rail) "
+                        "with an IPv4 address, or run the pod with hostNetwork"
+                    ),
+                )
+            )
     return problems
 
 
 def check_host(
-    inventory: HostInventory, fabric_hcas: tuple[str, ...], min_memlock: int = UNLIMITED
+    inventory: HostInventory,
+    endpoints: tuple[NicPort, ...],
+    min_memlock: int = UNLIMITED,
+    main: MainContainer | None = None,
 ) -> tuple[list[Problem], list[str]]:
-    """Return (problems, warnings) for using ``fabric_hcas`` with GPUDirect RDMA in this pod."""
+    """Return (problems, warnings) for using ``endpoints`` with GPUDirect RDMA in this pod."""
     problems: list[Problem] = []
     warnings: list[str] = []
     if not inventory.hcas:
@@ -137,7 +240,7 @@ def check_host(
                 ),
             )
         )
-    elif not fabric_hcas:
+    elif not endpoints:
         problems.append(
             Problem(
                 code="no-fabric-hca",
@@ -158,13 +261,14 @@ def check_host(
             )
         )
     by_name = {hca.name: hca for hca in inventory.hcas}
-    for name in fabric_hcas:
-        problems.extend(_hca_problems(by_name[name], inventory))
+    for endpoint in endpoints:
+        hca = by_name[endpoint.hca]
+        problems.extend(_port_problems(hca, port_of(inventory, endpoint), endpoint.port, inventory))
     link_layers = {
-        port.link_layer for name in fabric_hcas if (port := fabric_port(by_name[name])) is not None
+        port.link_layer for e in endpoints if (port := port_of(inventory, e)) is not None
     }
     if len(link_layers) > 1:
-        warnings.append(f"fabric HCAs mix link layers ({', '.join(sorted(link_layers))})")
+        warnings.append(f"fabric ports mix link layers ({', '.join(sorted(link_layers))})")
     if inventory.gpus and not inventory.gpudirect.available:
         problems.append(
             Problem(
@@ -179,14 +283,16 @@ def check_host(
         )
     if not inventory.gpus:
         warnings.append("no NVIDIA GPU visible: GPUDirect RDMA not checked")
-    memlock = _memlock_problem(inventory, min_memlock)
+    elif inventory.gpu_allocation == "all" and inventory.gpus_on_node > 1:
+        warnings.append(
+            f"could not tell this pod's GPUs apart (no NVIDIA_VISIBLE_DEVICES, no /dev/nvidiaN): "
+            f"pairing all {inventory.gpus_on_node} GPUs of the node"
+        )
+    memlock, unknown = _memlock_problem(inventory, min_memlock, main)
     if memlock is not None:
         problems.append(memlock)
-    elif inventory.cap_ipc_lock is False and inventory.memlock_soft != UNLIMITED:
-        warnings.append(
-            f"CAP_IPC_LOCK missing; pinning relies on the memlock limit "
-            f"({format_bytes(inventory.memlock_soft)})"
-        )
+    if unknown is not None:
+        warnings.append(unknown)
     if inventory.dev_infiniband_present and not inventory.rdma_cm_present:
         warnings.append("/dev/infiniband/rdma_cm missing (NCCL does not need it; ucx/mpi may)")
     return problems, warnings

@@ -105,10 +105,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nccl-lib", default=_env("NCCL_LIB"), help="libnccl.so.2 to ship")
     parser.add_argument("--net-plugin-dir", default=_env("NET_PLUGIN_DIR"))
     parser.add_argument(
+        "--nccl-wheel-path",
+        default=_env("NCCL_WHEEL_PATH"),
+        help="colon-separated folders holding nvidia-nccl-cu<major> wheels (default: sys.path)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         default=_env("REPORT_ONLY", "") in ("1", "true"),
-        help="write report and config, copy no library, always exit 0",
+        help="print pairing, NCCL config and every check; write nothing, always exit 0",
+    )
+    parser.add_argument(
+        "--main-container",
+        default=_env("MAIN_CONTAINER"),
+        help="JSON facts of the main container (runAsUser, capabilitiesAdd, cudaMajor, ...)",
+    )
+    parser.add_argument(
+        "--visible-gpus",
+        default=os.environ.get("NVIDIA_VISIBLE_DEVICES"),
+        help="the pod's GPUs (default: NVIDIA_VISIBLE_DEVICES): UUIDs or indices",
+    )
+    parser.add_argument(
+        "--nccl-library",
+        choices=("image", "shipped"),
+        default=_env("NCCL_LIBRARY", "shipped"),
+        help="shipped: copy NCCL into the shared volume; image: the container's own NCCL",
     )
     return parser
 
@@ -130,6 +151,10 @@ def options_from_args(args: argparse.Namespace) -> InitOptions:
         nccl_lib=Path(args.nccl_lib) if args.nccl_lib else None,
         net_plugin_dir=Path(args.net_plugin_dir) if args.net_plugin_dir else None,
         report_only=args.report_only,
+        library_search_path=[p for p in (args.nccl_wheel_path or "").split(":") if p] or None,
+        main_container=args.main_container,
+        visible_devices=args.visible_gpus,
+        nccl_library=args.nccl_library,
     )
 
 
@@ -144,14 +169,35 @@ def _summary(result: InitResult, options: InitOptions) -> str:
     lines = [
         f"{PROG}: {result.outcome} (policy {options.policy})",
         f"  HCAs: {len(host['hcas'])} found, fabric: {', '.join(fabric['hcas']) or 'none'}",
-        f"  GPUs: {len(host['gpus'])}, GPUDirect: {gpudirect}",
         (
-            f"  memlock: {memlock if isinstance(memlock, str) else format_bytes(memlock)}, "
-            f"CAP_IPC_LOCK: {host['cap_ipc_lock']}"
+            f"  GPUs: {len(host['gpus'])} of {host['gpus_on_node']} on the node "
+            f"(by {host['gpu_allocation']}), GPUDirect: {gpudirect}"
+        ),
+        (
+            f"  memlock: {memlock if isinstance(memlock, str) else format_bytes(memlock)} "
+            f"({host['memlock_source']}), CAP_IPC_LOCK effective here: {host['cap_ipc_lock']}"
         ),
     ]
-    lines += [f"  {key}={value}" for key, value in result.settings.items()]
-    lines.append(f"  report: {options.shared_dir / 'rdma-init-report.json'}")
+    if options.report_only:
+        lines.append("  pairing (GPU -> port, NCCL path type):")
+        lines += [f"    {p['gpu']} -> {p['hca']}:{p['port']} {p['path']}" for p in fabric["pairs"]]
+        lines.append(
+            "  rails: " + ", ".join(f"{r['rail']}={r['hca']}:{r['port']}" for r in fabric["rails"])
+        )
+        lines += [f"  excluded {name}: {why}" for name, why in fabric["excluded"].items()]
+        lines.append("  checks:")
+        lines += [
+            f"    {c['check']}: {c['result']}" + (f" ({c['detail']})" if c.get("detail") else "")
+            for c in report["checks"]
+        ]
+        lines.append("  nccl.conf it would write:")
+        lines += [f"    {line}" for line in result.conf_text.splitlines()] or [
+            "    none: a real run fails and removes any stale nccl.conf"
+        ]
+        lines.append(f"  exit code of a real run: {report['exit_code']}")
+    else:
+        lines += [f"  {key}={value}" for key, value in result.settings.items()]
+        lines.append(f"  report: {options.shared_dir / 'rdma-init-report.json'}")
     return "\n".join(lines) + "\n"
 
 

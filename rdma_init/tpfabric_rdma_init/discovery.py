@@ -11,8 +11,12 @@ files ``ibstat``, ``ibv_devinfo`` and NCCL's own topology detection read:
 - GPUs from ``proc/driver/nvidia/gpus/<bdf>``, else PCI class 0x0302/0x0300 with vendor 0x10de
 - GPUDirect from ``sys/module/{nvidia_peermem,nv_peer_mem}``,
   ``sys/kernel/mm/memory_peers/nv_mem*``, else dma-buf (open GPU kernel module and Linux >= 5.12)
-- ``proc/self/status`` (CapEff, CapBnd) and ``proc/net/route``; the memlock limit comes from a probe
-  (``resource.getrlimit`` in a pod, injected in tests).
+- ``proc/self/status`` (CapEff only: a capability in the bounding set is not granted),
+  ``proc/self/limits`` (memlock; the probe ``resource.getrlimit`` only when the file is missing)
+  and ``proc/net/route``, all below the *process* root;
+- which GPUs belong to this pod: ``NVIDIA_VISIBLE_DEVICES`` (UUIDs or indices, matched against
+  ``proc/driver/nvidia/gpus/<bdf>/information``), else the ``dev/nvidia<minor>`` nodes the
+  runtime put into the pod, else every GPU (then the report says so).
 
 This module only reads. It must never write below the root, load a kernel module, open a device
 or decide anything: missing files become ``None``/empty values, judging them is for
@@ -41,6 +45,8 @@ __all__ = [
     "PciLocation",
     "discover_host",
     "natural_key",
+    "pod_gpus",
+    "read_memlock_file",
     "read_memlock_limit",
 ]
 
@@ -132,6 +138,10 @@ class Hca:
     uverbs_present: bool
     """Whether ``/dev/infiniband/<uverbs>`` exists inside this pod."""
     netdevs: tuple[str, ...]
+    pci_device_id: str | None = None
+    """The PCI device id (``0xa2dc`` is a BlueField-3); the NIC's type, never its name."""
+    hca_type: str | None = None
+    """``sys/class/infiniband/<dev>/hca_type`` (``MT4129`` ConnectX-7, ``MT41692`` BlueField-3)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,8 @@ class Gpu:
     pci: PciLocation | None
     source: str
     """``procfs`` or ``pci``."""
+    uuid: str | None = None
+    minor: int | None = None
 
 
 @dataclass(frozen=True)
@@ -184,8 +196,13 @@ class HostInventory:
     memlock_soft: int
     memlock_hard: int
     cap_ipc_lock: bool | None
-    """None when ``proc/self/status`` could not be read."""
+    """CAP_IPC_LOCK in *this* process's effective set; None when ``proc/self/status`` is unread."""
     interfaces: tuple[NetInterface, ...]
+    memlock_source: str = "probe"
+    """``proc/self/limits`` or ``probe``."""
+    gpus_on_node: int = 0
+    gpu_allocation: str = "all"
+    """How the pod's GPUs were told apart: ``NVIDIA_VISIBLE_DEVICES``, ``dev/nvidia*``, ``all``."""
 
 
 def _read(path: Path) -> str | None:
@@ -307,9 +324,12 @@ def _hcas(root: Path) -> tuple[Hca, ...]:
         if uverbs is None:  # older kernels: only the PCI function's infiniband_verbs folder
             found = [u for u in _listdir(dev / "device" / "infiniband_verbs") if u.startswith("uv")]
             uverbs = found[0] if found else None
+        pci_dir = dev / "device"
         hcas.append(
             Hca(
                 name=name,
+                pci_device_id=_read(pci_dir / "device"),
+                hca_type=_read(dev / "hca_type"),
                 node_guid=_read(dev / "node_guid"),
                 pci=_pci_location(root, dev / "device"),
                 ports=ports,
@@ -336,10 +356,53 @@ def _gpus(root: Path) -> tuple[Gpu, ...]:
             if _read(pci_devices / bdf / "vendor") == NVIDIA_VENDOR
             and (_read(pci_devices / bdf / "class") or "").startswith(GPU_CLASSES)
         ]
-    return tuple(
-        Gpu(bdf=bdf, pci=_pci_location(root, pci_devices / bdf), source=source)
-        for bdf in sorted(bdfs)
-    )
+    gpus = []
+    for bdf in sorted(bdfs):
+        info = _read(procfs / bdf / "information") or ""
+        uuid = re.search(r"^GPU UUID:\s*(\S+)", info, re.MULTILINE)
+        minor = re.search(r"^Device Minor:\s*(\d+)", info, re.MULTILINE)
+        gpus.append(
+            Gpu(
+                bdf=bdf,
+                pci=_pci_location(root, pci_devices / bdf),
+                source=source,
+                uuid=uuid.group(1) if uuid else None,
+                minor=int(minor.group(1)) if minor else None,
+            )
+        )
+    return tuple(gpus)
+
+
+def pod_gpus(
+    root: Path, gpus: tuple[Gpu, ...], visible_devices: str | None
+) -> tuple[tuple[Gpu, ...], str]:
+    """Return (the GPUs allocated to this pod, how that was decided).
+
+    The NVIDIA device plugin tells the runtime through ``NVIDIA_VISIBLE_DEVICES`` (UUIDs, or
+    indices in bus order); CDI and the runtime both leave only the allocated ``/dev/nvidiaN``.
+    """
+    value = (visible_devices or "").strip()
+    if value == "all":
+        return gpus, "NVIDIA_VISIBLE_DEVICES"
+    if value:
+        if value in ("none", "void"):
+            return (), "NVIDIA_VISIBLE_DEVICES"
+        wanted = [token.strip() for token in value.split(",") if token.strip()]
+        chosen = [
+            gpu
+            for index, gpu in enumerate(gpus)
+            if (gpu.uuid is not None and gpu.uuid in wanted) or str(index) in wanted
+        ]
+        if chosen:
+            return tuple(chosen), "NVIDIA_VISIBLE_DEVICES"
+    nodes = {
+        int(name[6:])
+        for name in _listdir(root / "dev")
+        if name.startswith("nvidia") and name[6:].isdigit()
+    }
+    if nodes and all(gpu.minor is not None for gpu in gpus):
+        return tuple(gpu for gpu in gpus if gpu.minor in nodes), "dev/nvidia*"
+    return gpus, "all"
 
 
 def _kernel_at_least(release: str | None, major: int, minor: int) -> bool:
@@ -372,16 +435,32 @@ def _gpudirect(root: Path) -> GpuDirect:
 
 
 def _cap_ipc_lock(root: Path) -> bool | None:
-    """Return whether the pod was granted CAP_IPC_LOCK (effective or bounding set), None unknown.
+    """Return whether this process holds CAP_IPC_LOCK in its *effective* set, None unknown.
 
-    The bounding set counts too: a non-root init container never has added capabilities in its
-    effective set, yet the grant in the pod spec is what the (usually root) main container gets.
+    Only the effective set pins memory: a capability in the bounding set alone (what a non-root
+    container gets for ``capabilities.add``, kubernetes#56374) does not let ``ibv_reg_mr`` pass.
     """
     status = _read(root / "proc" / "self" / "status") or ""
-    sets = re.findall(r"^Cap(?:Eff|Bnd):\s*([0-9a-fA-F]+)$", status, re.MULTILINE)
-    if not sets:
+    match = re.search(r"^CapEff:\s*([0-9a-fA-F]+)$", status, re.MULTILINE)
+    if match is None:
         return None
-    return any(int(value, 16) >> CAP_IPC_LOCK & 1 for value in sets)
+    return bool(int(match.group(1), 16) >> CAP_IPC_LOCK & 1)
+
+
+def read_memlock_file(root: Path) -> tuple[int, int] | None:
+    """Return (soft, hard) "Max locked memory" of ``proc/self/limits`` below ``root``, or None."""
+    text = _read(root / "proc" / "self" / "limits") or ""
+    match = re.search(r"^Max locked memory\s+(\S+)\s+(\S+)", text, re.MULTILINE)
+    if match is None:
+        return None
+
+    def value(text: str) -> int:
+        return resource.RLIM_INFINITY if text == "unlimited" else int(text)
+
+    try:
+        return value(match.group(1)), value(match.group(2))
+    except ValueError:
+        return None
 
 
 def _default_route_interfaces(root: Path) -> set[str]:
@@ -411,6 +490,7 @@ def discover_host(
     root: Path | str = "/",
     memlock: MemlockProbe = read_memlock_limit,
     process_root: Path | str | None = None,
+    visible_devices: str | None = None,
 ) -> HostInventory:
     """Return the inventory of RDMA devices, GPUs and limits visible below ``root``.
 
@@ -420,12 +500,18 @@ def discover_host(
     """
     root = Path(root)
     own = Path(process_root) if process_root is not None else root
-    soft, hard = memlock()
+    from_file = read_memlock_file(own)
+    soft, hard = from_file if from_file is not None else memlock()
     dev_ib = root / "dev" / "infiniband"
+    node_gpus = _gpus(root)
+    gpus, allocation = pod_gpus(root, node_gpus, visible_devices)
     return HostInventory(
         root=str(root),
         hcas=_hcas(root),
-        gpus=_gpus(root),
+        gpus=gpus,
+        gpus_on_node=len(node_gpus),
+        gpu_allocation=allocation,
+        memlock_source="proc/self/limits" if from_file is not None else "probe",
         gpudirect=_gpudirect(root),
         dev_infiniband_present=dev_ib.is_dir(),
         rdma_cm_present=(dev_ib / "rdma_cm").exists(),

@@ -1,22 +1,25 @@
 """The NCCL settings of a pod and their files: ``nccl.conf`` and the optional topology XML.
 
-Settings written (NCCL reads ``KEY=VALUE`` lines from ``NCCL_CONF_FILE``; the environment wins
-over the file, the file wins over NCCL's defaults):
+Settings written (every NCCL reads ``/etc/nccl.conf``, where the operator mounts this file;
+NCCL >= 2.23 also reads ``NCCL_CONF_FILE``; the environment wins over both files):
 
-- ``NCCL_IB_HCA==mlx5_0:1,mlx5_3:1,...`` — fabric HCAs in rail order with the leading ``=`` that
+- ``NCCL_IB_HCA==mlx5_0:1,mlx5_3:1,...`` — fabric ports in rail order with the leading ``=`` that
   makes NCCL match names exactly (without it ``mlx5_1`` also selects ``mlx5_10`` and ``mlx5_11``);
+  every port of every plane a GPU is paired with is listed;
 - ``NCCL_CROSS_NIC=0`` when the pod is rail-aligned (rails from the placement annotation, or each
-  GPU paired with its own HCA), so ring/tree channels keep GPU *i* on rail *i* across nodes;
-- ``NCCL_IB_GID_INDEX`` on RoCE: the lowest index whose ``gid_attrs/types`` is ``RoCE v2`` and
-  whose GID is IPv4-mapped, when every fabric port agrees (else ``NCCL_IB_ADDR_FAMILY=AF_INET``
-  and NCCL >= 2.21 picks per device);
-- ``NCCL_SOCKET_IFNAME==<if>`` for bootstrap and the TCP fallback (default-route interface);
-- ``NCCL_NET_GDR_LEVEL``: the worst GPU<->HCA path of the pairs, at least ``PXB`` (NCCL's own
-  default) and at most ``PHB`` (never across sockets); ``LOC`` switches GPUDirect off;
+  GPU paired with its own ports) and no rail was dropped;
+- RoCE: ``NCCL_IB_GID_INDEX`` of the GID that belongs to the pod's own netdev of each rail, when
+  every rail has it at the same index; when the indexes differ NCCL (>= 2.21) picks per device,
+  which is right only where its pick (the first RoCE v2 IPv4 GID) is the pod's: any other rail
+  is a problem (``foreign-gid``), so nothing is left to a wrong guess;
+- ``NCCL_SOCKET_IFNAME==<if>`` for bootstrap and the TCP fallback: the pod's primary interface;
+- ``NCCL_NET_GDR_LEVEL=LOC`` only when GPUDirect is off: otherwise NCCL's own default applies
+  (never a more permissive level; ``spec.nccl`` may still set one);
 - TCP fallback: ``NCCL_IB_DISABLE=1`` and ``NCCL_NET=Socket``.
 
-User overrides (a JSON object of ``NCCL_*`` keys from the job) are applied last; ``null`` removes a
-key. Pure: builds strings, never writes them (the init program does).
+User overrides (a JSON object of ``NCCL_*`` keys from the job's ``spec.nccl``, which is also
+where ``NCCL_IB_TC``/``NCCL_IB_SL`` come from: the CRD has no field of its own) are applied last;
+``null`` removes a key. Pure: builds strings, never writes them (the init program does).
 """
 
 from __future__ import annotations
@@ -26,16 +29,17 @@ import re
 from collections.abc import Mapping
 from xml.etree import ElementTree as ET
 
-from tpfabric_rdma_init.affinity import FabricSelection, PathType, RailAssignment
-from tpfabric_rdma_init.checks import fabric_port
+from tpfabric_rdma_init.affinity import FabricSelection, NicPort, RailAssignment
+from tpfabric_rdma_init.checks import RDMA, Problem, fabric_port, pod_gid, port_of
 from tpfabric_rdma_init.discovery import ARPHRD_INFINIBAND, Hca, HostInventory, PciLocation
 
 __all__ = [
     "OverridesError",
     "apply_overrides",
     "build_nccl_settings",
-    "gdr_level",
+    "check_traffic_class",
     "parse_overrides",
+    "rdma_netdevs",
     "render_nccl_conf",
     "render_topology_xml",
     "roce_gid_index",
@@ -96,56 +100,109 @@ def apply_overrides(
     return merged
 
 
-def roce_gid_index(hcas: tuple[Hca, ...]) -> tuple[int | None, list[str]]:
-    """Return (the RoCE v2 IPv4-mapped GID index all fabric ports share or None, warnings)."""
-    indexes: dict[str, int] = {}
-    warnings = []
-    for hca in hcas:
-        port = fabric_port(hca)
-        if port is None:
+_TC_RANGES = {"NCCL_IB_TC": 255, "NCCL_IB_SL": 15}
+
+
+def check_traffic_class(
+    overrides: Mapping[str, str | None], roce: bool
+) -> tuple[dict[str, str], list[str]]:
+    """Return (NCCL_IB_TC/NCCL_IB_SL as set in spec.nccl, warnings); raises on a bad value."""
+    chosen: dict[str, str] = {}
+    for key, top in _TC_RANGES.items():
+        value = overrides.get(key)
+        if value is None:
             continue
-        found = sorted(gid.index for gid in port.gids if gid.type == "RoCE v2" and gid.ipv4_mapped)
-        if found:
-            indexes[hca.name] = found[0]
-        else:
-            warnings.append(
-                f"{hca.name} port {port.number} has no RoCE v2 GID with an IPv4 address; "
-                "configure an IPv4 address on its netdev"
+        if not value.isdigit() or int(value) > top:
+            raise OverridesError(
+                f"NCCL overrides: {key} must be an integer 0..{top}, not {value!r}"
             )
-    distinct = set(indexes.values())
-    if len(distinct) == 1 and not warnings:
-        return distinct.pop(), warnings
+        chosen[key] = value
+    warnings = []
+    if roce and "NCCL_IB_TC" not in chosen:
+        warnings.append(
+            "RoCE without NCCL_IB_TC: NCCL's traffic uses class 0, which lossless fabrics "
+            "usually do not protect; set spec.nccl NCCL_IB_TC (e.g. 106 for DSCP 26)"
+        )
+    return chosen, warnings
+
+
+def roce_gid_index(
+    inventory: HostInventory, endpoints: tuple[NicPort, ...]
+) -> tuple[int | None, list[Problem], list[str]]:
+    """Return (the pod's GID index to pin or None, rail problems, warnings) for RoCE ports."""
+    netdevs = {iface.name for iface in inventory.interfaces}
+    own_index: dict[NicPort, int] = {}
+    nccl_pick: dict[NicPort, int | None] = {}
+    for endpoint in endpoints:
+        port = port_of(inventory, endpoint)
+        if port is None or port.link_layer != "Ethernet":
+            continue
+        own, first = pod_gid(port, netdevs)
+        if own is not None:  # ports without one are reported by check_host
+            own_index[endpoint] = own.index
+            nccl_pick[endpoint] = first.index if first else None
+    distinct = set(own_index.values())
+    if len(distinct) == 1:
+        return distinct.pop(), [], []
+    problems = [
+        Problem(
+            code="foreign-gid",
+            kind=RDMA,
+            hca=e.hca,
+            port=e.port,
+            message=(
+                f"{e}: the pod's RoCE v2 GID is index {index} but NCCL, unpinned, would take "
+                f"index {nccl_pick[e]} (another namespace's netdev) and one NCCL_IB_GID_INDEX "
+                "cannot serve every rail; give every rail's secondary network the same GID "
+                "index or set spec.nccl NCCL_IB_GID_INDEX"
+            ),
+        )
+        for e, index in own_index.items()
+        if nccl_pick[e] != index
+    ]
+    warnings = []
     if len(distinct) > 1:
         warnings.append(
-            "RoCE v2 GID index differs between HCAs ("
-            + ", ".join(f"{name}={index}" for name, index in indexes.items())
-            + "); NCCL_IB_GID_INDEX left to NCCL"
+            "RoCE v2 GID index differs between rails ("
+            + ", ".join(f"{e}={i}" for e, i in own_index.items())
+            + "); NCCL_IB_GID_INDEX left to NCCL (>= 2.21 picks per device)"
         )
-    return None, warnings
+    return None, problems, warnings
 
 
-def socket_interface(inventory: HostInventory, explicit: str | None = None) -> str | None:
-    """Return the interface for NCCL's sockets: explicit, else default route, else first up NIC."""
+def rdma_netdevs(inventory: HostInventory) -> set[str]:
+    """Return every netdev that belongs to an HCA: IPoIB, RoCE rails, storage, in host or pod."""
+    names = {netdev for hca in inventory.hcas for netdev in hca.netdevs}
+    names |= {g.netdev for hca in inventory.hcas for p in hca.ports for g in p.gids if g.netdev}
+    return names
+
+
+def socket_interface(
+    inventory: HostInventory, explicit: str | None = None, primary: str | None = None
+) -> str | None:
+    """Return the interface for NCCL's sockets: explicit, else the pod's primary interface.
+
+    Primary: the network-status annotation's ``default`` interface, else the default route's,
+    else ``eth0`` (what every CNI names the pod's primary). Never IPoIB nor any netdev of an HCA
+    (RDMA rails, storage): those carry no bootstrap traffic for the job.
+    """
     if explicit:
         return explicit
+    rdma = rdma_netdevs(inventory)
     usable = [
         iface
         for iface in inventory.interfaces
-        if not iface.name.startswith(_VIRTUAL_PREFIXES) and iface.type != ARPHRD_INFINIBAND
+        if not iface.name.startswith(_VIRTUAL_PREFIXES)
+        and iface.type != ARPHRD_INFINIBAND
+        and iface.name not in rdma
     ]
+    names = [iface.name for iface in usable]
+    if primary in names:
+        return primary
     for iface in usable:
         if iface.default_route:
             return iface.name
-    for iface in usable:
-        if (iface.operstate or "").lower() == "up":
-            return iface.name
-    return None
-
-
-def gdr_level(selection: FabricSelection) -> str:
-    """Return NCCL_NET_GDR_LEVEL covering every GPU's own HCA: PXB at least, PHB at most."""
-    worst = max((pair.path for pair in selection.pairs), default=PathType.PXB)
-    return PathType(min(max(worst, PathType.PXB), PathType.PHB)).name
+    return "eth0" if "eth0" in names else None
 
 
 def build_nccl_settings(
@@ -155,37 +212,46 @@ def build_nccl_settings(
     *,
     transport: str,
     socket_ifname: str | None,
+    rails_dropped: bool = False,
 ) -> tuple[dict[str, str], list[str]]:
     """Return (NCCL settings, warnings) for ``transport`` ``ib``, ``ib-no-gdr`` or ``tcp``."""
     settings: dict[str, str] = {}
     warnings: list[str] = []
     if socket_ifname:
         settings["NCCL_SOCKET_IFNAME"] = "=" + socket_ifname
+    else:
+        warnings.append(
+            "no primary network interface found for NCCL's sockets; NCCL picks one itself "
+            "(set --socket-ifname)"
+        )
     if transport == "tcp":
         settings["NCCL_IB_DISABLE"] = "1"
         settings["NCCL_NET"] = "Socket"
         return settings, warnings
-    by_name = {hca.name: hca for hca in inventory.hcas}
-    fabric = tuple(by_name[name] for name in rails.hcas)
-    entries = []
-    for hca in fabric:
-        port = fabric_port(hca)
-        entries.append(f"{hca.name}:{port.number if port else 1}")
-    settings["NCCL_IB_HCA"] = "=" + ",".join(entries)
-    one_hca_per_gpu = bool(selection.pairs) and len({p.hca for p in selection.pairs}) == len(
-        selection.pairs
+    endpoints = rails.endpoints
+    settings["NCCL_IB_HCA"] = "=" + ",".join(str(e) for e in endpoints)
+    gpus = {p.gpu for p in selection.pairs}
+    own_ports = bool(selection.pairs) and all(
+        sum(1 for p in selection.pairs if (p.hca, p.port) == (q.hca, q.port)) == 1
+        for q in selection.pairs
     )
-    if len(fabric) > 1 and (rails.source == "annotation" or one_hca_per_gpu):
+    if (
+        len(endpoints) > 1
+        and not rails_dropped
+        and (rails.source == "annotation" or (own_ports and len(gpus) > 0))
+    ):
         settings["NCCL_CROSS_NIC"] = "0"
-    ports = [port for hca in fabric if (port := fabric_port(hca)) is not None]
+    ports = [port for e in endpoints if (port := port_of(inventory, e)) is not None]
     if ports and all(port.link_layer == "Ethernet" for port in ports):
-        index, gid_warnings = roce_gid_index(fabric)
+        index, _, gid_warnings = roce_gid_index(inventory, endpoints)
         warnings.extend(gid_warnings)
         if index is not None:
             settings["NCCL_IB_GID_INDEX"] = str(index)
         else:
             settings["NCCL_IB_ADDR_FAMILY"] = "AF_INET"
-    settings["NCCL_NET_GDR_LEVEL"] = "LOC" if transport == "ib-no-gdr" else gdr_level(selection)
+            settings["NCCL_IB_ROCE_VERSION_NUM"] = "2"
+    if transport == "ib-no-gdr":
+        settings["NCCL_NET_GDR_LEVEL"] = "LOC"
     return settings, warnings
 
 

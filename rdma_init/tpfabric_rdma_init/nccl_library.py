@@ -1,9 +1,11 @@
 """Bring the collective library into the pod: find ``libnccl.so.2`` and net plugins, copy them.
 
-The init image installs NCCL as the ``nvidia-nccl-cu12`` wheel, which puts the library at
-``<site-packages>/nvidia/nccl/lib/libnccl.so.2``; its version is the wheel's. The copy lands in
-``<shared>/lib`` so the main container only needs ``LD_LIBRARY_PATH=<mount>/lib`` (written to
-``nccl.env``), whatever NCCL its own image ships.
+The init image installs NCCL as ``nvidia-nccl-cu<major>`` wheels (one site-packages folder per
+CUDA major), which put the library at ``<site-packages>/nvidia/nccl/lib/libnccl.so.2``; its
+version and CUDA major are the wheel's. The one whose CUDA major is the main container's is
+copied to ``<shared>/lib``; the operator sets ``LD_LIBRARY_PATH=<mount>/lib`` in the main
+container (an env it really gets) when the job asks for the shipped library. A library for
+another CUDA major than the container's, or newer than the driver supports, is not shipped.
 
 Only this module writes outside the report/config files, and only below ``<shared>/lib``; it must
 never load the library (a CUDA-less init container cannot) or touch the host.
@@ -23,6 +25,8 @@ __all__ = [
     "NCCL_DISTRIBUTIONS",
     "InstalledLibrary",
     "NcclLibrary",
+    "driver_cuda_major",
+    "find_nccl_libraries",
     "find_nccl_library",
     "find_net_plugins",
     "install_libraries",
@@ -42,6 +46,18 @@ class NcclLibrary:
     path: Path
     version: str | None
     source: str
+    cuda_major: int | None = None
+
+
+def driver_cuda_major(driver_version: str | None) -> int | None:
+    """Return the newest CUDA major a driver runs (580+: 13, 525+: 12, 450+: 11), None unknown."""
+    if not driver_version or not driver_version.split(".")[0].isdigit():
+        return None
+    major = int(driver_version.split(".")[0])
+    for floor, cuda in ((580, 13), (525, 12), (450, 11)):
+        if major >= floor:
+            return cuda
+    return 10
 
 
 @dataclass(frozen=True)
@@ -52,23 +68,44 @@ class InstalledLibrary:
     version: str | None
     source: str
     net_plugins: tuple[str, ...]
+    cuda_major: int | None = None
 
 
-def find_nccl_library(
+def find_nccl_libraries(
     explicit: Path | None = None, search_path: list[str] | None = None
-) -> NcclLibrary | None:
-    """Return the NCCL library to ship: ``explicit`` if given, else the installed NCCL wheel's."""
+) -> list[NcclLibrary]:
+    """Return the NCCL libraries on offer: ``explicit`` if given, else every NCCL wheel's."""
     if explicit is not None:
         if not explicit.is_file():
-            return None
+            return []
         match = _VERSIONED.search(os.path.realpath(explicit))
-        return NcclLibrary(explicit, match.group(1) if match else None, "--nccl-lib")
+        return [NcclLibrary(explicit, match.group(1) if match else None, "--nccl-lib")]
+    found = []
     for name in NCCL_DISTRIBUTIONS:
         for dist in metadata.distributions(name=name, path=search_path or sys.path):
             candidate = Path(str(dist.locate_file(_WHEEL_LIBRARY)))
             if candidate.is_file():
-                return NcclLibrary(candidate, dist.version, f"wheel {dist.metadata['Name']}")
-    return None
+                found.append(
+                    NcclLibrary(
+                        candidate,
+                        dist.version,
+                        f"wheel {dist.metadata['Name']}",
+                        int(name.rsplit("cu", 1)[1]),
+                    )
+                )
+    return found
+
+
+def find_nccl_library(
+    explicit: Path | None = None,
+    search_path: list[str] | None = None,
+    cuda_major: int | None = None,
+) -> NcclLibrary | None:
+    """Return the library for ``cuda_major`` (any when None), ``explicit`` always wins."""
+    libraries = find_nccl_libraries(explicit, search_path)
+    if explicit is not None or cuda_major is None:
+        return libraries[0] if libraries else None
+    return next((lib for lib in libraries if lib.cuda_major == cuda_major), None)
 
 
 def find_net_plugins(directory: Path | None) -> tuple[Path, ...]:
@@ -109,4 +146,5 @@ def install_libraries(
         version=library.version,
         source=library.source,
         net_plugins=tuple(copied),
+        cuda_major=library.cuda_major,
     )

@@ -2,22 +2,28 @@
 
 Policies (``--policy``, from the job):
 
-- ``required``: any problem -> exit 1, one line per problem, no ``nccl.conf`` (a stale one is
-  removed so the main container cannot start on it);
-- ``preferred``: an RDMA problem -> TCP sockets (``NCCL_IB_DISABLE=1``), a GPUDirect-only problem
-  -> IB without GPUDirect (``NCCL_NET_GDR_LEVEL=LOC``), each with a warning; exit 0;
+- ``required``: any problem -> exit 1, one line per problem (a fabric port's problem names its
+  rail), no ``nccl.conf`` (a stale one is removed so the main container cannot start on it);
+- ``preferred``: a problem of some fabric ports only -> those rails are dropped and the healthy
+  ones kept (``NCCL_CROSS_NIC`` is then left to NCCL: the GPU of a dropped rail reaches the
+  fabric through a neighbour's NIC and its traffic crosses rails above the leaves); any other
+  RDMA problem, or no healthy rail -> TCP sockets (``NCCL_IB_DISABLE=1``); a GPUDirect-only
+  problem -> IB without GPUDirect (``NCCL_NET_GDR_LEVEL=LOC``); each with a warning; exit 0;
 - ``disabled``: TCP sockets, nothing checked; exit 0.
 
 Files in the shared volume (``--shared-dir``; paths inside them use ``--mount-path``, where the
 main container mounts the same volume):
 
 - ``rdma-init-report.json`` — always, even on failure;
-- ``nccl.conf`` — the NCCL settings (the main container sets ``NCCL_CONF_FILE`` to it);
-- ``nccl.env`` — ``export NCCL_CONF_FILE=...`` and ``LD_LIBRARY_PATH`` for images that source it;
+- ``nccl.conf`` — the NCCL settings; the operator mounts it as ``/etc/nccl.conf`` (read by every
+  NCCL) and sets ``NCCL_CONF_FILE`` to it (read by NCCL >= 2.23);
+- ``nccl.env`` — the same env for images that source it;
 - ``nccl-topo.xml`` — with ``--topology-xml`` only (``NCCL_TOPO_FILE`` then points to it);
-- ``lib/libnccl.so.2`` and ``lib/libnccl-net*.so`` — unless ``--report-only``.
+- ``lib/libnccl.so.2`` and ``lib/libnccl-net*.so`` — with ``--nccl-library=shipped`` when a
+  library of the main container's CUDA major that the driver can run is in the image.
 
-``--report-only`` runs everything, writes the report and config, copies no library and always
+``--report-only`` runs every check and prints the pairing, the NCCL config it would write and
+every check, and changes nothing: no file is written or removed, no library copied; it always
 exits 0 (the report's ``exit_code`` says what a real run would have returned). This module must
 never write outside the shared directory nor below the discovery root.
 """
@@ -25,25 +31,43 @@ never write outside the shared directory nor below the discovery root.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tpfabric_rdma_init import affinity
-from tpfabric_rdma_init.affinity import FabricSelection, RailAssignment, RailsAnnotationError
-from tpfabric_rdma_init.checks import GPUDIRECT, RDMA, UNLIMITED, Problem, check_host
+from tpfabric_rdma_init.affinity import (
+    FabricSelection,
+    NicPort,
+    RailAssignment,
+    RailsAnnotationError,
+)
+from tpfabric_rdma_init.checks import (
+    GPUDIRECT,
+    RDMA,
+    UNLIMITED,
+    MainContainer,
+    Problem,
+    check_host,
+    port_of,
+)
 from tpfabric_rdma_init.discovery import HostInventory, MemlockProbe, discover_host
 from tpfabric_rdma_init.discovery import read_memlock_limit as _read_memlock_limit
 from tpfabric_rdma_init.nccl_config import (
+    OverridesError,
     apply_overrides,
     build_nccl_settings,
+    check_traffic_class,
     parse_overrides,
     render_nccl_conf,
     render_topology_xml,
+    roce_gid_index,
     socket_interface,
 )
 from tpfabric_rdma_init.nccl_library import (
     InstalledLibrary,
+    NcclLibrary,
+    driver_cuda_major,
     find_nccl_library,
     find_net_plugins,
     install_libraries,
@@ -53,6 +77,7 @@ from tpfabric_rdma_init.nccl_library import (
 __all__ = [
     "CONF_FILE",
     "ENV_FILE",
+    "NETWORK_STATUS_ANNOTATION",
     "POLICIES",
     "RAILS_ANNOTATION",
     "REPORT_FILE",
@@ -60,17 +85,23 @@ __all__ = [
     "InitOptions",
     "InitResult",
     "UsageError",
+    "parse_main_container",
     "prepare_pod",
+    "primary_interface",
     "read_annotation",
 ]
 
 POLICIES = ("required", "preferred", "disabled")
+LIBRARY_MODES = ("image", "shipped")
 RAILS_ANNOTATION = "tpfabric.io/rails"
+NETWORK_STATUS_ANNOTATION = "k8s.v1.cni.cncf.io/network-status"
 REPORT_FILE = "rdma-init-report.json"
 CONF_FILE = "nccl.conf"
 ENV_FILE = "nccl.env"
 TOPO_FILE = "nccl-topo.xml"
-REPORT_SCHEMA = "tpfabric.io/rdma-init-report/v1"
+REPORT_SCHEMA = "tpfabric.io/rdma-init-report/v2"
+NCCL_CONF_FILE_SINCE = (2, 23)
+NCCL_GID_AUTO_SINCE = (2, 21)
 
 
 class UsageError(ValueError):
@@ -84,7 +115,7 @@ class InitOptions:
     shared_dir: Path
     root: Path = Path("/")
     process_root: Path | None = None
-    """Where capabilities, routes and interfaces are read; defaults to ``root``."""
+    """Where capabilities, limits, routes and interfaces are read; defaults to ``root``."""
     mount_path: str | None = None
     """Where the main container mounts the shared volume; defaults to ``shared_dir``."""
     policy: str = "preferred"
@@ -98,7 +129,13 @@ class InitOptions:
     net_plugin_dir: Path | None = None
     report_only: bool = False
     library_search_path: list[str] | None = None
-    """Where to look for the NCCL wheel (``sys.path`` when None); tests point it at a fake."""
+    """Where to look for the NCCL wheels (``sys.path`` when None); tests point it at fakes."""
+    main_container: str | None = None
+    """JSON the operator derives from the main container (user, capabilities, CUDA major)."""
+    visible_devices: str | None = None
+    """``NVIDIA_VISIBLE_DEVICES`` of this container: the pod's GPUs."""
+    nccl_library: str = "shipped"
+    """``shipped``: copy NCCL into the shared volume; ``image``: the container's own NCCL."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +148,7 @@ class InitResult:
     warnings: tuple[str, ...]
     settings: dict[str, str]
     report: dict[str, Any] = field(repr=False)
+    conf_text: str = ""
 
 
 def read_annotation(path: Path | None, key: str) -> str | None:
@@ -135,8 +173,50 @@ def read_annotation(path: Path | None, key: str) -> str | None:
     return None
 
 
+def primary_interface(network_status: str | None) -> str | None:
+    """Return the interface Multus marks ``default`` in its network-status annotation."""
+    if not network_status:
+        return None
+    try:
+        entries = json.loads(network_status)
+    except json.JSONDecodeError:
+        return None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("default") and entry.get("interface"):
+            return str(entry["interface"])
+    return None
+
+
+def parse_main_container(text: str | None) -> MainContainer | None:
+    """Return the main container's facts from the operator's JSON, None when not given."""
+    if text is None or not text.strip():
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--main-container: not JSON ({err.msg})") from err
+    if not isinstance(data, dict):
+        raise UsageError("--main-container: expected a JSON object")
+    user = data.get("runAsUser")
+    cuda = data.get("cudaMajor")
+    return MainContainer(
+        run_as_user=int(user) if isinstance(user, int) else None,
+        run_as_non_root=bool(data.get("runAsNonRoot", False)),
+        privileged=bool(data.get("privileged", False)),
+        capabilities_add=tuple(str(c) for c in data.get("capabilitiesAdd") or ()),
+        cuda_major=int(cuda) if isinstance(cuda, int) else None,
+    )
+
+
+def _version(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    parts = text.split("+")[0].split(".")
+    return tuple(int(p) for p in parts if p.isdigit()) or None
+
+
 def _transport(policy: str, problems: list[Problem]) -> tuple[str, str]:
-    """Return (outcome, transport) for a policy and the problems found."""
+    """Return (outcome, transport) for a policy and the problems left after dropping rails."""
     if policy == "disabled":
         return "tcp", "tcp"
     kinds = {problem.kind for problem in problems if problem.kind in (RDMA, GPUDIRECT)}
@@ -159,15 +239,23 @@ def _inventory_report(inventory: HostInventory) -> dict[str, Any]:
 
 
 def _fabric_report(
-    selection: FabricSelection, rails: RailAssignment | None, settings: dict[str, str]
+    selection: FabricSelection,
+    rails: RailAssignment | None,
+    settings: dict[str, str],
+    dropped: dict[NicPort, int | None],
 ) -> dict[str, Any]:
     return {
         "hcas": list(selection.hcas),
-        "rails": [{"rail": rail, "hca": hca} for rail, hca in rails.rails] if rails else [],
+        "endpoints": [str(e) for e in selection.endpoints],
+        "rails": [{"rail": rail, "hca": p.hca, "port": p.port} for rail, p in rails.rails]
+        if rails
+        else [],
         "rail_source": rails.source if rails else None,
         "rail_aligned": settings.get("NCCL_CROSS_NIC") == "0",
+        "dropped_rails": [{"rail": r, "endpoint": str(e)} for e, r in dropped.items()],
         "pairs": [
-            {"gpu": pair.gpu, "hca": pair.hca, "path": pair.path.name} for pair in selection.pairs
+            {"gpu": pair.gpu, "hca": pair.hca, "port": pair.port, "path": pair.path.name}
+            for pair in selection.pairs
         ],
         "excluded": selection.excluded,
     }
@@ -184,140 +272,319 @@ def _remove_stale(shared_dir: Path) -> None:
         (shared_dir / name).unlink(missing_ok=True)
 
 
-def _install_library(
-    options: InitOptions, transport: str, warnings: list[str]
-) -> tuple[InstalledLibrary | None, str | None]:
-    library = find_nccl_library(options.nccl_lib, options.library_search_path)
+def _choose_library(
+    options: InitOptions,
+    inventory: HostInventory,
+    main: MainContainer | None,
+    warnings: list[str],
+) -> NcclLibrary | None:
+    """Return the library to ship, None (with a warning) when none fits the container."""
+    if options.nccl_library != "shipped":
+        return None
+    driver_major = driver_cuda_major(inventory.gpudirect.driver_version)
+    wanted = main.cuda_major if main and main.cuda_major else None
+    library = find_nccl_library(options.nccl_lib, options.library_search_path, wanted)
     if library is None:
         if options.nccl_lib is not None:
             raise UsageError(f"--nccl-lib {options.nccl_lib}: no such file")
+        what = f"for CUDA {wanted}" if wanted else "(no nvidia-nccl-cu* wheel installed)"
         warnings.append(
-            "no NCCL library in the init image (nvidia-nccl-cu12 wheel not installed); "
+            f"no NCCL library {what} in the init image; the main container uses its own NCCL"
+        )
+        return None
+    if wanted is None and library.cuda_major is not None:
+        warnings.append(
+            f"the main container's CUDA major is unknown (set annotation tpfabric.io/cuda-major "
+            f"or env CUDA_VERSION in the template); shipping the CUDA {library.cuda_major} build"
+        )
+    if driver_major is not None and (library.cuda_major or 0) > driver_major:
+        warnings.append(
+            f"NCCL {library.version} is built for CUDA {library.cuda_major} but driver "
+            f"{inventory.gpudirect.driver_version} runs CUDA <= {driver_major}; not shipped, "
             "the main container uses its own NCCL"
         )
-        return None, None
-    plugins = find_net_plugins(options.net_plugin_dir) if transport != "tcp" else ()
-    installed = install_libraries(library, plugins, options.shared_dir)
-    return installed, net_plugin_name(plugins)
+        return None
+    return library
 
 
-def _write_nccl_files(
+def _library_report(
+    library: NcclLibrary | None, installed: InstalledLibrary | None
+) -> dict[str, Any] | None:
+    if library is None:
+        return None
+    data: dict[str, Any] = {
+        "version": library.version,
+        "cuda_major": library.cuda_major,
+        "source": library.source,
+        "installed": asdict(installed) if installed else None,
+        "reads_nccl_conf_file": None,
+    }
+    version = _version(library.version)
+    if version is not None:
+        data["reads_nccl_conf_file"] = version[:2] >= NCCL_CONF_FILE_SINCE
+    return data
+
+
+def _rail_label(problem: Problem, rails: RailAssignment) -> str:
+    endpoint = NicPort(problem.hca or "", problem.port or 0)
+    rail = rails.rail_of(endpoint)
+    return f"rail {rail} ({endpoint})" if rail is not None else str(endpoint)
+
+
+def _split_rail_problems(
+    problems: list[Problem], rails: RailAssignment
+) -> tuple[list[Problem], dict[NicPort, int | None]]:
+    """Return (problems not scoped to a port, failed port -> rail)."""
+    failed: dict[NicPort, int | None] = {}
+    rest = []
+    for problem in problems:
+        if problem.kind == RDMA and problem.hca is not None and problem.port is not None:
+            endpoint = NicPort(problem.hca, problem.port)
+            failed[endpoint] = rails.rail_of(endpoint)
+        else:
+            rest.append(problem)
+    return rest, failed
+
+
+def _checks_report(problems: list[Problem], policy: str) -> list[dict[str, str]]:
+    names = {
+        "devices": ("no-hca", "no-fabric-hca", "no-dev-infiniband", "no-uverbs"),
+        "ports": ("no-port", "port-down"),
+        "roce-gid": ("no-pod-gid", "foreign-gid"),
+        "memlock": ("memlock",),
+        "gpudirect": ("no-peermem",),
+        "rails-annotation": ("rails",),
+    }
+    if policy == "disabled":
+        return [{"check": name, "result": "skipped"} for name in names]
+    report = []
+    for name, codes in names.items():
+        found = [p.message for p in problems if p.code in codes]
+        report.append(
+            {"check": name, "result": "fail" if found else "pass", "detail": "; ".join(found)}
+        )
+    return report
+
+
+@dataclass
+class _Verdict:
+    """What the policy made of the problems: rails kept, outcome and transport."""
+
+    problems: list[Problem]
+    found: list[Problem]
+    rails: RailAssignment
+    dropped: dict[NicPort, int | None]
+    outcome: str
+    transport: str
+
+
+def _judge(
+    policy: str, problems: list[Problem], rails: RailAssignment, warnings: list[str]
+) -> _Verdict:
+    """Return the verdict: rail problems named (required) or their rails dropped (preferred)."""
+    found = list(problems)
+    rest, failed = _split_rail_problems(problems, rails)
+    dropped: dict[NicPort, int | None] = {}
+    healthy = [e for e in rails.endpoints if e not in failed]
+    if policy == "required":
+        problems = [
+            replace(p, message=f"{_rail_label(p, rails)}: {p.message}")
+            if p.hca is not None and p.port is not None
+            else p
+            for p in problems
+        ]
+    elif policy == "preferred" and failed and healthy and RDMA not in {p.kind for p in rest}:
+        dropped = failed
+        warnings.extend(
+            f"dropping {_rail_label(p, rails)} and keeping {len(healthy)} of "
+            f"{len(rails.endpoints)} rails (rail alignment off: that GPU's traffic crosses to "
+            f"another rail's NIC): {p.message}"
+            for p in problems
+            if p.hca is not None and p.port is not None
+        )
+        rails = rails.without(set(failed))
+        problems = rest
+    outcome, transport = _transport(policy, problems)
+    if dropped and transport != "tcp":
+        outcome = outcome.replace("rdma", "rdma-degraded", 1)
+    if outcome in ("tcp-fallback", "rdma-without-gpudirect", "rdma-degraded-without-gpudirect"):
+        warnings.extend(f"falling back ({outcome}): {p.message}" for p in problems)
+    return _Verdict(problems, found, rails, dropped, outcome, transport)
+
+
+@dataclass
+class _Written:
+    settings: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    library: NcclLibrary | None = None
+    installed: InstalledLibrary | None = None
+    conf_text: str = ""
+
+
+def _nccl_files(
     options: InitOptions,
     *,
     inventory: HostInventory,
     selection: FabricSelection,
-    rails: RailAssignment,
-    outcome: str,
-    transport: str,
-    overrides: dict[str, str | None],
+    verdict: _Verdict,
+    context: tuple[MainContainer | None, str | None, dict[str, str | None]],
     warnings: list[str],
-) -> tuple[dict[str, str], InstalledLibrary | None, dict[str, str]]:
-    """Return (settings, installed library, env) after writing nccl.conf, nccl.env, topology."""
+) -> _Written:
+    """Return what was (or, with --report-only, would be) written for the pod's NCCL."""
+    main, primary, overrides = context
+    out = _Written()
     mount = (options.mount_path or str(options.shared_dir)).rstrip("/") or "/"
-    ifname = socket_interface(inventory, options.socket_ifname)
+    transport = verdict.transport
+    ifname = socket_interface(inventory, options.socket_ifname, primary)
     settings, config_warnings = build_nccl_settings(
-        inventory, selection, rails, transport=transport, socket_ifname=ifname
+        inventory,
+        selection,
+        verdict.rails,
+        transport=transport,
+        socket_ifname=ifname,
+        rails_dropped=bool(verdict.dropped),
     )
     warnings.extend(config_warnings)
-    installed: InstalledLibrary | None = None
-    if not options.report_only:
-        installed, plugin = _install_library(options, transport, warnings)
-        if plugin:
+    out.library = _choose_library(options, inventory, main, warnings)
+    version = _version(out.library.version) if out.library else None
+    if version and version[:2] < NCCL_GID_AUTO_SINCE and "NCCL_IB_ADDR_FAMILY" in settings:
+        warnings.append(
+            f"NCCL {version} predates per-device GID selection (2.21); "
+            "set spec.nccl NCCL_IB_GID_INDEX"
+        )
+    if out.library is not None and not options.report_only:
+        plugins = find_net_plugins(options.net_plugin_dir) if transport != "tcp" else ()
+        out.installed = install_libraries(out.library, plugins, options.shared_dir)
+        if plugin := net_plugin_name(plugins):
             settings["NCCL_NET_PLUGIN"] = plugin
     if options.topology_xml and transport != "tcp":
-        xml = render_topology_xml(inventory, selection, gdr=transport == "ib")
-        _write(options.shared_dir / TOPO_FILE, xml)
+        if not options.report_only:
+            xml = render_topology_xml(inventory, selection, gdr=transport == "ib")
+            _write(options.shared_dir / TOPO_FILE, xml)
         settings["NCCL_TOPO_FILE"] = f"{mount}/{TOPO_FILE}"
-    settings = apply_overrides(settings, overrides)
-    comment = f"written by tpfabric-rdma-init: {outcome}, policy {options.policy}"
-    _write(options.shared_dir / CONF_FILE, render_nccl_conf(settings, (comment,)))
-    env = {"NCCL_CONF_FILE": f"{mount}/{CONF_FILE}"}
-    lines = [f"export NCCL_CONF_FILE={env['NCCL_CONF_FILE']}"]
-    if installed is not None:
-        env["LD_LIBRARY_PATH"] = f"{mount}/lib"
+    out.settings = apply_overrides(settings, overrides)
+    comment = f"written by tpfabric-rdma-init: {verdict.outcome}, policy {options.policy}"
+    out.conf_text = render_nccl_conf(out.settings, (comment,))
+    out.env = {"NCCL_CONF_FILE": f"{mount}/{CONF_FILE}"}
+    lines = [f"export NCCL_CONF_FILE={out.env['NCCL_CONF_FILE']}"]
+    if out.library is not None:
+        out.env["LD_LIBRARY_PATH"] = f"{mount}/lib"
         lines.append(f"export LD_LIBRARY_PATH={mount}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}")
-    _write(options.shared_dir / ENV_FILE, "\n".join(lines) + "\n")
-    return settings, installed, env
+    if not options.report_only:
+        _write(options.shared_dir / CONF_FILE, out.conf_text)
+        _write(options.shared_dir / ENV_FILE, "\n".join(lines) + "\n")
+    return out
+
+
+def _collect_problems(
+    options: InitOptions,
+    *,
+    inventory: HostInventory,
+    rails: RailAssignment,
+    main: MainContainer | None,
+    overrides: dict[str, str | None],
+    warnings: list[str],
+) -> list[Problem]:
+    if options.policy == "disabled":
+        return []
+    problems, check_warnings = check_host(inventory, rails.endpoints, options.min_memlock, main)
+    warnings.extend(check_warnings)
+    roce = any(
+        (port := port_of(inventory, e)) is not None and port.link_layer == "Ethernet"
+        for e in rails.endpoints
+    )
+    if roce:
+        _, gid_problems, _ = roce_gid_index(inventory, rails.endpoints)
+        problems.extend(gid_problems)
+        warnings.extend(check_traffic_class(overrides, roce=True)[1])
+    return problems
 
 
 def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limit) -> InitResult:
     """Return the result of discovering, checking and writing the pod's NCCL files."""
     if options.policy not in POLICIES:
         raise UsageError(f"--policy {options.policy!r}: choose one of {', '.join(POLICIES)}")
+    if options.nccl_library not in LIBRARY_MODES:
+        raise UsageError(f"--nccl-library {options.nccl_library!r}: choose image or shipped")
     try:
         overrides = parse_overrides(options.nccl_overrides)
-    except ValueError as err:
+        traffic, _ = check_traffic_class(overrides, roce=False)
+    except OverridesError as err:
         raise UsageError(str(err)) from err
-    try:
-        options.shared_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(
-            f"--shared-dir {options.shared_dir}: cannot create it ({err.strerror}); "
-            "mount a writable emptyDir there"
-        ) from err
-    inventory = discover_host(options.root, memlock, options.process_root)
+    main = parse_main_container(options.main_container)
+    if not options.report_only:
+        try:
+            options.shared_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UsageError(
+                f"--shared-dir {options.shared_dir}: cannot create it ({err.strerror}); "
+                "mount a writable emptyDir there"
+            ) from err
+    inventory = discover_host(options.root, memlock, options.process_root, options.visible_devices)
     selection = affinity.select_fabric_hcas(inventory.hcas, inventory.gpus, options.exclude_hcas)
     warnings: list[str] = []
     problems: list[Problem] = []
     annotation = read_annotation(options.annotations_file, RAILS_ANNOTATION)
+    network_status = read_annotation(options.annotations_file, NETWORK_STATUS_ANNOTATION)
     try:
-        rails = affinity.assign_rails(selection.hcas, annotation)
+        rails = affinity.assign_rails(selection.endpoints, annotation)
     except RailsAnnotationError as err:
-        rails = affinity.assign_rails(selection.hcas, None)
+        rails = affinity.assign_rails(selection.endpoints, None)
         if options.policy == "required":
             problems.append(Problem(code="rails", kind="rails", message=str(err)))
         else:
-            warnings.append(f"{err}; using the HCA order")
-    if options.policy != "disabled":
-        found, check_warnings = check_host(inventory, rails.hcas, options.min_memlock)
-        problems.extend(found)
-        warnings.extend(check_warnings)
-    outcome, transport = _transport(options.policy, problems)
-    if outcome in ("tcp-fallback", "rdma-without-gpudirect"):
-        warnings.extend(f"falling back ({outcome}): {p.message}" for p in problems)
-
-    settings: dict[str, str] = {}
-    installed: InstalledLibrary | None = None
-    env: dict[str, str] = {}
-    if transport == "none":
-        _remove_stale(options.shared_dir)
+            warnings.append(f"{err}; using the pairing order")
+    problems += _collect_problems(
+        options, inventory=inventory, rails=rails, main=main, overrides=overrides, warnings=warnings
+    )
+    verdict = _judge(options.policy, problems, rails, warnings)
+    written = _Written()
+    if verdict.transport == "none":
+        if not options.report_only:
+            _remove_stale(options.shared_dir)
     else:
-        settings, installed, env = _write_nccl_files(
+        context = (main, primary_interface(network_status), overrides)
+        written = _nccl_files(
             options,
             inventory=inventory,
             selection=selection,
-            rails=rails,
-            outcome=outcome,
-            transport=transport,
-            overrides=overrides,
+            verdict=verdict,
+            context=context,
             warnings=warnings,
         )
 
-    exit_code = 1 if outcome == "failed" else 0
+    exit_code = 1 if verdict.outcome == "failed" else 0
     report: dict[str, Any] = {
         "schema": REPORT_SCHEMA,
-        "outcome": outcome,
+        "outcome": verdict.outcome,
         "policy": options.policy,
         "report_only": options.report_only,
         "exit_code": exit_code,
-        "problems": [asdict(problem) for problem in problems],
+        "problems": [asdict(problem) for problem in verdict.problems],
         "warnings": warnings,
-        "fabric": _fabric_report(selection, rails, settings),
+        "checks": _checks_report(verdict.found, options.policy),
+        "fabric": _fabric_report(selection, verdict.rails, written.settings, verdict.dropped),
         "nccl": {
-            "settings": settings,
+            "settings": written.settings,
             "overridden": sorted(overrides),
-            "env": env,
-            "conf_file": str(options.shared_dir / CONF_FILE) if settings else None,
-            "library": asdict(installed) if installed else None,
+            "traffic_class": {**traffic, "source": "spec.nccl"} if traffic else None,
+            "gdr_level": written.settings.get("NCCL_NET_GDR_LEVEL", "NCCL default"),
+            "env": written.env,
+            "conf_file": str(options.shared_dir / CONF_FILE) if written.settings else None,
+            "library_mode": options.nccl_library,
+            "library": _library_report(written.library, written.installed),
         },
+        "main_container": asdict(main) if main else None,
         "host": _inventory_report(inventory),
     }
-    _write(options.shared_dir / REPORT_FILE, json.dumps(report, indent=2) + "\n")
+    if not options.report_only:
+        _write(options.shared_dir / REPORT_FILE, json.dumps(report, indent=2) + "\n")
     return InitResult(
         exit_code=0 if options.report_only else exit_code,
-        outcome=outcome,
-        problems=tuple(problems),
+        outcome=verdict.outcome,
+        problems=tuple(verdict.problems),
         warnings=tuple(warnings),
-        settings=settings,
+        settings=written.settings,
         report=report,
+        conf_text=written.conf_text,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -105,7 +106,7 @@ def test_allocate_mounts_the_fake_tree_and_the_allocated_devices(
         (f"{fake}/sys", str(world / "sys"), True),
         *(
             (f"{fake}/dev/infiniband/{name}", str(world / "dev/infiniband" / name), True)
-            for name in ("uverbs0", "uverbs5", "rdma_cm")
+            for name in ("uverbs0", "umad0", "uverbs5", "umad5", "rdma_cm")
         ),
     ]
     assert all(Path(m.host_path).exists() for m in response.mounts)
@@ -124,6 +125,7 @@ def test_allocate_with_device_nodes_returns_device_specs(make_plugin: MakePlugin
         response = stub.Allocate(request, timeout=5).container_responses[0]
     assert [(d.container_path, d.permissions) for d in response.devices] == [
         ("/dev/infiniband/uverbs1", "rw"),
+        ("/dev/infiniband/umad1", "rw"),
         ("/dev/infiniband/rdma_cm", "rw"),
     ]
 
@@ -225,3 +227,85 @@ def test_re_serves_and_re_registers_when_a_new_kubelet_wiped_the_folder(
             stream.cancel()
     finally:
         restarted.stop()
+
+
+def allocate(plugin: FakeRdmaDevicePlugin, *containers: list[str]) -> api_pb2.AllocateResponse:
+    channel, stub = device_plugin_stub(plugin.socket_path)
+    request = api_pb2.AllocateRequest(
+        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids) for ids in containers]
+    )
+    with channel:
+        return stub.Allocate(request, timeout=5)
+
+
+def test_shared_mode_advertises_rdma_hca_max_interchangeable_ids(
+    kubelet: FakeKubelet, make_plugin: MakePlugin
+) -> None:
+    plugin = make_plugin(mode="shared", rdma_hca_max=63, resource_name="rdma/shared_a")
+    request = kubelet.next_registration()
+    assert request.resource_name == "rdma/shared_a"
+    assert not request.options.get_preferred_allocation_available
+    channel, stub = device_plugin_stub(plugin.socket_path)
+    with channel:
+        stream = stub.ListAndWatch(api_pb2.Empty(), timeout=20)
+        first = next(stream)
+        stream.cancel()
+    assert [d.ID for d in first.devices] == [str(n) for n in range(63)]
+    assert not any(d.topology.nodes for d in first.devices)
+
+
+def test_shared_mode_gives_every_container_all_hcas_with_umad(make_plugin: MakePlugin) -> None:
+    plugin = make_plugin(mode="shared", rdma_hca_max=10, hca_count=2)
+    response = allocate(plugin, ["0"], ["7", "8"])
+    for container in response.container_responses:
+        names = [Path(m.container_path).name for m in container.mounts[1:]]
+        assert names == ["uverbs0", "umad0", "uverbs1", "umad1", "rdma_cm"]
+        assert container.envs["TPFABRIC_FAKE_RDMA_DEVICES"] == "mlx5_0,mlx5_1"
+
+
+def test_shared_mode_device_specs_are_rwm(make_plugin: MakePlugin) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("creating character devices needs root")
+    plugin = make_plugin(mode="shared", rdma_hca_max=4, hca_count=1, device_nodes=True)
+    devices = allocate(plugin, ["3"]).container_responses[0].devices
+    assert [(d.container_path, d.permissions) for d in devices] == [
+        ("/dev/infiniband/uverbs0", "rwm"),
+        ("/dev/infiniband/umad0", "rwm"),
+        ("/dev/infiniband/rdma_cm", "rwm"),
+    ]
+
+
+def test_shared_mode_rejects_ids_beyond_rdma_hca_max(make_plugin: MakePlugin) -> None:
+    plugin = make_plugin(mode="shared", rdma_hca_max=2)
+    with pytest.raises(grpc.RpcError) as caught:
+        allocate(plugin, ["2"])
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_shared_mode_writes_a_cdi_spec_and_allocates_by_annotation(
+    workdir: Path, make_plugin: MakePlugin
+) -> None:
+    plugin = make_plugin(
+        mode="shared", hca_count=2, resource_name="rdma/shared_a", cdi_dir=workdir / "cdi"
+    )
+    spec = json.loads((workdir / "cdi" / "rdma_shared_a.json").read_text())
+    assert spec["kind"] == "rdma/shared_a"
+    assert [d["name"] for d in spec["devices"]] == ["0000:11:00.0", "0000:21:00.0"]
+    nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
+    assert [n["path"] for n in nodes] == [
+        "/dev/infiniband/uverbs0",
+        "/dev/infiniband/umad0",
+        "/dev/infiniband/rdma_cm",
+    ]
+    container = allocate(plugin, ["0"]).container_responses[0]
+    assert container.annotations["cdi.k8s.io/rdma_shared_a"] == (
+        "rdma/shared_a=0000:11:00.0,rdma/shared_a=0000:21:00.0"
+    )
+    assert list(container.devices) == []
+
+
+def test_exclusive_mode_is_kept_as_the_default(make_plugin: MakePlugin) -> None:
+    plugin = make_plugin()
+    assert not plugin.shared
+    response = allocate(plugin, ["mlx5_2"]).container_responses[0]
+    assert response.envs["TPFABRIC_FAKE_RDMA_DEVICES"] == "mlx5_2"

@@ -73,5 +73,31 @@ def test_an_unhealthy_fake_hca_fails_the_required_policy(
     )
     assert result.exit_code == 1
     assert [p.message.split(";")[0] for p in result.problems] == [
-        "mlx5_1 port 1 is DOWN (physical state Disabled)"
+        "rail 1 (mlx5_1:1): mlx5_1 port 1 is DOWN (physical state Disabled)"
     ]
+
+
+def test_init_program_uses_every_hca_the_shared_mode_gives(
+    workdir: Path, make_plugin: Callable[..., FakeRdmaDevicePlugin]
+) -> None:
+    plugin = make_plugin(mode="shared", rdma_hca_max=100, hca_count=4)
+    request = api_pb2.AllocateRequest(
+        container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=["42"])]
+    )
+    response = plugin.allocate(request, context=None).container_responses[0]
+    into = workdir / "container"
+    for mount in response.mounts:
+        target = into / Path(mount.container_path).relative_to(response.envs["TPFABRIC_HOST_ROOT"])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(mount.host_path)
+    result = prepare_pod(
+        InitOptions(
+            shared_dir=workdir / "shared",
+            root=into,
+            process_root=process_root(workdir / "proc-root"),
+            policy="required",
+        ),
+        lambda: (-1, -1),
+    )
+    assert result.exit_code == 0, result.problems
+    assert result.settings["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1"

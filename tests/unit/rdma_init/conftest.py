@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rdma_host_builder import make_nccl_wheel
 
 
 @pytest.fixture
@@ -20,14 +21,4 @@ def shared_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def fake_nccl_wheel(tmp_path: Path) -> Path:
     """A site-packages folder holding an installed nvidia-nccl-cu12 2.27.3 with a fake library."""
-    site = tmp_path / "site-packages"
-    library = site / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
-    library.parent.mkdir(parents=True)
-    library.write_bytes(b"\x7fELF fake libnccl 2.27.3")
-    dist_info = site / "nvidia_nccl_cu12-2.27.3.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: 2.27.3\n"
-    )
-    (dist_info / "RECORD").write_text("nvidia/nccl/lib/libnccl.so.2,,\n")
-    return site
+    return make_nccl_wheel(tmp_path / "site-packages", 12, "2.27.3")

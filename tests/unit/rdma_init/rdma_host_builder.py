@@ -2,7 +2,9 @@
 
 ``HostTree`` writes one device at a time, the way the kernel lays it out (relative symlinks from
 ``sys/class`` and ``sys/bus/pci/devices`` into ``sys/devices/pciDDDD:BB/...``), and the scenario
-functions compose whole hosts: a DGX H100, a RoCE v2 host, and the broken variants.
+functions compose whole hosts: a DGX H100, an HGX with dual-port ConnectX-7, a GB200-like
+switchless tray, a ConnectX-8 two-plane node, a RoCE v2 host, and the broken variants.
+``PodView`` is the pod's own process view (network namespace, limits, capabilities).
 """
 
 from __future__ import annotations
@@ -92,7 +94,14 @@ class HostTree:
         return path
 
     def gpu(
-        self, bdf: str, bridges: tuple[str, ...], *, root_complex: str, numa: int, procfs: bool
+        self,
+        bdf: str,
+        bridges: tuple[str, ...],
+        *,
+        root_complex: str,
+        numa: int,
+        procfs: bool,
+        minor: int = 0,
     ) -> HostTree:
         """Add an NVIDIA H100 (3D controller) and, with ``procfs``, its driver procfs entry."""
         self.pci_device(
@@ -104,7 +113,10 @@ class HostTree:
             pci_class="0x030200",
         )
         if procfs:
-            _write(self.root / "proc/driver/nvidia/gpus" / bdf / "information", "Model: H100")
+            _write(
+                self.root / "proc/driver/nvidia/gpus" / bdf / "information",
+                f"Model: H100\nGPU UUID: {gpu_uuid(minor)}\nDevice Minor: {minor}",
+            )
         return self
 
     def hca(
@@ -120,11 +132,15 @@ class HostTree:
         state: str = "4: ACTIVE",
         phys_state: str = "5: LinkUp",
         rate: str = "400 Gb/sec (4X NDR)",
-        gids: tuple[tuple[str, str], ...] | None = None,
+        gids: tuple[tuple[str, ...], ...] | None = None,
         netdev: str | None = None,
         dev_node: bool = True,
+        ports: int = 1,
+        device_id: str = "0x1021",
+        hca_type: str = "MT4129",
     ) -> HostTree:
-        """Add a ConnectX HCA with one port, its uverbs device and (optionally) its netdev."""
+        """Add an HCA (ConnectX-7 unless ``device_id`` says otherwise) with ``ports`` ports, its
+        uverbs device and (optionally) its netdev."""
         pci = self.pci_device(
             bdf,
             bridges,
@@ -133,24 +149,29 @@ class HostTree:
             vendor="0x15b3",
             pci_class="0x020700",
         )
+        _write(pci / "device", device_id)
         guid = 0xB83FD20300000000 + uverbs
         dev = self.root / "sys" / "class" / "infiniband" / name
         _write(dev / "node_guid", ":".join(f"{guid:016x}"[i : i + 4] for i in range(0, 16, 4)))
+        _write(dev / "hca_type", hca_type)
         _link(dev / "device", pci)
-        port = dev / "ports" / "1"
-        _write(port / "state", state)
-        _write(port / "phys_state", phys_state)
-        _write(port / "rate", rate)
-        _write(port / "link_layer", link_layer)
-        for counter in ("symbol_error", "link_downed", "port_rcv_errors"):
-            _write(port / "counters" / counter, "0")
-        table = gids if gids is not None else ((link_local_gid(guid), "IB/RoCE v1"),)
-        for index, (gid, gid_type) in enumerate(table):
-            _write(port / "gids" / str(index), gid)
-            _write(port / "gid_attrs" / "types" / str(index), gid_type)
-            if netdev:
-                _write(port / "gid_attrs" / "ndevs" / str(index), netdev)
-        _write(port / "gids" / str(len(table)), "0000:0000:0000:0000:0000:0000:0000:0000")
+        for number in range(1, ports + 1):
+            port = dev / "ports" / str(number)
+            _write(port / "state", state)
+            _write(port / "phys_state", phys_state)
+            _write(port / "rate", rate)
+            _write(port / "link_layer", link_layer)
+            for counter in ("symbol_error", "link_downed", "port_rcv_errors"):
+                _write(port / "counters" / counter, "0")
+            table = gids if gids is not None else ((link_local_gid(guid), "IB/RoCE v1"),)
+            for index, entry in enumerate(table):
+                gid, gid_type = entry[0], entry[1]
+                owner = entry[2] if len(entry) > 2 else netdev
+                _write(port / "gids" / str(index), gid)
+                _write(port / "gid_attrs" / "types" / str(index), gid_type)
+                if owner:
+                    _write(port / "gid_attrs" / "ndevs" / str(index), owner)
+            _write(port / "gids" / str(len(table)), "0000:0000:0000:0000:0000:0000:0000:0000")
         verbs = self.root / "sys" / "class" / "infiniband_verbs" / f"uverbs{uverbs}"
         _write(verbs / "ibdev", name)
         if dev_node:
@@ -183,20 +204,68 @@ class HostTree:
         (self.root / "sys/module" / module).mkdir(parents=True, exist_ok=True)
         return self
 
-    def nvidia_driver(self, *, open_module: bool, kernel: str) -> HostTree:
+    def nvidia_driver(
+        self, *, open_module: bool, kernel: str, version: str = "550.90.07"
+    ) -> HostTree:
         """Write the driver's procfs version (open or proprietary module) and the kernel release."""
         flavour = "Open Kernel Module" if open_module else "Kernel Module"
         _write(
             self.root / "proc/driver/nvidia/version",
-            f"NVRM version: NVIDIA UNIX x86_64 {flavour}  550.90.07  Fri May 31 09:35:42 UTC 2024",
+            f"NVRM version: NVIDIA UNIX x86_64 {flavour}  {version}  Fri May 31 09:35:42 UTC 2024",
         )
         _write(self.root / "proc/sys/kernel/osrelease", kernel)
         return self
 
-    def capabilities(self, cap_eff: int) -> HostTree:
-        """Write ``proc/self/status`` with an effective capability set."""
-        _write(self.root / "proc/self/status", f"Name:\tpython3\nCapEff:\t{cap_eff:016x}")
+    def capabilities(self, cap_eff: int, cap_bnd: int | None = None) -> HostTree:
+        """Write ``proc/self/status`` with an effective (and bounding) capability set."""
+        bounding = cap_eff if cap_bnd is None else cap_bnd
+        _write(
+            self.root / "proc/self/status",
+            f"Name:\tpython3\nCapEff:\t{cap_eff:016x}\nCapBnd:\t{bounding:016x}",
+        )
         return self
+
+    def memlock(self, soft: int) -> HostTree:
+        """Write ``proc/self/limits`` with a memlock limit (bytes, or UNLIMITED)."""
+        value = "unlimited" if soft == UNLIMITED else str(soft)
+        _write(
+            self.root / "proc/self/limits",
+            "Limit                     Soft Limit           Hard Limit           Units\n"
+            f"Max locked memory         {value:<20} {value:<20} bytes",
+        )
+        return self
+
+    def gpu_device_nodes(self, minors: tuple[int, ...]) -> HostTree:
+        """Add ``dev/nvidiaN`` for the GPUs the runtime gave this pod."""
+        for minor in minors:
+            _write(self.root / "dev" / f"nvidia{minor}", "")
+        return self
+
+    def drop_uverbs(self, keep: set[str]) -> HostTree:
+        """Remove ``dev/infiniband/uverbsN`` not in ``keep``: an exclusive RDMA device plugin."""
+        for node in (self.root / "dev" / "infiniband").iterdir():
+            if node.name.startswith("uverbs") and node.name not in keep:
+                node.unlink()
+        return self
+
+
+def make_nccl_wheel(site: Path, cuda: int, version: str) -> Path:
+    """Install a fake nvidia-nccl-cu<cuda> wheel of ``version`` into the folder ``site``."""
+    library = site / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
+    library.parent.mkdir(parents=True)
+    library.write_bytes(f"\x7fELF fake libnccl {version}".encode())
+    dist_info = site / f"nvidia_nccl_cu{cuda}-{version}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: nvidia-nccl-cu{cuda}\nVersion: {version}\n"
+    )
+    (dist_info / "RECORD").write_text("nvidia/nccl/lib/libnccl.so.2,,\n")
+    return site
+
+
+def gpu_uuid(minor: int) -> str:
+    """Return the UUID the fixtures give GPU ``minor``."""
+    return f"GPU-0000000{minor}-aaaa-bbbb-cccc-dddddddddddd"
 
 
 def dgx_h100(
@@ -206,11 +275,12 @@ def dgx_h100(
     peermem: bool = True,
     dev_infiniband: bool = True,
     ipc_lock: bool = True,
+    driver: str = "550.90.07",
 ) -> HostTree:
     """Return a DGX H100: 8 GPUs, each sharing a PCIe switch with one ConnectX-7 (400 Gb/s NDR),
     plus four storage HCAs under their own root ports (two IB, two RoCE)."""
     tree = HostTree(root)
-    tree.nvidia_driver(open_module=False, kernel="5.15.0-113-generic")
+    tree.nvidia_driver(open_module=False, kernel="5.15.0-113-generic", version=driver)
     tree.interface("lo").interface("eth0", default_route=True)
     for index, name in enumerate(DGX_COMPUTE_HCAS):
         base = 0x10 + index * 0x20
@@ -223,6 +293,7 @@ def dgx_h100(
             root_complex=root_complex,
             numa=numa,
             procfs=True,
+            minor=index,
         )
         uverbs = int(name.split("_")[1])
         tree.hca(
@@ -264,7 +335,7 @@ def dgx_h100(
         tree.rdma_cm()
     if peermem:
         tree.peermem()
-    tree.capabilities(CAPS_IPC_LOCK if ipc_lock else CAPS_DEFAULT)
+    tree.capabilities(CAPS_IPC_LOCK if ipc_lock else CAPS_DEFAULT, CAPS_IPC_LOCK)
     return tree
 
 
@@ -309,3 +380,181 @@ def roce_v2_host(root: Path, *, second_gid_index: int = 3) -> HostTree:
         )
     tree.rdma_cm().capabilities(CAPS_IPC_LOCK)
     return tree
+
+
+def hgx_dual_port_cx7(root: Path, *, separate_pfs: bool = True) -> HostTree:
+    """Return an HGX H100 whose GPUs each share a PCIe switch with one dual-port ConnectX-7:
+    two PCI functions ``mlx5_2i``/``mlx5_2i+1`` (``separate_pfs``) or one device with 2 ports."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=False, kernel="5.15.0-113-generic")
+    tree.interface("eth0", default_route=True)
+    for index in range(8):
+        base = 0x10 + index * 0x20
+        numa = 0 if index < 4 else 1
+        root_complex = f"pci0000:{base:02x}"
+        switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+        tree.gpu(
+            f"0000:{base + 3:02x}:00.0",
+            (*switch, f"0000:{base + 2:02x}:00.0"),
+            root_complex=root_complex,
+            numa=numa,
+            procfs=True,
+            minor=index,
+        )
+        functions = (0, 1) if separate_pfs else (0,)
+        for function in functions:
+            uverbs = index * len(functions) + function
+            tree.hca(
+                f"mlx5_{uverbs}",
+                f"0000:{base + 4:02x}:00.{function}",
+                (*switch, f"0000:{base + 2:02x}:01.0"),
+                root_complex=root_complex,
+                numa=numa,
+                uverbs=uverbs,
+                ports=1 if separate_pfs else 2,
+            )
+    return tree.rdma_cm().peermem().capabilities(CAPS_IPC_LOCK)
+
+
+# GB200-like tray: every device on its own root complex (PCI domain), 2 GPUs, 2 CX-7 and one
+# BlueField-3 per Grace; the BF3 enumerates first on each socket.
+GB200_GPUS = ("0008:01:00.0", "0009:01:00.0", "0018:01:00.0", "0019:01:00.0")
+GB200_NICS = (  # (bus id, numa, is BlueField-3)
+    ("0000:03:00.0", 0, True),
+    ("0002:03:00.0", 0, False),
+    ("0003:03:00.0", 0, False),
+    ("0010:03:00.0", 1, True),
+    ("0012:03:00.0", 1, False),
+    ("0013:03:00.0", 1, False),
+)
+
+
+def gb200_like(root: Path, *, reversed_names: bool = False) -> HostTree:
+    """Return a switchless GB200-like tray (all PHB within a socket); with ``reversed_names``
+    the mlx5 names run against the bus order."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=True, kernel="6.8.0-1013-nvidia-64k")
+    tree.interface("eth0", default_route=True)
+    for minor, bdf in enumerate(GB200_GPUS):
+        domain = bdf[:4]
+        tree.gpu(
+            bdf,
+            (f"{domain}:00:00.0",),
+            root_complex=f"pci{domain}:00",
+            numa=0 if minor < 2 else 1,
+            procfs=True,
+            minor=minor,
+        )
+    for order, (bdf, numa, bluefield) in enumerate(GB200_NICS):
+        number = len(GB200_NICS) - 1 - order if reversed_names else order
+        domain = bdf[:4]
+        tree.hca(
+            f"mlx5_{number}",
+            bdf,
+            (f"{domain}:00:00.0",),
+            root_complex=f"pci{domain}:00",
+            numa=numa,
+            uverbs=number,
+            device_id="0xa2dc" if bluefield else "0x1021",
+            hca_type="MT41692" if bluefield else "MT4129",
+        )
+    return tree.rdma_cm().peermem().capabilities(CAPS_IPC_LOCK)
+
+
+def gb200_nic_name(bdf: str, *, reversed_names: bool = False) -> str:
+    """Return the mlx5 name ``gb200_like`` gives the NIC at ``bdf``."""
+    order = [nic[0] for nic in GB200_NICS].index(bdf)
+    return f"mlx5_{len(GB200_NICS) - 1 - order if reversed_names else order}"
+
+
+def cx8_two_plane(root: Path) -> HostTree:
+    """Return a node of 4 GPUs, each behind the PCIe switch built into its ConnectX-8, whose two
+    planes appear as two PCI functions (two mlx5 devices) on the same switch port."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=True, kernel="6.8.0-45-generic")
+    tree.interface("eth0", default_route=True)
+    for index in range(4):
+        base = 0x20 + index * 0x20
+        numa = index // 2
+        root_complex = f"pci0000:{base:02x}"
+        cx8_switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+        tree.gpu(
+            f"0000:{base + 3:02x}:00.0",
+            (*cx8_switch, f"0000:{base + 2:02x}:00.0"),
+            root_complex=root_complex,
+            numa=numa,
+            procfs=True,
+            minor=index,
+        )
+        for plane in (0, 1):
+            uverbs = 2 * index + plane
+            tree.hca(
+                f"mlx5_{uverbs}",
+                f"0000:{base + 4:02x}:00.{plane}",
+                (*cx8_switch, f"0000:{base + 2:02x}:01.0"),
+                root_complex=root_complex,
+                numa=numa,
+                uverbs=uverbs,
+                device_id="0x1023",
+                hca_type="MT4131",
+            )
+    return tree.rdma_cm().peermem().capabilities(CAPS_IPC_LOCK)
+
+
+@dataclass
+class PodView:
+    """The pod's own process view: its network namespace, limits and capabilities."""
+
+    root: Path
+
+    def interface(self, name: str, *, default_route: bool = False, kind: int = 1) -> PodView:
+        HostTree(self.root).interface(name, default_route=default_route, kind=kind)
+        return self
+
+    def limits(self, memlock: int, cap_eff: int = CAPS_IPC_LOCK) -> PodView:
+        HostTree(self.root).memlock(memlock).capabilities(cap_eff)
+        return self
+
+
+def roce_multus_host(root: Path, *, same_index: bool = True) -> HostTree:
+    """Return a RoCE host whose two HCAs carry the host's GID (index 3, netdev ensNf0np0) and
+    a GID for the pod's Multus macvlan of each rail (``net1``/``net2``, index 5, or 5 and 6)."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=True, kernel="6.8.0-45-generic")
+    for index in range(2):
+        base = 0x40 + index * 0x40
+        root_complex = f"pci0000:{base:02x}"
+        switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+        tree.gpu(
+            f"0000:{base + 3:02x}:00.0",
+            (*switch, f"0000:{base + 2:02x}:00.0"),
+            root_complex=root_complex,
+            numa=index,
+            procfs=True,
+            minor=index,
+        )
+        host_dev = f"ens{index}f0np0"
+        pod_dev = f"net{index + 1}"
+        gids: list[tuple[str, ...]] = [
+            (link_local_gid(0x100 + index), "IB/RoCE v1", host_dev),
+            (link_local_gid(0x100 + index), "RoCE v2", host_dev),
+            (ipv4_gid(f"10.0.{index}.5"), "IB/RoCE v1", host_dev),
+            (ipv4_gid(f"10.0.{index}.5"), "RoCE v2", host_dev),
+            (ipv4_gid(f"10.77.{index}.9"), "IB/RoCE v1", pod_dev),
+            (ipv4_gid(f"10.77.{index}.9"), "RoCE v2", pod_dev),
+        ]
+        if not same_index and index == 1:
+            gids.insert(4, (ipv4_gid("10.99.0.1"), "RoCE v2", "ens1f0v1"))
+        tree.hca(
+            f"mlx5_{index}",
+            f"0000:{base + 4:02x}:00.0",
+            (*switch, f"0000:{base + 2:02x}:01.0"),
+            root_complex=root_complex,
+            numa=index,
+            uverbs=index,
+            link_layer="Ethernet",
+            rate="400 Gb/sec (4X NDR)",
+            gids=tuple(gids),
+            netdev=host_dev,
+        )
+    return tree.rdma_cm().peermem()

@@ -3,9 +3,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rdma_host_builder import DGX_COMPUTE_HCAS, DGX_STORAGE_HCAS, UNLIMITED_MEMLOCK, dgx_h100
+from rdma_host_builder import (
+    DGX_COMPUTE_HCAS,
+    DGX_STORAGE_HCAS,
+    GB200_GPUS,
+    UNLIMITED_MEMLOCK,
+    cx8_two_plane,
+    dgx_h100,
+    gb200_like,
+    gb200_nic_name,
+    gpu_uuid,
+    hgx_dual_port_cx7,
+)
 
 from tpfabric_rdma_init.affinity import (
+    NicPort,
     PathType,
     RailsAnnotationError,
     assign_rails,
@@ -56,17 +68,27 @@ def test_without_gpus_the_hcas_allocated_to_the_pod_are_used(host_root: Path) ->
     assert "not allocated" in selection.excluded["mlx5_4"]
 
 
-def test_rails_follow_hca_order_without_annotation() -> None:
-    rails = assign_rails(("mlx5_0", "mlx5_3", "mlx5_10"), None)
-    assert rails.source == "hca-order"
-    assert rails.rails == ((0, "mlx5_0"), (1, "mlx5_3"), (2, "mlx5_10"))
+def ports(*names: str) -> tuple[NicPort, ...]:
+    return tuple(NicPort(name, 1) for name in names)
 
 
-def test_rails_annotation_selects_and_pins_hcas() -> None:
-    rails = assign_rails(("mlx5_0", "mlx5_3", "mlx5_4"), "1, 0=mlx5_4")
+def test_rails_follow_the_pairing_order_without_annotation() -> None:
+    rails = assign_rails(ports("mlx5_0", "mlx5_3", "mlx5_10"), None)
+    assert rails.source == "pairing"
+    assert [(rail, str(port)) for rail, port in rails.rails] == [
+        (0, "mlx5_0:1"),
+        (1, "mlx5_3:1"),
+        (2, "mlx5_10:1"),
+    ]
+
+
+def test_rails_annotation_selects_and_pins_hcas_and_ports() -> None:
+    rails = assign_rails(ports("mlx5_0", "mlx5_3", "mlx5_4"), "1, 0=mlx5_4")
     assert rails.source == "annotation"
-    assert rails.rails == ((0, "mlx5_4"), (1, "mlx5_3"))
+    assert rails.endpoints == ports("mlx5_4", "mlx5_3")
     assert rails.hcas == ("mlx5_4", "mlx5_3")
+    two_ports = (NicPort("mlx5_0", 1), NicPort("mlx5_0", 2))
+    assert assign_rails(two_ports, "0=mlx5_0:2").endpoints == (NicPort("mlx5_0", 2),)
 
 
 @pytest.mark.parametrize(
@@ -81,8 +103,76 @@ def test_rails_annotation_selects_and_pins_hcas() -> None:
 )
 def test_bad_rails_annotations_say_what_is_wrong(value: str, problem: str) -> None:
     with pytest.raises(RailsAnnotationError, match=problem):
-        assign_rails(("mlx5_0", "mlx5_3"), value)
+        assign_rails(ports("mlx5_0", "mlx5_3"), value)
 
 
 def test_rails_annotation_parser_keeps_pins() -> None:
     assert parse_rails_annotation("0,1=mlx5_3,") == ((0, None), (1, "mlx5_3"))
+
+
+def fabric(root: Path, visible: str | None = None) -> tuple[str, ...]:
+    inventory = discover_host(root, UNLIMITED_MEMLOCK, visible_devices=visible)
+    return tuple(str(e) for e in select_fabric_hcas(inventory.hcas, inventory.gpus).endpoints)
+
+
+def test_a_pod_with_four_of_eight_gpus_uses_only_their_hcas(host_root: Path) -> None:
+    visible = ",".join(gpu_uuid(minor) for minor in (4, 5, 6, 7))
+    assert fabric(dgx_h100(host_root).root, visible) == (
+        "mlx5_6:1",
+        "mlx5_9:1",
+        "mlx5_10:1",
+        "mlx5_11:1",
+    )
+
+
+def test_exclusively_allocated_hcas_are_the_only_candidates(host_root: Path) -> None:
+    root = dgx_h100(host_root).drop_uverbs({"uverbs0", "uverbs3"}).gpu_device_nodes((0, 1)).root
+    inventory = discover_host(root, UNLIMITED_MEMLOCK)
+    selection = select_fabric_hcas(inventory.hcas, inventory.gpus)
+    assert [str(e) for e in selection.endpoints] == ["mlx5_0:1", "mlx5_3:1"]
+    assert "not allocated" in selection.excluded["mlx5_4"]
+
+
+def test_hgx_dual_port_cx7_keeps_both_pci_functions_of_every_gpu(host_root: Path) -> None:
+    endpoints = fabric(hgx_dual_port_cx7(host_root).root)
+    assert endpoints == tuple(f"mlx5_{i}:1" for i in range(16))
+
+
+def test_a_second_port_of_one_hca_is_kept(host_root: Path) -> None:
+    endpoints = fabric(hgx_dual_port_cx7(host_root, separate_pfs=False).root)
+    assert endpoints[:4] == ("mlx5_0:1", "mlx5_0:2", "mlx5_1:1", "mlx5_1:2")
+    assert len(endpoints) == 16
+
+
+def test_cx8_keeps_both_planes_of_every_gpu(host_root: Path) -> None:
+    inventory = discover_host(cx8_two_plane(host_root).root, UNLIMITED_MEMLOCK)
+    selection = select_fabric_hcas(inventory.hcas, inventory.gpus)
+    per_gpu: dict[str, list[str]] = {}
+    for pair in selection.pairs:
+        per_gpu.setdefault(pair.gpu, []).append(pair.hca)
+    assert list(per_gpu.values()) == [[f"mlx5_{2 * i}", f"mlx5_{2 * i + 1}"] for i in range(4)]
+    assert {pair.path for pair in selection.pairs} == {PathType.PIX}
+
+
+@pytest.mark.parametrize("reversed_names", [False, True], ids=["bus-order", "names-reversed"])
+def test_switchless_gb200_pairs_by_pcie_root_and_never_with_the_bluefield(
+    host_root: Path, reversed_names: bool
+) -> None:
+    inventory = discover_host(
+        gb200_like(host_root, reversed_names=reversed_names).root, UNLIMITED_MEMLOCK
+    )
+    selection = select_fabric_hcas(inventory.hcas, inventory.gpus)
+    expected_nics = ("0002:03:00.0", "0003:03:00.0", "0012:03:00.0", "0013:03:00.0")
+    assert [(pair.gpu, pair.hca) for pair in selection.pairs] == [
+        (gpu, gb200_nic_name(nic, reversed_names=reversed_names))
+        for gpu, nic in zip(GB200_GPUS, expected_nics, strict=True)
+    ]
+    assert {pair.path for pair in selection.pairs} == {PathType.PHB}
+    for bluefield in ("0000:03:00.0", "0010:03:00.0"):
+        name = gb200_nic_name(bluefield, reversed_names=reversed_names)
+        assert "DPU" in selection.excluded[name]
+
+
+def test_rails_follow_gpu_order_when_names_run_against_the_bus(host_root: Path) -> None:
+    endpoints = fabric(gb200_like(host_root, reversed_names=True).root)
+    assert endpoints == ("mlx5_4:1", "mlx5_3:1", "mlx5_1:1", "mlx5_0:1")

@@ -5,7 +5,10 @@ from pathlib import Path
 from rdma_host_builder import (
     DGX_COMPUTE_HCAS,
     UNLIMITED_MEMLOCK,
+    HostTree,
     dgx_h100,
+    gb200_like,
+    gpu_uuid,
     memlock_of,
     roce_v2_host,
 )
@@ -116,11 +119,41 @@ def test_natural_order_puts_mlx5_2_before_mlx5_10() -> None:
     ]
 
 
-def test_ipc_lock_granted_in_the_bounding_set_counts(host_root: Path) -> None:
-    # A non-root init container: effective set empty, the pod's grant shows in the bounding set.
+def test_ipc_lock_only_in_the_bounding_set_is_not_granted(host_root: Path) -> None:
+    # A non-root container: `capabilities.add` lands in the bounding set only, and only the
+    # effective set lets ibv_reg_mr pin memory (kubernetes#56374).
     status = host_root / "proc/self/status"
     status.parent.mkdir(parents=True)
     status.write_text("CapEff:\t0000000000000000\nCapBnd:\t00000000a80465fb\n")
-    assert discover_host(host_root, UNLIMITED_MEMLOCK).cap_ipc_lock is True
-    status.write_text("CapEff:\t0000000000000000\nCapBnd:\t00000000a80425fb\n")
     assert discover_host(host_root, UNLIMITED_MEMLOCK).cap_ipc_lock is False
+    status.write_text("CapEff:\t00000000a80465fb\nCapBnd:\t00000000a80465fb\n")
+    assert discover_host(host_root, UNLIMITED_MEMLOCK).cap_ipc_lock is True
+
+
+def test_memlock_is_read_from_the_tree_before_the_probe(host_root: Path) -> None:
+    HostTree(host_root).memlock(64 * 1024)
+    inventory = discover_host(host_root, UNLIMITED_MEMLOCK)
+    assert (inventory.memlock_soft, inventory.memlock_source) == (65536, "proc/self/limits")
+
+
+def test_visible_devices_select_the_pods_gpus_by_uuid_or_index(host_root: Path) -> None:
+    dgx_h100(host_root)
+    by_uuid = discover_host(host_root, UNLIMITED_MEMLOCK, visible_devices=f"{gpu_uuid(2)}")
+    assert [g.minor for g in by_uuid.gpus] == [2]
+    assert (by_uuid.gpus_on_node, by_uuid.gpu_allocation) == (8, "NVIDIA_VISIBLE_DEVICES")
+    by_index = discover_host(host_root, UNLIMITED_MEMLOCK, visible_devices="0,1")
+    assert [g.minor for g in by_index.gpus] == [0, 1]
+
+
+def test_dev_nvidia_nodes_select_the_pods_gpus(host_root: Path) -> None:
+    dgx_h100(host_root).gpu_device_nodes((4, 5))
+    inventory = discover_host(host_root, UNLIMITED_MEMLOCK)
+    assert [g.minor for g in inventory.gpus] == [4, 5]
+    assert inventory.gpu_allocation == "dev/nvidia*"
+
+
+def test_nic_type_is_read_from_pci_and_sysfs(host_root: Path) -> None:
+    gb200_like(host_root)
+    hcas = {h.name: h for h in discover_host(host_root, UNLIMITED_MEMLOCK).hcas}
+    assert (hcas["mlx5_0"].pci_device_id, hcas["mlx5_0"].hca_type) == ("0xa2dc", "MT41692")
+    assert hcas["mlx5_1"].pci_device_id == "0x1021"

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rdma_host_builder import (
+    DGX_COMPUTE_HCAS,
     DGX_IB_HCA,
     UNLIMITED_MEMLOCK,
     HostTree,
+    PodView,
     dgx_h100,
+    make_nccl_wheel,
     memlock_of,
     roce_v2_host,
 )
@@ -69,11 +73,11 @@ def test_healthy_dgx_h100_under_required_policy(
         "NCCL_SOCKET_IFNAME": "=eth0",
         "NCCL_IB_HCA": DGX_IB_HCA,
         "NCCL_CROSS_NIC": "0",
-        "NCCL_NET_GDR_LEVEL": "PXB",
     }
     assert report["outcome"] == "rdma"
     assert report["fabric"]["rail_aligned"] is True
-    assert report["fabric"]["rails"][6] == {"rail": 6, "hca": "mlx5_10"}
+    assert report["fabric"]["rails"][6] == {"rail": 6, "hca": "mlx5_10", "port": 1}
+    assert {c["result"] for c in report["checks"]} == {"pass"}
     assert (
         (shared_dir / "nccl.env")
         .read_text()
@@ -88,7 +92,7 @@ def test_healthy_dgx_h100_under_required_policy(
         (
             lambda root: dgx_h100(root, port_down="mlx5_4"),
             UNLIMITED_MEMLOCK,
-            "mlx5_4 port 1 is DOWN (physical state Disabled); check the cable",
+            "rail 2 (mlx5_4:1): mlx5_4 port 1 is DOWN (physical state Disabled); check the cable",
         ),
         (
             lambda root: dgx_h100(root, peermem=False),
@@ -98,7 +102,7 @@ def test_healthy_dgx_h100_under_required_policy(
         (
             lambda root: dgx_h100(root, ipc_lock=False),
             memlock_of(64 * 1024),
-            "memlock limit is 64 KiB (needs unlimited) and CAP_IPC_LOCK is missing",
+            "memlock limit is 64 KiB (needs unlimited) and CAP_IPC_LOCK is not in the effective",
         ),
         (
             lambda root: dgx_h100(root, dev_infiniband=False),
@@ -127,18 +131,30 @@ def test_broken_hosts_fail_required_with_one_line_per_problem(
     assert report["exit_code"] == 1
 
 
-def test_port_down_under_preferred_falls_back_to_tcp(
+def test_one_down_port_under_preferred_keeps_the_seven_healthy_rails(
     host_root: Path, shared_dir: Path, run: Run
 ) -> None:
     code, _, err, report = run(dgx_h100(host_root, port_down="mlx5_4").root)
     assert code == 0
     assert conf(shared_dir) == {
         "NCCL_SOCKET_IFNAME": "=eth0",
-        "NCCL_IB_DISABLE": "1",
-        "NCCL_NET": "Socket",
+        "NCCL_IB_HCA": "=" + ",".join(f"{n}:1" for n in DGX_COMPUTE_HCAS if n != "mlx5_4"),
     }
+    assert report["outcome"] == "rdma-degraded"
+    assert report["fabric"]["dropped_rails"] == [{"rail": 2, "endpoint": "mlx5_4:1"}]
+    assert report["fabric"]["rail_aligned"] is False
+    assert "dropping rail 2 (mlx5_4:1) and keeping 7 of 8 rails" in err
+
+
+def test_every_port_down_under_preferred_falls_back_to_tcp(
+    host_root: Path, shared_dir: Path, run: Run
+) -> None:
+    root = dgx_h100(host_root).root
+    for name in DGX_COMPUTE_HCAS:
+        (root / f"sys/class/infiniband/{name}/ports/1/state").write_text("1: DOWN\n")
+    _, _, _, report = run(root)
     assert report["outcome"] == "tcp-fallback"
-    assert "warning: falling back (tcp-fallback): mlx5_4 port 1 is DOWN" in err
+    assert conf(shared_dir)["NCCL_IB_DISABLE"] == "1"
 
 
 def test_missing_peermem_under_preferred_keeps_ib_without_gpudirect(
@@ -169,7 +185,6 @@ def test_roce_v2_host_passes_with_dma_buf_and_gid_index(
         "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1",
         "NCCL_CROSS_NIC": "0",
         "NCCL_IB_GID_INDEX": "3",
-        "NCCL_NET_GDR_LEVEL": "PXB",
     }
     assert report["host"]["gpudirect"]["dma_buf"] is True
 
@@ -194,14 +209,111 @@ def test_disabled_policy_checks_nothing(host_root: Path, shared_dir: Path, run: 
     assert conf(shared_dir)["NCCL_IB_DISABLE"] == "1"
 
 
-def test_report_only_never_fails_and_copies_nothing(
-    host_root: Path, shared_dir: Path, run: Run, fake_nccl_wheel: Path
+def test_report_only_prints_everything_and_changes_nothing(
+    host_root: Path,
+    shared_dir: Path,
+    fake_nccl_wheel: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     root = dgx_h100(host_root, port_down="mlx5_0").root
-    code, _, _, report = run(root, "--policy", "required", "--report-only")
+    shared_dir.mkdir()
+    (shared_dir / "nccl.conf").write_text("NCCL_IB_HCA=kept\n")
+    argv = ["--root", str(root), "--shared-dir", str(shared_dir), "--annotations-file", ""]
+    assert main([*argv, "--policy", "required", "--report-only"], UNLIMITED_MEMLOCK) == 0
+    out = capsys.readouterr().out
+    assert sorted(p.name for p in shared_dir.iterdir()) == ["nccl.conf"]
+    assert (shared_dir / "nccl.conf").read_text() == "NCCL_IB_HCA=kept\n"
+    assert "0000:13:00.0 -> mlx5_0:1 PIX" in out
+    assert "ports: fail (mlx5_0 port 1 is DOWN" in out
+    assert "memlock: pass" in out
+    assert "exit code of a real run: 1" in out
+    assert "none: a real run fails" in out
+    assert main([*argv, "--report-only"], UNLIMITED_MEMLOCK) == 0
+    assert "    NCCL_IB_HCA==mlx5_3:1," in capsys.readouterr().out
+
+
+def test_memlock_is_judged_for_a_non_root_main_container(
+    host_root: Path, shared_dir: Path, run: Run
+) -> None:
+    root = dgx_h100(host_root).memlock(64 * 1024).root  # this init container holds IPC_LOCK
+    main_container = '{"runAsUser": 1000, "capabilitiesAdd": ["IPC_LOCK"]}'
+    code, _, err, _ = run(root, "--policy", "required", "--main-container", main_container)
+    assert code == 1
+    assert "runs as non-root user 1000 (IPC_LOCK stays in its bounding set)" in errors(err)[0]
+    root_user = '{"runAsUser": 0, "capabilitiesAdd": ["IPC_LOCK"]}'
+    assert run(root, "--policy", "required", "--main-container", root_user)[0] == 0
+
+
+def test_memlock_from_the_tree_fails_when_ipc_lock_is_only_in_the_bounding_set(
+    host_root: Path, run: Run
+) -> None:
+    root = dgx_h100(host_root, ipc_lock=False).memlock(64 * 1024).root
+    code, _, err, report = run(root, "--policy", "required")  # the probe says unlimited
+    assert code == 1
+    assert "memlock limit is 64 KiB" in errors(err)[0]
+    assert report["host"]["memlock_source"] == "proc/self/limits"
+
+
+def test_four_gpus_of_eight_give_four_rails(host_root: Path, shared_dir: Path, run: Run) -> None:
+    root = dgx_h100(host_root).gpu_device_nodes((0, 1, 2, 3)).root
+    code, _, _, report = run(root, "--policy", "required")
     assert code == 0
-    assert report["exit_code"] == 1
+    assert conf(shared_dir)["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1"
+    assert report["host"]["gpus_on_node"] == 8
+
+
+def test_exclusive_hca_allocation_gives_no_spurious_failure(host_root: Path, run: Run) -> None:
+    root = dgx_h100(host_root).drop_uverbs({"uverbs0", "uverbs3"}).gpu_device_nodes((0, 1)).root
+    code, _, err, _ = run(root, "--policy", "required")
+    assert code == 0, err
+
+
+def test_library_of_the_main_containers_cuda_major_is_shipped(
+    host_root: Path, shared_dir: Path, tmp_path: Path
+) -> None:
+    cu12 = make_nccl_wheel(tmp_path / "cu12", 12, "2.21.5")
+    cu13 = make_nccl_wheel(tmp_path / "cu13", 13, "2.28.3")
+    options = InitOptions(
+        shared_dir=shared_dir,
+        root=dgx_h100(host_root, driver="580.65.06").root,
+        library_search_path=[str(cu12), str(cu13)],
+        main_container='{"runAsUser": 0, "cudaMajor": 13}',
+    )
+    library = prepare_pod(options, UNLIMITED_MEMLOCK).report["nccl"]["library"]
+    assert (library["version"], library["cuda_major"]) == ("2.28.3", 13)
+    assert library["reads_nccl_conf_file"] is True
+    old_driver = dgx_h100(tmp_path / "old", driver="550.90.07").root
+    result = prepare_pod(replace(options, root=old_driver), UNLIMITED_MEMLOCK)
+    assert result.report["nccl"]["library"] is None
+    assert any("runs CUDA <= 12; not shipped" in w for w in result.warnings)
+
+
+def test_image_library_mode_ships_nothing(
+    host_root: Path, shared_dir: Path, fake_nccl_wheel: Path
+) -> None:
+    options = InitOptions(
+        shared_dir=shared_dir,
+        root=dgx_h100(host_root).root,
+        library_search_path=[str(fake_nccl_wheel)],
+        nccl_library="image",
+    )
+    result = prepare_pod(options, UNLIMITED_MEMLOCK)
+    assert result.report["nccl"]["env"] == {"NCCL_CONF_FILE": f"{shared_dir}/nccl.conf"}
     assert not (shared_dir / "lib").exists()
+
+
+def test_socket_interface_follows_the_network_status_annotation(
+    host_root: Path, shared_dir: Path, tmp_path: Path, run: Run
+) -> None:
+    annotations = tmp_path / "annotations"
+    status = (
+        '[{"name":"cbr0","interface":"eth0","default":true},{"name":"rail0","interface":"net1"}]'
+    )
+    annotations.write_text(f"k8s.v1.cni.cncf.io/network-status={json.dumps(status)}\n")
+    pod = PodView(tmp_path / "pod").interface("net1", default_route=True).interface("eth0")
+    root = dgx_h100(host_root).root
+    run(root, "--annotations-file", str(annotations), "--process-root", str(pod.root))
+    assert conf(shared_dir)["NCCL_SOCKET_IFNAME"] == "=eth0"
 
 
 def test_nccl_library_is_copied_from_the_wheel_with_its_version(
