@@ -1,6 +1,7 @@
 """Extender benchmark: request latency of filter+prioritize, and kube-scheduler pods/s with it.
 
-``tpfabric bench extender [--nodes 1000,5000] [--requests 500] [--skip-cluster] [--json FILE]``
+``tpfabric bench extender [--nodes 1000,5000] [--requests 500] [--memory-pods 50000]
+[--skip-cluster] [--json FILE]``
 
 (a) **Latency.** For each node count, the real extender app (``tpfabric_scheduler.server.make_app``
 served by aiohttp exactly as ``python -m tpfabric_scheduler`` serves it, ``access_log=None``) runs
@@ -30,6 +31,14 @@ event, microseconds, stamped by the scheduler), so pod creation and scheduler st
 part of the rate. Phases: K plain 8-GPU pods without the extender;
 the same K pods through the extender (pass-through); TensorParallelJob gangs (gated workers,
 released by the placer before the scheduler starts; the placer's time is reported separately).
+
+(c) **Memory** (skipped with ``--memory-pods 0``; run right after (a), before the cluster of (b)).
+The extender's real informer list path (``Informer._list``: pages of 500, each cut down before
+the next) fed by a fake API server with 50,000 pods of 5-10 KB of JSON (managedFields, env,
+volumes, status; TensorParallelJob workers and other pods), 5,000 nodes and the workers' jobs, in
+a child process: RSS growth (``VmRSS``/``VmHWM``), tracemalloc peak, list time, the store's
+steady size, and the filter/prioritize decision times with that store loaded, beside a store of
+the nodes and the probed job alone. See :mod:`tpfabric_bench._memory`.
 
 Numbers are wall-clock on whatever machine runs it and vary with its load. This module measures;
 it must never be imported by the product, assert on timings, or bind anything but 127.0.0.1.
@@ -66,6 +75,7 @@ from aiohttp import web
 from rich.console import Console
 from rich.table import Table
 
+from tpfabric_bench._memory import run_memory
 from tpfabric_bench.placement import percentile
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric_description import uniform_fabric
@@ -74,7 +84,7 @@ from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.server import make_app
 from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL, ClusterStore
 
-__all__ = ["main", "run_cluster", "run_latency"]
+__all__ = ["main", "run_cluster", "run_latency", "run_memory"]
 
 NAMESPACE = "bench"
 JOB_NAME = "bench-job"
@@ -749,8 +759,8 @@ def environment() -> dict[str, Any]:
     }
 
 
-def _cell(summary: dict[str, float]) -> str:
-    return f"{summary['p50']:.2f} / {summary['p99']:.2f} / {summary['max']:.2f}"
+def _cell(summary: dict[str, float], digits: int = 2) -> str:
+    return " / ".join(f"{summary[key]:.{digits}f}" for key in ("p50", "p99", "max"))
 
 
 def latency_table(results: list[dict[str, Any]]) -> Table:
@@ -823,29 +833,142 @@ def cluster_table(result: dict[str, Any]) -> Table:
     return table
 
 
+def _mib(value: float) -> str:
+    return f"{value:,.1f} MiB"
+
+
+def memory_table(result: dict[str, Any]) -> Table:
+    """Return the rich table of (c): what listing the cluster costs the extender."""
+    lists, rss, traced = result["lists"], result["rss"], result["tracemalloc"]
+    table = Table(
+        "measure",
+        "value",
+        title=(
+            f"(c) extender memory: {result['pods']:,} pods, {result['nodes']:,} nodes, "
+            f"{result['jobs']:,} TPJs through the real informer list path "
+            f"(fake API server, pages of {result['page_size']}, one child process)"
+        ),
+    )
+    for kind, label in (("pods", "pods"), ("nodes", "nodes"), ("tensorparalleljobs", "TPJs")):
+        listed = lists[kind]
+        table.add_row(
+            f"list {label}",
+            f"{listed['objects']:,} objects in {listed['pages']} pages, "
+            f"{_mib(listed['json_mib'])} of JSON ({listed['mean_object_bytes']:,} B each): "
+            f"{listed['informer_s']:.2f} s in the informer "
+            f"(+ {listed['fake_api_s']:.2f} s building pages in the fake server)",
+        )
+    if "before_mib" in rss:
+        table.add_row(
+            "RSS (VmRSS)",
+            f"{_mib(rss['before_mib'])} before → {_mib(rss['after_mib'])} after the lists "
+            f"(+{_mib(rss['growth_mib'])})",
+        )
+        reset = "" if rss["hwm_reset"] else " (VmHWM could not be reset: includes start-up)"
+        table.add_row(
+            "RSS peak (VmHWM)", f"+{_mib(rss['peak_growth_mib'])} during the lists{reset}"
+        )
+        if "growth_after_trim_mib" in rss:
+            table.add_row(
+                "RSS after malloc_trim(0)",
+                f"+{_mib(rss['growth_after_trim_mib'])} (glibc's free memory handed back; the "
+                "rest: live objects and Python's partly used arenas)",
+            )
+    kinds = ", ".join(f"{k} {_mib(v['peak_mib'])}" for k, v in traced["kinds"].items())
+    table.add_row("tracemalloc peak", f"{_mib(traced['peak_mib'])} ({kinds})")
+    table.add_row(
+        "store, steady (traced)",
+        f"{_mib(traced['store_mib'])} ({traced['store_bytes_per_pod']:,} B per pod, nodes and "
+        "jobs included)",
+    )
+    store = result["store"]
+    table.add_row(
+        "store content",
+        f"{store['pods']:,} pods, {store['nodes']:,} nodes, {store['jobs']:,} jobs "
+        f"({store['jobs_with_workers']:,} with worker pods), {store['reserved_nodes']} nodes "
+        "reserved",
+    )
+    table.add_row("full gc.collect()", f"{result['gc_full_ms']:.1f} ms with the store loaded")
+    table.caption = (
+        "tracemalloc counts orjson's parse buffer at its reserved size (most of it never touched); "
+        "VmHWM is what the kernel actually handed out"
+    )
+    return table
+
+
+def decisions_table(result: dict[str, Any]) -> Table:
+    """Return the rich table of (c)'s in-process decisions, loaded store beside nodes only."""
+    table = Table(
+        "case (filter names → prioritize names)",
+        "store",
+        "first filter ms",
+        "filter ms p50/p99/max",
+        "prioritize ms p50/p99/max",
+        "filter+prioritize ms p50/p99/max",
+        "answer (kept/failed/unres./scored)",
+        title=(
+            "(c) filter_nodes + prioritize_nodes in-process, under the store lock, "
+            f"{result['nodes']:,} nodes (request parsed once, no HTTP)"
+        ),
+    )
+    for row in result["decisions"]:
+        answer = row["answer"]
+        names = " → ".join(f"{n:,}" for n in row["names"])
+        table.add_row(
+            f"{row['case']} ({names})",
+            f"{row['pods']:,} pods",
+            f"{row['first_filter_ms']:.2f}",
+            _cell(row["filter_ms"], 3),
+            _cell(row["prioritize_ms"], 3),
+            _cell(row["combined_ms"], 3),
+            f"{answer['kept']}/{answer['failed']}/{answer['unresolvable']}/{answer['scored']}",
+        )
+    table.caption = (
+        "first filter: the first decision after the load (fills the domain and reservation "
+        "caches); the small store holds the nodes, the probed job and its 8 workers"
+    )
+    return table
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(
         prog="tpfabric bench extender",
-        description="Extender latency at 1,000/5,000 nodes and kube-scheduler pods/s with it.",
+        description=(
+            "(a) Extender latency at 1,000/5,000 nodes, (b) kube-scheduler pods/s with it, "
+            "(c) its memory and decision times with 50,000 pods listed."
+        ),
     )
     parser.add_argument(
         "--nodes", default="1000,5000", help="comma-separated node counts for (a) latency"
     )
     parser.add_argument("--requests", type=int, default=500, help="pods (filter+prioritize) each")
     parser.add_argument("--warmup", type=int, default=50, help="untimed pods before each case")
-    parser.add_argument("--skip-cluster", action="store_true", help="run (a) only (seconds)")
+    parser.add_argument("--skip-cluster", action="store_true", help="skip (b), the local cluster")
     parser.add_argument("--cluster-nodes", type=int, default=1000, help="kwok nodes for (b)")
     parser.add_argument("--pods", type=int, default=300, help="(b) 8-GPU pods per phase")
     parser.add_argument("--jobs", type=int, default=16, help="(b) gangs (0 skips that phase)")
     parser.add_argument("--workers", type=int, default=8, help="(b) workers per gang")
     parser.add_argument("--rounds", type=int, default=2, help="(b) rounds of all phases")
     parser.add_argument("--qps", type=int, default=1000, help="(b) schedulers' client QPS")
+    parser.add_argument(
+        "--memory-pods",
+        type=int,
+        default=50_000,
+        metavar="N",
+        help="(c) pods the fake API server lists to the extender's informers, for its memory "
+        "and decision times with them loaded (0 skips (c); default 50000)",
+    )
+    parser.add_argument(
+        "--memory-nodes", type=int, default=5_000, metavar="N", help="(c) nodes listed with them"
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results here")
     parser.add_argument("--serve", choices=("tpfabric", "trivial"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.requests < 1 or args.pods < 2 or args.rounds < 1 or args.workers < 1:
         parser.error("--requests, --rounds and --workers must be >= 1, --pods >= 2")
+    if args.memory_pods and (args.memory_pods < 100 or args.memory_nodes < 16):
+        parser.error("--memory-pods must be 0 (skip) or >= 100, --memory-nodes >= 16")
     if args.pods > args.cluster_nodes or args.jobs * args.workers > args.cluster_nodes:
         parser.error("each phase must fit: --pods and --jobs x --workers <= --cluster-nodes")
     return args
@@ -861,6 +984,16 @@ def main(argv: list[str] | None = None) -> int:
     output: dict[str, Any] = {"benchmark": "extender", "environment": environment()}
     output["latency"] = run_latency(node_counts, args.requests, args.warmup, console.log)
     console.print(latency_table(output["latency"]))
+    if args.memory_pods:
+        output["memory"] = run_memory(
+            pods=args.memory_pods,
+            nodes=args.memory_nodes,
+            samples=args.requests,
+            warmup=args.warmup,
+            log=console.log,
+        )
+        console.print(memory_table(output["memory"]))
+        console.print(decisions_table(output["memory"]))
     if not args.skip_cluster:
         output["cluster"] = run_cluster(
             nodes=args.cluster_nodes,
