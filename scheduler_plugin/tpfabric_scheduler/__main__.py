@@ -116,13 +116,15 @@ class PlacerLoop:
             self.placer = self.new_placer()
         await asyncio.sleep(self.settle_seconds)  # let a burst of watch events land first
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self.placer.run_cycle)
+            more = await asyncio.get_running_loop().run_in_executor(None, self.placer.run_cycle)
         except Exception:
             # no heartbeat: a cycle that keeps failing turns /healthz red after the stall bound
             log.exception("placer cycle failed")
             return False
         self.store.placer_heartbeat = time.monotonic()
         self.cycles += 1
+        if more:  # stopped at its time bound: the rest goes at once, on a fresh snapshot
+            self.changed.set()
         return True
 
     async def run(self, stop: asyncio.Event) -> None:

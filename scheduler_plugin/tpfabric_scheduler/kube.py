@@ -28,8 +28,8 @@ import orjson
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from tpfabric_core.api import GROUP, PLURAL, VERSION
-from tpfabric_scheduler.store import ClusterStore, JobRecord
+from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION
+from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
 
 __all__ = [
     "LIST_PAGE_SIZE",
@@ -327,6 +327,12 @@ class KubeWriter:
             if err.status not in {404, 409}:  # 409: the uid precondition, a newer pod
                 raise
 
+    def delete_job_pods(self, namespace: str, job_name: str) -> None:
+        """Delete every worker pod of the job, in one call (a gang dropped for re-planning)."""
+        self.core.delete_collection_namespaced_pod(
+            namespace, label_selector=f"{JOB_LABEL}={job_name}"
+        )
+
     def job_event(self, job: JobRecord, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the job (best effort: a lost event is only a lost note)."""
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -386,6 +392,30 @@ class KubeWriter:
             ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
         ops.append({"op": "add", "path": "/spec/schedulingGates", "value": remaining_gates})
         self.core.patch_namespaced_pod(name, namespace, ops)
+
+    def release_known_pod(
+        self,
+        pod: PodRecord,
+        affinity: dict[str, Any] | None,
+        remaining_gates: list[dict[str, Any]],
+    ) -> None:
+        """Release ``pod`` as the store knows it, in one write and without reading it first.
+
+        ``test`` ops make it exact: the patch applies only to that pod (uid) with exactly the
+        gates and affinity the store holds; anything else is refused (422) and nothing changes,
+        and the caller falls back to :meth:`read_pod` + :meth:`release_pod`.
+        """
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/uid", "value": pod.uid},
+            {"op": "test", "path": "/spec/schedulingGates", "value": list(pod.gates)},
+        ]
+        before = pod.scheduling.get("affinity")
+        if before is not None:
+            ops.append({"op": "test", "path": "/spec/affinity", "value": before})
+        if affinity is not None:
+            ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
+        ops.append({"op": "add", "path": "/spec/schedulingGates", "value": remaining_gates})
+        self.core.patch_namespaced_pod(pod.name, pod.namespace, ops)
 
     @staticmethod
     def wait_synced(informers: list[Informer], timeout: float) -> bool:

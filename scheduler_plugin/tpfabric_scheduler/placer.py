@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -75,6 +75,9 @@ log = logging.getLogger("tpfabric.scheduler.placer")
 
 BIND_TIMEOUT_SECONDS = 120.0
 HEAD_OF_LINE_SECONDS = 300.0
+MAX_CYCLE_SECONDS = 10.0
+TAKEN_SECONDS = 10.0
+WAITING_REWRITE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ class GangPlacer:
         bind_timeout: float = BIND_TIMEOUT_SECONDS,
         head_of_line_seconds: float = HEAD_OF_LINE_SECONDS,
         leading: Callable[[], bool] = lambda: True,
+        max_cycle_seconds: float = MAX_CYCLE_SECONDS,
     ) -> None:
         self.store = store
         self.writer = writer
@@ -136,9 +140,13 @@ class GangPlacer:
         self.bind_timeout = bind_timeout
         self.head_of_line_seconds = head_of_line_seconds
         self.leading = leading
+        self.max_cycle_seconds = max_cycle_seconds
+        #: a cycle stopped at its time bound: run the next one at once
+        self._wake_again = False
         self._topology: ClusterTopology | None = None
         self._topology_generation = -1
         self._attempts: dict[str, _Attempt] = {}  # job uid -> last attempt
+        self._waiting_written: dict[str, float] = {}  # job uid -> when its wait was last written
         self._eligible: dict[tuple[str, str], tuple[int, frozenset[str] | None]] = {}
 
     # -- reading the store (lock held) -------------------------------------------------------
@@ -208,8 +216,12 @@ class GangPlacer:
 
     # -- one cycle ---------------------------------------------------------------------------
 
-    def run_cycle(self) -> None:
-        """Plan, check, persist and release every job that needs it; never raises."""
+    def run_cycle(self) -> bool:
+        """Plan, check, persist and release the jobs that need it; never raises.
+
+        Returns True when the cycle stopped at its time bound with work left: run another.
+        """
+        self._wake_again = False
         now = self.clock()
         with self.store.lock:
             topology = self._topology_now()
@@ -222,13 +234,26 @@ class GangPlacer:
             self._drop_suspended(job)
         waiting = 0
         cycle = _Cycle(snapshot, now) if snapshot is not None else None
-        for item in work:
+        # released gangs first: their bind bound is checked every cycle, never behind planning
+        work.sort(key=lambda w: not (w.planned and not w.gated))
+        started = time.monotonic()
+        acted = 0  # jobs planned or released this cycle (the time bound counts from the first)
+        for done, item in enumerate(work):
             assert cycle is not None
             if not self.leading():
                 log.warning(
-                    "lost the placer lease mid-cycle: %d job(s) left to the new leader", len(work)
+                    "lost the placer lease mid-cycle: %d job(s) left to the new leader",
+                    len(work) - done,
                 )
                 break
+            watching = item.planned and not item.gated
+            if acted and not watching and time.monotonic() - started > self.max_cycle_seconds:
+                # a burst: the rest waits for the next cycle (a fresh snapshot, in order), so
+                # no cycle delays the bind checks of released gangs for long
+                log.info("cycle time bound: %d job(s) left to the next cycle", len(work) - done)
+                self._wake_again = True
+                break
+            acted += 0 if watching else 1
             try:
                 if not self._act(item, cycle, capacity_generation):
                     waiting += 1
@@ -243,7 +268,10 @@ class GangPlacer:
         live = {item.job.uid for item in work}
         for uid in [u for u in self._attempts if u not in live]:
             del self._attempts[uid]
+        for uid in [u for u in self._waiting_written if u not in live]:
+            del self._waiting_written[uid]
         self.store.placer_heartbeat = time.monotonic()
+        return self._wake_again
 
     def _act(self, item: PlacementWork, cycle: _Cycle, capacity_generation: int) -> bool:
         """Return False when the job waits; plan, check or release it otherwise."""
@@ -307,14 +335,20 @@ class GangPlacer:
             self._attempts[job.uid] = _Attempt(
                 capacity_generation, waiting_since + relax if relax is not None else None, hol
             )
-            if changed(previous, placement):
-                event = "WaitingForCapacity" if previous.get("state") != "Waiting" else ""
-                self._write(job, previous, placement, event)
+            # A job that already waits is rewritten at most every WAITING_REWRITE_SECONDS: in a
+            # busy cluster its best domain's count changes with every pod, and rewriting every
+            # waiting job every cycle would starve the plans of new gangs of API time.
+            first = previous.get("state") != "Waiting"
+            last = self._waiting_written.get(job.uid, 0.0)
+            due = first or self.clock() - last >= WAITING_REWRITE_SECONDS
+            if due and changed(previous, placement):
+                self._write(job, previous, placement, "WaitingForCapacity" if first else "")
+                self._waiting_written[job.uid] = self.clock()
                 log.info("job %s waits: %s", job.key, result.summary)
             return False
         self._attempts.pop(job.uid, None)
         cycle.snapshot.allocate(result)
-        placement = planned_placement(result, cycle.now)
+        placement = planned_placement(result, self.clock())
         self._write(job, previous, placement, "GangPlaced")
         self.metrics.plans.labels("planned").inc()
         log.info("job %s planned: %s", job.key, result.explain().splitlines()[0])
@@ -450,7 +484,7 @@ class GangPlacer:
             "hops": plan.hops,
             "modelledAllreduceUs": round(plan.cost.best_s * 1e6, 3),
             "replacedRanks": replaced,
-            "releasedAt": rfc3339(cycle.now),
+            "releasedAt": rfc3339(self.clock()),
             "message": f"{placement.get('message', '')}".split(" [replaced:")[0]
             + f" [replaced: {', '.join(notes)}]",
         }
@@ -458,32 +492,53 @@ class GangPlacer:
         return updated
 
     def _watch_binding(self, item: PlacementWork, cycle: _Cycle) -> bool:
-        """Drop a plan whose released pods did not bind within the bound; True while it may."""
+        """Drop a plan whose released pods did not bind within the bound; True while it may.
+
+        The bound is ``bind_timeout`` from the release; it shrinks to ``TAKEN_SECONDS`` for a
+        rank whose planned node another pod has taken meanwhile (its reservation is overcommitted
+        in the snapshot): such a worker waits only for a free node elsewhere in its domain.
+        """
         released = parse_rfc3339(
             item.placement.get("releasedAt") or item.placement.get("plannedAt")
         )
-        if released is None or cycle.now - released < self.bind_timeout:
+        now = self.clock()  # not the cycle's start: a busy cycle can run for seconds
+        if released is None or now - released < min(self.bind_timeout, TAKEN_SECONDS):
             return True
-        unbound = [
+        with self.store.lock:  # what is bound now, not at the start of the cycle
+            members = list(self.store.workers.get(item.job.key, {}).values())
+        unbound = sorted(
             p.worker_index
-            for p in item.members
-            if p.node is None and not p.gated and not p.terminal and not p.deleting
-        ]
-        why = (
-            f"{item.job.key}: worker(s) {sorted(i for i in unbound if i is not None)} not bound "
-            f"{cycle.now - released:.0f} s after release (bound {self.bind_timeout:g} s): the plan "
-            "cannot be honoured; the gang is recreated and planned again"
+            for p in members
+            if p.node is None
+            and not p.gated
+            and not p.terminal
+            and not p.deleting
+            and p.worker_index is not None
         )
-        self._replan_whole(item, why, cycle.now)
+        nodes = [str(n) for n in item.placement.get("nodes") or []]
+        taken = [
+            r
+            for r in unbound
+            if r < len(nodes) and not self._fits_reserved(cycle.snapshot, nodes[r])
+        ]
+        bound = min(self.bind_timeout, TAKEN_SECONDS) if taken else self.bind_timeout
+        if not unbound or now - released < bound:
+            return True
+        why = (
+            f"{item.job.key}: worker(s) {unbound} not bound {now - released:.0f} s after release "
+            f"(bound {bound:g} s"
+            + (f"; planned node of rank(s) {taken} taken by other pods" if taken else "")
+            + "): the plan cannot be honoured; the gang is recreated and planned again"
+        )
+        self._replan_whole(replace(item, members=members), why, now)
         return False
 
     def _replan_whole(self, item: PlacementWork, why: str, now: float) -> None:
-        """Drop the plan and delete the job's released pods; the operator recreates them gated."""
+        """Drop the plan and delete the job's pods; the operator recreates them gated."""
         job = item.job
         self._write(job, item.placement, replanning_placement(why, now), "GangReplanning")
-        for pod in item.members:
-            if not pod.gated and not pod.terminal and not pod.deleting:
-                self.writer.delete_pod(pod.namespace, pod.name, pod.uid)
+        # one call for the whole gang: a 32-worker gang must not take 32 round trips to drop
+        self.writer.delete_job_pods(job.namespace, job.name)
         log.warning("%s", why)
 
     # -- writing -------------------------------------------------------------------------------
@@ -514,6 +569,16 @@ class GangPlacer:
         """Constrain every gated pod to the planned domain (every level's label) and ungate it."""
         expressions = _domain_expressions(placement, self.levels)
         for pod in pods:
+            if pod.gates and any(g.get("name") == GANG_GATE for g in pod.gates):
+                # one write, from what the store knows; refused if the pod changed meanwhile
+                before = pod.scheduling.get("affinity")
+                affinity = narrow_affinity(before, expressions) if expressions else None
+                try:
+                    self.writer.release_known_pod(pod, affinity, remaining_gates(list(pod.gates)))
+                    continue
+                except ApiException as err:
+                    if err.status not in (409, 422):
+                        raise
             current = self.writer.read_pod(pod.namespace, pod.name)
             if current["metadata"].get("uid") != pod.uid:
                 continue  # another pod of that name now: the next cycle sees it

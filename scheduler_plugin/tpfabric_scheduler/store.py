@@ -98,6 +98,8 @@ class PodRecord:
     created: str = ""  # metadata.creationTimestamp
     #: a worker's nodeSelector, affinity and tolerations (empty for other pods: kept slim)
     scheduling: dict[str, Any] = field(default_factory=dict)
+    #: a worker's scheduling gates as the API server has them (to release it in one write)
+    gates: tuple[dict[str, Any], ...] = ()
 
     @property
     def key(self) -> str:
@@ -134,6 +136,7 @@ class PodRecord:
             deleting=meta.get("deletionTimestamp") is not None,
             created=str(meta.get("creationTimestamp") or ""),
             scheduling=scheduling,
+            gates=tuple(spec.get("schedulingGates") or ()) if job_name else (),
         )
 
 

@@ -21,7 +21,7 @@ from tpfabric_scheduler.kube import (
     slim_node,
     slim_pod,
 )
-from tpfabric_scheduler.store import ClusterStore, JobRecord, NodeRecord, PodRecord
+from tpfabric_scheduler.store import GANG_GATE, ClusterStore, JobRecord, NodeRecord, PodRecord
 
 
 class Marker:
@@ -323,3 +323,28 @@ def test_deleting_a_pod_names_its_incarnation_and_a_pod_gone_is_fine(status: int
 def test_deleting_a_pod_fails_on_other_errors() -> None:
     with pytest.raises(ApiException):
         a_writer(core=FakeCore(403)).delete_pod("ns", "p")
+
+
+class PatchingCore:
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, str, Any]] = []
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: Any) -> None:
+        self.patches.append((namespace, name, body))
+
+
+def test_a_known_pod_is_released_in_one_write_guarded_by_what_the_store_knows() -> None:
+    pod = PodRecord.from_object(a_worker("llama", 0))
+    core = PatchingCore()
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
+    a_writer(core=core).release_known_pod(pod, affinity, [])
+    ((namespace, name, ops),) = core.patches
+    assert (namespace, name) == ("ns", "llama-worker-0")
+    assert ops[:2] == [
+        {"op": "test", "path": "/metadata/uid", "value": pod.uid},
+        {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": GANG_GATE}]},
+    ]
+    assert ops[2:] == [
+        {"op": "add", "path": "/spec/affinity", "value": affinity},
+        {"op": "add", "path": "/spec/schedulingGates", "value": []},
+    ]

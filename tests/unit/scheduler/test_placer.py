@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 from builders import a_job, a_node, a_worker
+from kubernetes.client.rest import ApiException
 
 from tpfabric_core import labels
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placement_status import rfc3339
 from tpfabric_scheduler.placer import GangPlacer
-from tpfabric_scheduler.store import GANG_GATE, ClusterStore
+from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, ClusterStore
 
 NOW = 1_800_000_000.0
 
@@ -79,6 +80,24 @@ class RecordingWriter:
         self.released.append(name)
         with self.store.lock:
             self.store.upsert_pod(copy.deepcopy(pod))
+
+    def release_known_pod(
+        self, pod: Any, affinity: dict[str, Any] | None, remaining_gates: list[dict[str, Any]]
+    ) -> None:
+        current = self.pods[f"{pod.namespace}/{pod.name}"]
+        if current["metadata"]["uid"] != pod.uid or current["spec"].get("schedulingGates") != list(
+            pod.gates
+        ):
+            raise ApiException(status=422, reason="test failed")
+        self.release_pod(pod.namespace, pod.name, "", affinity, remaining_gates)
+
+    def delete_job_pods(self, namespace: str, job_name: str) -> None:
+        for pod in list(self.pods.values()):
+            if (
+                pod["metadata"]["namespace"] == namespace
+                and pod["metadata"]["labels"].get(JOB_LABEL) == job_name
+            ):
+                self.delete_pod(namespace, pod["metadata"]["name"])
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
         self.deleted.append(name)
@@ -359,3 +378,37 @@ def test_a_head_of_line_gang_keeps_younger_gangs_out_of_its_domain(world: Any) -
     # without the hold, the tie between the leaves goes to leaf-a, the one "big" waits for
     assert all(n.startswith("leaf-b") for n in placement(writer, "small")["nodes"])
     assert GANG_GATE not in str(writer.pods["ns/small-worker-0"]["spec"]["schedulingGates"])
+
+
+def test_a_released_worker_whose_node_was_taken_drops_the_plan_sooner(world: Any) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=2)
+    gang(writer, "job", 2)
+    placer.run_cycle()
+    nodes = placement(writer, "job")["nodes"]
+    writer.bind("job-worker-0", nodes[0])
+    with store.lock:  # the default scheduler puts a plain pod on rank 1's planned node
+        store.upsert_pod(a_worker("plain", 0, node=nodes[1], gated=False))
+    clock.now += 5
+    placer.run_cycle()
+    assert placement(writer, "job")["state"] == "Planned", (
+        "within the short bound it may still bind"
+    )
+    clock.now += 6
+    placer.run_cycle()
+    plan = placement(writer, "job")
+    assert plan["state"] == "Replanning"
+    assert "taken by other pods" in plan["message"]
+
+
+def test_a_cycle_stops_at_its_time_bound_and_asks_for_another(world: Any) -> None:
+    store, writer, placer, _ = world
+    placer.max_cycle_seconds = 0.0
+    two_leaves(store)
+    gang(writer, "first", 1, created=rfc3339(NOW - 20))
+    gang(writer, "second", 1, created=rfc3339(NOW - 10))
+    assert placer.run_cycle() is True
+    assert placement(writer, "first")["state"] == "Planned"
+    assert not placement(writer, "second")
+    assert placer.run_cycle() is False
+    assert placement(writer, "second")["state"] == "Planned"
