@@ -3,10 +3,17 @@ the second kube-scheduler (profile ``tpfabric-scheduler``) wired to it."""
 
 from __future__ import annotations
 
+import base64
+import os
+import pwd
+import shutil
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
+import yaml
 from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
@@ -19,10 +26,13 @@ __all__ = [
     "OPERATOR",
     "SCHEDULER_NAME",
     "TPFABRIC_SCHEDULER",
+    "RunAs",
     "install_crd",
+    "service_account_kubeconfig",
     "start_extender",
     "start_operator",
     "start_scheduling",
+    "unused_uid",
 ]
 
 EXTENDER = "tpfabric-extender"
@@ -52,6 +62,91 @@ def install_crd(cluster: LocalCluster) -> None:
     raise TimeoutError("the TensorParallelJob CRD was not established in 30s")
 
 
+@dataclass(frozen=True)
+class RunAs:
+    """Who a component process is: whose credentials it uses and which uid it runs as.
+
+    By default components run as the caller with the admin kubeconfig. A ``RunAs`` runs one with
+    ``kubeconfig`` (e.g. a ServiceAccount's, :func:`service_account_kubeconfig`) and, when the
+    caller is root, as ``uid`` -- a uid without a passwd entry, as in the chart's containers
+    (65532), with an environment that names no user (getpass falls back to the passwd database).
+    """
+
+    kubeconfig: Path
+    uid: int | None = None
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """Return ``argv`` run as this uid (unchanged when no uid is asked for)."""
+        if self.uid is None:
+            return argv
+        setpriv = shutil.which("setpriv")
+        if os.geteuid() != 0 or setpriv is None:
+            raise RuntimeError(f"running as uid {self.uid} needs root and setpriv (util-linux)")
+        # CAP_DAC_READ_SEARCH only lets the process read the interpreter and repo wherever they
+        # live (a pyenv under a 0700 home); it is still uid N with no passwd entry.
+        return [
+            "env",
+            *(f"--unset={var}" for var in ("USER", "LOGNAME", "LNAME", "USERNAME")),
+            f"HOME={self.kubeconfig.parent}",
+            setpriv,
+            f"--reuid={self.uid}",
+            f"--regid={self.uid}",
+            "--clear-groups",
+            "--inh-caps=+dac_read_search",
+            "--ambient-caps=+dac_read_search",
+            *argv,
+        ]
+
+
+def unused_uid(start: int = 65532) -> int:
+    """Return the first uid from ``start`` on that has no passwd entry."""
+    uid = start
+    while True:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+        uid += 1
+
+
+def service_account_kubeconfig(
+    cluster: LocalCluster, namespace: str, name: str, path: Path, seconds: int = 86400
+) -> Path:
+    """Write a kubeconfig at ``path`` that authenticates as ServiceAccount ``namespace/name``.
+
+    The token comes from the API server's TokenRequest API, as a pod's projected token does; the
+    file is world-readable so that a component under another uid can read it.
+    """
+    with api_client(cluster.kubeconfig) as api:
+        token = (
+            client.CoreV1Api(api)
+            .create_namespaced_service_account_token(
+                name, namespace, {"spec": {"expirationSeconds": seconds}}
+            )
+            .status.token
+        )
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    server = dict(admin["clusters"][0]["cluster"])
+    user = f"system:serviceaccount:{namespace}:{name}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": server}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
+        "current-context": user,
+    }
+    if "certificate-authority" in server:  # inline the CA file: the other uid may not read it
+        server["certificate-authority-data"] = base64.b64encode(
+            Path(server.pop("certificate-authority")).read_bytes()
+        ).decode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o755)
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o644)
+    return path
+
+
 #: placer flags of the local cluster: bounds short enough for tests and the demo to show them
 LOCAL_PLACER_ARGS = (
     "--lease-namespace=kube-system",
@@ -69,6 +164,7 @@ def start_extender(
     *,
     name: str = EXTENDER,
     extra_args: Sequence[str] = (),
+    run_as: RunAs | None = None,
 ) -> int:
     """Start an extender/placer process (``name``) against ``cluster``; return its port.
 
@@ -77,7 +173,7 @@ def start_extender(
     """
     state = cluster.state()
     previous = state.components.get(name) if state else None
-    if previous is not None and port is None and not extra_args:
+    if previous is not None and port is None and not extra_args and run_as is None:
         argv = list(previous.argv)
         port = next(int(a.split("=", 1)[1]) for a in argv if a.startswith("--port="))
     else:
@@ -86,13 +182,14 @@ def start_extender(
             sys.executable,
             "-m",
             "tpfabric_scheduler",
-            f"--kubeconfig={cluster.kubeconfig}",
+            f"--kubeconfig={run_as.kubeconfig if run_as else cluster.kubeconfig}",
             "--host=127.0.0.1",
             f"--port={port}",
             f"--identity={name}",
             *LOCAL_PLACER_ARGS,
             *extra_args,
         ]
+        argv = run_as.wrap(argv) if run_as else argv
     cluster.add_component(
         name, argv, f"http://127.0.0.1:{port}/readyz", env={"TPFABRIC_LOG_LEVEL": "DEBUG"}
     )
@@ -110,19 +207,29 @@ def start_scheduling(cluster: LocalCluster) -> int:
 OPERATOR = "tpfabric-operator"
 
 
-def start_operator(cluster: LocalCluster, *, reconcile_seconds: float = 1.0) -> None:
-    """Start the operator (kopf) against ``cluster``, with its liveness endpoint on loopback."""
+def start_operator(
+    cluster: LocalCluster,
+    *,
+    reconcile_seconds: float = 1.0,
+    name: str = OPERATOR,
+    run_as: RunAs | None = None,
+) -> None:
+    """Start the operator (kopf) against ``cluster``, with its liveness endpoint on loopback.
+
+    ``run_as`` runs it with other credentials and uid (default: the admin kubeconfig, as the
+    caller).
+    """
     (port,) = free_ports(1)
     argv = [
         sys.executable,
         "-m",
         "tpfabric_operator",
-        f"--kubeconfig={cluster.kubeconfig}",
+        f"--kubeconfig={run_as.kubeconfig if run_as else cluster.kubeconfig}",
         f"--liveness=http://127.0.0.1:{port}/healthz",
     ]
     cluster.add_component(
-        OPERATOR,
-        argv,
+        name,
+        run_as.wrap(argv) if run_as else argv,
         f"http://127.0.0.1:{port}/healthz",
         env={"TPFABRIC_RECONCILE_SECONDS": str(reconcile_seconds)},
     )

@@ -7,8 +7,26 @@ Liveness is served on ``--liveness`` (default ``http://0.0.0.0:8080/healthz``).
 from __future__ import annotations
 
 import argparse
+import getpass
 import logging
 import os
+import socket
+
+
+def operator_identity() -> str:
+    """Return who this operator is for kopf: ``$POD_ID``, else ``user@host`` (never raises).
+
+    kopf derives its identity from ``getpass.getuser()`` when ``POD_ID`` is unset, which raises
+    ``KeyError`` for a uid without a passwd entry -- the case of every container that runs as an
+    arbitrary non-root uid (the chart's 65532, OpenShift's random uids).
+    """
+    if pod := os.environ.get("POD_ID"):
+        return pod
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig
+    os.environ["POD_ID"] = operator_identity()
     logging.basicConfig(
         level=args.log_level.upper(),
         format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'

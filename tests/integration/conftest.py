@@ -16,14 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric_description import FabricDescription, parse_fabric_description
 from tpfabric_localcluster.cluster import LocalCluster, api_client
 from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
-from tpfabric_localcluster.toolchain import find_toolchain
-from tpfabric_localcluster.tpfabric import SCHEDULER_NAME, start_scheduling
+from tpfabric_localcluster.toolchain import find_toolchain, pinned_versions
+from tpfabric_localcluster.tpfabric import (
+    SCHEDULER_NAME,
+    RunAs,
+    service_account_kubeconfig,
+    start_scheduling,
+    unused_uid,
+)
 from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
 LOGS = Path(os.environ.get("TPFABRIC_TEST_LOGS", "/tmp/tpfabric-test-logs"))
@@ -255,3 +262,66 @@ def worker_pod(job: str, index: int) -> dict[str, Any]:
             ],
         },
     }
+
+
+# -- the chart's identities ----------------------------------------------------------------------
+
+CHART = Path(__file__).parents[2] / "charts" / "tpfabric"
+#: Namespace and release of the chart's RBAC on the session cluster (fullname ``tpfabric``).
+CHART_NAMESPACE = "tpfabric-system"
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+
+@pytest.fixture(scope="session")
+def chart_identities(
+    local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, RunAs]:
+    """Return ``{"operator": RunAs, "scheduler": RunAs}``: the chart's ServiceAccounts.
+
+    Exactly the RBAC objects ``helm template`` renders with default values are applied (nothing
+    added), a TokenRequest token of each ServiceAccount makes its kubeconfig, and the process runs
+    as a uid without a passwd entry when the tests run as root -- as the chart's pods do.
+    """
+    helm = find_toolchain(("helm",)).path("helm")
+    home = tmp_path_factory.mktemp("helm-home")
+    env = {**os.environ, **{f"HELM_{k}_HOME": str(home / k) for k in ("CACHE", "CONFIG", "DATA")}}
+    version = pinned_versions()["kubernetes"]
+    rendered = subprocess.run(
+        [
+            str(helm),
+            "template",
+            "tpfabric",
+            str(CHART),
+            "-n",
+            CHART_NAMESPACE,
+            "--kube-version",
+            version,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env=env,
+    ).stdout
+    rbac = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in RBAC_KINDS]
+    with api_client(local_cluster.kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        if not any(n.metadata.name == CHART_NAMESPACE for n in core.list_namespace().items):
+            core.create_namespace({"metadata": {"name": CHART_NAMESPACE}})
+    applied = run_kubectl(local_cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(rbac))
+    assert applied.returncode == 0, applied.stderr
+    uid = unused_uid() if os.geteuid() == 0 else None
+    folder = tmp_path_factory.mktemp("identities")
+    identities = {}
+    for component in ("operator", "scheduler"):
+        account = next(
+            d["metadata"]["name"]
+            for d in rbac
+            if d["kind"] == "ServiceAccount"
+            and d["metadata"]["labels"].get("app.kubernetes.io/component") == component
+        )
+        kubeconfig = service_account_kubeconfig(
+            local_cluster, CHART_NAMESPACE, account, folder / f"{component}.kubeconfig"
+        )
+        identities[component] = RunAs(kubeconfig, uid)
+    return identities

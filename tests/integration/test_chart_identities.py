@@ -1,0 +1,117 @@
+"""The operator and the placer as the chart runs them: their own ServiceAccounts, exactly the
+chart's RBAC, a uid without a passwd entry.
+
+Every other integration test runs the components as an admin, as the local user: a permission the
+chart forgets, or a library that asks the passwd database who it is, passes there and fails in
+every real install (both happened: kopf's getpass, the operator's node listing).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from kubernetes import client
+
+from conftest import CHART_NAMESPACE, wait_for
+from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_localcluster.cluster import LocalCluster
+from tpfabric_localcluster.processes import log_tail
+from tpfabric_localcluster.tpfabric import EXTENDER, RunAs, start_extender, start_operator
+
+OPERATOR_AS_CHART = "tpfabric-operator-chart-rbac"
+
+
+@pytest.fixture(scope="module")
+def as_chart(
+    tpfabric_scheduling: LocalCluster, chart_identities: dict[str, RunAs]
+) -> Iterator[LocalCluster]:
+    """Run the placer (same port: kube-scheduler calls it) and the operator as the chart would."""
+    cluster = tpfabric_scheduling
+    state = cluster.state()
+    assert state is not None
+    port = next(
+        int(a.split("=", 1)[1]) for a in state.components[EXTENDER].argv if a.startswith("--port=")
+    )
+    cluster.stop_component(EXTENDER)
+    try:
+        start_extender(
+            cluster,
+            port,
+            extra_args=[f"--lease-namespace={CHART_NAMESPACE}", "--lease-name=tpfabric-placer"],
+            run_as=chart_identities["scheduler"],
+        )
+        start_operator(cluster, name=OPERATOR_AS_CHART, run_as=chart_identities["operator"])
+        yield cluster
+    finally:
+        cluster.stop_component(OPERATOR_AS_CHART)
+        cluster.stop_component(EXTENDER)
+        start_extender(cluster, port)  # back to the admin placer of the other tests
+
+
+def test_the_components_run_as_a_uid_without_a_passwd_entry(
+    as_chart: LocalCluster, chart_identities: dict[str, RunAs]
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can run the components as another uid")
+    state = as_chart.state()
+    assert state is not None
+    for name in (EXTENDER, OPERATOR_AS_CHART):
+        process = psutil.Process(state.components[name].pid)
+        leaf = ([process, *process.children(recursive=True)])[-1]
+        assert leaf.uids().real == chart_identities["operator"].uid, leaf.cmdline()
+
+
+def test_a_job_is_created_planned_and_placed_with_only_the_charts_permissions(
+    as_chart: LocalCluster,
+    api: client.ApiClient,
+    namespace: str,
+    fabric_nodes: dict[str, dict[str, str]],
+) -> None:
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    job = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TensorParallelJob",
+        "metadata": {"name": "chart-rbac"},
+        "spec": {
+            "workers": 2,
+            "tensorParallelSize": 8,
+            "topology": {"mode": "required", "level": "leaf"},
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+        },
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)
+    try:
+
+        def status() -> dict[str, Any]:
+            got = custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, "chart-rbac"
+            )
+            return dict(got.get("status") or {})
+
+        deadline = time.monotonic() + 90
+        while status().get("phase") != "Running" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        final = status()
+        state = as_chart.state()
+        assert state is not None
+        log = log_tail(Path(state.components[OPERATOR_AS_CHART].log), 8)
+        assert final.get("phase") == "Running", (
+            f"job not Running after 90 s under the chart's ServiceAccounts; status: {final}; "
+            f"operator log:\n{log}"
+        )
+        pods = core.list_namespaced_pod(namespace).items
+        assert sorted(p.spec.node_name for p in pods) == sorted(final["placement"]["nodes"])
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "chart-rbac")
+        wait_for(
+            lambda: not core.list_namespaced_pod(namespace).items,
+            timeout=60,
+            what="the job's pods to be garbage-collected",
+        )
