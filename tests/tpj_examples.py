@@ -59,4 +59,13 @@ INVALID_JOBS: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "unknown-gpudirect-policy": (_with("rdma.gpuDirect", "sometimes"), "spec.rdma.gpuDirect"),
     "nccl-key-not-nccl": (_with("nccl", {"LD_PRELOAD": "x"}), "spec.nccl"),
+    "replace-worker-with-static-rendezvous": (
+        _with("failurePolicy.restartStrategy", "ReplaceWorker"),
+        "spec.failurePolicy.restartStrategy",
+    ),
+    "unknown-success-policy": (_with("successPolicy", "Majority"), "spec.successPolicy"),
+    "unknown-failure-action": (
+        _with("failurePolicy.rules", [{"action": "Retry", "onExitCodes": [1]}]),
+        "spec.failurePolicy.rules[0].action",
+    ),
 }

@@ -1,7 +1,7 @@
 """Find or build the binaries of the local control plane, cached per version outside the repo.
 
 Versions are pinned in one place each: the ``require`` lines of the wrapper modules under
-``e2e/toolchain/`` (Kubernetes, etcd) and :data:`GO_INSTALL_TOOLS` (kwok, helm, kind).
+``e2e/toolchain/`` (Kubernetes, etcd) and :data:`GO_INSTALL_TOOLS` (kwok, helm, kind, kueue).
 
 Lookup order for every binary: ``$KUBEBUILDER_ASSETS`` (taken as the user's explicit choice), the
 cache (``$TPFABRIC_CACHE``, else ``$XDG_CACHE_HOME/tpfabric``, else ``~/.cache/tpfabric``), then
@@ -45,9 +45,14 @@ GO_INSTALL_TOOLS: dict[str, tuple[str, str]] = {
     "kwok": ("sigs.k8s.io/kwok/cmd/kwok", "v0.8.0"),
     "helm": ("helm.sh/helm/v3/cmd/helm", "v3.22.0"),
     "kind": ("sigs.k8s.io/kind", "v0.33.0"),
+    "kueue": ("sigs.k8s.io/kueue/cmd/kueue", "v0.17.0"),
 }
-#: Binaries the local control plane and its tests need (kind only for the Docker e2e).
-BINARIES = (*KUBERNETES_BINARIES, "etcd", "kwok", "helm")
+#: Kueue's manifests the local control plane installs (CRDs and webhook configurations), copied
+#: out of the Kueue module beside the binary: the binary carries none of them.
+KUEUE_MANIFESTS = ("config/components/crd/bases", "config/components/webhook")
+#: Binaries the local control plane and its tests need (kind only for the Docker e2e; kueue for
+#: the queueing tests, ~4 min more on a cold cache).
+BINARIES = (*KUBERNETES_BINARIES, "etcd", "kwok", "helm", "kueue")
 #: kwok's own default stages (node-fast, node heartbeat with lease, pod-fast), copied from the
 #: kwok module next to the binary at build time: the kwok binary has none built in.
 KWOK_STAGES = (
@@ -269,6 +274,23 @@ def _copy_kwok_stages(go: str, version: str, target: Path, env: dict[str, str]) 
         shutil.copyfile(source / stage, target / Path(stage).name)
 
 
+def _copy_kueue_manifests(go: str, version: str, target: Path, env: dict[str, str]) -> None:
+    """Copy Kueue's CRDs and webhook manifests out of the Kueue module (in the module cache)."""
+    done = subprocess.run(
+        [go, "mod", "download", "-json", f"sigs.k8s.io/kueue@{version}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise MissingBinaryError(f"cannot download the kueue module for its CRDs: {done.stderr}")
+    source = Path(json.loads(done.stdout)["Dir"])
+    for folder in KUEUE_MANIFESTS:
+        shutil.copytree(source / folder, target / Path(folder).name, dirs_exist_ok=True)
+
+
 def _build_group(group: str, versions: dict[str, str], log: Callable[[str], None]) -> None:
     version = versions[group]
     final = cache_dir() / "bin" / f"{group}-{version}"
@@ -292,6 +314,8 @@ def _build_group(group: str, versions: dict[str, str], log: Callable[[str], None
         _run_with_progress(group, argv, None, env, log)
         if group == "kwok":
             _copy_kwok_stages(go, version, partial / "stages", env)
+        if group == "kueue":
+            _copy_kueue_manifests(go, version, partial / "config", env)
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)
 

@@ -1,10 +1,16 @@
 """kopf handlers of TensorParallelJob: create, resume, update and a short reconcile timer.
 
-Every handler runs the same idempotent ``reconcile``: read the job and its worker pods (from a
-kopf index of pods, never a list per call), ask ``lifecycle.decide`` what to do, do it through
-the adapter, and patch the operator-owned status once. Names are deterministic, so a restarted
-operator finds its pods instead of making a second set. No finalizer: owner references let the
-garbage collector remove pods and the Service when the job goes.
+Every handler runs the same idempotent ``reconcile``: read the job, its worker pods, its kept
+failed pods and its Service (from kopf indexes, never a list per call), ask ``lifecycle.decide``
+what to do, do it through the adapter, and patch the operator-owned status once. Names are
+deterministic, so a restarted operator finds its pods instead of making a second set. Owner
+references let the garbage collector remove pods and the Service when the job goes. kopf puts its
+finalizer on every job because of the timer (kopf's timers and daemons always require one): while
+the operator is down, a deleted job waits for it (README: "Deleting jobs without the operator").
+
+One reconcile at a time per job: the timer skips a job whose reconcile is running, and a
+reconcile never acts on a body older than the status it patched last (kopf applies the patch
+after the handler returns; acting on the older body would charge one incident twice).
 """
 
 from __future__ import annotations
@@ -12,29 +18,53 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from tpfabric_core.api import GROUP, KIND, PLURAL, VERSION, TensorParallelJob
 from tpfabric_core.fabric_description import pydantic_error_path
 from tpfabric_operator.children import (
+    ATTEMPT_LABEL,
+    FAILED_WORKER_LABEL,
     JOB_LABEL,
     WORKER_INDEX_LABEL,
     headless_service,
-    worker_name,
     worker_pod,
 )
 from tpfabric_operator.kube import KubeAdapter
-from tpfabric_operator.lifecycle import Intent, WorkerPod, decide, honour_problem, job_status
+from tpfabric_operator.lifecycle import (
+    Intent,
+    Memory,
+    Outcome,
+    WorkerPod,
+    decide,
+    honour_problem,
+    job_status,
+)
+from tpfabric_operator.queueing import (
+    QUEUE_LABEL,
+    Admission,
+    admission_of,
+    finished_status,
+    requeued_status,
+    workload_for,
+    workload_name,
+)
 
 log = logging.getLogger("tpfabric.operator")
 
 RECONCILE_SECONDS = float(os.environ.get("TPFABRIC_RECONCILE_SECONDS", "2"))
 INIT_IMAGE = os.environ.get("TPFABRIC_RDMA_INIT_IMAGE", "tpfabric/rdma-init:0.1.0")
+#: the same warning (reason and message) for one job is posted at most this often
+WARNING_INTERVAL_SECONDS = 300.0
+#: how long a reconcile waits for the watch to deliver the status it patched
+STALE_BODY_SECONDS = 10.0
 _adapter: KubeAdapter | None = None
 
 
@@ -61,6 +91,43 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 240
 
 
+def _owner(meta: Mapping[str, Any]) -> str:
+    return next(
+        (r.get("uid", "") for r in meta.get("ownerReferences") or [] if r.get("kind") == KIND),
+        "",
+    )
+
+
+def _parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def _why_failed(status: Mapping[str, Any]) -> tuple[str, str, int | None]:
+    """Return (reason, message, exit code) of a pod's failure, init containers first."""
+    for kind, states in (
+        ("init container", status.get("initContainerStatuses") or []),
+        ("container", status.get("containerStatuses") or []),
+    ):
+        for state in states:
+            terminated = (state.get("state") or {}).get("terminated") or (
+                (state.get("lastState") or {}).get("terminated") or {}
+            )
+            code = terminated.get("exitCode")
+            if code:
+                why = str(terminated.get("reason") or "Error")
+                reason = "InitContainerFailed" if kind == "init container" else why
+                if kind == "container" and why != "OOMKilled" and code == 137:
+                    reason = "Killed"
+                return reason, f"{kind} {state.get('name')} exited {code} ({why})", int(code)
+    reason = str(status.get("reason") or "")
+    return reason or "Error", str(status.get("message") or reason or "failed"), None
+
+
 def worker_of(
     name: str,
     labels: Mapping[str, str],
@@ -69,28 +136,28 @@ def worker_of(
     status: Mapping[str, Any],
 ) -> tuple[str, WorkerPod]:
     """Return (uid of the owning job, the worker) for a worker pod's fields."""
-    owner = next(
-        (r.get("uid", "") for r in meta.get("ownerReferences") or [] if r.get("kind") == KIND),
-        "",
-    )
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
+    conditions = frozenset(
+        str(c.get("type"))
         for c in status.get("conditions") or []
+        if c.get("status") == "True" and c.get("type")
     )
-    reason = ""
-    for state in status.get("containerStatuses") or []:
-        terminated = (state.get("state") or {}).get("terminated") or {}
-        if terminated.get("exitCode"):
-            reason = f"{state.get('name')} exited {terminated['exitCode']}"
+    phase = str(status.get("phase") or "Pending")
+    reason, message, code = _why_failed(status) if phase == "Failed" else ("", "", None)
     index = str(labels.get(WORKER_INDEX_LABEL, ""))
-    return owner, WorkerPod(
+    attempt = str(labels.get(ATTEMPT_LABEL, "0"))
+    return _owner(meta), WorkerPod(
         name=name,
         index=int(index) if index.isdigit() else -1,
-        phase=str(status.get("phase") or "Pending"),
-        ready=ready,
+        phase=phase,
+        ready="Ready" in conditions,
         node=spec.get("nodeName"),
         deleting=meta.get("deletionTimestamp") is not None,
-        reason=reason or str(status.get("reason") or ""),
+        reason=reason,
+        message=message,
+        exit_code=code,
+        conditions=conditions,
+        attempt=int(attempt) if attempt.isdigit() else 0,
+        delete_deadline=_parse_time(meta.get("deletionTimestamp")),
     )
 
 
@@ -109,24 +176,72 @@ def workers(
     return {(namespace or "", str(labels[JOB_LABEL])): worker_of(name, labels, meta, spec, status)}
 
 
+@kopf.index("pods", labels={FAILED_WORKER_LABEL: kopf.PRESENT})
+def failed_workers(
+    *, namespace: str | None, name: str, labels: kopf.Labels, meta: kopf.Meta, **_: Any
+) -> dict[tuple[str, str], tuple[str, str, int]]:
+    """Index kept failed pods by (namespace, job name): (owner uid, pod name, attempt)."""
+    attempt = str(labels.get(ATTEMPT_LABEL, "0"))
+    return {
+        (namespace or "", str(labels[FAILED_WORKER_LABEL])): (
+            _owner(meta),
+            name,
+            int(attempt) if attempt.isdigit() else 0,
+        )
+    }
+
+
+@kopf.index("services", labels={JOB_LABEL: kopf.PRESENT})
+def job_services(
+    *, namespace: str | None, labels: kopf.Labels, meta: kopf.Meta, **_: Any
+) -> dict[tuple[str, str], str]:
+    """Index the jobs' headless Services by (namespace, job name): the owner's uid."""
+    return {(namespace or "", str(labels[JOB_LABEL])): _owner(meta)}
+
+
 def _now() -> float:
     return time.time()
-
-
-def _parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
-    except ValueError:
-        return None
 
 
 def _rfc3339(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_warned: dict[tuple[str, str, str], float] = {}
+_warned_lock = threading.Lock()
+
+
+def _warn(body: kopf.Body, reason: str, message: str) -> None:
+    """Post a Warning Event, but the same one for the same job at most every 5 minutes."""
+    key = (str(body.meta.get("uid")), reason, message)
+    now = time.monotonic()
+    with _warned_lock:
+        if now - _warned.get(key, -WARNING_INTERVAL_SECONDS) < WARNING_INTERVAL_SECONDS:
+            return
+        if len(_warned) > 10_000:
+            _warned.clear()
+        _warned[key] = now
+    kopf.warn(body, reason=reason, message=message)
+
+
 def _fail_invalid(body: kopf.Body, patch: kopf.Patch, message: str) -> None:
+    status = body.get("status") or {}
+    generation = body.meta.get("generation")
+    shown = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == "Failed" and c.get("reason") == "InvalidSpec"
+        ),
+        None,
+    )
+    if (
+        status.get("phase") == "Failed"
+        and shown
+        and shown.get("message") == message
+        and shown.get("observedGeneration") == generation
+    ):
+        return  # already said, for this generation: no PATCH, no Event every tick
     now = _rfc3339(_now())
     patch.status["phase"] = "Failed"
     patch.status["conditions"] = [
@@ -136,18 +251,76 @@ def _fail_invalid(body: kopf.Body, patch: kopf.Patch, message: str) -> None:
             "reason": "InvalidSpec",
             "message": message,
             "lastTransitionTime": now,
-            "observedGeneration": body.meta.get("generation"),
+            "observedGeneration": generation,
         }
     ]
-    kopf.warn(body, reason="InvalidSpec", message=message)
+    _warn(body, "InvalidSpec", message)
 
 
-def reconcile(
-    body: kopf.Body,
-    patch: kopf.Patch,
-    workers: kopf.Index[tuple[str, str], tuple[str, WorkerPod]],
-) -> None:
+class _Serial:
+    """One reconcile at a time per job, never on a body older than our last status patch."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[str] = set()
+        self._patched: dict[str, tuple[str, float]] = {}  # uid -> (resourceVersion, when)
+
+    def enter(self, uid: str, version: str) -> bool:
+        with self._lock:
+            if uid in self._running:
+                return False
+            seen = self._patched.get(uid)
+            if seen and seen[0] == version and time.monotonic() - seen[1] < STALE_BODY_SECONDS:
+                return False  # our last patch has not come back through the watch yet
+            self._running.add(uid)
+            return True
+
+    def leave(self, uid: str, version: str, patched: bool) -> None:
+        with self._lock:
+            self._running.discard(uid)
+            if patched:
+                self._patched[uid] = (version, time.monotonic())
+            else:
+                self._patched.pop(uid, None)
+
+
+_serial = _Serial()
+
+
+def reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -> None:
     """Bring the job's children and status to what ``lifecycle`` says; idempotent."""
+    uid = str(body.meta["uid"])
+    version = str(body.meta.get("resourceVersion") or "")
+    if body.meta.get("deletionTimestamp") or not _serial.enter(uid, version):
+        return
+    try:
+        _reconcile(body, patch, indexes)
+    finally:
+        _serial.leave(uid, version, bool(patch))
+
+
+def _memory(status: Mapping[str, Any], replanning: bool) -> Memory:
+    phase = status.get("phase")
+    if any(
+        c.get("type") == "Failed" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    ):
+        phase = "Failed"
+    return Memory(
+        phase=str(phase) if phase else None,
+        created_before=bool(status.get("workersCreated")),
+        restarts=int(status.get("restarts") or 0),
+        attempt=int(status.get("attempt") or 0),
+        restarting=frozenset(int(i) for i in status.get("restartingWorkers") or []),
+        succeeded=frozenset(int(i) for i in status.get("succeededWorkers") or []),
+        last_failure=_parse_time(status.get("lastFailureTime")),
+        start_time=_parse_time(status.get("startTime")),
+        completion_time=_parse_time(status.get("completionTime")),
+        replanning=replanning,
+    )
+
+
+def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -> None:
     namespace, name = body.meta["namespace"], body.meta["name"]
     uid = body.meta["uid"]
     status = dict(body.get("status") or {})
@@ -158,135 +331,310 @@ def reconcile(
         where = pydantic_error_path(tuple(first["loc"]))
         _fail_invalid(body, patch, f"{where}: {first['msg']}")
         return
-    failure = next(
-        (
-            str(c.get("message"))
-            for c in status.get("conditions") or []
-            if c.get("type") == "Failed" and c.get("status") == "True"
-        ),
-        None,
-    )
-    problem = None if failure else honour_problem(job, adapter().node_capacity())
-    if problem:
-        failure = problem
-        kopf.warn(body, reason="CannotBeHonoured", message=problem)
-    pods = {
-        pod.index: pod
-        for owner, pod in workers.get((namespace, name), [])
-        if owner in ("", uid) and pod.index >= 0
-    }
-    now = _now()
-    restarts = int(status.get("restarts") or 0)
-    created_before = bool(status.get("workersCreated"))
-    if created_before and failure is None and not job.spec.suspend:
-        # the index may lag behind the status (a busy operator): a worker it does not show is
-        # only lost when the API server says so too
-        for index in range(job.spec.workers):
-            if index not in pods:
-                found = adapter().read_pod(namespace, worker_name(name, index))
-                if found is not None:
-                    owner, pod = worker_of(
-                        found["metadata"]["name"],
-                        found["metadata"].get("labels") or {},
-                        found["metadata"],
-                        found.get("spec") or {},
-                        found.get("status") or {},
-                    )
-                    if owner in ("", uid):
-                        pods[index] = pod
-    replanning = (status.get("placement") or {}).get("state") == "Replanning"
-    if created_before and not replanning and len(pods) < job.spec.workers:
-        # the placer writes Replanning before it deletes released pods; the pod watch may be
-        # ahead of the job's: ask the API server before charging a loss
+    owned: list[WorkerPod] = []
+    stale: list[WorkerPod] = []
+    for owner, pod in indexes["workers"].get((namespace, name), []):
+        if pod.index < 0:
+            continue
+        (owned if owner in ("", uid) else stale).append(pod)
+    placement = dict(status.get("placement") or {})
+    replanning = placement.get("state") == "Replanning"
+    memory = _memory(status, replanning)
+    terminal = memory.phase in ("Succeeded", "Failed")
+    expected = set(range(job.spec.workers)) - memory.succeeded - memory.restarting
+    if (
+        memory.created_before
+        and not replanning
+        and not terminal
+        and not job.spec.suspend
+        and (
+            not expected <= {p.index for p in owned if not p.deleting}
+            or any(p.deleting or p.phase == "Failed" for p in owned)
+        )
+    ):
+        # a loss is about to be charged: confirm it with the API server. The index may lag
+        # behind the status (a busy operator), and the placer writes Replanning before it
+        # deletes released pods, so the pod watch may be ahead of the job's
         replanning = adapter().read_placement_state(namespace, name) == "Replanning"
-    intent = decide(
+        memory = _memory(status, replanning)
+        owned, stale = [], []
+        for found in adapter().list_job_pods(namespace, name):
+            meta = found["metadata"]
+            owner, pod = worker_of(
+                meta["name"],
+                meta.get("labels") or {},
+                meta,
+                found.get("spec") or {},
+                found.get("status") or {},
+            )
+            if pod.index >= 0:
+                (owned if owner in ("", uid) else stale).append(pod)
+    now = _now()
+    job, admission = _admission(body, job, owned, memory=memory, now=now)
+    problem = None
+    if not terminal and not job.spec.suspend:
+        problem = honour_problem(job, adapter().node_capacity())
+    intent = decide(job, owned, memory, now=now, stale=stale)
+    if problem and not memory.created_before and not intent.succeed:
+        # a job that never ran and that no node can run fails at once; a running one is only
+        # warned (node pools scale, and what runs proves nodes for it existed)
+        intent = Intent(attempt=memory.attempt, fail=problem, fail_reason="CannotBeHonoured")
+        intent.delete = [p.name for p in owned if p.active]
+    elif problem:
+        _warn(body, "CannotBeHonoured", problem)
+    create_error = _apply(body, job, intent, memory=memory, owned=owned, indexes=indexes, now=now)
+    _write_status(
+        body,
+        patch,
         job,
-        pods,
-        created_before=created_before,
-        restarts=restarts,
-        failed=failure is not None,
-        last_failure=_parse_time(status.get("lastFailureTime")),
-        now=now,
-        replanning=replanning,
-    )
-    failure, restarts = _apply(
-        body=body,
-        patch=patch,
-        job=job,
-        intent=intent,
-        failure=failure,
-        restarts=restarts,
+        intent,
+        memory=memory,
+        owned=owned,
+        create_error=create_error,
+        admission=admission,
         now=now,
     )
-    if job.spec.suspend:
-        patch.status["workersCreated"] = False  # the placer drops the plan of a suspended job
-    elif not created_before and (len(pods) + len(intent.create)) >= job.spec.workers:
-        patch.status["workersCreated"] = True
-    alive = {i: p for i, p in pods.items() if p.name not in intent.delete}
-    desired = job_status(
-        job,
-        alive,
-        placement=dict(status.get("placement") or {}),
-        previous_conditions=list(status.get("conditions") or []),
-        restarts=restarts,
-        failure=failure,
-        generation=int(body.meta.get("generation") or 0),
-        now=now,
-    )
-    for key, value in desired.items():  # an unchanged job costs no API call
-        if status.get(key) != value:
-            patch.status[key] = value
 
 
-def _apply(
+def _admission(
+    body: kopf.Body, job: TensorParallelJob, owned: list[WorkerPod], *, memory: Memory, now: float
+) -> tuple[TensorParallelJob, Admission | None]:
+    """Return the job as Kueue's admission wants it (suspended or not) and Kueue's verdict.
+
+    Only for jobs with a queue name; the Workload is created on first sight.
+    """
+    queue = str((body.meta.get("labels") or {}).get(QUEUE_LABEL) or "")
+    if not queue:
+        return job, None
+    namespace, name, uid = body.meta["namespace"], body.meta["name"], str(body.meta["uid"])
+    kube = adapter()
+    workload = kube.workload(namespace, workload_name(name, uid))
+    if workload is None:
+        worker = worker_pod(job, name, namespace, 0, INIT_IMAGE)
+        manifest = workload_for(job, worker, name=name, namespace=namespace, uid=uid)
+        workload = kube.create_workload(manifest)
+    admission = admission_of(workload, queue)
+    if memory.phase in ("Succeeded", "Failed"):
+        if not admission.finished:
+            kube.replace_workload_status(
+                workload,
+                finished_status(
+                    workload,
+                    succeeded=memory.phase == "Succeeded",
+                    message=f"TensorParallelJob {memory.phase}",
+                    now=_rfc3339(now),
+                ),
+            )
+        return job, admission
+    if admission.hold != job.spec.suspend:
+        kube.set_suspend(namespace, name, admission.hold)
+        log.info("job %s/%s: %s", namespace, name, admission.message)
+        job = job.model_copy(
+            update={"spec": job.spec.model_copy(update={"suspend": admission.hold})}
+        )
+    holding = [p for p in owned if p.phase not in ("Succeeded", "Failed")]
+    if admission.evicted and not holding:
+        # every pod is gone: give the quota back so that Kueue requeues the workload
+        kube.replace_workload_status(workload, requeued_status(workload, now=_rfc3339(now)))
+    return job, admission
+
+
+def _apply(  # noqa: PLR0912, PLR0915 - carries out one intent, step by step
+    body: kopf.Body,
+    job: TensorParallelJob,
+    intent: Intent,
     *,
+    memory: Memory,
+    owned: list[WorkerPod],
+    indexes: Mapping[str, Any],
+    now: float,
+) -> str | None:
+    """Carry out ``intent``; return why creating a child failed, if it did."""
+    namespace, name, uid = body.meta["namespace"], body.meta["name"], body.meta["uid"]
+    kube = adapter()
+    error: str | None = None
+    if intent.delete_job:
+        kube.delete_job(namespace, name)
+        log.info("job %s/%s: deleted after ttlSecondsAfterFinished", namespace, name)
+        return None
+    for pod_name in intent.delete:
+        try:
+            if kube.delete_pod(namespace, pod_name):
+                log.info("job %s/%s: deleted pod %s", namespace, name, pod_name)
+        except ApiException as err:
+            error = f"deleting pod {pod_name}: {err.status} {err.reason}"
+    for pod_name in intent.force_delete:
+        try:
+            if kube.delete_pod(namespace, pod_name, grace_seconds=0):
+                _warn(
+                    body,
+                    "WorkerForceDeleted",
+                    f"pod {pod_name} was still terminating long after its grace period (its "
+                    "node does not answer); force-deleted so that it can be replaced",
+                )
+        except ApiException as err:
+            error = f"force-deleting pod {pod_name}: {err.status} {err.reason}"
+    kept = list(indexes["failed_workers"].get((namespace, name), []))
+    for pod_name in intent.keep:
+        pod = next((p for p in owned if p.name == pod_name), None)
+        try:
+            kube.keep_failed_pod(namespace, pod_name, name)
+            kept.append((uid, pod_name, pod.attempt if pod else memory.attempt))
+        except ApiException as err:
+            error = f"keeping failed pod {pod_name}: {err.status} {err.reason}"
+    newest = max((a for o, _, a in kept if o in ("", uid)), default=None)
+    for owner, pod_name, attempt in kept:
+        # evidence of the last failed attempt stays; older attempts' (and old jobs') go
+        if owner not in ("", uid) or (newest is not None and attempt < newest):
+            kube.delete_pod(namespace, pod_name)
+    if intent.fail or intent.succeed or job.spec.suspend:
+        return error
+    services = indexes["job_services"].get((namespace, name), [])
+    if intent.create or (memory.created_before and uid not in services):
+        for owner in services:
+            if owner not in ("", uid):
+                kube.delete_service(namespace, name)  # an older job's, not collected yet
+        if uid not in services:
+            service = headless_service(name, namespace)
+            kopf.adopt(service, owner=body)
+            try:
+                kube.create(service)
+            except ApiException as err:
+                error = f"creating Service {service['metadata']['name']}: {_api_words(err)}"
+    created: list[int] = []
+    for index in intent.create:
+        manifest = worker_pod(job, name, namespace, index, INIT_IMAGE, attempt=intent.attempt)
+        kopf.adopt(manifest, owner=body)
+        pod_name = manifest["metadata"]["name"]
+        try:
+            if kube.create(manifest):
+                log.info("job %s/%s: created worker pod %s", namespace, name, pod_name)
+                created.append(index)
+                continue
+        except ApiException as err:
+            error = f"creating pod {pod_name}: {_api_words(err)}"
+            continue
+        # 409: ours from an earlier reconcile, or an older job's of the same name (not ours)
+        found = kube.read_pod(namespace, pod_name)
+        if found is not None and _owner(found["metadata"]) in ("", uid):
+            created.append(index)
+    intent.create = created
+    if error:
+        _warn(body, "CreateFailed", error)
+    return error
+
+
+def _api_words(err: ApiException) -> str:
+    """Return the API server's own message of an error (quota, PodSecurity, validation)."""
+    import json  # noqa: PLC0415 - only on the error path
+
+    try:
+        message = str(json.loads(err.body or "{}").get("message") or "")
+    except ValueError:
+        message = ""
+    return f"{err.status} {err.reason}: {message}" if message else f"{err.status} {err.reason}"
+
+
+def _write_status(
     body: kopf.Body,
     patch: kopf.Patch,
     job: TensorParallelJob,
     intent: Intent,
-    failure: str | None,
-    restarts: int,
+    *,
+    memory: Memory,
+    owned: list[WorkerPod],
+    create_error: str | None,
+    admission: Admission | None,
     now: float,
-) -> tuple[str | None, int]:
-    """Carry out ``intent``; return the job's failure (if any) and its replacement count."""
-    namespace, name = body.meta["namespace"], body.meta["name"]
-    created_before = bool((body.get("status") or {}).get("workersCreated"))
-    kube = adapter()
-    if not job.spec.suspend and failure is None and (intent.create or not created_before):
-        service = headless_service(name, namespace)
-        kopf.adopt(service, owner=body)
-        kube.create(service)
-    for pod_name in intent.delete:
-        if kube.delete_pod(namespace, pod_name):
-            log.info("job %s/%s: deleted worker pod %s", namespace, name, pod_name)
-    if intent.delete and not intent.fail and failure is None and not job.spec.suspend:
-        patch.status["lastFailureTime"] = _rfc3339(now)
-        kopf.warn(body, reason="WorkerFailed", message=f"deleted failed {intent.delete}")
-    for index in intent.create:
-        manifest = worker_pod(job, name, namespace, index, INIT_IMAGE)
-        kopf.adopt(manifest, owner=body)
-        if kube.create(manifest):
-            log.info(
-                "job %s/%s: created worker pod %s", namespace, name, manifest["metadata"]["name"]
+) -> None:
+    status = dict(body.get("status") or {})
+    spec = job.spec
+    wanted: dict[str, Any] = {}
+    terminal = memory.phase if memory.phase in ("Succeeded", "Failed") else None
+    conditions = {str(c.get("type")): dict(c) for c in status.get("conditions") or []}
+    shown: dict[str, Any] = conditions.get(terminal or "", {})
+    terminal_reason = str(shown.get("reason") or "")
+    terminal_message = str(shown.get("message") or "")
+    restarts = memory.restarts + intent.charged
+    if intent.failure is not None:
+        failure = intent.failure
+        wanted["lastFailureTime"] = _rfc3339(now)
+        wanted["lastFailure"] = {
+            "worker": failure.worker,
+            "reason": failure.reason,
+            "message": failure.message,
+            "exitCode": failure.exit_code,
+            "pod": failure.pod,
+            "time": _rfc3339(now),
+        }
+        if not intent.fail:
+            _warn(
+                body,
+                "WorkerFailed",
+                f"worker {failure.worker} {failure.reason}: {failure.message}; restarting "
+                + ("the gang" if spec.failure_policy.restart_strategy == "RecreateGang" else "it")
+                + f" ({restarts}/{spec.failure_policy.max_restarts} restarts charged)",
             )
-    if intent.replaced:
-        restarts += len(intent.replaced)
+    if not terminal and intent.fail:
+        terminal, terminal_reason, terminal_message = "Failed", intent.fail_reason, intent.fail
+        _warn(body, "JobFailed", intent.fail)
+    elif not terminal and intent.succeed:
+        terminal, terminal_reason = "Succeeded", "SuccessPolicyMet"
+        terminal_message = intent.succeed
+        kopf.info(body, reason="JobSucceeded", message=intent.succeed)
+    if terminal and not status.get("completionTime"):
+        wanted["completionTime"] = _rfc3339(now)
+    restarting = set(intent.restarting) - set(intent.create)
+    if intent.create and memory.restarting & set(intent.create):
         kopf.info(
             body,
-            reason="WorkerReplaced",
-            message=f"replaced worker(s) {intent.replaced} in the planned domain "
-            f"({restarts}/{job.spec.failure_policy.max_restarts} replacements)",
+            reason="WorkersRestarted",
+            message=f"created attempt {intent.attempt} of worker(s) {sorted(intent.create)}",
         )
-    elif intent.create and not created_before:
+    elif intent.create and not memory.created_before and not memory.replanning:
         kopf.info(
             body,
             reason="WorkersCreated",
             message=f"created {len(intent.create)} gated worker pods; the gang placer plans them",
         )
-    if intent.fail and failure is None:
-        failure = intent.fail
-        kopf.warn(body, reason="JobFailed", message=failure)
-    return failure, restarts
+    kept = set(intent.keep) | set(intent.delete)
+    alive = [p for p in owned if p.name not in kept]
+    present = {p.index for p in alive if not p.deleting} | set(intent.create)
+    if spec.suspend:
+        wanted["workersCreated"] = False  # the placer drops the plan of a suspended job
+        wanted["startTime"] = None  # the deadline counts running time, as a Job's does
+    elif not terminal and present | intent.succeeded >= set(range(spec.workers)):
+        wanted["workersCreated"] = True
+    if intent.create and not status.get("startTime") and not spec.suspend:
+        wanted["startTime"] = _rfc3339(now)
+    wanted["attempt"] = intent.attempt
+    wanted["restartingWorkers"] = sorted(restarting) if not terminal else []
+    wanted["succeededWorkers"] = sorted(intent.succeeded)
+    outcome = Outcome(
+        restarts=restarts,
+        restarting=frozenset(restarting) if not terminal else frozenset(),
+        terminal=terminal,  # type: ignore[arg-type]  # narrowed to the two terminal phases
+        terminal_reason=terminal_reason,
+        terminal_message=terminal_message,
+        create_error=create_error,
+        admitted=(
+            None
+            if admission is None
+            else (admission.admitted and not admission.evicted, admission.reason, admission.message)
+        ),
+    )
+    wanted |= job_status(
+        job,
+        alive,
+        placement=dict(status.get("placement") or {}),
+        previous_conditions=list(status.get("conditions") or []),
+        outcome=outcome,
+        generation=int(body.meta.get("generation") or 0),
+        now=now,
+    )
+    for key, value in wanted.items():  # an unchanged job costs no API call
+        if status.get(key) != value and not (value is None and key not in status):
+            patch.status[key] = value
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
@@ -294,10 +642,10 @@ def _apply(
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 def on_job_change(*, body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     """Reconcile at once when a job appears, changes, or the operator starts."""
-    reconcile(body, patch, kwargs["workers"])
+    reconcile(body, patch, kwargs)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RECONCILE_SECONDS, initial_delay=RECONCILE_SECONDS)
 def on_tick(*, body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     """Reconcile every few seconds: pods and placement change without the job changing."""
-    reconcile(body, patch, kwargs["workers"])
+    reconcile(body, patch, kwargs)

@@ -1,5 +1,6 @@
-"""The operator's one adapter to the API server beyond kopf: create and delete pods and Services,
-read node capacity. Conflicts and not-found answers that mean "already so" are not errors."""
+"""The operator's one adapter to the API server beyond kopf: create and delete pods, Services and
+finished jobs, keep failed pods out of their gang, read node capacity. Conflicts and not-found
+answers that mean "already so" are not errors."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LABEL
+from tpfabric_operator.children import FAILED_WORKER_LABEL, service_name
+from tpfabric_operator.queueing import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
 
 __all__ = ["KubeAdapter"]
 
@@ -48,15 +51,98 @@ class KubeAdapter:
             raise
         return True
 
-    def delete_pod(self, namespace: str, name: str) -> bool:
-        """Delete a pod; return False when it was gone already."""
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int = 30) -> bool:
+        """Delete a pod (``grace_seconds=0`` forces it); return False when it was gone already."""
         try:
-            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=30)
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
         except ApiException as err:
             if err.status == 404:
                 return False
             raise
         return True
+
+    def keep_failed_pod(self, namespace: str, name: str, job: str) -> None:
+        """Take a failed pod out of its gang (no job or worker label) and mark it kept."""
+        labels = {JOB_LABEL: None, WORKER_INDEX_LABEL: None, FAILED_WORKER_LABEL: job}
+        try:
+            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": labels}})
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def delete_service(self, namespace: str, job: str) -> None:
+        """Delete the job's headless Service (one of an older job of the same name)."""
+        try:
+            self.core.delete_namespaced_service(service_name(job), namespace)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete a TensorParallelJob (its pods and Service go by garbage collection)."""
+        try:
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, propagation_policy="Background"
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Return a Kueue Workload, or None when it does not exist."""
+        try:
+            found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                WORKLOAD_GROUP, WORKLOAD_VERSION, namespace, WORKLOAD_PLURAL, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return found
+
+    def create_workload(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create a Kueue Workload; return it (the existing one on a conflict)."""
+        namespace = manifest["metadata"]["namespace"]
+        try:
+            created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+                WORKLOAD_GROUP, WORKLOAD_VERSION, namespace, WORKLOAD_PLURAL, manifest
+            )
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            return self.workload(namespace, manifest["metadata"]["name"]) or manifest
+        return created
+
+    def replace_workload_status(self, workload: dict[str, Any], status: dict[str, Any]) -> None:
+        """Write a Workload's status (optimistic: a conflict is retried by the next reconcile)."""
+        meta = workload["metadata"]
+        body = {**workload, "status": status}
+        try:
+            self.custom.replace_namespaced_custom_object_status(
+                WORKLOAD_GROUP,
+                WORKLOAD_VERSION,
+                meta["namespace"],
+                WORKLOAD_PLURAL,
+                meta["name"],
+                body,
+            )
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+
+    def set_suspend(self, namespace: str, name: str, suspend: bool) -> None:
+        """Set a TensorParallelJob's ``spec.suspend`` (Kueue's admission decides it)."""
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, {"spec": {"suspend": suspend}}
+        )
+
+    def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """Return the job's worker pods as the API server has them now (one list call)."""
+        response = self.core.list_namespaced_pod(
+            namespace, label_selector=f"{JOB_LABEL}={job}", _preload_content=False
+        )
+        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+        return items
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """Return the pod as the API server has it now, or None when it does not exist."""

@@ -87,4 +87,5 @@ def test_kubectl_get_shows_the_printer_columns(local_cluster: LocalCluster, name
     kubectl(local_cluster, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(base_job()))
     done = kubectl(local_cluster, "get", "tpj", "-n", namespace)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[:7] == ["NAME", "PHASE", "READY", "LEVEL", "DOMAIN", "HOPS", "AGE"]
+    header = ["NAME", "PHASE", "READY", "LEVEL", "DOMAIN", "HOPS", "RESTARTS", "AGE"]
+    assert done.stdout.split()[:8] == header

@@ -124,7 +124,8 @@ def test_a_4_worker_job_runs_in_one_leaf_with_ranks_following_the_plan(
     nodes = [p.spec.node_name for p in pods]
     assert len({fabric_nodes[n][labels.LEAF] for n in nodes}) == 1
     assert nodes == status["placement"]["nodes"]
-    assert [env_of(p)["RANK"] for p in pods] == ["0", "1", "2", "3"]
+    assert [env_of(p)["NODE_RANK"] for p in pods] == ["0", "1", "2", "3"]
+    assert [env_of(p)["PET_NODE_RANK"] for p in pods] == ["0", "1", "2", "3"]  # for torchrun
     assert {env_of(p)["MASTER_ADDR"] for p in pods} == {
         f"llama-70b-worker-0.{service_name(name)}.{tpj.namespace}.svc"
     }
@@ -134,7 +135,9 @@ def test_a_4_worker_job_runs_in_one_leaf_with_ranks_following_the_plan(
 
     table = run_kubectl(tpj.cluster, "get", "tpj", name, "-n", tpj.namespace).stdout.split()
     domain = fabric_nodes[nodes[0]][labels.LEAF]
-    assert table[7:12] == [name, "Running", "4/4", "leaf", domain]
+    assert table[:8] == ["NAME", "PHASE", "READY", "LEVEL", "DOMAIN", "HOPS", "RESTARTS", "AGE"]
+    assert table[8:13] == [name, "Running", "4/4", "leaf", domain]
+    assert table[14] == "0"  # restarts
     described = run_kubectl(tpj.cluster, "describe", "tpj", name, "-n", tpj.namespace).stdout
     for words in ("Type:                  Placed", "GangPlaced", "WorkersCreated", "Events:"):
         assert words in described, described
@@ -256,5 +259,6 @@ def test_exhausted_replacements_fail_the_job_and_free_its_nodes(tpj: Tpj) -> Non
     tpj.core.delete_namespaced_pod(f"{name}-worker-0", tpj.namespace)
     tpj.wait_phase(name, "Failed")
     failed = tpj.condition(name, "Failed")
-    assert "worker 0 failed after 0 of 0 replacements" in failed["message"]
+    assert failed["message"].startswith("worker 0 (")
+    assert "failed after 0 of 0 restarts" in failed["message"]
     wait_for(lambda: not tpj.pods(name), 60, what="the failed job's pods deleted")

@@ -16,10 +16,13 @@ import yaml
 from tpfabric_core.api.models import (
     API_VERSION,
     CEL_IMMUTABLE_SHAPE,
+    CEL_NAME_FITS,
+    CEL_REPLACE_NEEDS_ELASTIC,
     CEL_TP_FITS_NODES,
     CEL_WORLD_DIVISIBLE,
     GROUP,
     KIND,
+    MAX_NAME_LENGTH,
     NCCL_KEY_PATTERN,
     PLURAL,
     VERSION,
@@ -100,7 +103,7 @@ def _spec_schema() -> Schema:
     raw = TensorParallelJobSpec.model_json_schema(by_alias=True)
     spec = _structural(_inline(raw, raw.pop("$defs", {})))
     props = spec["properties"]
-    for nested in ("topology", "rdma", "failurePolicy"):
+    for nested in ("topology", "rdma", "failurePolicy", "launcher"):
         props[nested]["default"] = {}  # so that the nested defaults apply
     props["nccl"]["x-kubernetes-validations"] = [
         {
@@ -137,6 +140,13 @@ def _spec_schema() -> Schema:
             "message": "tensorParallelSize x pipelineParallelSize must divide workers x "
             "gpusPerWorker (the rest is data parallelism)",
             "fieldPath": ".pipelineParallelSize",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": CEL_REPLACE_NEEDS_ELASTIC,
+            "message": "failurePolicy.restartStrategy ReplaceWorker needs launcher.rendezvous "
+            "c10d: with a static rendezvous the surviving workers cannot take a new one in",
+            "fieldPath": ".failurePolicy.restartStrategy",
             "reason": "FieldValueInvalid",
         },
         {
@@ -196,6 +206,13 @@ def tensor_parallel_job_crd() -> dict[str, Any]:
                             "jsonPath": ".status.placement.domain",
                         },
                         {"name": "Hops", "type": "integer", "jsonPath": ".status.placement.hops"},
+                        {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+                        {
+                            "name": "Suspended",
+                            "type": "boolean",
+                            "jsonPath": ".spec.suspend",
+                            "priority": 1,
+                        },
                         {
                             "name": "Age",
                             "type": "date",
@@ -210,6 +227,15 @@ def tensor_parallel_job_crd() -> dict[str, Any]:
                                 f"places together in the InfiniBand fabric ({API_VERSION})."
                             ),
                             "required": ["spec"],
+                            "x-kubernetes-validations": [
+                                {
+                                    "rule": CEL_NAME_FITS,
+                                    "message": f"metadata.name must have at most "
+                                    f"{MAX_NAME_LENGTH} characters so that worker hostnames "
+                                    "(<name>-worker-<index>) fit in 63",
+                                    "reason": "FieldValueInvalid",
+                                }
+                            ],
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},

@@ -20,6 +20,7 @@ __all__ = [
     "JOB_LABEL",
     "KIND",
     "LEVELS",
+    "MAX_NAME_LENGTH",
     "PLURAL",
     "SCHEDULER_NAME",
     "VERSION",
@@ -27,6 +28,9 @@ __all__ = [
     "Condition",
     "DomainReason",
     "FailurePolicy",
+    "FailureRule",
+    "LastFailure",
+    "Launcher",
     "Placement",
     "RdmaSpec",
     "TensorParallelJob",
@@ -70,6 +74,15 @@ CEL_WORLD_DIVISIBLE = (
     "(self.workers * self.gpusPerWorker) % (self.tensorParallelSize * self.pipelineParallelSize)"
     " == 0"
 )
+CEL_REPLACE_NEEDS_ELASTIC = (
+    "!has(self.failurePolicy) || !has(self.failurePolicy.restartStrategy) || "
+    "self.failurePolicy.restartStrategy != 'ReplaceWorker' || "
+    "(has(self.launcher) && has(self.launcher.rendezvous) && self.launcher.rendezvous == 'c10d')"
+)
+#: the longest job name whose worker hostnames (``<name>-worker-<index>``, index < 1024) fit in
+#: 63 characters
+MAX_NAME_LENGTH: Final = 50
+CEL_NAME_FITS = f"size(self.metadata.name) <= {MAX_NAME_LENGTH}"
 CEL_IMMUTABLE_SHAPE = (
     "self.workers == oldSelf.workers && self.gpusPerWorker == oldSelf.gpusPerWorker && "
     "self.tensorParallelSize == oldSelf.tensorParallelSize && "
@@ -118,15 +131,73 @@ class RdmaSpec(_Model):
     `preferred`: fall back to TCP with a warning. `disabled`: plain sockets."""
 
 
+class FailureRule(_Model):
+    """One rule of `failurePolicy.rules`: when it matches a failed worker, `action` applies."""
+
+    action: Literal["FailJob", "Restart", "RestartIgnoreLimit", "Ignore"]
+    """`FailJob`: the job fails at once. `Restart`: restart as `restartStrategy` says, charged
+    against `maxRestarts`. `RestartIgnoreLimit`: restart without charging `maxRestarts` (still
+    after the backoff). `Ignore`: the worker is not restarted, nothing is charged, and the job
+    goes on without it; for `successPolicy: AllWorkers` it counts as finished (at least one
+    worker must succeed)."""
+    on_exit_codes: list[Annotated[int, Field(ge=0, le=255)]] = Field(
+        default_factory=list, max_length=64
+    )
+    """Matches when a container of the worker (init containers included) exited with one of
+    these codes. Empty: no exit code condition."""
+    on_pod_conditions: list[Annotated[str, Field(max_length=316)]] = Field(
+        default_factory=list, max_length=16
+    )
+    """Matches when the worker pod carries one of these conditions with status True, e.g.
+    `DisruptionTarget` (preempted, evicted, its node drained). Empty: no condition clause."""
+    on_reasons: list[Annotated[str, Field(max_length=128)]] = Field(
+        default_factory=list, max_length=16
+    )
+    """Matches the failure's reason: `OOMKilled`, `InitContainerFailed`, `Error`, `Evicted` (a
+    running pod deleted with a `DisruptionTarget` condition), `Deleted` (a running pod deleted),
+    `Lost` (the pod disappeared)."""
+
+    @model_validator(mode="after")
+    def _matches_something(self) -> FailureRule:
+        if not (self.on_exit_codes or self.on_pod_conditions or self.on_reasons):
+            raise ValueError("a rule needs onExitCodes, onPodConditions or onReasons")
+        return self
+
+
 class FailurePolicy(_Model):
     """How the job reacts when a worker fails or its node goes away."""
 
+    restart_strategy: Literal["RecreateGang", "ReplaceWorker"] = "RecreateGang"
+    """`RecreateGang`: any loss restarts the whole gang together: every pod of the attempt is
+    stopped, the job waits until all are gone, then creates a new attempt (static rendezvous
+    needs every rank to start again). `ReplaceWorker`: only the lost worker is replaced; only
+    sound with an elastic rendezvous (`launcher.rendezvous: c10d`)."""
     replace_failed_workers: bool = True
-    """Replace a failed or deleted worker pod, in the same domain when capacity exists."""
+    """Restart after a failed or deleted worker at all; `false` fails the job on the first loss."""
     max_restarts: Annotated[int, Field(ge=0, le=1000)] = 3
-    """Worker replacements allowed before the job is marked Failed."""
+    """Restarts (one per incident: one gang restart, or one replaced worker) allowed before the
+    job is marked Failed."""
     backoff_seconds: Annotated[int, Field(ge=0, le=3600)] = 10
-    """Delay before a replacement is created."""
+    """Delay after every loss before the restart is created."""
+    rules: list[FailureRule] = Field(default_factory=list, max_length=32)
+    """Ordered rules; the first that matches a failed worker decides. Without a match:
+    `DisruptionTarget` -> `RestartIgnoreLimit`, anything else -> `Restart`."""
+    keep_failed_pods: bool = True
+    """Keep the failed pods of the last failed attempt (renamed out of the gang) for
+    `kubectl logs`; older ones are deleted."""
+
+
+class Launcher(_Model):
+    """How the worker processes are started: the environment the operator gives them."""
+
+    kind: Literal["torchrun", "none"] = "torchrun"
+    """`torchrun`: `PET_*` variables so that a plain `torchrun train.py` forms the job
+    (`PET_NNODES`, `PET_NPROC_PER_NODE`, `PET_NODE_RANK`, `PET_MASTER_ADDR`, `PET_MASTER_PORT`).
+    `none`: only the generic variables (`NODE_RANK`, `NNODES`, `MASTER_ADDR`, ...)."""
+    rendezvous: Literal["static", "c10d"] = "static"
+    """`static`: rank 0 is the master (`--node-rank` fixed per worker). `c10d`: elastic
+    rendezvous on worker 0 (`PET_RDZV_BACKEND=c10d`, `PET_RDZV_ENDPOINT`, `PET_RDZV_ID`), which
+    `restartStrategy: ReplaceWorker` requires."""
 
 
 class PodTemplate(_Model):
@@ -170,6 +241,17 @@ class TensorParallelJobSpec(_Model):
     """Template of every worker pod."""
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
     """Reaction to failed workers."""
+    success_policy: Literal["AllWorkers", "Rank0", "AnyWorker"] = "AllWorkers"
+    """When the job has succeeded: every worker exited 0 (`AllWorkers`), worker 0 did (`Rank0`),
+    or any worker did (`AnyWorker`). Workers still running then are stopped."""
+    active_deadline_seconds: Annotated[int, Field(ge=1, le=31536000)] | None = None
+    """Seconds the job may run (counted from `status.startTime`, reset by a suspend) before it
+    fails with reason `DeadlineExceeded` and its pods are stopped. Unset: no limit."""
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0, le=31536000)] | None = None
+    """Delete the job (and by garbage collection its pods) this long after it Succeeded or
+    Failed. Unset: keep it."""
+    launcher: Launcher = Field(default_factory=Launcher)
+    """The launcher whose environment the workers get."""
     suspend: bool = False
     """Suspended jobs keep no pods; resuming plans the gang again."""
 
@@ -185,6 +267,14 @@ class TensorParallelJobSpec(_Model):
             raise ValueError(
                 f"tensorParallelSize x pipelineParallelSize ({tp} x "
                 f"{self.pipeline_parallel_size}) must divide the job's {world} GPUs"
+            )
+        if (
+            self.failure_policy.restart_strategy == "ReplaceWorker"
+            and self.launcher.rendezvous != "c10d"
+        ):
+            raise ValueError(
+                "failurePolicy.restartStrategy ReplaceWorker needs launcher.rendezvous c10d: "
+                "with a static rendezvous the surviving workers cannot take a new one in"
             )
         return self
 
@@ -261,13 +351,42 @@ class Placement(_Model):
     """While waiting: why each candidate domain cannot take the job."""
 
 
+class LastFailure(_Model):
+    """The most recent failure of a worker: what the restart (or the job's failure) was for."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    worker: int
+    """Index (rank) of the worker that failed or was lost."""
+    reason: str
+    """`Error`, `OOMKilled`, `Killed`, `InitContainerFailed`, `Evicted`, `Deleted`, `Lost`, or the
+    pod's own status reason."""
+    message: str = ""
+    """What happened, e.g. `container trainer exited 137 (OOMKilled)`."""
+    exit_code: int | None = None
+    """Exit code of the container that failed, when one did."""
+    pod: str = ""
+    """The failed pod (kept for `kubectl logs` when `keepFailedPods`)."""
+    time: str
+    """When the failure was seen (RFC 3339)."""
+
+
 class TensorParallelJobStatus(_Model):
     """Observed state, written by the operator and the placer."""
 
     model_config = ConfigDict(extra="ignore")
 
     phase: (
-        Literal["Pending", "Waiting", "Placed", "Running", "Succeeded", "Failed", "Suspended"]
+        Literal[
+            "Pending",
+            "Waiting",
+            "Placed",
+            "Running",
+            "Restarting",
+            "Succeeded",
+            "Failed",
+            "Suspended",
+        ]
         | None
     ) = None
     """Lifecycle phase."""
@@ -278,7 +397,20 @@ class TensorParallelJobStatus(_Model):
     workers_total: int = 0
     """Workers of the job."""
     restarts: int = 0
-    """Worker replacements so far."""
+    """Restarts charged against `maxRestarts` so far (one per incident)."""
+    attempt: int = 0
+    """The current attempt of the gang: bumped by each gang restart; pod names carry it."""
+    start_time: str | None = None
+    """When the workers were first created for this run (RFC 3339); reset by a suspend."""
+    completion_time: str | None = None
+    """When the job Succeeded or Failed (RFC 3339)."""
+    restarting_workers: list[int] = Field(default_factory=list)
+    """Workers whose restart is charged and whose new pods are not created yet (after the
+    backoff, and once every pod of the older attempt is gone)."""
+    succeeded_workers: list[int] = Field(default_factory=list)
+    """Workers that exited 0 (never started again, even when their pods are later deleted)."""
+    last_failure: LastFailure | None = None
+    """The last worker failure."""
     workers_created: bool = False
     """Whether the whole set of worker pods was created once (a missing worker is then lost)."""
     last_failure_time: str | None = None
@@ -301,3 +433,13 @@ class TensorParallelJob(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: TensorParallelJobSpec
     status: TensorParallelJobStatus | None = None
+
+    @model_validator(mode="after")
+    def _name_fits_hostnames(self) -> TensorParallelJob:
+        name = str(self.metadata.get("name") or "")
+        if len(name) > MAX_NAME_LENGTH:
+            raise ValueError(
+                f"metadata.name {name!r} has {len(name)} characters; at most {MAX_NAME_LENGTH} "
+                "keep the worker hostnames (<name>-worker-<index>) within 63"
+            )
+        return self

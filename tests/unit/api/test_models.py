@@ -71,10 +71,19 @@ def test_the_schema_is_structural_and_every_spec_field_is_described() -> None:
     assert undocumented == []
 
 
-def test_printer_columns_show_phase_ready_domain_and_hops() -> None:
+def test_printer_columns_show_phase_ready_domain_hops_and_restarts() -> None:
     version = tensor_parallel_job_crd()["spec"]["versions"][0]
     names = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert names == ["Phase", "Ready", "Level", "Domain", "Hops", "Age"]
+    assert names == ["Phase", "Ready", "Level", "Domain", "Hops", "Restarts", "Suspended", "Age"]
+    wide_only = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
+    assert wide_only == ["Suspended"]
+
+
+def test_a_job_name_must_leave_room_for_worker_hostnames() -> None:
+    schema = tensor_parallel_job_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    (rule,) = schema["x-kubernetes-validations"]
+    assert rule["rule"] == "size(self.metadata.name) <= 50"
+    assert len("x" * 50 + "-worker-1023") <= 63
 
 
 def test_the_field_reference_is_the_generators_output() -> None:

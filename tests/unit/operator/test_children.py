@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tpfabric_core.api import TensorParallelJob
@@ -45,21 +46,54 @@ def test_a_worker_is_gated_named_by_index_and_scheduled_by_tpfabric() -> None:
         "team": "llm",
         "tpfabric.io/job-name": "j",
         "tpfabric.io/worker-index": "2",
+        "tpfabric.io/attempt": "0",
     }
     assert pod["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
     assert pod["spec"]["schedulerName"] == SCHEDULER_NAME
     assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("j-worker-2", "j-workers")
 
 
+def test_a_restarted_worker_has_a_new_name_and_the_same_hostname() -> None:
+    pod = worker_pod(a_job(), "j", "ns", 2, "init:1", attempt=3)
+    assert pod["metadata"]["name"] == "j-worker-2-a3"
+    assert pod["metadata"]["labels"]["tpfabric.io/attempt"] == "3"
+    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("j-worker-2", "j-workers")
+
+
 def test_rank_and_rendezvous_env_with_the_users_values_winning() -> None:
     got = env(worker_pod(a_job(), "j", "ns", 3, "init:1"))
-    assert got["RANK"] == got["NODE_RANK"] == "3"
-    assert got["WORLD_SIZE"] == got["NNODES"] == "4"
+    assert "RANK" not in got  # a process rank: torchrun sets it per process
+    assert got["NODE_RANK"] == "3"
+    assert got["NNODES"] == "4"
+    assert got["WORLD_SIZE"] == "32"  # processes: 4 workers x 8 GPUs
     assert got["NPROC_PER_NODE"] == "8"
     assert got["MASTER_ADDR"] == "j-worker-0.j-workers.ns.svc"
     assert got["MASTER_PORT"] == "1234"  # the template set it
     assert (got["TENSOR_PARALLEL_SIZE"], got["PIPELINE_PARALLEL_SIZE"]) == ("8", "2")
     assert got["NCCL_CONF_FILE"] == "/tpfabric/nccl.conf"
+
+
+def test_torchrun_reads_its_flags_from_pet_variables() -> None:
+    got = env(worker_pod(a_job(), "j", "ns", 3, "init:1"))
+    assert (got["PET_NNODES"], got["PET_NPROC_PER_NODE"], got["PET_NODE_RANK"]) == ("4", "8", "3")
+    assert got["PET_MASTER_ADDR"] == "j-worker-0.j-workers.ns.svc"
+    assert got["PET_MASTER_PORT"] == "29500"
+    assert "PET_RDZV_BACKEND" not in got
+
+
+def test_an_elastic_rendezvous_names_the_c10d_endpoint_and_no_node_rank() -> None:
+    job = a_job(launcher={"rendezvous": "c10d"})
+    got = env(worker_pod(job, "j", "ns", 1, "init:1"))
+    assert got["PET_RDZV_BACKEND"] == "c10d"
+    assert got["PET_RDZV_ENDPOINT"] == "j-worker-0.j-workers.ns.svc:29500"
+    assert got["PET_RDZV_ID"] == "ns-j"
+    assert "PET_NODE_RANK" not in got  # c10d assigns node ranks itself
+
+
+def test_launcher_none_sets_no_pet_variables() -> None:
+    got = env(worker_pod(a_job(launcher={"kind": "none"}), "j", "ns", 1, "init:1"))
+    assert not [k for k in got if k.startswith("PET_")]
+    assert got["NODE_RANK"] == "1"
 
 
 def test_gpus_and_rdma_devices_are_requested_and_memory_can_be_pinned() -> None:
@@ -76,7 +110,82 @@ def test_the_rdma_init_container_gets_the_policy_overrides_and_the_devices() -> 
     assert init["image"] == "init:1"
     assert "--policy=required" in init["args"]
     assert '--nccl-overrides={"NCCL_DEBUG": "INFO"}' in init["args"]
-    assert init["resources"]["limits"] == {"rdma/ib": "4"}
+    assert init["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "4"}
+    assert "--nccl-library=image" in init["args"]
+
+
+def test_the_init_container_requests_the_pods_devices_and_gets_no_capability() -> None:
+    pod = worker_pod(a_job(gpusPerWorker=4, tensorParallelSize=4), "j", "ns", 0, "init:1")
+    init, main = pod["spec"]["initContainers"][0], pod["spec"]["containers"][0]
+    # the kubelet reuses init-container devices for app containers: same request, same devices
+    assert init["resources"]["limits"] == main["resources"]["limits"]
+    assert init["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert "securityContext" not in init
+
+
+def main_facts(pod: dict[str, Any]) -> dict[str, Any]:
+    env = {e["name"]: e["value"] for e in pod["spec"]["initContainers"][0]["env"]}
+    facts: dict[str, Any] = json.loads(env["TPFABRIC_MAIN_CONTAINER"])
+    return facts
+
+
+def test_the_init_container_learns_the_main_containers_user_capabilities_and_cuda() -> None:
+    template = {
+        "metadata": {"annotations": {"tpfabric.io/cuda-major": "13"}},
+        "spec": {
+            "securityContext": {"runAsUser": 1000, "runAsNonRoot": True},
+            "containers": [{"name": "trainer", "image": "img"}],
+        },
+    }
+    facts = main_facts(worker_pod(a_job(template=template), "j", "ns", 0, "init:1"))
+    assert facts == {
+        "container": "trainer",
+        "runAsUser": 1000,
+        "runAsNonRoot": True,
+        "privileged": False,
+        "capabilitiesAdd": ["IPC_LOCK"],
+        "cudaMajor": 13,
+    }
+
+
+def test_cuda_major_falls_back_to_the_containers_cuda_version() -> None:
+    template = {
+        "spec": {
+            "containers": [
+                {"name": "t", "image": "i", "env": [{"name": "CUDA_VERSION", "value": "12.4.1"}]}
+            ]
+        }
+    }
+    assert main_facts(worker_pod(a_job(template=template), "j", "ns", 0, "i"))["cudaMajor"] == 12
+
+
+def test_every_nccl_reads_the_config_through_etc_nccl_conf() -> None:
+    container = worker_pod(a_job(), "j", "ns", 0, "init:1")["spec"]["containers"][0]
+    assert {
+        "name": "tpfabric-shared",
+        "mountPath": "/etc/nccl.conf",
+        "subPath": "nccl.conf",
+        "readOnly": True,
+    } in container["volumeMounts"]
+    assert "LD_LIBRARY_PATH" not in env({"spec": {"containers": [container]}})
+
+
+def test_the_shipped_nccl_is_put_on_the_main_containers_library_path() -> None:
+    template = {
+        "metadata": {"annotations": {"tpfabric.io/nccl-library": "shipped"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "t",
+                    "image": "i",
+                    "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/cuda/lib64"}],
+                }
+            ]
+        },
+    }
+    pod = worker_pod(a_job(template=template), "j", "ns", 0, "init:1")
+    assert env(pod)["LD_LIBRARY_PATH"] == "/tpfabric/lib:/usr/local/cuda/lib64"
+    assert "--nccl-library=shipped" in pod["spec"]["initContainers"][0]["args"]
 
 
 def test_a_job_without_rdma_runs_the_init_container_with_rdma_disabled() -> None:

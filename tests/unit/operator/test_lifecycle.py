@@ -1,11 +1,23 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tpfabric_core.api import TensorParallelJob
-from tpfabric_operator.lifecycle import WorkerPod, decide, honour_problem, job_status
+from tpfabric_operator.lifecycle import (
+    FORCE_DELETE_AFTER_SECONDS,
+    Failure,
+    Memory,
+    Outcome,
+    WorkerPod,
+    decide,
+    honour_problem,
+    job_status,
+    rule_action,
+)
 
 NOW = 1_000_000.0
+RUNNING = Memory(created_before=True)
 
 
 def a_job(workers: int = 3, **spec: Any) -> TensorParallelJob:
@@ -22,132 +34,316 @@ def a_job(workers: int = 3, **spec: Any) -> TensorParallelJob:
     )
 
 
-def running(index: int, phase: str = "Running") -> WorkerPod:
-    return WorkerPod(f"j-worker-{index}", index, phase, phase == "Running", f"n{index}")
+def pod(index: int, phase: str = "Running", attempt: int = 0, **kw: Any) -> WorkerPod:
+    name = f"j-worker-{index}" + (f"-a{attempt}" if attempt else "")
+    return WorkerPod(name, index, phase, phase == "Running", f"n{index}", attempt=attempt, **kw)
+
+
+def gang(*phases: str, attempt: int = 0) -> list[WorkerPod]:
+    return [pod(i, p, attempt) for i, p in enumerate(phases)]
+
+
+# -- creation ------------------------------------------------------------------------------------
 
 
 def test_a_new_job_creates_every_worker() -> None:
+    intent = decide(a_job(), [], Memory(), now=NOW)
+    assert (intent.create, intent.charged, intent.fail) == ([0, 1, 2], 0, None)
+
+
+def test_a_resumed_job_waits_for_its_old_pods_to_terminate_without_charging() -> None:
+    terminating = [replace(pod(0), deleting=True), replace(pod(1), deleting=True)]
+    intent = decide(a_job(workers=2), terminating, Memory(), now=NOW)
+    assert (intent.create, intent.charged, intent.failure) == ([], 0, None)
+
+
+def test_pods_of_an_older_job_with_the_same_name_are_deleted_and_block_creation() -> None:
+    intent = decide(a_job(workers=2), [], Memory(), now=NOW, stale=gang("Running", "Running"))
+    assert intent.create == []
+    assert intent.delete == ["j-worker-0", "j-worker-1"]
+
+
+# -- terminal semantics --------------------------------------------------------------------------
+
+
+def test_all_workers_succeeding_succeeds_the_job() -> None:
+    intent = decide(a_job(), gang("Succeeded", "Succeeded", "Succeeded"), RUNNING, now=NOW)
+    assert intent.succeed == "all 3 workers succeeded"
+
+
+def test_a_succeeded_worker_whose_pod_is_deleted_is_not_run_again() -> None:
+    memory = replace(RUNNING, succeeded=frozenset({0}))
+    intent = decide(a_job(), gang("Running", "Running", "Running")[1:], memory, now=NOW)
+    assert (intent.create, intent.failure, intent.succeed) == ([], None, None)
+
+
+def test_a_finished_job_never_recreates_a_worker_and_stops_what_still_runs() -> None:
+    for phase in ("Succeeded", "Failed"):
+        memory = replace(RUNNING, phase=phase)
+        intent = decide(a_job(), [pod(1)], memory, now=NOW)
+        assert (intent.create, intent.delete, intent.charged) == ([], ["j-worker-1"], 0)
+
+
+def test_rank0_success_stops_the_workers_still_running() -> None:
     intent = decide(
-        a_job(), {}, created_before=False, restarts=0, failed=False, last_failure=None, now=NOW
+        a_job(successPolicy="Rank0"), gang("Succeeded", "Running", "Running"), RUNNING, now=NOW
     )
-    assert (intent.create, intent.replaced, intent.fail) == ([0, 1, 2], [], None)
+    assert intent.succeed == "worker 0 succeeded (successPolicy Rank0)"
+    assert intent.delete == ["j-worker-1", "j-worker-2"]
 
 
-def test_a_lost_worker_is_replaced_and_counted() -> None:
-    pods = {0: running(0), 2: running(2)}
+def test_any_worker_success_succeeds_the_job() -> None:
     intent = decide(
-        a_job(), pods, created_before=True, restarts=1, failed=False, last_failure=None, now=NOW
+        a_job(successPolicy="AnyWorker"), gang("Running", "Succeeded", "Running"), RUNNING, now=NOW
     )
-    assert (intent.create, intent.replaced) == ([1], [1])
+    assert intent.succeed is not None
 
 
-def test_a_failed_worker_is_deleted_first_then_replaced_after_the_backoff() -> None:
-    pods = {0: running(0), 1: running(1, "Failed"), 2: running(2)}
-    first = decide(
-        a_job(), pods, created_before=True, restarts=0, failed=False, last_failure=None, now=NOW
-    )
-    assert first.delete == ["j-worker-1"]
-    assert first.create == []  # it still exists; recreated once it is gone
-    gone = {0: running(0), 2: running(2)}
-    waiting = decide(
-        a_job(), gone, created_before=True, restarts=0, failed=False, last_failure=NOW - 3, now=NOW
-    )
-    assert waiting.create == []
-    assert waiting.wait_seconds == 7  # default backoff 10 s
-    later = decide(
-        a_job(), gone, created_before=True, restarts=0, failed=False, last_failure=NOW - 11, now=NOW
-    )
-    assert later.create == [1]
+def test_all_workers_policy_waits_for_the_others_after_rank0_exits() -> None:
+    intent = decide(a_job(), gang("Succeeded", "Running", "Running"), RUNNING, now=NOW)
+    assert (intent.succeed, intent.delete, intent.create) == (None, [], [])
 
 
-def test_exhausted_replacements_fail_the_job_and_delete_its_pods() -> None:
-    pods = {0: running(0), 2: running(2)}
-    intent = decide(
-        a_job(failurePolicy={"maxRestarts": 2}),
-        pods,
-        created_before=True,
-        restarts=2,
-        failed=False,
-        last_failure=None,
-        now=NOW,
+def test_the_deadline_fails_the_job_and_stops_its_pods() -> None:
+    memory = replace(RUNNING, start_time=NOW - 61)
+    intent = decide(a_job(activeDeadlineSeconds=60), gang("Running", "Running"), memory, now=NOW)
+    assert intent.fail_reason == "DeadlineExceeded"
+    assert intent.delete == ["j-worker-0", "j-worker-1"]
+
+
+def test_before_the_deadline_the_reconcile_comes_back_in_time() -> None:
+    memory = replace(RUNNING, start_time=NOW - 20)
+    intent = decide(a_job(activeDeadlineSeconds=60), gang("Running") * 1, memory, now=NOW)
+    assert intent.wait_seconds == 40
+
+
+def test_a_finished_job_is_deleted_after_its_ttl() -> None:
+    job = a_job(ttlSecondsAfterFinished=30)
+    early = decide(job, [], replace(RUNNING, phase="Succeeded", completion_time=NOW - 10), now=NOW)
+    assert (early.delete_job, early.wait_seconds) == (False, 20)
+    late = decide(job, [], replace(RUNNING, phase="Failed", completion_time=NOW - 31), now=NOW)
+    assert late.delete_job
+
+
+# -- failures: RecreateGang ----------------------------------------------------------------------
+
+
+def test_one_failed_worker_restarts_the_whole_gang_charged_once() -> None:
+    failed = replace(pod(1, "Failed"), reason="Error", message="exited 1", exit_code=1)
+    intent = decide(a_job(), [pod(0), failed, pod(2)], RUNNING, now=NOW)
+    assert (intent.charged, intent.attempt, intent.restarting) == (1, 1, {0, 1, 2})
+    assert intent.delete == ["j-worker-0", "j-worker-2"]
+    assert intent.keep == ["j-worker-1"]  # evidence for kubectl logs
+    assert intent.failure == Failure(1, "Error", "exited 1", 1, "j-worker-1")
+    assert intent.create == []
+
+
+def test_two_workers_lost_at_once_are_one_incident() -> None:
+    intent = decide(a_job(), [pod(0)], RUNNING, now=NOW)
+    assert (intent.charged, intent.restarting) == (1, {0, 1, 2})
+
+
+def test_a_restarting_gang_waits_for_the_old_attempt_to_be_gone() -> None:
+    memory = replace(RUNNING, attempt=1, restarting=frozenset({0, 1, 2}), last_failure=NOW - 60)
+    terminating = [replace(pod(0), deleting=True)]
+    waiting = decide(a_job(), terminating, memory, now=NOW)
+    assert (waiting.create, waiting.charged) == ([], 0)
+    gone = decide(a_job(), [], memory, now=NOW)
+    assert (gone.create, gone.attempt, gone.charged) == ([0, 1, 2], 1, 0)
+
+
+def test_a_restart_waits_for_the_backoff_after_every_loss() -> None:
+    memory = replace(RUNNING, attempt=1, restarting=frozenset({0, 1, 2}), last_failure=NOW - 3)
+    intent = decide(a_job(), [], memory, now=NOW)
+    assert (intent.create, intent.wait_seconds) == ([], 7)  # default backoff 10 s
+
+
+def test_a_worker_already_restarting_is_never_charged_again() -> None:
+    memory = replace(RUNNING, attempt=1, restarting=frozenset({1}), restarts=1)
+    intent = decide(a_job(), gang("Running", "Running", "Running", attempt=1)[::2], memory, now=NOW)
+    assert intent.charged == 0
+
+
+def test_a_deleted_running_worker_is_a_loss_at_once() -> None:
+    evicted = replace(pod(1), deleting=True, conditions=frozenset({"DisruptionTarget"}))
+    intent = decide(a_job(), [pod(0), evicted, pod(2)], RUNNING, now=NOW)
+    assert intent.failure is not None
+    assert intent.failure.reason == "Evicted"
+    assert intent.charged == 0  # DisruptionTarget restarts without charge by default
+    assert intent.attempt == 1
+
+
+def test_workers_the_placer_deleted_for_a_replan_are_recreated_without_a_charge() -> None:
+    memory = replace(RUNNING, replanning=True)
+    intent = decide(a_job(), [pod(0)], memory, now=NOW)
+    assert (intent.create, intent.charged, intent.failure) == ([1, 2], 0, None)
+
+
+def test_exhausted_restarts_fail_the_job_and_stop_its_pods() -> None:
+    memory = replace(RUNNING, restarts=2)
+    intent = decide(a_job(failurePolicy={"maxRestarts": 2}), [pod(0), pod(2)], memory, now=NOW)
+    assert intent.fail == (
+        "worker 1 (Lost: worker 1's pod disappeared) failed after 2 of 2 restarts"
     )
-    assert intent.fail == "worker 1 failed after 2 of 2 replacements"
+    assert intent.fail_reason == "RestartsExhausted"
     assert sorted(intent.delete) == ["j-worker-0", "j-worker-2"]
     assert intent.create == []
 
 
-def test_a_job_that_may_not_replace_fails_on_the_first_loss() -> None:
-    intent = decide(
-        a_job(failurePolicy={"replaceFailedWorkers": False}),
-        {0: running(0)},
-        created_before=True,
-        restarts=0,
-        failed=False,
-        last_failure=None,
-        now=NOW,
-    )
+def test_a_job_that_may_not_restart_fails_on_the_first_loss() -> None:
+    job = a_job(failurePolicy={"replaceFailedWorkers": False})
+    intent = decide(job, [pod(0)], RUNNING, now=NOW)
     assert intent.fail is not None
-    assert "may not replace workers" in intent.fail
+    assert "may not restart workers" in intent.fail
 
 
-def test_suspending_deletes_every_worker_and_creates_none() -> None:
-    pods = {i: running(i) for i in range(3)}
-    intent = decide(
-        a_job(suspend=True),
-        pods,
-        created_before=True,
-        restarts=0,
-        failed=False,
-        last_failure=None,
-        now=NOW,
+def test_a_pod_stuck_terminating_past_its_grace_is_force_deleted() -> None:
+    stuck = replace(pod(1), deleting=True, delete_deadline=NOW - FORCE_DELETE_AFTER_SECONDS - 1)
+    fresh = replace(pod(2), deleting=True, delete_deadline=NOW - 1)
+    memory = replace(RUNNING, attempt=1, restarting=frozenset({0, 1, 2}))
+    intent = decide(a_job(), [stuck, fresh], memory, now=NOW)
+    assert intent.force_delete == ["j-worker-1"]
+
+
+# -- failure rules -------------------------------------------------------------------------------
+
+
+def test_rules_pick_the_first_match_and_default_by_disruption() -> None:
+    job = a_job(
+        failurePolicy={
+            "rules": [
+                {"action": "FailJob", "onExitCodes": [42]},
+                {"action": "RestartIgnoreLimit", "onReasons": ["OOMKilled"]},
+            ]
+        }
     )
-    assert (sorted(intent.delete), intent.create) == ([f"j-worker-{i}" for i in range(3)], [])
+    rules = job.spec.failure_policy.rules
+    assert rule_action(rules, Failure(0, "Error", "", 42), frozenset()) == "FailJob"
+    assert rule_action(rules, Failure(0, "OOMKilled", "", 137), frozenset()) == (
+        "RestartIgnoreLimit"
+    )
+    assert rule_action(rules, Failure(0, "Error", "", 1), frozenset()) == "Restart"
+    assert rule_action([], Failure(0, "Evicted", ""), frozenset({"DisruptionTarget"})) == (
+        "RestartIgnoreLimit"
+    )
 
 
-def test_jobs_no_node_can_run_are_explained() -> None:
+def test_a_fail_job_rule_fails_at_once_and_keeps_the_evidence() -> None:
+    job = a_job(failurePolicy={"rules": [{"action": "FailJob", "onExitCodes": [42]}]})
+    failed = replace(pod(1, "Failed"), reason="Error", exit_code=42)
+    intent = decide(job, [pod(0), failed, pod(2)], RUNNING, now=NOW)
+    assert intent.fail_reason == "FailJob"
+    assert intent.keep == ["j-worker-1"]
+
+
+def test_an_ignored_failure_is_not_restarted_and_counts_as_finished() -> None:
+    job = a_job(failurePolicy={"rules": [{"action": "Ignore", "onExitCodes": [3]}]})
+    failed = replace(pod(1, "Failed"), reason="Error", exit_code=3)
+    going = decide(job, [pod(0, "Succeeded"), failed, pod(2)], RUNNING, now=NOW)
+    assert (going.charged, going.create, going.delete, going.succeed) == (0, [], [], None)
+    done = decide(job, [pod(0, "Succeeded"), failed, pod(2, "Succeeded")], RUNNING, now=NOW)
+    assert done.succeed == "all 3 workers succeeded (1 failure(s) ignored by a rule)"
+
+
+# -- failures: ReplaceWorker ---------------------------------------------------------------------
+
+
+def test_replace_worker_replaces_only_the_lost_one() -> None:
+    job = a_job(failurePolicy={"restartStrategy": "ReplaceWorker"}, launcher={"rendezvous": "c10d"})
+    intent = decide(job, [pod(0), pod(2)], RUNNING, now=NOW)
+    assert (intent.restarting, intent.charged, intent.delete) == ({1}, 1, [])
+    memory = replace(RUNNING, attempt=1, restarting=frozenset({1}), last_failure=NOW - 11)
+    later = decide(job, [pod(0), pod(2)], memory, now=NOW)
+    assert (later.create, later.attempt) == ([1], 1)
+
+
+# -- honouring -----------------------------------------------------------------------------------
+
+
+def test_jobs_no_gpu_node_can_run_are_explained() -> None:
     assert honour_problem(a_job(), []) is None
     assert honour_problem(a_job(), [{"nvidia.com/gpu": 8, "rdma/ib": 8}]) is None
     problem = honour_problem(a_job(), [{"nvidia.com/gpu": 4, "rdma/ib": 8}])
     assert problem is not None
     assert "no node has more than 4" in problem
+    assert "re-create the job" in problem  # gpusPerWorker cannot change
     rdma = honour_problem(a_job(), [{"nvidia.com/gpu": 8}])
     assert rdma is not None
     assert "rdma/ib" in rdma
 
 
-def status_of(pods: dict[int, WorkerPod], placement: dict[str, Any], **kw: Any) -> dict[str, Any]:
+def test_gpu_pools_scaled_to_zero_are_not_a_problem() -> None:
+    assert honour_problem(a_job(), [{"example.com/cpu-only": 1}, {}]) is None
+
+
+# -- status --------------------------------------------------------------------------------------
+
+
+def status_of(pods: list[WorkerPod], placement: dict[str, Any], **kw: Any) -> dict[str, Any]:
     return job_status(
-        a_job(),
+        kw.get("job", a_job()),
         pods,
         placement=placement,
         previous_conditions=kw.get("prev", []),
-        restarts=0,
-        failure=kw.get("failure"),
+        outcome=kw.get("outcome", Outcome()),
         generation=2,
         now=NOW,
     )
 
 
+def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
 def test_phases_follow_placement_and_readiness() -> None:
-    assert status_of({}, {})["phase"] == "Pending"
-    assert status_of({}, {"state": "Waiting", "message": "m"})["phase"] == "Waiting"
-    assert status_of({0: running(0)}, {"state": "Planned"})["phase"] == "Placed"
-    all_ready = {i: running(i) for i in range(3)}
+    assert status_of([], {})["phase"] == "Pending"
+    assert status_of([], {"state": "Waiting", "message": "m"})["phase"] == "Waiting"
+    assert status_of([pod(0)], {"state": "Planned"})["phase"] == "Placed"
+    all_ready = gang("Running", "Running", "Running")
     got = status_of(all_ready, {"state": "Planned"})
     assert (got["phase"], got["ready"]) == ("Running", "3/3")
-    assert status_of(all_ready, {}, failure="boom")["phase"] == "Failed"
+    failed = status_of(all_ready, {}, outcome=Outcome(terminal="Failed", terminal_message="x"))
+    assert failed["phase"] == "Failed"
+
+
+def test_a_job_stays_running_while_some_workers_have_finished() -> None:
+    got = status_of(gang("Succeeded", "Running", "Running"), {"state": "Planned"})
+    assert got["phase"] == "Running"
+
+
+def test_a_suspended_job_is_suspended_only_once_its_pods_are_gone() -> None:
+    job = a_job(suspend=True)
+    stopping = status_of([replace(pod(0), deleting=True)], {}, job=job)
+    assert stopping["phase"] != "Suspended"
+    assert conditions(stopping)["Suspended"]["status"] == "False"
+    done = status_of([], {}, job=job)
+    assert done["phase"] == "Suspended"
+    assert conditions(done)["Suspended"]["status"] == "True"
+
+
+def test_admitted_is_shown_only_when_something_admits() -> None:
+    assert "Admitted" not in conditions(status_of([], {}))
+    queued = status_of([], {}, outcome=Outcome(admitted=(False, "Queued", "waiting for quota")))
+    assert conditions(queued)["Admitted"]["reason"] == "Queued"
+
+
+def test_a_create_error_shows_as_workers_created_false() -> None:
+    got = status_of([], {}, outcome=Outcome(create_error="403 Forbidden: exceeded quota"))
+    created = conditions(got)["WorkersCreated"]
+    assert (created["status"], created["reason"]) == ("False", "CreateFailed")
+    assert "exceeded quota" in created["message"]
 
 
 def test_conditions_carry_the_placers_words_and_keep_their_transition_time() -> None:
-    first = status_of({}, {"state": "Waiting", "message": "no leaf has room"})
-    placed = next(c for c in first["conditions"] if c["type"] == "Placed")
+    first = status_of([], {"state": "Waiting", "message": "no leaf has room"})
+    placed = conditions(first)["Placed"]
     assert (placed["status"], placed["reason"], placed["message"]) == (
         "False",
         "WaitingForCapacity",
         "no leaf has room",
     )
     earlier = [{**placed, "lastTransitionTime": "2020-01-01T00:00:00Z"}]
-    again = status_of({}, {"state": "Waiting", "message": "still"}, prev=earlier)
-    kept = next(c for c in again["conditions"] if c["type"] == "Placed")
+    again = status_of([], {"state": "Waiting", "message": "still"}, prev=earlier)
+    kept = conditions(again)["Placed"]
     assert kept["lastTransitionTime"] == "2020-01-01T00:00:00Z"
     assert kept["observedGeneration"] == 2

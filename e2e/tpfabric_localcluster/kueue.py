@@ -1,0 +1,146 @@
+"""Kueue's controller on the local control plane: its CRDs, its webhooks on loopback, the process.
+
+Kueue is built from the Go module proxy like the other tools (``toolchain.GO_INSTALL_TOOLS``); its
+CRDs and webhook configurations are copied out of the module beside the binary. In a cluster the
+API server reaches Kueue's webhooks through a Service; here it calls ``https://127.0.0.1:<port>``,
+served with the API server's own serving certificate (SAN 127.0.0.1, issued by the cluster's CA),
+and every ``caBundle`` is that CA. Only Kueue's own webhooks (its API objects and the CRD
+conversions) are installed: the job-framework webhooks (pods, batch Jobs) stay off, so Kueue
+touches nothing but what is queued through it. TensorParallelJobs are an external framework: the
+tpfabric operator makes their Workloads (``tpfabric_operator.queueing``).
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tpfabric_localcluster.cluster import LocalCluster, free_ports
+from tpfabric_localcluster.toolchain import find_toolchain
+
+__all__ = ["KUEUE", "KUEUE_NAMESPACE", "start_kueue"]
+
+KUEUE = "kueue-controller"
+KUEUE_NAMESPACE = "kueue-system"
+TPJ_FRAMEWORK = "TensorParallelJob.v1alpha1.tpfabric.io"
+METRICS_CERTS = "/etc/kueue/metrics/certs"
+
+
+def _url(config: dict[str, Any], port: int, ca: str) -> None:
+    """Point a webhook ``clientConfig`` at loopback instead of Kueue's Service."""
+    path = (config.get("service") or {}).get("path", "/")
+    config.pop("service", None)
+    config["url"] = f"https://127.0.0.1:{port}{path}"
+    config["caBundle"] = ca
+
+
+def _crds(folder: Path, port: int, ca: str) -> list[dict[str, Any]]:
+    crds = []
+    for file in sorted(folder.glob("*.yaml")):
+        crd = yaml.safe_load(file.read_text())
+        conversion = crd["spec"].get("conversion") or {}
+        if conversion.get("strategy") == "Webhook":
+            _url(conversion["webhook"]["clientConfig"], port, ca)
+        crds.append(crd)
+    return crds
+
+
+def _webhooks(manifest: Path, port: int, ca: str) -> list[dict[str, Any]]:
+    """Return Kueue's webhook configurations, only the hooks of Kueue's own API group."""
+    configs = []
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        if not doc:
+            continue
+        hooks = [
+            h
+            for h in doc.get("webhooks") or []
+            if "kueue-x-k8s-io" in (h["clientConfig"].get("service") or {}).get("path", "")
+        ]
+        for hook in hooks:
+            _url(hook["clientConfig"], port, ca)
+        doc["metadata"]["name"] = f"kueue-{doc['metadata']['name']}"
+        doc["webhooks"] = hooks
+        configs.append(doc)
+    return configs
+
+
+def _kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> None:
+    kubectl = find_toolchain(("kubectl",)).path("kubectl")
+    done = subprocess.run(
+        [str(kubectl), f"--kubeconfig={cluster.kubeconfig}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"kubectl {args[0]} of Kueue's manifests failed: {done.stderr}")
+
+
+def _kubectl_apply(cluster: LocalCluster, objects: list[dict[str, Any]]) -> None:
+    stdin = yaml.safe_dump_all(objects)
+    _kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=stdin)
+
+
+def _configuration(folder: Path, webhook_port: int, probe_port: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(folder / "certs")},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "manageJobsWithoutQueueName": False,
+        "integrations": {"frameworks": ["batch/job"], "externalFrameworks": [TPJ_FRAMEWORK]},
+        # the on-demand visibility API is an aggregated API server of its own: not needed here
+        "featureGates": {"VisibilityOnDemand": False},
+    }
+
+
+def start_kueue(cluster: LocalCluster) -> None:
+    """Install Kueue's CRDs and webhooks and start its controller (``KUEUE``) on ``cluster``."""
+    binary = find_toolchain(("kueue",)).path("kueue")
+    manifests = binary.parent / "config"
+    folder = cluster.folder / "kueue"
+    (folder / "certs").mkdir(parents=True, exist_ok=True)
+    pki = cluster.folder / "pki"
+    shutil.copyfile(pki / "apiserver.crt", folder / "certs" / "tls.crt")
+    shutil.copyfile(pki / "apiserver.key", folder / "certs" / "tls.key")
+    # without internal cert management Kueue reads its metrics certificate from a fixed path
+    # (metrics are off, but the watcher must start): the same loopback certificate
+    metrics = Path(METRICS_CERTS)
+    if not (metrics / "tls.crt").exists():
+        try:
+            metrics.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(pki / "apiserver.crt", metrics / "tls.crt")
+            shutil.copyfile(pki / "apiserver.key", metrics / "tls.key")
+        except OSError as err:
+            raise RuntimeError(
+                f"Kueue needs a certificate in {METRICS_CERTS} (a path built into it); "
+                f"create it writable or run as root: {err}"
+            ) from err
+    ca = base64.b64encode((pki / "ca.crt").read_bytes()).decode()
+    webhook_port, probe_port = free_ports(2)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}
+    crds = _crds(manifests / "bases", webhook_port, ca)
+    _kubectl_apply(cluster, [namespace, *crds])
+    names = [f"crd/{crd['metadata']['name']}" for crd in crds]
+    _kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", *names)
+    config = folder / "config.yaml"
+    config.write_text(yaml.safe_dump(_configuration(folder, webhook_port, probe_port)))
+    cluster.add_component(
+        KUEUE,
+        [str(binary), f"--config={config}", "--zap-log-level=2"],
+        f"http://127.0.0.1:{probe_port}/readyz",
+        timeout=120,
+        env={"KUBECONFIG": str(cluster.kubeconfig)},
+    )
+    _kubectl_apply(cluster, _webhooks(manifests / "webhook" / "manifests.yaml", webhook_port, ca))

@@ -1,0 +1,390 @@
+"""The job lifecycle on the local control plane: success, deadlines, TTL, gang restarts, evidence,
+restart accounting, stuck pods, suspend/resume and API errors (issue 13, one test per defect).
+
+kwok runs the pods; a test ends a worker the way a kubelet would, by writing its pod status
+(``phase`` Succeeded or Failed with container states), since kwok's fake containers never exit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+import yaml
+from kubernetes import client
+from test_operator import Tpj, operator, small_job, tpj
+
+from conftest import run_kubectl, wait_for
+from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_operator.children import (
+    ATTEMPT_LABEL,
+    FAILED_WORKER_LABEL,
+    JOB_LABEL,
+    service_name,
+)
+
+__all__ = ["operator", "tpj"]
+
+
+def end_worker(
+    tpj: Tpj,
+    pod_name: str,
+    phase: str,
+    *,
+    exit_code: int = 0,
+    reason: str = "Completed",
+    init_container: bool = False,
+) -> None:
+    """Write the status a kubelet writes when a worker's container (or init container) ends."""
+    pod = tpj.core.read_namespaced_pod(pod_name, tpj.namespace)
+
+    def terminated(container: Any, code: int, why: str) -> dict[str, Any]:
+        return {
+            "name": container.name,
+            "image": container.image,
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "state": {"terminated": {"exitCode": code, "reason": why}},
+        }
+
+    status: dict[str, Any] = {"phase": phase}
+    if init_container:
+        init = pod.spec.init_containers[0]
+        status["initContainerStatuses"] = [terminated(init, exit_code, reason)]
+    else:
+        status["containerStatuses"] = [
+            terminated(c, exit_code, reason) for c in pod.spec.containers
+        ]
+    tpj.core.patch_namespaced_pod_status(pod_name, tpj.namespace, {"status": status})
+
+
+def release(tpj: Tpj, job: str) -> None:
+    """Drop the test's finalizers from every pod of ``job`` (also when a test failed)."""
+    for pod in tpj.pods(job):
+        if pod.metadata.finalizers:
+            tpj.core.patch_namespaced_pod(
+                pod.metadata.name, tpj.namespace, {"metadata": {"finalizers": None}}
+            )
+
+
+def names(tpj: Tpj, job: str) -> list[str]:
+    return [p.metadata.name for p in tpj.pods(job)]
+
+
+def patch_spec(tpj: Tpj, name: str, spec: dict[str, Any]) -> None:
+    tpj.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, tpj.namespace, PLURAL, name, {"spec": spec}
+    )
+
+
+# -- 1, 2: terminal semantics, success policy, deadline, TTL, phase ------------------------------
+
+
+def test_a_succeeded_job_never_runs_a_worker_again(tpj: Tpj) -> None:
+    name = tpj.apply(small_job("finished"))
+    tpj.wait_phase(name, "Running")
+    for pod in names(tpj, name):
+        end_worker(tpj, pod, "Succeeded")
+    tpj.wait_phase(name, "Succeeded")
+    # PodGC or a node scale-down removes a finished pod: nothing may retrain
+    tpj.core.delete_namespaced_pod(f"{name}-worker-0", tpj.namespace, grace_period_seconds=0)
+    time.sleep(5)
+    assert names(tpj, name) == [f"{name}-worker-1"]
+    status = tpj.status(name)
+    assert (status["phase"], status["restarts"]) == ("Succeeded", 0)
+    assert status["completionTime"] >= status["startTime"]
+
+
+def test_a_worker_finishing_first_keeps_the_job_running(tpj: Tpj) -> None:
+    name = tpj.apply(small_job("staggered"))
+    tpj.wait_phase(name, "Running")
+    end_worker(tpj, f"{name}-worker-0", "Succeeded")
+    time.sleep(4)
+    status = tpj.status(name)
+    assert status["phase"] == "Running"  # not back to Placed
+    assert status["succeededWorkers"] == [0]
+
+
+def test_rank0_success_ends_the_job_and_stops_the_hung_workers(tpj: Tpj) -> None:
+    name = tpj.apply(small_job("rank0", workers=3, successPolicy="Rank0"))
+    tpj.wait_phase(name, "Running")
+    end_worker(tpj, f"{name}-worker-0", "Succeeded")
+    tpj.wait_phase(name, "Succeeded")
+    assert tpj.condition(name, "Succeeded")["reason"] == "SuccessPolicyMet"
+    # the workers that hang in NCCL are stopped: their GPUs go back
+    wait_for(lambda: names(tpj, name) == [f"{name}-worker-0"], 60, what="hung workers stopped")
+
+
+def test_a_job_past_its_deadline_fails_and_frees_its_nodes(tpj: Tpj) -> None:
+    name = tpj.apply(small_job("slow", activeDeadlineSeconds=6))
+    tpj.wait_phase(name, "Failed", timeout=60)
+    failed = tpj.condition(name, "Failed")
+    assert failed["reason"] == "DeadlineExceeded"
+    wait_for(lambda: not tpj.pods(name), 60, what="the pods of the expired job deleted")
+
+
+def test_a_finished_job_is_deleted_after_its_ttl(tpj: Tpj) -> None:
+    name = tpj.apply(small_job("shortlived", ttlSecondsAfterFinished=3))
+    tpj.wait_phase(name, "Running")
+    for pod in names(tpj, name):
+        end_worker(tpj, pod, "Succeeded")
+    tpj.wait_phase(name, "Succeeded")
+
+    def gone() -> bool:
+        jobs = tpj.custom.list_namespaced_custom_object(GROUP, VERSION, tpj.namespace, PLURAL)
+        return name not in [j["metadata"]["name"] for j in jobs["items"]]
+
+    wait_for(gone, 30, what="the job deleted after its TTL")
+
+
+# -- 3, 7: gang restart, per-attempt names, evidence ---------------------------------------------
+
+
+def test_one_failed_worker_restarts_the_gang_and_keeps_the_failed_pod(tpj: Tpj) -> None:
+    name = tpj.apply(small_job("gang", workers=3, failurePolicy={"backoffSeconds": 1}))
+    tpj.wait_phase(name, "Running")
+    before = {p.metadata.name: p.metadata.uid for p in tpj.pods(name)}
+    end_worker(tpj, f"{name}-worker-1", "Failed", exit_code=137, reason="OOMKilled")
+
+    def restarted() -> list[client.V1Pod] | None:
+        pods = tpj.pods(name)
+        ok = len(pods) == 3 and all(p.status.phase == "Running" for p in pods)
+        return pods if ok and not {p.metadata.uid for p in pods} & set(before.values()) else None
+
+    pods = wait_for(restarted, 90, what="a Running second attempt of the whole gang")
+    assert [p.metadata.name for p in pods] == [f"{name}-worker-{i}-a1" for i in range(3)]
+    assert {p.metadata.labels[ATTEMPT_LABEL] for p in pods} == {"1"}
+    # DNS is unchanged: same hostnames under the same subdomain
+    assert [p.spec.hostname for p in pods] == [f"{name}-worker-{i}" for i in range(3)]
+    assert {p.spec.subdomain for p in pods} == {service_name(name)}
+    status = tpj.wait_phase(name, "Running")
+    assert (status["restarts"], status["attempt"]) == (1, 1)  # one incident, one charge
+    failure = status["lastFailure"]
+    assert (failure["worker"], failure["reason"], failure["exitCode"]) == (1, "OOMKilled", 137)
+    # the failed pod is still there for kubectl logs, out of the gang
+    kept = tpj.core.read_namespaced_pod(f"{name}-worker-1", tpj.namespace)
+    assert kept.status.phase == "Failed"
+    assert kept.metadata.labels.get(FAILED_WORKER_LABEL) == name
+    assert JOB_LABEL not in kept.metadata.labels
+
+
+def test_an_init_container_failure_is_the_reason_shown(tpj: Tpj) -> None:
+    name = tpj.apply(small_job("noinit", failurePolicy={"maxRestarts": 0}))
+    tpj.wait_phase(name, "Running")
+    end_worker(tpj, f"{name}-worker-0", "Failed", exit_code=3, reason="Error", init_container=True)
+    status = tpj.wait_phase(name, "Failed")
+    failure = status["lastFailure"]
+    assert (failure["reason"], failure["exitCode"]) == ("InitContainerFailed", 3)
+    assert "rdma-init exited 3" in failure["message"]
+    assert tpj.condition(name, "Failed")["reason"] == "RestartsExhausted"
+    assert tpj.core.read_namespaced_pod(f"{name}-worker-0", tpj.namespace).status.phase == "Failed"
+
+
+# -- 4: restart accounting -----------------------------------------------------------------------
+
+
+def test_an_evicted_worker_is_charged_once_and_restarted_after_the_backoff(tpj: Tpj) -> None:
+    name = tpj.apply(small_job("evicted", failurePolicy={"backoffSeconds": 6}))
+    tpj.wait_phase(name, "Running")
+    tpj.core.delete_namespaced_pod(f"{name}-worker-1", tpj.namespace)
+    wait_for(lambda: tpj.status(name).get("lastFailure"), 30, what="the loss recorded")
+    status = tpj.wait_phase(name, "Running", timeout=90)
+    assert status["restarts"] == 1
+    lost_at = dt.datetime.fromisoformat(status["lastFailureTime"])
+    first = min(p.metadata.creation_timestamp for p in tpj.pods(name))
+    assert (first - lost_at).total_seconds() >= 5, "restarted before the backoff"
+    time.sleep(4)
+    assert tpj.status(name)["restarts"] == 1  # not charged again on later ticks
+
+
+def test_a_worker_stuck_terminating_is_charged_once(tpj: Tpj) -> None:
+    name = tpj.apply(small_job("sticky"))
+    tpj.wait_phase(name, "Running")
+    pod = f"{name}-worker-1"
+    tpj.core.patch_namespaced_pod(pod, tpj.namespace, {"metadata": {"finalizers": ["test/hold"]}})
+    try:
+        tpj.core.delete_namespaced_pod(pod, tpj.namespace)
+        wait_for(lambda: tpj.status(name).get("lastFailure"), 30, what="the loss recorded")
+        time.sleep(6)  # several ticks while the old pod terminates
+        status = tpj.status(name)
+        assert status["restarts"] == 1
+        assert status["phase"] == "Restarting"
+    finally:
+        release(tpj, name)
+    status = tpj.wait_phase(name, "Running", timeout=90)
+    assert status["restarts"] == 1
+
+
+# -- 5: delete and re-create under the same name -------------------------------------------------
+
+
+def test_a_job_recreated_under_the_same_name_runs(tpj: Tpj) -> None:
+    """Timing decides whether the old pods still exist when the new job starts; kept anyway."""
+    manifest = small_job("again")
+    name = tpj.apply(manifest)
+    tpj.wait_phase(name, "Running")
+    tpj.custom.delete_namespaced_custom_object(GROUP, VERSION, tpj.namespace, PLURAL, name)
+    wait_for(
+        lambda: (
+            name
+            not in [
+                j["metadata"]["name"]
+                for j in tpj.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, tpj.namespace, PLURAL
+                )["items"]
+            ]
+        ),
+        30,
+        what="the old job gone",
+    )
+    tpj.apply(manifest)
+    uid = tpj.get(name)["metadata"]["uid"]
+    status = tpj.wait_phase(name, "Running", timeout=90)
+    assert (status["restarts"], status.get("phase")) == (0, "Running")
+    pods = tpj.pods(name)
+    assert len(pods) == 2
+    assert {p.metadata.owner_references[0].uid for p in pods} == {uid}
+
+    def service_is_ours() -> bool:
+        try:
+            service = tpj.core.read_namespaced_service(service_name(name), tpj.namespace)
+        except client.ApiException:
+            return False
+        return bool(service.metadata.owner_references[0].uid == uid)
+
+    wait_for(service_is_ours, 30, what="the new job's Service")
+
+
+# -- 6: a worker stuck Terminating on a node that does not answer --------------------------------
+
+
+def test_a_worker_on_an_unreachable_node_is_force_deleted_and_replaced(tpj: Tpj) -> None:
+    """A node that does not answer never confirms a deletion; a finalizer stands in for it here,
+    released only once the operator force-deletes the pod (as the API server then would)."""
+    name = tpj.apply(small_job("partitioned", failurePolicy={"backoffSeconds": 1}))
+    tpj.wait_phase(name, "Running")
+    victim = tpj.pods(name)[1]
+    pod = victim.metadata.name
+    tpj.core.patch_namespaced_pod(pod, tpj.namespace, {"metadata": {"finalizers": ["test/hold"]}})
+    tpj.core.delete_namespaced_pod(pod, tpj.namespace, grace_period_seconds=1)
+
+    def force_deleted() -> bool:
+        events = tpj.core.list_namespaced_event(
+            tpj.namespace, field_selector=f"involvedObject.name={name}"
+        ).items
+        return "WorkerForceDeleted" in {e.reason for e in events}
+
+    try:
+        wait_for(force_deleted, 90, interval=1, what="the stuck worker force-deleted")
+    finally:
+        release(tpj, name)
+
+    def replaced() -> bool:
+        pods = tpj.pods(name)
+        return (
+            len(pods) == 2
+            and victim.metadata.uid not in {p.metadata.uid for p in pods}
+            and all(p.status.phase == "Running" for p in pods)
+        )
+
+    wait_for(replaced, 90, what="the gang running again")
+    assert tpj.status(name)["restarts"] == 1
+
+
+# -- 9: suspend and resume -----------------------------------------------------------------------
+
+
+def test_resume_while_old_pods_terminate_neither_fails_nor_charges(tpj: Tpj) -> None:
+    name = tpj.apply(small_job("toggler", failurePolicy={"maxRestarts": 0}))
+    tpj.wait_phase(name, "Running")
+    for pod in names(tpj, name):
+        tpj.core.patch_namespaced_pod(
+            pod, tpj.namespace, {"metadata": {"finalizers": ["test/hold"]}}
+        )
+    try:
+        patch_spec(tpj, name, {"suspend": True})
+        wait_for(
+            lambda: all(p.metadata.deletion_timestamp for p in tpj.pods(name)),
+            30,
+            what="the pods terminating",
+        )
+        time.sleep(3)
+        # the pods still hold their GPUs: not Suspended yet
+        assert tpj.status(name)["phase"] != "Suspended"
+        assert tpj.condition(name, "Suspended")["status"] == "False"
+        patch_spec(tpj, name, {"suspend": False})
+        time.sleep(3)
+    finally:
+        release(tpj, name)
+    status = tpj.wait_phase(name, "Running", timeout=90)
+    assert status["restarts"] == 0
+
+
+# -- 10: conditions and API errors ---------------------------------------------------------------
+
+
+def test_a_quota_that_refuses_a_worker_shows_create_failed(tpj: Tpj) -> None:
+    tpj.core.create_namespaced_resource_quota(
+        tpj.namespace, {"metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}}
+    )
+    wait_for(
+        lambda: tpj.core.read_namespaced_resource_quota("one-pod", tpj.namespace).status.hard,
+        30,
+        what="the quota in force",
+    )
+    name = tpj.apply(small_job("overquota"))
+    created = wait_for(
+        lambda: (c := tpj.condition(name, "WorkersCreated")).get("reason") == "CreateFailed" and c,
+        30,
+        what="WorkersCreated False with reason CreateFailed",
+    )
+    assert created["status"] == "False"
+    assert "exceeded quota" in created["message"]
+    assert not tpj.condition(name, "Admitted")  # nothing admits this job
+    events = tpj.core.list_namespaced_event(
+        tpj.namespace, field_selector=f"involvedObject.name={name}"
+    ).items
+    assert [e for e in events if e.reason == "CreateFailed"]
+    tpj.core.delete_namespaced_resource_quota("one-pod", tpj.namespace)
+    tpj.wait_phase(name, "Running", timeout=90)
+
+
+def test_a_name_too_long_for_worker_hostnames_is_rejected_at_admission(tpj: Tpj) -> None:
+    done = run_kubectl(
+        tpj.cluster,
+        "apply",
+        "-n",
+        tpj.namespace,
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(small_job("x" * 51)),
+    )
+    assert done.returncode != 0
+    assert "at most 50 characters" in done.stderr, done.stderr
+
+
+# -- 8: a temporary state of the cluster never fails a running job ------------------------------
+
+
+def test_gpu_nodes_scaled_to_zero_do_not_fail_a_running_job(
+    tpj: Tpj, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    name = tpj.apply(small_job("steady"))
+    tpj.wait_phase(name, "Running")
+
+    def set_gpus(count: str) -> None:
+        for node in fabric_nodes:
+            resources = {"nvidia.com/gpu": count}
+            tpj.core.patch_node_status(
+                node, {"status": {"capacity": resources, "allocatable": resources}}
+            )
+
+    set_gpus("0")  # the GPU pools scaled down to nothing: no node has a GPU
+    try:
+        time.sleep(35)  # past the operator's 30 s node cache, several reconciles
+        status = tpj.status(name)
+        assert status["phase"] != "Failed", tpj.condition(name, "Failed")
+    finally:
+        set_gpus("8")
