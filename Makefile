@@ -8,12 +8,16 @@ BIN := $(VENV)/bin
 GO_ENV = PATH="$$(e2e/toolchain/bootstrap-go.sh):$$PATH"
 PYTEST_FLAGS ?=
 # Container images (`make images`, needs Docker): <prefix>/tpfabric, rdma-init, fake-rdma-device-plugin.
+# BASE_IMAGE replaces the Dockerfiles' pinned python base; HOST_WHEELS=1 installs Python packages
+# from wheels built on the host (for builds that cannot reach PyPI). See images/build.sh.
 DOCKER ?= docker
 IMAGE_PREFIX ?= tpfabric
 IMAGE_TAG ?= dev
+BASE_IMAGE ?=
+HOST_WHEELS ?= 0
 
 .PHONY: demo test lint typecheck test-unit test-integration toolchain venv constraints clean \
-	images e2e-kind
+	images e2e-kind test-e2e
 
 demo: venv toolchain
 	$(BIN)/tpfabric demo
@@ -50,15 +54,19 @@ constraints: venv
 	{ echo '# Exact versions CI and `make` install (pip -c). Regenerate: make constraints'; \
 	  $(BIN)/pip freeze --exclude-editable | grep -v '^tpfabric'; } > requirements/constraints.txt
 
-images:
-	$(DOCKER) build -t $(IMAGE_PREFIX)/tpfabric:$(IMAGE_TAG) -f images/tpfabric/Dockerfile .
-	$(DOCKER) build -t $(IMAGE_PREFIX)/rdma-init:$(IMAGE_TAG) rdma_init
-	$(DOCKER) build -t $(IMAGE_PREFIX)/fake-rdma-device-plugin:$(IMAGE_TAG) \
-	  -f e2e/tpfabric_deviceplugin/Dockerfile e2e
+images: venv
+	DOCKER=$(DOCKER) images/build.sh --prefix $(IMAGE_PREFIX) --tag $(IMAGE_TAG) \
+	  $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) $(if $(filter 1,$(HOST_WHEELS)),--host-wheels)
 
-# kind cluster, images, chart and a TensorParallelJob end to end (needs Docker and kind).
+# A real kind cluster, built without a registry (Docker installed and started if missing, node
+# image and tools cached in ~/.cache/tpfabric), the images, the chart and a TensorParallelJob end
+# to end. Root for a fresh host (apt, dockerd, debootstrap). See e2e/kind/run.sh.
 e2e-kind: venv
-	e2e/kind/run.sh
+	$(GO_ENV) e2e/kind/run.sh
+
+# The same as a pytest tier (marker e2e; skipped only where no Docker engine can be started).
+test-e2e: venv
+	$(GO_ENV) $(BIN)/pytest -m e2e tests/e2e $(PYTEST_FLAGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

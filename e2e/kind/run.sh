@@ -1,85 +1,237 @@
 #!/usr/bin/env bash
-# End-to-end test of tpfabric on kind (needs a Docker engine): builds and loads the images, labels
-# the four workers with a fake two-leaf fabric, deploys the fake RDMA device plugin, installs the
-# chart, applies a TensorParallelJob and checks where it landed and the NCCL config its workers got.
+# End-to-end test of tpfabric on a real kind cluster, built without a registry:
+#   e2e/kind/run.sh          # or: make e2e-kind; pytest -m e2e tests/e2e
 #
-#   e2e/kind/run.sh                 # or: make e2e-kind; pytest tests/e2e
+#  1. a Docker engine (e2e/kind/docker-engine.sh: installs Debian's docker.io and starts dockerd
+#     where none runs; exit 3 = no engine can be had, the pytest tier skips on it);
+#  2. the kind node image of the pinned Kubernetes and a Debian/Python base (e2e/kind/node-image.sh,
+#     cached); tpfabric's three images on that base, Python packages from host-built wheels
+#     (images/build.sh --host-wheels);
+#  3. kind: 1 control plane + 4 workers, the pod network wired here (ptp CNI + routes), the images
+#     loaded; the workers labelled from a two-leaf fabric (`tpfabric topology label`);
+#  4. the fake RDMA device plugin registers with each kubelet (rdma/ib=8 allocatable); the chart
+#     installs into a namespace that enforces the "restricted" Pod Security profile;
+#  5. a TensorParallelJob: gated, planned, bound to its planned nodes on one leaf; each worker's
+#     rdma-init runs and writes nccl.conf and its report, the main container sees them;
+#  6. deleting the job removes its pods and Service; `helm uninstall` leaves nothing;
+#  7. teardown: the cluster is deleted and the host sysctls the kubelet changed are restored.
+#
 # Environment: KIND_CLUSTER (default tpfabric-e2e; fabric.yaml names its workers), KEEP_CLUSTER=1
-# leaves the cluster up, KIND_NODE_IMAGE picks the node image, KIND/HELM/KUBECTL/TPFABRIC/DOCKER
-# name the binaries (default: PATH, then tpfabric's toolchain cache).
-# Every manifest it applies is also validated on the local control plane by
+# leaves the cluster up (and the sysctls as the kubelet set them), KIND/HELM/KUBECTL/TPFABRIC/DOCKER
+# name the binaries (default: tpfabric's pinned toolchain, built into ~/.cache/tpfabric).
+# The manifests it applies are also validated on the local control plane by
 # tests/integration/test_helm.py (server-side dry run), so these files cannot rot unseen.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+CACHE=${TPFABRIC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tpfabric}
 CLUSTER=${KIND_CLUSTER:-tpfabric-e2e}
 NAMESPACE=tpfabric-system
+RELEASE=tpfabric
 JOB=e2e-tp8x2
 JOB_NAMESPACE=default
 IMAGE_TAG=dev
-IMAGES=(tpfabric/tpfabric tpfabric/rdma-init tpfabric/fake-rdma-device-plugin)
+# Host-wide sysctls the kubelet sets at every start (kernel.panic_on_oops=1 reboots on an oops).
+SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+SYSCTL_STATE=$CACHE/kind-e2e-sysctls.saved
+STARTED=$(date +%s)
 
-log() { printf '\n== %s\n' "$*" >&2; }
-die() { printf 'e2e/kind: %s\n' "$*" >&2; exit 1; }
+log() { printf '\n== [%4ss] %s\n' "$(( $(date +%s) - STARTED ))" "$*" >&2; }
+die() { printf 'e2e/kind: FAIL: %s\n' "$*" >&2; exit 1; }
 
-# tool NAME ENVVAR: the binary named by $ENVVAR, else on PATH, else in tpfabric's cache.
-tool() {
-  local name=$1 var=$2 found
-  if [[ -n ${!var:-} ]]; then echo "${!var}"; return; fi
-  if found=$(command -v "$name"); then echo "$found"; return; fi
-  found=$(compgen -G "${TPFABRIC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tpfabric}/bin/*/$name" | sort | tail -n1 || true)
-  [[ -n $found ]] || die "$name not found: install it, put it on PATH or set $var"
-  echo "$found"
+# -- the host's sysctls ---------------------------------------------------------------------------
+
+restore_sysctls() {
+  [[ -f $SYSCTL_STATE ]] || return 0
+  local line
+  while read -r line; do
+    sysctl -q -w "$line" >/dev/null 2>&1 || echo "e2e/kind: could not restore $line" >&2
+  done <"$SYSCTL_STATE"
+  echo "e2e/kind: host sysctls restored: $(tr '\n' ' ' <"$SYSCTL_STATE")" >&2
+  rm -f "$SYSCTL_STATE"
 }
 
-DOCKER=$(tool docker DOCKER)
-"$DOCKER" info >/dev/null 2>&1 || die "no Docker engine answers ($DOCKER info failed); kind needs one"
-KIND=$(tool kind KIND)
-HELM=$(tool helm HELM)
-KUBECTL=$(tool kubectl KUBECTL)
-if [[ -z ${TPFABRIC:-} && -x $ROOT/.venv/bin/tpfabric ]]; then TPFABRIC=$ROOT/.venv/bin/tpfabric; fi
-TPFABRIC=$(tool tpfabric TPFABRIC)
+save_sysctls() {
+  [[ $(id -u) == 0 ]] || return 0
+  # A run killed before its teardown left its saved values: those are the host's own.
+  if [[ -f $SYSCTL_STATE ]] && ! "$DOCKER" ps -q --filter "label=io.x-k8s.kind.cluster" | grep -q .; then
+    restore_sysctls
+  fi
+  if [[ ! -f $SYSCTL_STATE ]]; then
+    mkdir -p "$CACHE"
+    for name in "${SYSCTLS[@]}"; do
+      [[ -e /proc/sys/${name//.//} ]] && echo "$name=$(sysctl -n "$name")"
+    done >"$SYSCTL_STATE.new"
+    mv "$SYSCTL_STATE.new" "$SYSCTL_STATE"
+  fi
+}
+
+# -- 1. engine, images, tools ---------------------------------------------------------------------
+
+log "Docker engine"
+set +e
+"$HERE/docker-engine.sh"
+engine=$?
+set -e
+if [[ $engine == 3 ]]; then
+  echo "e2e/kind: SKIP: no Docker engine can be started on this host (see above)" >&2
+  exit 3
+fi
+[[ $engine == 0 ]] || die "e2e/kind/docker-engine.sh failed (exit $engine)"
+DOCKER=${DOCKER:-docker}
+"$DOCKER" version --format 'Docker engine {{.Server.Version}} (client {{.Client.Version}})' >&2
+
+log "kind node image and Debian/Python base (cached: ~/.cache/tpfabric, Docker's image store)"
+eval "$("$HERE/node-image.sh")"
+echo "node image: $NODE_IMAGE; Python base: $PYTHON_BASE_IMAGE" >&2
+
+log "building tpfabric's images on $PYTHON_BASE_IMAGE, packages from host-built wheels"
+"$ROOT/images/build.sh" --prefix tpfabric --tag "$IMAGE_TAG" --base-image "$PYTHON_BASE_IMAGE" --host-wheels
+"$DOCKER" image ls --format '{{.Repository}}:{{.Tag}}  {{.ID}}  {{.Size}}' | grep '^tpfabric/' >&2
+
+PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
+while IFS='=' read -r name path; do
+  case $name in
+    kind) KIND=${KIND:-$path} ;;
+    helm) HELM=${HELM:-$path} ;;
+    kubectl) KUBECTL=${KUBECTL:-$path} ;;
+  esac
+done < <("$PYTHON" -c '
+from tpfabric_localcluster.toolchain import ensure_toolchain
+tools = ensure_toolchain(("kind", "helm", "kubectl"))
+for name in ("kind", "helm", "kubectl"):
+    print(f"{name}={tools.path(name)}")
+')
+TPFABRIC=${TPFABRIC:-$ROOT/.venv/bin/tpfabric}
+echo "kind: $("$KIND" version); helm: $("$HELM" version --short); kubectl: $("$KUBECTL" version --client | head -n1)" >&2
 
 KUBECONFIG_FILE=$(mktemp)
+KIND_CONFIG=$(mktemp)
 kubectl() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
 finish() {
   local status=$?
-  if [[ $status -ne 0 ]] && [[ -s $KUBECONFIG_FILE ]]; then
+  if [[ $status -ne 0 && -s $KUBECONFIG_FILE ]]; then
     log "FAILED: state of the cluster"
-    kubectl get nodes -L topology.tpfabric.io/leaf || true
+    kubectl get nodes -o wide -L topology.tpfabric.io/leaf || true
     kubectl get pods -A -o wide || true
     kubectl get tpj -A -o yaml || true
-    kubectl -n "$NAMESPACE" logs deploy/tpfabric-scheduler --all-containers --tail=100 || true
-    kubectl -n "$NAMESPACE" logs deploy/tpfabric-operator --tail=100 || true
+    kubectl -n "$NAMESPACE" logs deploy/tpfabric-scheduler --all-containers --tail=60 || true
+    kubectl -n "$NAMESPACE" logs deploy/tpfabric-operator --tail=60 || true
     kubectl -n "$JOB_NAMESPACE" describe pods -l "tpfabric.io/job-name=$JOB" || true
+    kubectl get events -A --sort-by=.lastTimestamp | tail -n 30 || true
   fi
   if [[ ${KEEP_CLUSTER:-0} == 1 ]]; then
-    echo "cluster $CLUSTER left up: $KIND get kubeconfig --name $CLUSTER" >&2
+    echo "cluster $CLUSTER left up: $KIND get kubeconfig --name $CLUSTER; then: $KIND delete cluster --name $CLUSTER and restore $(cat "$SYSCTL_STATE" 2>/dev/null)" >&2
   else
     "$KIND" delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+    restore_sysctls
   fi
-  rm -f "$KUBECONFIG_FILE"
+  rm -f "$KUBECONFIG_FILE" "$KIND_CONFIG"
+  log "e2e/kind exits $status"
   exit "$status"
 }
 
-log "building the images"
-make -C "$ROOT" images IMAGE_PREFIX=tpfabric IMAGE_TAG="$IMAGE_TAG" DOCKER="$DOCKER"
+# -- 2. the cluster -------------------------------------------------------------------------------
 
-log "creating kind cluster $CLUSTER"
+# kind-config.yaml plus what this host needs, only when detected.
+kind_config() {
+  cat "$HERE/kind-config.yaml"
+  cat <<'EOF'
+networking:
+  # kindnetd is not built here (its dependency is not on the Go module proxy): run.sh wires the
+  # nodes' ptp CNI and routes itself.
+  disableDefaultCNI: true
+EOF
+  local patches=()
+  if [[ $(stat -fc %T /sys/fs/cgroup) != cgroup2fs ]]; then
+    echo "quirk: cgroup v1 host: kubelet failCgroupV1: false" >&2
+    cat <<'EOF'
+kubeadmConfigPatches:
+  - |
+    kind: KubeletConfiguration
+    failCgroupV1: false
+EOF
+  fi
+  local bnd
+  bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
+  if (( (0x$bnd >> 24 & 1) == 0 )); then
+    echo "quirk: no CAP_SYS_RESOURCE in the bounding set: containerd restrict_oom_score_adj" >&2
+    cat <<'EOF'
+containerdConfigPatches:
+  - |
+    [plugins."io.containerd.grpc.v1.cri"]
+      restrict_oom_score_adj = true
+EOF
+  fi
+}
+
+# The pod network kindnetd would make: each node a ptp CNI config over its podCIDR, and a route to
+# every other node's podCIDR via that node.
+wire_pod_network() {
+  local node cidr ip
+  declare -A CIDR IP
+  for node in "${NODES[@]}"; do
+    for _ in $(seq 60); do
+      cidr=$(kubectl get node "$node" -o jsonpath='{.spec.podCIDR}')
+      [[ -n $cidr ]] && break
+      sleep 1
+    done
+    [[ -n $cidr ]] || die "$node got no podCIDR"
+    CIDR[$node]=$cidr
+    IP[$node]=$("$DOCKER" inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$node")
+  done
+  for node in "${NODES[@]}"; do
+    "$DOCKER" exec -i "$node" sh -c 'mkdir -p /etc/cni/net.d && cat >/etc/cni/net.d/10-tpfabric-ptp.conflist' <<EOF
+{
+  "cniVersion": "0.3.1",
+  "name": "tpfabric-e2e",
+  "plugins": [
+    {"type": "ptp", "ipMasq": false, "mtu": 1500,
+     "ipam": {"type": "host-local", "dataDir": "/run/cni-ipam-state",
+              "routes": [{"dst": "0.0.0.0/0"}], "ranges": [[{"subnet": "${CIDR[$node]}"}]]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+    for other in "${NODES[@]}"; do
+      [[ $other == "$node" ]] && continue
+      "$DOCKER" exec "$node" ip route replace "${CIDR[$other]}" via "${IP[$other]}"
+    done
+    echo "  $node: ${IP[$node]}, pods ${CIDR[$node]}" >&2
+  done
+}
+
+log "creating kind cluster $CLUSTER (1 control plane + 4 workers) from $NODE_IMAGE"
 "$KIND" delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+save_sysctls
 trap finish EXIT
-"$KIND" create cluster --name "$CLUSTER" --config "$HERE/kind-config.yaml" --wait 180s \
-  ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"}
+kind_config >"$KIND_CONFIG"
+"$KIND" create cluster --name "$CLUSTER" --config "$KIND_CONFIG" --image "$NODE_IMAGE"
 "$KIND" get kubeconfig --name "$CLUSTER" >"$KUBECONFIG_FILE"
-for image in "${IMAGES[@]}"; do
-  "$KIND" load docker-image --name "$CLUSTER" "$image:$IMAGE_TAG"
-done
-mapfile -t WORKERS < <(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o name | sed 's|^node/||')
+mapfile -t NODES < <("$KIND" get nodes --name "$CLUSTER" | sort)
+log "wiring the pod network"
+wire_pod_network
+# kind installs its local-path provisioner; its image is a stand-in here (node-image.sh) and
+# tpfabric needs no volumes: remove it rather than leave a crash-looping pod.
+kubectl delete namespace local-path-storage --wait=false --ignore-not-found >/dev/null
+kubectl delete storageclass standard --ignore-not-found >/dev/null
+kubectl wait node --all --for=condition=Ready --timeout=180s >/dev/null
+kubectl -n kube-system rollout status ds/kube-proxy --timeout=180s
+kubectl -n kube-system rollout status deploy/coredns --timeout=180s
+kubectl get nodes -o wide
+mapfile -t WORKERS < <(kubectl get nodes -l '!node-role.kubernetes.io/control-plane' -o name | sed 's|^node/||' | sort)
 [[ ${#WORKERS[@]} -eq 4 ]] || die "expected 4 workers, got: ${WORKERS[*]}"
 
-log "labelling the workers with a two-leaf fabric"
+log "loading the images: the device plugin (a DaemonSet) everywhere, the others into the workers"
+workers_csv=$(IFS=,; echo "${WORKERS[*]}")
+"$KIND" load docker-image --name "$CLUSTER" "tpfabric/fake-rdma-device-plugin:$IMAGE_TAG"
+"$KIND" load docker-image --name "$CLUSTER" --nodes "$workers_csv" \
+  "tpfabric/tpfabric:$IMAGE_TAG" "tpfabric/rdma-init:$IMAGE_TAG"
+
+log "labelling the workers with a two-leaf fabric (tpfabric topology label)"
 "$TPFABRIC" topology label --fabric "$HERE/fabric.yaml" --apply --kubeconfig "$KUBECONFIG_FILE"
 for node in "${WORKERS[@]}"; do
   [[ -n $(kubectl get node "$node" -o jsonpath='{.metadata.labels.topology\.tpfabric\.io/leaf}') ]] \
@@ -88,6 +240,9 @@ for node in "${WORKERS[@]}"; do
   kubectl patch node "$node" --subresource=status --type=json \
     --patch-file "$HERE/advertise-gpus.json" >/dev/null
 done
+kubectl get nodes -L topology.tpfabric.io/leaf,topology.tpfabric.io/spine
+
+# -- 3. the fake RDMA device plugin ---------------------------------------------------------------
 
 log "deploying the fake RDMA device plugin"
 kubectl apply -f "$ROOT/e2e/manifests/fake-rdma-device-plugin.yaml"
@@ -99,35 +254,116 @@ for node in "${WORKERS[@]}"; do
   done
   [[ $(kubectl get node "$node" -o jsonpath='{.status.allocatable.rdma/ib}') == 8 ]] \
     || die "$node does not advertise rdma/ib=8"
+  echo "plugin registered on $node: allocatable rdma/ib=$(kubectl get node "$node" -o jsonpath='{.status.allocatable.rdma/ib}')" >&2
 done
 
-log "installing the chart"
-"$HELM" install tpfabric "$ROOT/charts/tpfabric" --kubeconfig "$KUBECONFIG_FILE" \
-  --namespace "$NAMESPACE" --create-namespace -f "$HERE/values.yaml" --wait --timeout 5m
+# -- 4. the chart ---------------------------------------------------------------------------------
+
+log "installing the chart into $NAMESPACE (Pod Security: restricted, enforced)"
+kubectl create namespace "$NAMESPACE"
+kubectl label namespace "$NAMESPACE" pod-security.kubernetes.io/enforce=restricted \
+  pod-security.kubernetes.io/enforce-version=latest >/dev/null
+"$HELM" install "$RELEASE" "$ROOT/charts/tpfabric" --kubeconfig "$KUBECONFIG_FILE" \
+  --namespace "$NAMESPACE" -f "$HERE/values.yaml" --wait --timeout 5m
+kubectl -n "$NAMESPACE" wait pod --all --for=condition=Ready --timeout=120s >/dev/null
+kubectl -n "$NAMESPACE" get pods -o wide
+for deploy in tpfabric-operator tpfabric-scheduler; do
+  ready=$(kubectl -n "$NAMESPACE" get deploy "$deploy" -o jsonpath='{.status.readyReplicas}/{.spec.replicas}')
+  echo "$deploy Ready: $ready (probes: $(kubectl -n "$NAMESPACE" get deploy "$deploy" \
+    -o jsonpath='{range .spec.template.spec.containers[*]}{.name}={.readinessProbe.httpGet.path}{.readinessProbe.exec.command[0]}/{.livenessProbe.httpGet.path}{.livenessProbe.exec.command[0]} {end}'))" >&2
+  [[ ${ready%/*} == "${ready#*/}" ]] || die "$deploy is not Ready: $ready"
+done
+
+# -- 5. a TensorParallelJob -----------------------------------------------------------------------
 
 log "applying TensorParallelJob $JOB"
 kubectl -n "$JOB_NAMESPACE" apply -f "$HERE/tpj.yaml"
 for _ in $(seq 90); do
   [[ $(kubectl -n "$JOB_NAMESPACE" get pods -l "tpfabric.io/job-name=$JOB" -o name | wc -l) -eq 2 ]] && break
-  sleep 2
+  sleep 1
 done
+# The workers are created gated; the placer releases them once the gang is planned.
+kubectl -n "$JOB_NAMESPACE" get pods -l "tpfabric.io/job-name=$JOB" \
+  -o jsonpath='{range .items[*]}{.metadata.name}: scheduling gates now [{.spec.schedulingGates[*].name}]{"\n"}{end}' >&2
 kubectl -n "$JOB_NAMESPACE" wait pod -l "tpfabric.io/job-name=$JOB" --for=condition=Ready --timeout=300s
+for _ in $(seq 60); do
+  [[ $(kubectl -n "$JOB_NAMESPACE" get tpj "$JOB" -o jsonpath='{.status.phase}') == Running ]] && break
+  sleep 1
+done
+kubectl -n "$JOB_NAMESPACE" get tpj "$JOB"
+kubectl -n "$JOB_NAMESPACE" get pods -l "tpfabric.io/job-name=$JOB" -o wide
+EVENTS=$(kubectl -n "$JOB_NAMESPACE" get events --field-selector "involvedObject.name=$JOB" \
+  -o jsonpath='{range .items[*]}{.reason}: {.message}{"\n"}{end}')
+echo "$EVENTS" >&2
+grep -q '^GangPlaced:' <<<"$EVENTS" || die "no GangPlaced event: the gang was not planned by the placer"
 
 log "checking the placement"
-mapfile -t NODES < <(kubectl -n "$JOB_NAMESPACE" get pods -l "tpfabric.io/job-name=$JOB" \
-  -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}')
-LEAVES=$(for node in "${NODES[@]}"; do
+mapfile -t PLANNED < <(kubectl -n "$JOB_NAMESPACE" get tpj "$JOB" -o jsonpath='{range .status.placement.nodes[*]}{@}{"\n"}{end}')
+NODES_OF=()
+for index in 0 1; do
+  pod=$(kubectl -n "$JOB_NAMESPACE" get pods -l "tpfabric.io/job-name=$JOB,tpfabric.io/worker-index=$index" -o name)
+  node=$(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.spec.nodeName}')
+  gates=$(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.spec.schedulingGates}')
+  [[ -z $gates ]] || die "$pod still has scheduling gates: $gates"
+  [[ $node == "${PLANNED[$index]:-}" ]] || die "$pod is on $node, planned on '${PLANNED[$index]:-}'"
+  echo "worker $index: planned on ${PLANNED[$index]}, bound to $node" >&2
+  NODES_OF+=("$node")
+done
+LEAVES=$(for node in "${NODES_OF[@]}"; do
   kubectl get node "$node" -o jsonpath='{.metadata.labels.topology\.tpfabric\.io/leaf}{"\n"}'
 done | sort -u)
-[[ $(wc -l <<<"$LEAVES") -eq 1 ]] || die "workers on ${NODES[*]} span leaves: $LEAVES"
+[[ $(wc -l <<<"$LEAVES") -eq 1 ]] || die "workers on ${NODES_OF[*]} span leaves: $LEAVES"
 DOMAIN=$(kubectl -n "$JOB_NAMESPACE" get tpj "$JOB" -o jsonpath='{.status.placement.domain}')
 [[ $DOMAIN == "$LEAVES" ]] || die "status.placement.domain is '$DOMAIN', the workers are on leaf '$LEAVES'"
-kubectl -n "$JOB_NAMESPACE" get tpj "$JOB"
+[[ $(kubectl -n "$JOB_NAMESPACE" get tpj "$JOB" -o jsonpath='{.status.phase}') == Running ]] \
+  || die "job is not Running: $(kubectl -n "$JOB_NAMESPACE" get tpj "$JOB" -o jsonpath='{.status}')"
 
-log "checking the NCCL config the init container wrote"
+log "checking rdma-init and what the main container sees"
 for pod in $(kubectl -n "$JOB_NAMESPACE" get pods -l "tpfabric.io/job-name=$JOB" -o name); do
+  code=$(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.status.initContainerStatuses[?(@.name=="rdma-init")].state.terminated.exitCode}')
+  [[ $code == 0 ]] || die "$pod: rdma-init exit code '$code'"
+  echo "--- $pod: rdma-init (exit 0) log:" >&2
+  kubectl -n "$JOB_NAMESPACE" logs "$pod" -c rdma-init | sed 's/^/    /' >&2
   conf=$(kubectl -n "$JOB_NAMESPACE" exec "$pod" -c worker -- sh -c 'cat "$NCCL_CONF_FILE"')
-  grep -q '^NCCL_IB_HCA=' <<<"$conf" || die "$pod: no NCCL_IB_HCA in its nccl.conf:"$'\n'"$conf"
+  hca=$(grep '^NCCL_IB_HCA=' <<<"$conf") || die "$pod: no NCCL_IB_HCA in its nccl.conf:"$'\n'"$conf"
+  echo "$pod: $hca" >&2
+  report=$(kubectl -n "$JOB_NAMESPACE" exec "$pod" -c worker -- sh -c 'wc -c </tpfabric/rdma-init-report.json') \
+    || die "$pod: the main container does not see rdma-init's report"
+  [[ ${report:-0} -gt 0 ]] || die "$pod: rdma-init's report is empty"
+  # Where the operator also mounts it as the system-wide NCCL config, it must be the same file.
+  if kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.spec.containers[0].volumeMounts[*].mountPath}' \
+      | tr ' ' '\n' | grep -qx /etc/nccl.conf; then
+    [[ $(kubectl -n "$JOB_NAMESPACE" exec "$pod" -c worker -- cat /etc/nccl.conf) == "$conf" ]] \
+      || die "$pod: /etc/nccl.conf in the main container is not the nccl.conf rdma-init wrote"
+  fi
+  echo "$pod: the main container sees nccl.conf and the report ($report bytes)" >&2
+  kubectl -n "$JOB_NAMESPACE" logs "$pod" -c worker | grep -q '^NCCL_IB_HCA=' \
+    || die "$pod: the main container's own output lacks the NCCL config it read at start"
 done
+echo "HCA of the job: $hca" >&2
 
-echo "PASS: $JOB placed on leaf $DOMAIN (${NODES[*]}), NCCL config written"
+# -- 6. cleanup by the product --------------------------------------------------------------------
+
+log "deleting the job: its pods and Service go"
+kubectl -n "$JOB_NAMESPACE" delete tpj "$JOB" --wait=true --timeout=120s
+for _ in $(seq 120); do
+  left=$(kubectl -n "$JOB_NAMESPACE" get pods,services -l "tpfabric.io/job-name=$JOB" -o name)
+  [[ -z $left ]] && break
+  sleep 1
+done
+[[ -z $left ]] || die "left after deleting the job: $left"
+
+log "helm uninstall: nothing of the release is left"
+"$HELM" uninstall "$RELEASE" --kubeconfig "$KUBECONFIG_FILE" --namespace "$NAMESPACE" --wait --timeout 3m
+for _ in $(seq 60); do
+  left=$(kubectl get all,serviceaccounts,configmaps,secrets,roles,rolebindings,poddisruptionbudgets,clusterroles,clusterrolebindings \
+    -A -l "app.kubernetes.io/instance=$RELEASE" -o name 2>/dev/null; kubectl -n "$NAMESPACE" get pods -o name)
+  left+=$(kubectl get crd tensorparalleljobs.tpfabric.io -o name --ignore-not-found)
+  [[ -z $left ]] && break
+  sleep 1
+done
+[[ -z $left ]] || die "left after helm uninstall: $left"
+echo "nothing left of release $RELEASE (CRD removed: crds.keep=false)" >&2
+
+log "PASS"
+echo "PASS: $JOB placed on leaf $DOMAIN (${NODES_OF[*]}), rdma-init wrote $hca"

@@ -1,48 +1,47 @@
-"""The kind end-to-end test: e2e/kind/run.sh on a machine with a Docker engine.
+"""The kind tier: e2e/kind/run.sh as a pytest test (marker ``e2e``; ``make test-e2e``).
 
-It builds and loads the images, labels four kind workers with a two-leaf fabric, deploys the fake
-RDMA device plugin, installs the chart, applies a TensorParallelJob and checks its placement and
-the NCCL config its workers got. Skipped where no Docker engine answers; the files it applies are
-validated on the local control plane by tests/integration/test_helm.py either way.
+A real kind cluster built without a registry, tpfabric's three images, the chart under the
+"restricted" Pod Security profile, the fake RDMA device plugin under real kubelets and a
+TensorParallelJob placed on one leaf, its rdma-init writing the NCCL config (see run.sh).
+
+Where no Docker engine answers, e2e/kind/docker-engine.sh installs and starts one (root, apt);
+the test is skipped only when that is impossible, saying why. run.sh's output is not captured
+by this test: pytest shows it on failure, and live with ``-s`` (as CI runs it).
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-RUN_SH = Path(__file__).resolve().parents[2] / "e2e" / "kind" / "run.sh"
+KIND = Path(__file__).resolve().parents[2] / "e2e" / "kind"
+#: run.sh and docker-engine.sh exit with this when no Docker engine can be had.
+NO_ENGINE = 3
+
+pytestmark = pytest.mark.e2e
 
 
-def _docker_engine() -> str | None:
-    """Return why no Docker engine can be used, or None when one answers."""
-    docker = shutil.which("docker")
-    if docker is None:
-        return "no docker CLI on PATH"
-    try:
-        done = subprocess.run(
-            [docker, "info"], capture_output=True, text=True, timeout=20, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return "`docker info` did not answer in 20 s"
-    if done.returncode != 0:
-        last = done.stderr.strip().splitlines()[-1:]
-        return f"`docker info` failed: {last[0] if last else f'exit {done.returncode}'}"
-    return None
+def _engine_or_skip() -> None:
+    """Start a Docker engine if there is none (installing it if need be); skip if impossible."""
+    done = subprocess.run(
+        ["bash", str(KIND / "docker-engine.sh")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if done.returncode == NO_ENGINE:
+        last = done.stderr.strip().splitlines()[-1:] or ["no reason given"]
+        pytest.skip(f"kind e2e skipped: no Docker engine can be started here ({last[0]})")
+    assert done.returncode == 0, f"e2e/kind/docker-engine.sh failed:\n{done.stderr[-4000:]}"
 
 
 @pytest.mark.timeout(3600)
 def test_a_job_lands_on_one_leaf_of_a_kind_cluster_with_its_nccl_config() -> None:
-    reason = _docker_engine()
-    if reason is not None:
-        pytest.skip(
-            f"kind e2e needs a Docker engine ({reason}); run `make e2e-kind` where one runs"
-        )
-    done = subprocess.run(
-        ["bash", str(RUN_SH)], capture_output=True, text=True, timeout=3500, check=False
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
-    assert "PASS:" in done.stdout
+    _engine_or_skip()
+    done = subprocess.run(["bash", str(KIND / "run.sh")], timeout=3500, check=False)
+    if done.returncode == NO_ENGINE:
+        pytest.skip("kind e2e skipped: no Docker engine can be started here (see the output)")
+    assert done.returncode == 0, "e2e/kind/run.sh failed: its output above says where"

@@ -20,12 +20,30 @@ PINNED_BASE = re.compile(r"^[\w./-]+:\d+\.\d+\.\d+[\w.-]*(@sha256:[0-9a-f]{64})?
 
 
 def _stages(name: str) -> list[list[tuple[str, str]]]:
+    """Return the stages, each from its FROM on; ``${ARG}`` in FROM is the ARG's default."""
     stages: list[list[tuple[str, str]]] = []
+    defaults: dict[str, str] = {}
     for instruction, arguments in dockerfile_instructions(DOCKERFILES[name]):
+        if not stages and instruction == "ARG":  # global ARG: only FROM lines may use it
+            key, _, value = arguments.partition("=")
+            defaults[key] = value
+            continue
         if instruction == "FROM":
             stages.append([])
+            resolved = re.sub(r"\$\{(\w+)\}", lambda m: defaults.get(m[1], m[0]), arguments)
+            stages[-1].append((instruction, resolved))
+            continue
         stages[-1].append((instruction, arguments))
     return stages
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_the_base_image_is_a_build_argument(name: str) -> None:
+    # users keep the pinned public base; the kind e2e passes a locally built one
+    instructions = dockerfile_instructions(DOCKERFILES[name])
+    assert any(i == "ARG" and a.startswith("BASE_IMAGE=") for i, a in instructions)
+    froms = [a.split()[0] for i, a in instructions if i == "FROM"]
+    assert all(image in {"${BASE_IMAGE}", "build"} for image in froms), froms
 
 
 @pytest.mark.parametrize("name", sorted(DOCKERFILES))
@@ -70,6 +88,16 @@ def test_the_tpfabric_image_is_multi_stage_with_the_ci_constraints() -> None:
     final = " ".join(a for _, a in stages[-1])
     assert "pip install" not in final, "the final stage only copies the built environment"
     assert "COPY --from=build" in " ".join(f"{i} {a}" for i, a in stages[-1])
+
+
+def test_the_context_root_dockerignore_filters_like_the_buildkit_one() -> None:
+    # Docker's legacy builder (no BuildKit) reads only <context>/.dockerignore.
+    def rules(path: Path) -> list[str]:
+        lines = path.read_text().splitlines()
+        return [line for line in lines if line and not line.startswith("#")]
+
+    buildkit = Path(f"{DOCKERFILES['tpfabric']}.dockerignore")
+    assert rules(REPO / ".dockerignore") == rules(buildkit)
 
 
 def test_the_tpfabric_build_context_is_filtered() -> None:

@@ -52,11 +52,10 @@ def test_the_job_fits_one_leaf_of_the_fake_fabric() -> None:
 
 
 def test_run_sh_loads_the_images_make_builds_and_the_manifests_use() -> None:
-    makefile = (REPO / "Makefile").read_text()
-    images = re.search(r"^IMAGES=\((.*)\)$", RUN_SH, re.MULTILINE)
-    assert images
-    for image in images.group(1).split():
-        assert f"$(IMAGE_PREFIX)/{image.split('/')[1]}:$(IMAGE_TAG)" in makefile
+    build = (REPO / "images" / "build.sh").read_text()
+    for image in ("tpfabric", "rdma-init", "fake-rdma-device-plugin"):
+        assert f'"$PREFIX/{image}:$TAG"' in build
+        assert f'"tpfabric/{image}:$IMAGE_TAG"' in RUN_SH  # run.sh loads it into kind
     plugin = load_yaml(REPO / "e2e" / "manifests" / "fake-rdma-device-plugin.yaml")
     used = plugin["spec"]["template"]["spec"]["containers"][0]["image"]
     assert used == "tpfabric/fake-rdma-device-plugin:dev"

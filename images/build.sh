@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Build tpfabric's three images (`make images` runs this):
+#   <prefix>/tpfabric:<tag>                 operator, extender/placer, CLI  (images/tpfabric/Dockerfile)
+#   <prefix>/rdma-init:<tag>                worker init container           (rdma_init/Dockerfile)
+#   <prefix>/fake-rdma-device-plugin:<tag>  kind e2e device plugin          (e2e/tpfabric_deviceplugin/Dockerfile)
+#
+#   images/build.sh [--prefix tpfabric] [--tag dev] [--base-image IMAGE] [--host-wheels]
+#
+# By default every Dockerfile starts from its pinned public Python base and pip reaches PyPI.
+# --base-image replaces that base (any Debian/Python 3.11 image with `python` and pip).
+# --host-wheels installs Python packages from wheels the host builds (pip on the host, with the
+# host's network and certificates) into ~/.cache/tpfabric/wheels/<key>/ and serves to the build
+# on loopback (docker build --network host): for build containers that cannot reach PyPI
+# (no route, or TLS re-signed by a CA only the host trusts). The index URL is a build argument
+# only: nothing of it stays in the images.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${TPFABRIC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tpfabric}
+DOCKER=${DOCKER:-docker}
+PREFIX=tpfabric
+TAG=dev
+BASE_IMAGE=
+HOST_WHEELS=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --prefix) PREFIX=$2; shift 2 ;;
+    --tag) TAG=$2; shift 2 ;;
+    --base-image) BASE_IMAGE=$2; shift 2 ;;
+    --host-wheels) HOST_WHEELS=1; shift ;;
+    *) echo "images/build.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf 'images: %s\n' "$*" >&2; }
+PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
+[[ -x $PYTHON ]] || PYTHON=python3
+
+# The packages the Dockerfiles install besides the project's own: name==version pins in their
+# pip lines and ARG defaults.
+pins() {
+  grep -v '^\s*#' "$ROOT/rdma_init/Dockerfile" "$ROOT/e2e/tpfabric_deviceplugin/Dockerfile" \
+    | grep -oE '[A-Za-z0-9_.-]+==[A-Za-z0-9_.+!-]+' | sort -u
+}
+
+# wheelhouse: print a folder laid out as a PEP 503 index (simple/<project>/<wheels>), built once
+# per set of inputs.
+wheelhouse() {
+  local key dir
+  mapfile -t extra < <(pins)
+  key=$( { cat "$ROOT/requirements/constraints.txt" "$ROOT/pyproject.toml"; printf '%s\n' "${extra[@]}"; } \
+    | sha256sum | cut -c1-12)
+  dir="$CACHE/wheels/$key"
+  if [[ ! -f $dir/.complete ]]; then
+    local started flat
+    started=$(date +%s)
+    rm -rf "$dir"
+    flat="$dir/flat"
+    mkdir -p "$flat"
+    log "building wheels on the host into $dir"
+    # The project's dependencies (the project itself is built inside the image, from source),
+    # its build backend (pip builds it in isolation there), and the Dockerfiles' own pins.
+    "$PYTHON" -m pip wheel --quiet --wheel-dir "$flat" -c "$ROOT/requirements/constraints.txt" \
+      "$ROOT" "setuptools>=69" wheel "${extra[@]}" >&2
+    rm -f "$flat"/tpfabric-*.whl
+    "$PYTHON" - "$flat" "$dir/simple" <<'PY'
+import pathlib, re, sys
+flat, simple = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+for wheel in flat.glob("*.whl"):
+    project = re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
+    (simple / project).mkdir(parents=True, exist_ok=True)
+    wheel.rename(simple / project / wheel.name)
+PY
+    rmdir "$flat"
+    touch "$dir/.complete"
+    log "  wheels: done in $(( $(date +%s) - started ))s"
+  fi
+  echo "$dir"
+}
+
+args=()
+[[ -n $BASE_IMAGE ]] && args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
+SERVER_PID=
+if [[ $HOST_WHEELS == 1 ]]; then
+  dir=$(wheelhouse)
+  port=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$PYTHON" -m http.server --bind 127.0.0.1 --directory "$dir" "$port" >/dev/null 2>&1 &
+  SERVER_PID=$!
+  trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
+  for _ in $(seq 50); do
+    curl -fsS "http://127.0.0.1:$port/simple/" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  args+=(--network host --build-arg "PIP_INDEX_URL=http://127.0.0.1:$port/simple/")
+fi
+
+build() {
+  local image=$1 started
+  shift
+  started=$(date +%s)
+  log "building $image"
+  "$DOCKER" build "${args[@]}" -t "$image" "$@"
+  log "  $image: built in $(( $(date +%s) - started ))s ($("$DOCKER" image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}'))"
+}
+
+build "$PREFIX/tpfabric:$TAG" -f "$ROOT/images/tpfabric/Dockerfile" "$ROOT"
+build "$PREFIX/rdma-init:$TAG" "$ROOT/rdma_init"
+build "$PREFIX/fake-rdma-device-plugin:$TAG" -f "$ROOT/e2e/tpfabric_deviceplugin/Dockerfile" "$ROOT/e2e"
