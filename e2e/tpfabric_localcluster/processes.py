@@ -21,6 +21,10 @@ import psutil
 __all__ = ["ComponentCrashedError", "ComponentProcess", "log_tail", "start_component"]
 
 
+#: how far a process's start time may drift from the recorded one (see ComponentProcess._process)
+CREATE_TIME_SLACK_SECONDS = 120.0
+
+
 class ComponentCrashedError(RuntimeError):
     """A component exited or never became healthy; the message carries its log tail."""
 
@@ -60,7 +64,10 @@ class ComponentProcess:
     def _process(self) -> psutil.Process | None:
         try:
             proc = psutil.Process(self.pid)
-            if abs(proc.create_time() - self.create_time) > 1.0:
+            # psutil derives start times from the boot time, which it reads as wall clock minus
+            # uptime: when the clock is stepped or slewed (a VM, NTP), every start time moves.
+            # A generous window still tells a reused pid apart (pids are not reused that fast).
+            if abs(proc.create_time() - self.create_time) > CREATE_TIME_SLACK_SECONDS:
                 return None
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return None
