@@ -54,11 +54,27 @@ def _progress(line: str) -> None:
 
 @toolchain_app.command("build")
 @user_errors
-def toolchain_build() -> None:
+def toolchain_build(
+    minimum: Annotated[
+        bool,
+        typer.Option(
+            "--minimum",
+            help="Also build the control plane at the oldest Kubernetes the chart supports "
+            "(the version-skew check of the integration tier).",
+        ),
+    ] = False,
+) -> None:
     """Build (or find) every binary the local control plane needs; cached per version."""
-    from tpfabric_localcluster.toolchain import ensure_toolchain  # noqa: PLC0415
+    from tpfabric_localcluster.toolchain import (  # noqa: PLC0415
+        ensure_minimum_toolchain,
+        ensure_toolchain,
+    )
 
     toolchain = ensure_toolchain(log=_progress)
+    if minimum:
+        oldest = ensure_minimum_toolchain(log=_progress)
+        for name in ("kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+            console.print(f"{name + ' (minimum)':<34} {oldest.path(name)}")
     for name, path in toolchain.paths.items():
         console.print(f"{name:<24} {path}")
 

@@ -31,6 +31,7 @@ __all__ = [
     "MissingBinaryError",
     "Toolchain",
     "cache_dir",
+    "ensure_minimum_toolchain",
     "ensure_toolchain",
     "find_toolchain",
     "pinned_versions",
@@ -40,6 +41,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 WRAPPERS = REPO_ROOT / "e2e" / "toolchain"
 
 KUBERNETES_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
+#: The control plane at the oldest Kubernetes the chart supports (wrapper kubernetes-minimum/),
+#: built only on demand by :func:`ensure_minimum_toolchain` for the version-skew check.
+MINIMUM_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 #: tool -> (Go package, version) installed with ``go install PACKAGE@VERSION``.
 GO_INSTALL_TOOLS: dict[str, tuple[str, str]] = {
     "kwok": ("sigs.k8s.io/kwok/cmd/kwok", "v0.8.0"),
@@ -94,6 +98,9 @@ def pinned_versions() -> dict[str, str]:
     """Return ``{component: version}`` for every pinned binary group."""
     versions = {
         "kubernetes": _require_version(WRAPPERS / "kubernetes" / "go.mod", "k8s.io/kubernetes"),
+        "kubernetes-minimum": _require_version(
+            WRAPPERS / "kubernetes-minimum" / "go.mod", "k8s.io/kubernetes"
+        ),
         "etcd": _require_version(WRAPPERS / "etcd" / "go.mod", "go.etcd.io/etcd/server/v3"),
     }
     versions.update({tool: version for tool, (_, version) in GO_INSTALL_TOOLS.items()})
@@ -300,10 +307,11 @@ def _build_group(group: str, versions: dict[str, str], log: Callable[[str], None
     env = {**os.environ, "CGO_ENABLED": "0"}
     go = _go()
     log(f"building {group} {version} into {final}")
-    if group == "kubernetes":
-        packages = [f"k8s.io/kubernetes/cmd/{b}" for b in KUBERNETES_BINARIES]
+    if group in ("kubernetes", "kubernetes-minimum"):
+        binaries = KUBERNETES_BINARIES if group == "kubernetes" else MINIMUM_BINARIES
+        packages = [f"k8s.io/kubernetes/cmd/{b}" for b in binaries]
         argv = [go, "build", "-v", "-trimpath", "-ldflags", _ldflags(version), "-o", f"{partial}/"]
-        _run_with_progress(group, [*argv, *packages], WRAPPERS / "kubernetes", env, log)
+        _run_with_progress(group, [*argv, *packages], WRAPPERS / group, env, log)
     elif group == "etcd":
         argv = [go, "build", "-v", "-trimpath", "-ldflags=-s -w", "-o", str(partial / "etcd"), "."]
         _run_with_progress(group, argv, WRAPPERS / "etcd", env, log)
@@ -318,6 +326,25 @@ def _build_group(group: str, versions: dict[str, str], log: Callable[[str], None
             _copy_kueue_manifests(go, version, partial / "config", env)
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)
+
+
+def ensure_minimum_toolchain(log: Callable[[str], None] | None = None) -> Toolchain:
+    """Return the toolchain with the control plane at the oldest supported Kubernetes.
+
+    kube-apiserver, kube-controller-manager and kube-scheduler are those of the
+    ``kubernetes-minimum`` wrapper (built into the cache when missing, minutes on 2 cores);
+    etcd, kwok, kubectl and helm are the usual ones.
+    """
+    emit = log or (lambda line: print(line, file=sys.stderr, flush=True))  # noqa: T201
+    toolchain = ensure_toolchain(log=emit)
+    versions = toolchain.versions
+    folder = cache_dir() / "bin" / f"kubernetes-minimum-{versions['kubernetes-minimum']}"
+    if not all((folder / b).is_file() for b in MINIMUM_BINARIES):
+        with _cache_lock():
+            if not all((folder / b).is_file() for b in MINIMUM_BINARIES):
+                _build_group("kubernetes-minimum", versions, emit)
+    paths = {**toolchain.paths, **{b: folder / b for b in MINIMUM_BINARIES}}
+    return Toolchain(paths=paths, versions=versions)
 
 
 def ensure_toolchain(

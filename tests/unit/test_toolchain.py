@@ -84,3 +84,17 @@ def test_a_binary_on_path_with_another_minor_version_is_not_used(
     version = toolchain.pinned_versions()["kubernetes"]
     fake.write_text(f"#!/bin/sh\necho 'Kubernetes {version}'\n")
     assert toolchain.find_toolchain(("kube-scheduler",)).path("kube-scheduler") == fake
+
+
+def test_the_minimum_wrapper_pins_the_charts_oldest_kubernetes() -> None:
+    # tests/integration/test_minimum_kubernetes.py runs the chart on this version
+    version = toolchain.pinned_versions()["kubernetes-minimum"]
+    chart = (toolchain.REPO_ROOT / "charts" / "tpfabric" / "Chart.yaml").read_text()
+    minimum = re.search(r'^kubeVersion: ">=\s*(\d+\.\d+)\.', chart, re.MULTILINE)
+    assert minimum, "Chart.yaml: kubeVersion '>=X.Y.Z-0' expected"
+    assert version.startswith(f"v{minimum.group(1)}.")
+    staging = "v0." + version.removeprefix("v1.")
+    go_mod = (toolchain.WRAPPERS / "kubernetes-minimum" / "go.mod").read_text()
+    replaces = re.findall(r"^\s+(k8s\.io/\S+) => (\S+) (\S+)$", go_mod, re.MULTILINE)
+    assert len(replaces) > 20
+    assert all(target == module and v == staging for module, target, v in replaces)
