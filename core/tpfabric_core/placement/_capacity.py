@@ -16,7 +16,7 @@ goes to.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tpfabric_core.placement.pod_fit import format_amount
 from tpfabric_core.placement.request import GangRequest
@@ -161,12 +161,20 @@ def domain_capacity(
 
 
 def pick_fewest(
-    items: Sequence[tuple[int, int, int]], count: int, quantum: int = 1, *, strict: bool = False
+    items: Sequence[tuple[int, int, int]],
+    count: int,
+    quantum: int = 1,
+    *,
+    strict: bool = False,
+    pieces_first: bool = False,
 ) -> list[Pick]:
     """Return (index, workers) picks covering ``count`` from ``(index, capacity, penalty)`` items.
 
-    Fewest items first (largest capacity first, penalised items last), and best fit for the last
-    one: the smallest capacity that still covers what remains, so larger items stay whole. With a
+    As soon as one item covers what remains, the best fit for it: the smallest capacity that
+    still covers it, so larger items stay whole. Until then whole items in order (penalised
+    items last): largest capacity first (fewest items), or with ``pieces_first`` smallest first,
+    so a gang that must span items uses up the pieces too small for anything else before it cuts
+    into whole ones (more items, less stranded capacity). With a
     ``quantum`` (workers per tensor-parallel group) capacities are rounded down to whole groups
     when that still covers ``count``, so no group is split across items; with ``strict`` always
     (ValueError when whole groups cannot cover ``count``).
@@ -176,7 +184,8 @@ def pick_fewest(
         rounded = [(i, cap - cap % quantum, pen) for i, cap, pen in usable]
         if strict or sum(cap for _, cap, _ in rounded) >= count:
             usable = [item for item in rounded if item[1] > 0]
-    ordered = sorted(usable, key=lambda item: (item[2], -item[1], item[0]))
+    sign = 1 if pieces_first else -1
+    ordered = sorted(usable, key=lambda item: (item[2], sign * item[1], item[0]))
     picks: list[Pick] = []
     remaining = count
     position = 0
@@ -207,20 +216,23 @@ def fill_domain(
     *,
     quantum: int = 1,
     penalty: Sequence[bool] | None = None,
+    avoid_child: Callable[[Domain], bool] | None = None,
+    pieces_first: bool = False,
 ) -> list[Pick]:
     """Return (node index, workers) picks placing ``count`` workers inside ``domain``.
 
-    Descends level by level with :func:`pick_fewest`: as few child domains as possible, the last
-    one best-fit, children outside the labelled fabric last; at the nodes, ``penalty``
-    (degraded) nodes go last. Into children of the group-keeping depth or above, only whole
-    tensor-parallel groups go.
+    Descends level by level with :func:`pick_fewest`: as few child domains as possible (or,
+    with ``pieces_first``, the smallest pieces first), the last one best-fit, children
+    ``avoid_child`` flags (e.g. a saturated uplink) after the others and children outside the
+    labelled fabric last; at the nodes, ``penalty`` (degraded) nodes go last. Into children of
+    the group-keeping depth or above, only whole tensor-parallel groups go.
     """
     if domain.depth == 0:
         nodes = [
             (i, slots[i], 1 if penalty is not None and penalty[i] else 0)
             for i in range(domain.start, domain.end)
         ]
-        return pick_fewest(nodes, count, quantum)
+        return pick_fewest(nodes, count, quantum, pieces_first=pieces_first)
     below = topology.domains[domain.depth - 1]
     keep = group_depth(topology, quantum)
     strict = keep is not None and domain.depth - 1 >= keep
@@ -230,16 +242,33 @@ def fill_domain(
             domain_capacity(topology, slots, below[c], quantum)
             if strict
             else sum(slots[below[c].start : below[c].end]),
-            0 if below[c].labelled else 1,
+            child_penalty(below[c], avoid_child),
         )
         for c in domain.children
     ]
     picks: list[Pick] = []
-    for child, workers in pick_fewest(children, count, quantum, strict=strict):
+    chosen = pick_fewest(children, count, quantum, strict=strict, pieces_first=pieces_first)
+    for child, workers in chosen:
         picks.extend(
-            fill_domain(topology, slots, below[child], workers, quantum=quantum, penalty=penalty)
+            fill_domain(
+                topology,
+                slots,
+                below[child],
+                workers,
+                quantum=quantum,
+                penalty=penalty,
+                avoid_child=avoid_child,
+                pieces_first=pieces_first,
+            )
         )
     return picks
+
+
+def child_penalty(child: Domain, avoid_child: Callable[[Domain], bool] | None) -> int:
+    """Return 0 for a plain child domain, 1 for one ``avoid_child`` flags, 2 outside the fabric."""
+    if not child.labelled:
+        return 2
+    return 1 if avoid_child is not None and avoid_child(child) else 0
 
 
 _SHORT_OF = {"pods": "pod slots"}

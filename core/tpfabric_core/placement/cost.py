@@ -13,20 +13,35 @@ bandwidth divided by the oversubscription of the highest level it crosses, reduc
 background load assumed there, scaled by ``degraded_bandwidth_factor`` at a degraded endpoint,
 and shared when more of this gang's ring edges leave one leaf than it has uplinks. Defaults are
 public figures (NDR InfiniBand 400 Gb/s per rail, ~1 µs-class switch hops, NVLink 4 at 450 GB/s
-per direction); every one is configurable. This module must never time anything or do I/O.
+per direction); every one is configurable.
+
+**Uplinks.** Every domain below the cluster root has an uplink to the tier above it, carrying
+``nodes x rails x (1 - background_load) / oversubscription`` flows at full link rate (the
+figures of the level above it). :class:`UplinkLoad` is how busy each one is with the traffic of
+running jobs (flows over capacity): the planner's optional input for steering a gang that must
+span domains away from saturated uplinks. This module must never time anything or do I/O.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tpfabric_core.placement.results import CollectiveCost
 from tpfabric_core.placement.topology import ClusterTopology
 
-__all__ = ["CostModelConfig", "edge_hops", "modelled_allreduce", "modelled_allreduce_by_index"]
+__all__ = [
+    "CostModelConfig",
+    "UplinkLoad",
+    "edge_hops",
+    "edge_uplinks",
+    "modelled_allreduce",
+    "modelled_allreduce_by_index",
+    "uplink_capacity",
+]
 
 
 class CostModelConfig(BaseModel):
@@ -69,6 +84,74 @@ def edge_hops(topology: ClusterTopology, a: int, b: int) -> int:
         same_rails = topology.rail_switches[a] == topology.rail_switches[b]
         return 1 if same_rails else 3
     return 2 * depth + 1
+
+
+def edge_uplinks(topology: ClusterTopology, a: int, b: int) -> list[tuple[int, int]]:
+    """Return the (depth, domain index) uplinks a flow from node ``a`` to ``b`` climbs.
+
+    Those on ``a``'s side, lowest first; empty when both share a leaf domain. The flow comes
+    down the uplinks of ``edge_uplinks(topology, b, a)``.
+    """
+    depth = topology.common_depth(a, b)
+    return [(d, topology.node_domain[d][a]) for d in range(min(depth, topology.cluster_depth))]
+
+
+def uplink_capacity(
+    topology: ClusterTopology, depth: int, index: int, config: CostModelConfig = DEFAULT_COST
+) -> float:
+    """Return how many full-rate flows the uplink of domain ``index`` at ``depth`` carries.
+
+    ``nodes x rails x (1 - background) / oversubscription`` with the figures of the level above
+    (the tier the uplink goes to); at least one flow.
+    """
+    level = topology.level_names[depth + 1]
+    size = topology.domains[depth][index].size
+    rails = max(1, topology.rails)
+    share = (1.0 - config.background_load.get(level, 0.0)) / config.oversubscription.get(level, 1.0)
+    return max(1.0, size * rails * share)
+
+
+@dataclass(frozen=True, slots=True)
+class UplinkLoad:
+    """How busy every domain's uplink is with running jobs' traffic: flows over capacity.
+
+    ``per_depth[d][k]`` belongs to domain ``k`` of depth ``d`` (0: leaf) for every depth below the
+    cluster root: 0 idle, 1 saturated, above 1 oversubscribed (its flows fair-share it). A live
+    caller builds it from the plans of running gangs (:meth:`from_flows` of the flows their
+    collectives send across, e.g. one ring per rail in rank order: :func:`edge_uplinks` per edge).
+    """
+
+    per_depth: tuple[tuple[float, ...], ...]
+
+    @classmethod
+    def from_flows(
+        cls,
+        topology: ClusterTopology,
+        flows: Mapping[tuple[int, int], float],
+        config: CostModelConfig = DEFAULT_COST,
+    ) -> UplinkLoad:
+        """Return the load of ``flows`` ((depth, domain index) -> full-rate flows)."""
+        return cls(
+            tuple(
+                tuple(
+                    flows.get((depth, k), 0.0) / uplink_capacity(topology, depth, k, config)
+                    for k in range(len(topology.domains[depth]))
+                )
+                for depth in range(topology.cluster_depth)
+            )
+        )
+
+    def after_adding(
+        self,
+        topology: ClusterTopology,
+        depth: int,
+        index: int,
+        flows: float,
+        config: CostModelConfig = DEFAULT_COST,
+    ) -> float:
+        """Return the load of that uplink once ``flows`` more full-rate flows cross it."""
+        capacity = uplink_capacity(topology, depth, index, config)
+        return self.per_depth[depth][index] + flows / capacity
 
 
 def modelled_allreduce(

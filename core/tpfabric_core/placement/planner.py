@@ -1,14 +1,21 @@
 """The gang planner: one whole plan for a tensor-parallel job, or why there is none yet.
 
 ``plan_gang`` climbs the topology from the bottom: at each level it looks for labelled domains
-with room for every worker, takes the one with the least room left over (best fit, so whole
-leaves stay free for the next big job) and fills it with as few child domains as possible, whole
-tensor-parallel groups per leaf when it can (always, inside an NVLink level that keeps them). The
+with room for every worker, takes the one that needs the fewest child domains, then the least
+room left over (best fit, so whole leaves stay free for the next big job), and fills it smallest
+pieces first: children too small to hold what remains are used up whole before the best-fitting
+one takes the rest, so a gang that must span domains eats the fragments others cannot use
+rather than cutting into whole leaves; whole tensor-parallel groups per leaf when it can
+(always, inside an NVLink level that keeps them). The
 policy bounds the climb (``required``: up to its level; ``preferred``: past it one level per
 ``max_wait_seconds`` waited, up to the whole cluster). A level where no domain could *ever* hold
 the gang (allocatable GPUs and RDMA devices of the nodes the pod may use, current use ignored) is
 no reason to wait: a preferred gang passes it at once, a required one is told plainly that its
 level can never be met. Nodes outside the labelled fabric only count at the cluster level.
+When a gang must span child domains and the caller passes the running jobs' :class:`UplinkLoad`,
+children whose uplink this gang would push past saturation go after the others (among domains
+that need as many children, the one needing fewer of them wins), so its collectives fair-share
+fewer oversubscribed uplinks; without it nothing changes.
 Degraded or miscabled nodes are avoided, or used only when the cost model says so
 (``penalize``). The answer is all or nothing and deterministic: ties go by node order, and an
 Unschedulable's summary only changes when the inputs do (never with the clock between two steps).
@@ -21,7 +28,7 @@ I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from tpfabric_core.errors import InputError
@@ -35,7 +42,7 @@ from tpfabric_core.placement._capacity import (
     level_free,
     worker_slots,
 )
-from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig
+from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig, UplinkLoad
 from tpfabric_core.placement.rank_order import describe_rank_order, order_ranks
 from tpfabric_core.placement.request import GangRequest, TopologyPolicy
 from tpfabric_core.placement.results import GangPlan, Unschedulable
@@ -178,10 +185,13 @@ def plan_gang(
     *,
     waited_seconds: float = 0.0,
     cost_config: CostModelConfig = DEFAULT_COST,
+    uplink_load: UplinkLoad | None = None,
 ) -> GangPlan | Unschedulable:
     """Return a plan for every rank of ``request`` on ``snapshot``, or why none exists now.
 
     ``waited_seconds`` is how long the gang has waited so far (the clock stays with the caller).
+    ``uplink_load``: how busy every domain's uplink is with running jobs (``None``: unknown,
+    every uplink counts as free).
     """
     topology = snapshot.topology
     policy = request.policy
@@ -196,7 +206,10 @@ def plan_gang(
             healthy[i] = 0
     else:
         healthy = all_slots
-    choice = _search(topology, healthy, request.workers, max_depth=max_depth, quantum=quantum)
+    avoid = _saturating(topology, request, uplink_load, cost_config)
+    choice = _search(
+        topology, healthy, request.workers, max_depth=max_depth, quantum=quantum, avoid_child=avoid
+    )
     notes: list[str] = []
     if choice is not None and bad and policy.avoid_degraded == "avoid":
         notes.append(f"kept off {len(bad)} degraded or miscabled node(s) (policy avoid)")
@@ -210,6 +223,7 @@ def plan_gang(
             max_depth=max_depth,
             cost_config=cost_config,
             notes=notes,
+            avoid_child=avoid,
         )
     if choice is None:
         explain_slots = healthy if policy.avoid_degraded == "avoid" else all_slots
@@ -257,8 +271,13 @@ def _search(
     max_depth: int,
     quantum: int,
     penalty: Sequence[bool] | None = None,
+    avoid_child: Callable[[Domain], bool] | None = None,
 ) -> _Choice | None:
-    """Return the smallest, best-fitting labelled domain up to ``max_depth`` and its picks."""
+    """Return the smallest, best-fitting labelled domain up to ``max_depth`` and its picks.
+
+    Above the leaves, the domain needing the fewest children wins, then the one needing the
+    fewest children ``avoid_child`` flags, then the best fit.
+    """
     levels = level_free(topology, slots, quantum=quantum, up_to=max_depth)
     cluster = topology.cluster_depth
     for depth in range(max_depth + 1):
@@ -275,28 +294,90 @@ def _search(
             best = min(fits, key=lambda i: (free[i] - workers, i))
         else:
             below = levels[depth - 1]
+            lower = topology.domains[depth - 1]
             best = min(
                 fits,
                 key=lambda i: (
-                    _children_needed(below, domains[i].children, workers),
+                    *_children_needed(below, lower, domains[i].children, workers, avoid_child),
                     free[i] - workers,
                     i,
                 ),
             )
         domain = domains[best]
-        picks = fill_domain(topology, slots, domain, workers, quantum=quantum, penalty=penalty)
+        picks = fill_domain(
+            topology,
+            slots,
+            domain,
+            workers,
+            quantum=quantum,
+            penalty=penalty,
+            avoid_child=avoid_child,
+            pieces_first=True,
+        )
         return _Choice(domain, picks, len(fits), free[best] - workers)
     return None
 
 
-def _children_needed(free: Sequence[int], children: Sequence[int], workers: int) -> int:
-    """Return how many of ``children`` (largest first) it takes to hold ``workers``."""
+def _children_needed(
+    free: Sequence[int],
+    lower: Sequence[Domain],
+    children: Sequence[int],
+    workers: int,
+    avoid_child: Callable[[Domain], bool] | None,
+) -> tuple[int, int]:
+    """Return (children, flagged children) it takes to hold ``workers``, largest first.
+
+    The count is the fewest children whatever their flags; the flagged count is how many of
+    them must be ones ``avoid_child`` flags when unflagged children go first.
+    """
+    sizes = sorted((free[c] for c in children), reverse=True)
+    needed = _prefix_count(sizes, workers)
+    if needed > len(children) or avoid_child is None:
+        return needed, 0
+    ordered = sorted(
+        ((avoid_child(lower[c]), -free[c]) for c in children if free[c] > 0),
+    )
     total = 0
-    for needed, amount in enumerate(sorted((free[c] for c in children), reverse=True), 1):
+    flagged = 0
+    for avoided, negative in ordered:
+        total -= negative
+        flagged += avoided
+        if total >= workers:
+            break
+    return needed, flagged
+
+
+def _prefix_count(sizes: Sequence[int], workers: int) -> int:
+    """Return how many leading ``sizes`` it takes to reach ``workers`` (len + 1: never)."""
+    total = 0
+    for count, amount in enumerate(sizes, 1):
         total += amount
         if total >= workers:
-            return needed
-    return len(children) + 1
+            return count
+    return len(sizes) + 1
+
+
+def _saturating(
+    topology: ClusterTopology,
+    request: GangRequest,
+    uplink_load: UplinkLoad | None,
+    cost_config: CostModelConfig,
+) -> Callable[[Domain], bool] | None:
+    """Return the test for a child domain whose uplink this gang would push past saturation.
+
+    The gang adds one flow per rail it uses to the uplink of every child domain it spans (its
+    rank-ordered rings leave each such domain once per rail); ``None`` without a load.
+    """
+    if uplink_load is None:
+        return None
+    flows = float(max(1, min(request.gpus_per_worker, topology.rails or request.gpus_per_worker)))
+
+    def saturating(child: Domain) -> bool:
+        """Return whether ``child``'s uplink would carry more than it can at full rate."""
+        load = uplink_load.after_adding(topology, child.depth, child.index, flows, cost_config)
+        return load > 1.0
+
+    return saturating
 
 
 def _cheaper_with_degraded(
@@ -309,6 +390,7 @@ def _cheaper_with_degraded(
     max_depth: int,
     cost_config: CostModelConfig,
     notes: list[str],
+    avoid_child: Callable[[Domain], bool] | None = None,
 ) -> _Choice | None:
     """Return the healthy choice, or one using degraded nodes at a lower level if cheaper."""
     topology = snapshot.topology
@@ -320,7 +402,13 @@ def _cheaper_with_degraded(
         penalty[i] = True
     quantum = request.workers_per_tp_group
     degraded_choice = _search(
-        topology, all_slots, request.workers, max_depth=limit, quantum=quantum, penalty=penalty
+        topology,
+        all_slots,
+        request.workers,
+        max_depth=limit,
+        quantum=quantum,
+        penalty=penalty,
+        avoid_child=avoid_child,
     )
     if degraded_choice is None:
         return healthy_choice

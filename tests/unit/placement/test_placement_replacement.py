@@ -23,16 +23,15 @@ def test_a_failed_worker_moves_to_a_free_node_of_the_same_leaf() -> None:
 
 
 def test_in_a_spine_wide_plan_the_replacement_stays_in_the_failed_workers_leaf() -> None:
-    cluster = a_cluster().with_leaves(3, nodes=4, per_spine=3).busy(node_name(0, 0))
-    snapshot = cluster.snapshot()
+    snapshot = a_cluster().with_leaves(3, nodes=4, per_spine=3).snapshot()
     job = a_job(workers=6).build()
     plan = placed(snapshot, job)
     assert plan.level == "spine"
-    assert plan.nodes_by_rank[:2] == (node_name(0, 1), node_name(0, 2))
-    snapshot.ready[snapshot.topology.index_of[node_name(0, 1)]] = False
-    result = replan_worker(plan, 0, snapshot, job)
+    assert plan.nodes_by_rank[4:] == (node_name(1, 0), node_name(1, 1))
+    snapshot.ready[snapshot.topology.index_of[node_name(1, 0)]] = False
+    result = replan_worker(plan, 4, snapshot, job)
     assert isinstance(result, GangPlan)
-    assert result.nodes_by_rank[0] == node_name(0, 3)
+    assert result.nodes_by_rank[4] == node_name(1, 2)
 
 
 def test_a_full_domain_answers_with_the_options_elsewhere() -> None:

@@ -1,0 +1,321 @@
+"""Replay a trace with one placer on the simulated cluster, jobs running at placement's speed.
+
+Events are arrivals and completions. The queue is first come, first served with backfill: on
+every event each waiting gang is tried in arrival order, and one that has waited
+``reserve_after_s`` stops the gangs behind it from starting until it fits (so a huge gang is
+not starved for ever). A running job progresses at one step per step time; whenever a job
+starts or ends, the fair shares of the uplinks its traffic crosses change, and every job whose
+traffic crosses a changed uplink gets its step time recomputed from where it is (processor
+sharing). The uplink-aware placer is handed the current :class:`UplinkLoad`.
+
+Cost per event: the placer's, plus O(flows of the job) to update the uplinks and O(affected
+jobs x their uplinks) to re-time them. This module must never read a clock other than for
+timing the placer, and never depends on the order of a set.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tpfabric_bench.sim.cluster import Cluster, stranded_fraction
+from tpfabric_bench.sim.constants import DEFAULT_CONSTANTS, SimConstants
+from tpfabric_bench.sim.model import (
+    Collective,
+    JobTraffic,
+    UplinkIndex,
+    ideal_traffic,
+    placed_traffic,
+)
+from tpfabric_bench.sim.trace import SimJob
+from tpfabric_core.placement import CapacitySnapshot, GangPlan, GangRequest, Unschedulable
+from tpfabric_core.placement.cost import UplinkLoad
+
+__all__ = ["JobOutcome", "PlaceFn", "SimRun", "simulate"]
+
+PlaceFn = Callable[
+    [CapacitySnapshot, GangRequest, float, UplinkLoad | None], GangPlan | Unschedulable
+]
+"""A placer as the simulation calls it: (snapshot, request, waited seconds, uplink load)."""
+
+Uplink = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What one job lived through: when it arrived, started and ended, how much it talked."""
+
+    name: str
+    arrival_s: float
+    start_s: float
+    end_s: float
+    gpus: int
+    comm_share: float
+    stretch: float
+    leaves: int
+
+
+@dataclass
+class SimRun:
+    """What happened to a trace under one placer."""
+
+    outcomes: list[JobOutcome] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
+    fragmentation: list[float] = field(default_factory=list)
+    plan_ms: list[float] = field(default_factory=list)
+    busy_gpu_s: float = 0.0
+    first_arrival_s: float = 0.0
+    last_end_s: float = 0.0
+
+
+@dataclass(slots=True)
+class _Running:
+    """A running job: its plan, traffic and progress since the last re-timing."""
+
+    job: SimJob
+    plan: GangPlan
+    start_s: float
+    traffic: JobTraffic
+    ideal_step_s: float
+    remaining: float
+    updated_s: float
+    step_s: float = 0.0
+    comm_s: float = 0.0
+    comm_total: float = 0.0
+    version: int = 0
+
+
+class _Simulation:
+    """One replay: the event loop and its bookkeeping."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        trace: Sequence[SimJob],
+        place: PlaceFn,
+        constants: SimConstants,
+        *,
+        uplink_aware: bool,
+    ) -> None:
+        self.cluster = cluster
+        self.topology = cluster.topology
+        self.place = place
+        self.constants = constants
+        self.uplink_aware = uplink_aware
+        self.snapshot = cluster.snapshot.copy()
+        self.capacity = UplinkIndex(self.topology, constants).capacity
+        self.link_bps = constants.cost.link_gbps * 1e9
+        self.flows: dict[Uplink, float] = {}
+        self.jobs_on: dict[Uplink, set[str]] = {}
+        self.burst: dict[str, dict[Uplink, float]] = {}
+        self.load: UplinkLoad | None = None
+        self.jobs = {job.name: job for job in trace}
+        self.median = int(statistics.median(job.workers for job in trace)) if trace else 1
+        self.running: dict[str, _Running] = {}
+        self.queue: list[str] = []
+        self.events: list[tuple[float, int, str, str, int]] = []
+        self.seq = 0
+        self.allocated_gpus = 0
+        self.free_slots = {g: self._slots(g) for g in {job.gpus_per_worker for job in trace}}
+        self.run = SimRun(first_arrival_s=min((j.arrival_s for j in trace), default=0.0))
+        for job in trace:
+            self._push(job.arrival_s, "arrive", job.name, 0)
+
+    def _slots(self, gpus_per_worker: int) -> int:
+        """Return the free worker slots of that size on schedulable nodes (a quick pre-check)."""
+        s = self.snapshot
+        return sum(
+            f // gpus_per_worker for f, ok in zip(s.free_gpus, s.schedulable, strict=True) if ok
+        )
+
+    def _push(self, when: float, kind: str, name: str, version: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (when, self.seq, kind, name, version))
+
+    def _share_bps(self, traffic: JobTraffic, collective: Collective) -> float:
+        """Return the rate one flow of ``collective`` gets on its narrowest uplink (fair share).
+
+        While it runs, its own flows cross at full rate and every other job's at their load.
+        """
+        share = 1.0
+        mine = traffic.flows
+        for uplink, own in collective.uplinks:
+            demand = self.flows.get(uplink, 0.0) - mine.get(uplink, 0.0) + own
+            if demand > 0:
+                share = min(share, self.capacity[uplink] / demand)
+        return self.link_bps * share
+
+    def _change_flows(self, name: str, traffic: JobTraffic, sign: int) -> set[str]:
+        """Return the running jobs whose uplink share may change once ``traffic`` comes or goes.
+
+        An uplink where no job's collective could exceed capacity before or after changes none.
+        """
+        affected: set[str] = set()
+        for uplink, amount in traffic.flows.items():
+            before = self.flows.get(uplink, 0.0)
+            after = max(0.0, before + sign * amount)
+            self.flows[uplink] = after
+            members = self.jobs_on.setdefault(uplink, set())
+            if sign > 0:
+                members.add(name)
+                self.burst[name] = _bursts(traffic)
+            else:
+                members.discard(name)
+            peak = max((self.burst[m].get(uplink, 0.0) for m in members), default=0.0)
+            peak = max(peak, self.burst[name].get(uplink, 0.0))
+            if max(before, after) + peak > self.capacity[uplink]:
+                affected.update(members)
+        if sign < 0:
+            self.burst.pop(name, None)
+        self.load = None
+        return affected
+
+    def _retime(self, names: set[str], now: float) -> None:
+        """Return nothing; bring ``names`` up to ``now`` and give them their new step time."""
+        for name in sorted(names):
+            state = self.running.get(name)
+            if state is None:
+                continue
+            if state.step_s:
+                done = (now - state.updated_s) / state.step_s
+                state.remaining = max(0.0, state.remaining - done)
+                state.comm_total += done * state.comm_s
+            state.step_s, state.comm_s = state.traffic.step(self._share_bps)
+            state.updated_s = now
+            state.version += 1
+            self._push(now + state.remaining * state.step_s, "end", name, state.version)
+
+    def _uplink_load(self) -> UplinkLoad | None:
+        if not self.uplink_aware:
+            return None
+        if self.load is None:
+            self.load = UplinkLoad.from_flows(self.topology, self.flows, self.constants.cost)
+        return self.load
+
+    def _attempt(self, name: str, now: float) -> bool:
+        """Return whether job ``name`` started at ``now``."""
+        job = self.jobs[name]
+        if self.free_slots[job.gpus_per_worker] < job.workers:
+            return False
+        started = time.perf_counter()
+        result = self.place(self.snapshot, job.request(), now - job.arrival_s, self._uplink_load())
+        self.run.plan_ms.append((time.perf_counter() - started) * 1e3)
+        if not isinstance(result, GangPlan):
+            return False
+        self._take(result, sign=1)
+        index_of = self.topology.index_of
+        ranks = [index_of[node] for node in result.nodes_by_rank]
+        traffic = placed_traffic(
+            self.topology,
+            job.shape,
+            ranks,
+            job.gpus_per_worker,
+            self.snapshot.degraded,
+            constants=self.constants,
+        )
+        ideal = ideal_traffic(job.shape, job.workers, job.gpus_per_worker, self.constants).alone()
+        self.running[name] = _Running(job, result, now, traffic, ideal, float(job.steps), now)
+        self.allocated_gpus += job.gpus
+        affected = self._change_flows(name, traffic, 1)
+        self._retime(affected | {name}, now)
+        return True
+
+    def _take(self, plan: GangPlan, *, sign: int) -> None:
+        """Return nothing; allocate (``sign`` 1) or release (-1) ``plan`` and the slot counts."""
+        index_of = self.topology.index_of
+        nodes = {index_of[n] for n in plan.nodes_by_rank}
+        free = self.snapshot.free_gpus
+        ok = self.snapshot.schedulable
+        before = {g: sum(free[i] // g for i in nodes if ok[i]) for g in self.free_slots}
+        if sign > 0:
+            self.snapshot.allocate(plan)
+        else:
+            self.snapshot.release(plan)
+        for g in self.free_slots:
+            self.free_slots[g] += sum(free[i] // g for i in nodes if ok[i]) - before[g]
+
+    def _finish(self, name: str, now: float) -> None:
+        state = self.running.pop(name)
+        elapsed = now - state.updated_s
+        comm_total = state.comm_total + (
+            elapsed / state.step_s * state.comm_s if state.step_s else 0
+        )
+        run_s = now - state.start_s
+        job = state.job
+        self.run.outcomes.append(
+            JobOutcome(
+                name=name,
+                arrival_s=job.arrival_s,
+                start_s=state.start_s,
+                end_s=now,
+                gpus=job.gpus,
+                comm_share=comm_total / run_s if run_s > 0 else 0.0,
+                stretch=run_s / (job.steps * state.ideal_step_s) if job.steps else 1.0,
+                leaves=state.plan.leaves_spanned,
+            )
+        )
+        self.run.last_end_s = max(self.run.last_end_s, now)
+        self._take(state.plan, sign=-1)
+        self.allocated_gpus -= job.gpus
+        self._retime(self._change_flows(name, state.traffic, -1), now)
+
+    def _drain_queue(self, now: float) -> None:
+        """Return nothing; start waiting gangs in arrival order (backfill until a reservation)."""
+        still: list[str] = []
+        blocked = False
+        for name in self.queue:
+            if blocked or not self._attempt(name, now):
+                still.append(name)
+                if now - self.jobs[name].arrival_s >= self.constants.reserve_after_s:
+                    blocked = True
+        self.queue = still
+
+    def replay(self) -> SimRun:
+        """Return the run after every event."""
+        run = self.run
+        last = run.first_arrival_s
+        while self.events:
+            now, _, kind, name, version = heapq.heappop(self.events)
+            if kind == "end" and (
+                name not in self.running or self.running[name].version != version
+            ):
+                continue
+            run.busy_gpu_s += self.allocated_gpus * (now - last)
+            last = now
+            if kind == "arrive":
+                run.fragmentation.append(
+                    stranded_fraction(self.cluster, self.snapshot, self.median)
+                )
+                self.queue.append(name)
+            else:
+                self._finish(name, now)
+            self._drain_queue(now)
+        run.unfinished = list(self.queue)
+        return run
+
+
+def _bursts(traffic: JobTraffic) -> dict[Uplink, float]:
+    """Return per uplink the most flows one of ``traffic``'s collectives sends across at once."""
+    peak: dict[Uplink, float] = {}
+    for collective in traffic.collectives:
+        for uplink, own in collective.uplinks:
+            peak[uplink] = max(peak.get(uplink, 0.0), own)
+    return peak
+
+
+def simulate(
+    cluster: Cluster,
+    trace: Sequence[SimJob],
+    place: PlaceFn,
+    *,
+    constants: SimConstants = DEFAULT_CONSTANTS,
+    uplink_aware: bool = False,
+) -> SimRun:
+    """Return what happens when ``trace`` is replayed with ``place`` on ``cluster``.
+
+    ``uplink_aware``: hand the placer the running jobs' uplink load (else ``None``).
+    """
+    return _Simulation(cluster, trace, place, constants, uplink_aware=uplink_aware).replay()
