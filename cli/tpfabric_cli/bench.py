@@ -26,7 +26,7 @@ def topology(ctx: typer.Context) -> None:
 
 @app.command("placement", context_settings=_PASS_THROUGH, add_help_option=False)
 def placement(ctx: typer.Context) -> None:
-    """Replay a job trace per placement policy (--seed N --json F --plot DIR --nodes 4096)."""
+    """Simulate a job trace per placer (--trace small-jobs|huge-jobs|F.csv --nodes N --plot DIR)."""
     from tpfabric_bench.placement import main  # noqa: PLC0415
 
     raise typer.Exit(main(list(ctx.args)))
@@ -44,5 +44,13 @@ def extender(ctx: typer.Context) -> None:
 def operator(ctx: typer.Context) -> None:
     """100 TPJs at once on 1,000 kwok nodes: time to settle, CPU, memory (--json F)."""
     from tpfabric_bench.operator import main  # noqa: PLC0415
+
+    raise typer.Exit(main(list(ctx.args)))
+
+
+@app.command("fabric-agent", context_settings=_PASS_THROUGH, add_help_option=False)
+def fabric_agent(ctx: typer.Context) -> None:
+    """Fabric agent CPU/memory per node (8 HCAs x 2 ports) and API writes/hour (--json F)."""
+    from tpfabric_bench.fabric_agent import main  # noqa: PLC0415
 
     raise typer.Exit(main(list(ctx.args)))

@@ -15,6 +15,7 @@ after the handler returns; acting on the older body would charge one incident tw
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import logging
 import os
@@ -29,6 +30,7 @@ from pydantic import ValidationError
 
 from tpfabric_core.api import GROUP, KIND, PLURAL, VERSION, TensorParallelJob
 from tpfabric_core.fabric_description import pydantic_error_path
+from tpfabric_operator import fabric_health
 from tpfabric_operator.children import (
     ATTEMPT_LABEL,
     FAILED_WORKER_LABEL,
@@ -37,7 +39,7 @@ from tpfabric_operator.children import (
     headless_service,
     worker_pod,
 )
-from tpfabric_operator.kube import KubeAdapter
+from tpfabric_operator.kube import KubeAdapter, extended_resources
 from tpfabric_operator.lifecycle import (
     Intent,
     Memory,
@@ -63,6 +65,10 @@ RECONCILE_SECONDS = float(os.environ.get("TPFABRIC_RECONCILE_SECONDS", "2"))
 INIT_IMAGE = os.environ.get("TPFABRIC_RDMA_INIT_IMAGE", "tpfabric/rdma-init:0.1.0")
 #: the same warning (reason and message) for one job is posted at most this often
 WARNING_INTERVAL_SECONDS = 300.0
+#: worker pods created at the same time, over every job (bounded: the API server is shared)
+CREATE_CONCURRENCY = int(os.environ.get("TPFABRIC_CREATE_CONCURRENCY", "16"))
+#: reconciles (kopf's synchronous handlers) running at the same time
+HANDLER_THREADS = int(os.environ.get("TPFABRIC_HANDLER_THREADS", "16"))
 #: how long a reconcile waits for the watch to deliver the status it patched
 STALE_BODY_SECONDS = 10.0
 _adapter: KubeAdapter | None = None
@@ -89,6 +95,14 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # "Timer succeeded" every tick for every job is noise; our messages use our own logger
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings.watching.server_timeout = 240
+    # Server-side filters: only tpfabric's own pods (every worker, kept failed ones included,
+    # carries the attempt label) and Services reach the operator. Client-side handler filters
+    # alone would make it parse every pod event of a shared cluster.
+    settings.watching.label_selectors["v1", "pods"] = ATTEMPT_LABEL
+    settings.watching.label_selectors["v1", "services"] = JOB_LABEL
+    # reconciles are synchronous handlers in kopf's executor, whose default (CPUs + 4 threads)
+    # makes a burst of jobs queue behind each other while they only wait for the API server
+    settings.execution.max_workers = HANDLER_THREADS
 
 
 def _owner(meta: Mapping[str, Any]) -> str:
@@ -189,6 +203,14 @@ def failed_workers(
             int(attempt) if attempt.isdigit() else 0,
         )
     }
+
+
+@kopf.index("nodes")
+def node_resources(*, name: str, status: kopf.Status, **_: Any) -> dict[str, dict[str, int]]:
+    """Index every node's allocatable extended resources by name: the input of the check that
+    some node can ever run a worker (read from the watch kopf keeps on nodes anyway, never by
+    listing 1,000 nodes in a burst of reconciles)."""
+    return {name: extended_resources(status.get("allocatable") or {})}
 
 
 @kopf.index("services", labels={JOB_LABEL: kopf.PRESENT})
@@ -373,8 +395,15 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -
     job, admission = _admission(body, job, owned, memory=memory, now=now)
     problem = None
     if not terminal and not job.spec.suspend:
-        problem = honour_problem(job, adapter().node_capacity())
-    intent = decide(job, owned, memory, now=now, stale=stale)
+        nodes = [value for store in indexes["node_resources"].values() for value in store]
+        problem = honour_problem(job, nodes)
+    on_bad_nodes = fabric_health.ranks_on_degraded_nodes(owned, indexes.get("degraded_nodes", {}))
+    move = fabric_health.workers_to_move(job, on_bad_nodes)
+    intent = decide(job, owned, memory, now=now, stale=stale, move=move)
+    straggler = ""
+    if on_bad_nodes and job.spec.topology.on_degraded_link != "ignore":
+        straggler = fabric_health.straggler_message(on_bad_nodes)
+        _warn(body, "DegradedLink", straggler)
     if problem and not memory.created_before and not intent.succeed:
         # a job that never ran and that no node can run fails at once; a running one is only
         # warned (node pools scale, and what runs proves nodes for it existed)
@@ -393,6 +422,7 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -
         create_error=create_error,
         admission=admission,
         now=now,
+        straggler=straggler,
     )
 
 
@@ -439,7 +469,7 @@ def _admission(
     return job, admission
 
 
-def _apply(  # noqa: PLR0912, PLR0915 - carries out one intent, step by step
+def _apply(  # noqa: PLR0912 - carries out one intent, step by step
     body: kopf.Body,
     job: TensorParallelJob,
     intent: Intent,
@@ -501,27 +531,60 @@ def _apply(  # noqa: PLR0912, PLR0915 - carries out one intent, step by step
                 kube.create(service)
             except ApiException as err:
                 error = f"creating Service {service['metadata']['name']}: {_api_words(err)}"
-    created: list[int] = []
+    manifests = []
     for index in intent.create:
         manifest = worker_pod(job, name, namespace, index, INIT_IMAGE, attempt=intent.attempt)
         kopf.adopt(manifest, owner=body)
-        pod_name = manifest["metadata"]["name"]
-        try:
-            if kube.create(manifest):
-                log.info("job %s/%s: created worker pod %s", namespace, name, pod_name)
-                created.append(index)
-                continue
-        except ApiException as err:
-            error = f"creating pod {pod_name}: {_api_words(err)}"
-            continue
-        # 409: ours from an earlier reconcile, or an older job's of the same name (not ours)
-        found = kube.read_pod(namespace, pod_name)
-        if found is not None and _owner(found["metadata"]) in ("", uid):
-            created.append(index)
-    intent.create = created
+        manifests.append(manifest)
+    outcomes = _create_pods(kube, manifests, uid)
+    intent.create = [index for index, (ok, _) in zip(intent.create, outcomes, strict=True) if ok]
+    error = next((why for _, why in outcomes if why), error)
     if error:
         _warn(body, "CreateFailed", error)
     return error
+
+
+def _create_pods(
+    kube: KubeAdapter, manifests: list[dict[str, Any]], uid: str
+) -> list[tuple[bool, str | None]]:
+    """Return, per manifest in order, (the pod is ours now, the error that stopped it).
+
+    A gang's pods are created together (``CREATE_CONCURRENCY`` at a time over every job): one at
+    a time, a 256-worker gang spends seconds in round trips before the placer can plan it. A 409
+    is ours when the existing pod belongs to this job (an earlier reconcile) or to nobody.
+    """
+
+    def create(manifest: dict[str, Any]) -> tuple[bool, str | None]:
+        metadata = manifest["metadata"]
+        try:
+            if kube.create(manifest):
+                log.info("job %s: created worker pod %s", metadata["namespace"], metadata["name"])
+                return True, None
+        except ApiException as err:
+            return False, f"creating pod {metadata['name']}: {_api_words(err)}"
+        # 409: ours from an earlier reconcile, or an older job's of the same name (not ours)
+        found = kube.read_pod(metadata["namespace"], metadata["name"])
+        return found is not None and _owner(found["metadata"]) in ("", uid), None
+
+    if len(manifests) <= 1:
+        return [create(m) for m in manifests]
+    return list(_creator().map(create, manifests))
+
+
+_creating: concurrent.futures.ThreadPoolExecutor | None = None
+_creating_lock = threading.Lock()
+
+
+def _creator() -> concurrent.futures.ThreadPoolExecutor:
+    """Return the pool every reconcile's pod creations share (``CREATE_CONCURRENCY`` at once
+    over all jobs: a burst of 100 jobs must not open 100 x 16 connections)."""
+    global _creating  # noqa: PLW0603 - one pool per operator process
+    with _creating_lock:
+        if _creating is None:
+            _creating = concurrent.futures.ThreadPoolExecutor(
+                CREATE_CONCURRENCY, thread_name_prefix="create"
+            )
+        return _creating
 
 
 def _api_words(err: ApiException) -> str:
@@ -546,6 +609,7 @@ def _write_status(
     create_error: str | None,
     admission: Admission | None,
     now: float,
+    straggler: str = "",
 ) -> None:
     status = dict(body.get("status") or {})
     spec = job.spec
@@ -617,6 +681,7 @@ def _write_status(
         terminal_reason=terminal_reason,
         terminal_message=terminal_message,
         create_error=create_error,
+        degraded_links=straggler,
         admitted=(
             None
             if admission is None

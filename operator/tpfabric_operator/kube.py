@@ -1,12 +1,11 @@
 """The operator's one adapter to the API server beyond kopf: create and delete pods, Services and
-finished jobs, keep failed pods out of their gang, read node capacity. Conflicts and not-found
+finished jobs, keep failed pods out of their gang. Conflicts and not-found
 answers that mean "already so" are not errors."""
 
 from __future__ import annotations
 
 import json
-import threading
-import time
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client, config
@@ -16,9 +15,7 @@ from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LA
 from tpfabric_operator.children import FAILED_WORKER_LABEL, service_name
 from tpfabric_operator.queueing import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
 
-__all__ = ["KubeAdapter"]
-
-NODE_CACHE_SECONDS = 30.0
+__all__ = ["KubeAdapter", "extended_resources"]
 
 
 class KubeAdapter:
@@ -26,16 +23,16 @@ class KubeAdapter:
 
     def __init__(self, api: client.ApiClient | None = None) -> None:
         if api is None:
+            settings = client.Configuration()
             try:
-                config.load_incluster_config()
+                config.load_incluster_config(client_configuration=settings)
             except config.ConfigException:
-                config.load_kube_config()
-            api = client.ApiClient()
+                config.load_kube_config(client_configuration=settings)
+            # a gang's pods are created CREATE_CONCURRENCY at a time: keep their connections
+            settings.connection_pool_maxsize = max(settings.connection_pool_maxsize, 32)
+            api = client.ApiClient(settings)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        self._nodes: list[dict[str, int]] = []
-        self._nodes_at = 0.0
-        self._lock = threading.Lock()
 
     def create(self, manifest: dict[str, Any]) -> bool:
         """Create a Pod or Service; return False when it already exists."""
@@ -166,17 +163,9 @@ class KubeAdapter:
         state = ((job.get("status") or {}).get("placement") or {}).get("state")
         return str(state) if state else None
 
-    def node_capacity(self) -> list[dict[str, int]]:
-        """Return the allocatable extended resources of every node (cached for 30 s)."""
-        with self._lock:
-            if time.monotonic() - self._nodes_at > NODE_CACHE_SECONDS:
-                nodes = []
-                for node in self.core.list_node(_request_timeout=30).items:
-                    allocatable = node.status.allocatable or {}
-                    counts = {}
-                    for key, value in allocatable.items():
-                        if "/" in key and str(value).isdigit():
-                            counts[key] = int(value)
-                    nodes.append(counts)
-                self._nodes, self._nodes_at = nodes, time.monotonic()
-            return list(self._nodes)
+
+def extended_resources(allocatable: Mapping[str, Any]) -> dict[str, int]:
+    """Return a node's allocatable extended resources (``domain/name``: whole count)."""
+    return {
+        key: int(value) for key, value in allocatable.items() if "/" in key and str(value).isdigit()
+    }

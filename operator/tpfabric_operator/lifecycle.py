@@ -216,11 +216,14 @@ def decide(  # noqa: PLR0911, PLR0912 - one state machine, read top to bottom
     *,
     now: float,
     stale: list[WorkerPod] | None = None,
+    move: dict[int, str] | None = None,
 ) -> Intent:
     """Return the intent for ``job`` given every pod it owns and what its status remembers.
 
     ``stale`` are pods with the job's name owned by an older job of the same name: they are
-    deleted and nothing is created until they are gone.
+    deleted and nothing is created until they are gone. ``move`` are running workers to restart
+    elsewhere, with why (a degraded node and ``onDegradedLink: restart-elsewhere``): an incident
+    of reason ``DegradedLink`` that, like a disruption, is not charged unless a rule says so.
     """
     spec = job.spec
     intent = Intent(attempt=memory.attempt, restarting=set(memory.restarting))
@@ -254,6 +257,15 @@ def decide(  # noqa: PLR0911, PLR0912 - one state machine, read top to bottom
     intent.force_delete += _stuck(pods, now)
     current, old = _attempts(job, pods, memory, intent.succeeded)
     lost, ignored = _losses(job, current, memory, intent.succeeded)
+    if not lost and move:
+        lost = [
+            (
+                Failure(index, "DegradedLink", why, None, current[index].name),
+                frozenset({"DisruptionTarget"}),
+            )
+            for index, why in sorted(move.items())
+            if index in current and current[index].active and index not in memory.restarting
+        ]
     if lost:
         return _incident(job, pods, memory, intent, lost=lost, now=now)
     # stop what belongs to an older attempt; keep its failures as evidence
@@ -442,6 +454,7 @@ class Outcome:
     terminal_message: str = ""
     create_error: str | None = None  # why creating a child failed (WorkersCreated False)
     admitted: tuple[bool, str, str] | None = None  # (admitted, reason, message) by a queue
+    degraded_links: str = ""  # ranks on degraded nodes, in words (fabric_health)
 
 
 def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
@@ -544,17 +557,21 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
         ),
         cond(
             "Degraded",
-            bool(missing or outcome.restarting) and not terminal and not spec.suspend,
+            bool(missing or outcome.restarting or outcome.degraded_links)
+            and not terminal
+            and not spec.suspend,
             "Restarting"
             if outcome.restarting
             else "WorkerLost"
             if missing
+            else "DegradedLink"
+            if outcome.degraded_links
             else "AllWorkersPresent",
             f"restarting worker(s) {sorted(outcome.restarting)}"
             if outcome.restarting
             else f"{missing} worker(s) missing"
             if missing
-            else "every worker pod exists",
+            else outcome.degraded_links or "every worker pod exists",
         ),
         cond(
             "Failed",

@@ -9,6 +9,8 @@ every real install (both happened: kopf's getpass, the operator's node listing).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +20,11 @@ import psutil
 import pytest
 from kubernetes import client
 
-from conftest import CHART_NAMESPACE, wait_for
+from conftest import CHART_NAMESPACE, FabricFactory, wait_for
+from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.fabric.fabric_condition import CONDITION_TYPE
+from tpfabric_fabric_agent.fake_sysfs import FakeSysfs
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.processes import log_tail
 from tpfabric_localcluster.tpfabric import EXTENDER, RunAs, start_extender, start_operator
@@ -115,3 +120,66 @@ def test_a_job_is_created_planned_and_placed_with_only_the_charts_permissions(
             timeout=60,
             what="the job's pods to be garbage-collected",
         )
+
+
+AGENT_NODE_FABRIC = """
+name: agent-rbac
+rails: 2
+railOptimized: true
+node: {gpus: 8, rdma: 2, cpu: "64", memory: 1Ti, pods: 110}
+blocks:
+- name: ar
+  spines:
+  - name: ar-su
+    leaves:
+    - {name: ar-leaf, nodes: ["agent-rbac-01", "agent-rbac-02"]}
+"""
+
+
+def test_the_fabric_agent_publishes_its_node_with_only_the_charts_permissions(
+    local_cluster: LocalCluster,
+    api: client.ApiClient,
+    chart_identities: dict[str, RunAs],
+    fake_nodes: FabricFactory,
+    tmp_path: Path,
+) -> None:
+    node, other = fake_nodes(AGENT_NODE_FABRIC)
+    sysfs = FakeSysfs(tmp_path / "sys", hcas=2, gpus=1)
+    identity = chart_identities["fabric-agent"]
+    argv = [
+        sys.executable,
+        "-m",
+        "tpfabric_fabric_agent",
+        f"--node={node}",
+        f"--sys-root={sysfs.root}",
+        "--interval=0.5",
+        "--window-seconds=2",
+        "--recover-seconds=1",
+        "--metrics-port=0",
+        f"--kubeconfig={identity.kubeconfig}",
+    ]
+    core = client.CoreV1Api(api)
+
+    def health(name: str) -> tuple[str | None, str | None]:
+        got = core.read_node(name)
+        condition = next((c for c in got.status.conditions or [] if c.type == CONDITION_TYPE), None)
+        return (got.metadata.labels or {}).get(labels.HEALTH), condition and condition.status
+
+    log = (tmp_path / "agent.log").open("w")
+    agent = subprocess.Popen(identity.wrap(argv), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: health(node) == ("ok", "True"), timeout=30, what="FabricHealthy True")
+        sysfs.set_up("mlx5_1", 1, up=False)
+        wait_for(
+            lambda: health(node) == ("degraded", "False"), timeout=30, what="FabricHealthy False"
+        )
+        assert agent.poll() is None, (tmp_path / "agent.log").read_text()
+        if identity.uid is not None:
+            leaf = [psutil.Process(agent.pid), *psutil.Process(agent.pid).children(True)][-1]
+            assert leaf.uids().real == identity.uid, leaf.cmdline()
+        assert health(other) == ("ok", None), "the agent touches no other node"
+        assert "403" not in (tmp_path / "agent.log").read_text()
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+        log.close()

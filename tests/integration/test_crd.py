@@ -47,6 +47,7 @@ def test_the_api_server_applies_the_defaults(local_cluster: LocalCluster, namesp
         "level": "leaf",
         "railAligned": True,
         "avoidDegraded": "avoid",
+        "onDegradedLink": "report",
     }
     assert spec["rdma"] == {"resourceName": "rdma/ib", "count": 8, "gpuDirect": "preferred"}
 

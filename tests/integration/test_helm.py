@@ -77,6 +77,18 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], list[str]]] = {
         ["--api-versions", SERVICE_MONITOR_API],
     ),
     "kind-e2e": (yaml.safe_load((KIND / "values.yaml").read_text()), []),
+    "fabric-agent": (
+        {
+            "fabricAgent": {
+                "enabled": True,
+                "hcas": ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5"],
+                "judgement": {"windowSeconds": 120, "counterLimits": {"symbol_error": 100}},
+                "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            }
+        },
+        [],
+    ),
 }
 
 

@@ -113,6 +113,12 @@ class TopologyPolicy(_Model):
     """Keep the workers on shared rail leaves and tell NCCL not to cross rails."""
     avoid_degraded: Literal["avoid", "penalize", "ignore"] = "avoid"
     """What to do with nodes whose fabric links are degraded."""
+    on_degraded_link: Literal["ignore", "report", "restart-elsewhere"] = "report"
+    """What to do when a node that runs a rank turns degraded (the fabric agent's
+    `FabricHealthy` condition and `topology.tpfabric.io/health` label): `report` sets the job's
+    `Degraded` condition and posts an Event naming the rank, node, port and reason (straggler
+    risk); `restart-elsewhere` also recreates the workers away from the node through the
+    failure policy's restart path (not charged to `maxRestarts`); `ignore` does neither."""
     max_wait_seconds: Annotated[int, Field(ge=0, le=604800)] | None = None
     """With mode `preferred`: wait up to this long for a domain at `level` before relaxing to the
     next level (like Slurm's `--switches=N@time`). Unset: relax at once."""

@@ -11,6 +11,9 @@ Modules, by concern:
 - :mod:`.ibnetdiscover`, :mod:`.slurm`, :mod:`.conventions`, :mod:`.health`: importers;
 - :mod:`.rails`: rail detection and cabling anomalies;
 - :mod:`.node_labels`: the canonical ``topology.tpfabric.io/`` labels and the label diff;
+- :mod:`.sysfs_links`, :mod:`.link_judgement`, :mod:`.fabric_condition`: live link health of one
+  node (read sysfs, judge counter series with hysteresis, the published condition/label/annotation
+  and the suspect rail switches they point at);
 - :mod:`.generator`: synthetic fabrics for tests and benchmarks, and their writers.
 """
 

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric.ibnetdiscover import normalize_guid
 from tpfabric_core.fabric.model import Fabric, Link, LinkKey, hca_id
+from tpfabric_core.fabric.sysfs_links import read_hca_ports
 from tpfabric_core.fabric_description import pydantic_error_path
 
 __all__ = [
@@ -133,44 +134,31 @@ def parse_counters_json(text: str, source: str = "<counters>") -> list[PortCount
     return result
 
 
-def _read_int(path: Path) -> int:
-    return int(path.read_text().split()[0]) if path.is_file() else 0
-
-
 def read_sysfs_counters(root: Path, node: str | None = None) -> list[PortCounters]:
     """Return the counters of every HCA port under a sysfs-style ``root`` (see module docstring).
 
     HCAs without ``node_guid`` need ``node`` and an ``mlx5_<n>`` name; others are skipped.
     """
     result: list[PortCounters] = []
-    for device in sorted(p for p in root.iterdir() if p.is_dir()):
-        guid_file = device / "node_guid"
+    for sample in read_hca_ports(root):
+        guid_file = root / sample.hca / "node_guid"
         ident: dict[str, object]
         if guid_file.is_file():
-            ident = {"hca": normalize_guid(guid_file.read_text())}
-        elif node is not None and (match := _MLX.match(device.name)):
+            ident = {"hca": normalize_guid(guid_file.read_text()), "port": sample.port}
+        elif node is not None and (match := _MLX.match(sample.hca)):
             ident = {"node": node, "rail": int(match[1])}
         else:
             continue
-        ports = device / "ports"
-        for port_dir in sorted(ports.iterdir() if ports.is_dir() else (), key=lambda p: p.name):
-            if not port_dir.name.isdigit():
-                continue
-            counters = port_dir / "counters"
-            rate_file = port_dir / "rate"
-            rate = float(rate_file.read_text().split()[0]) if rate_file.is_file() else None
-            port = {"port": int(port_dir.name)} if "hca" in ident else {}
-            result.append(
-                PortCounters.model_validate(
-                    ident
-                    | port
-                    | {
-                        "symbol_errors": _read_int(counters / "symbol_error"),
-                        "link_downed": _read_int(counters / "link_downed"),
-                        "rate_gbps": rate,
-                    }
-                )
+        result.append(
+            PortCounters.model_validate(
+                ident
+                | {
+                    "symbol_errors": sample.counters.get("symbol_error", 0),
+                    "link_downed": sample.counters.get("link_downed", 0),
+                    "rate_gbps": sample.rate_gbps,
+                }
             )
+        )
     return result
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
-from tpfabric_operator.handlers import _Serial, worker_of
+from kubernetes.client.rest import ApiException
+
+from tpfabric_operator.handlers import CREATE_CONCURRENCY, _create_pods, _Serial, worker_of
+from tpfabric_operator.kube import extended_resources
 
 
 def failed_pod(**status: Any) -> tuple[str, Any]:
@@ -68,3 +73,53 @@ def test_the_same_warning_is_posted_once_per_interval(monkeypatch: Any) -> None:
         handlers._warn(body, "InvalidSpec", "spec.workers: too many")  # type: ignore[arg-type]
     handlers._warn(body, "InvalidSpec", "spec.workers: other")  # type: ignore[arg-type]
     assert posted == ["InvalidSpec", "InvalidSpec"]
+
+
+class _Pods:
+    """A stand-in for the adapter's pod writes: records concurrency, answers per name."""
+
+    def __init__(self, existing: dict[str, str], refuse: set[str]) -> None:
+        self.existing, self.refuse = existing, refuse
+        self.lock = threading.Lock()
+        self.in_flight = self.most_in_flight = 0
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        name = manifest["metadata"]["name"]
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        time.sleep(0.02)
+        with self.lock:
+            self.in_flight -= 1
+        if name in self.refuse:
+            raise ApiException(status=403, reason="Forbidden")
+        return name not in self.existing
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        owner = self.existing.get(name)
+        refs = [{"kind": "TensorParallelJob", "uid": owner}] if owner else []
+        return {"metadata": {"name": name, "ownerReferences": refs}}
+
+
+def test_a_gangs_pods_are_created_concurrently_in_order_and_a_409_is_ours_only_if_owned() -> None:
+    manifests = [{"metadata": {"name": f"w-{k}", "namespace": "ns"}} for k in range(40)]
+    pods = _Pods(existing={"w-3": "uid-1", "w-4": "uid-old"}, refuse={"w-7"})
+    outcomes = _create_pods(pods, manifests, "uid-1")  # type: ignore[arg-type]
+    assert len(outcomes) == 40
+    assert outcomes[3] == (True, None)  # an earlier reconcile's pod of this job
+    assert outcomes[4] == (False, None)  # an older job's pod of the same name
+    assert outcomes[7][0] is False
+    assert "w-7: 403" in str(outcomes[7][1])
+    assert all(ok for k, (ok, _) in enumerate(outcomes) if k not in (4, 7))
+    assert 1 < pods.most_in_flight <= CREATE_CONCURRENCY
+
+
+def test_a_nodes_extended_resources_are_its_whole_domain_prefixed_counts() -> None:
+    assert extended_resources({"cpu": "8", "nvidia.com/gpu": "8", "rdma/ib": "8"}) == {
+        "nvidia.com/gpu": 8,
+        "rdma/ib": 8,
+    }
+    assert extended_resources({"nvidia.com/gpu": "4", "example.com/odd": "1500m"}) == {
+        "nvidia.com/gpu": 4
+    }
+    assert extended_resources({}) == {}

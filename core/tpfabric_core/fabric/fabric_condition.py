@@ -1,0 +1,235 @@
+"""How a node's live fabric health is published, and read back: condition, label, annotation.
+
+The fabric agent publishes, per node, three things, and writes them only when they change:
+
+- the node condition ``FabricHealthy`` (Kubernetes condition conventions: positive polarity,
+  CamelCase reason, a sentence of a message). ``True``/``LinksHealthy``; ``False`` with reason
+  ``LinkDown`` (a fabric port is not ACTIVE/LinkUp), ``LinkDegraded`` (errors over their limits,
+  a port below the expected rate or width) or ``PcieDegraded`` (only a PCIe link trained below
+  its capability); ``Unknown``/``NoFabricPorts`` when the node shows no fabric port. The message
+  is the reasons joined by ``; ``, e.g. ``symbol errors 1,200/min on mlx5_3 port 1 (limit
+  24/min)``. ``lastHeartbeatTime`` moves only with ``lastTransitionTime``: a heartbeat per
+  interval would be an API write per node per interval on a quiet fabric;
+- the label ``topology.tpfabric.io/health``: ``ok`` or ``degraded`` (any port degraded or down,
+  or a degraded PCIe link); left alone while the condition is ``Unknown``;
+- the annotation ``topology.tpfabric.io/fabric-health``: compact JSON, per rail::
+
+    {"state": "degraded",
+     "rails": {"3": {"hca": "mlx5_3", "state": "degraded",
+                     "reasons": ["symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)"]},
+               "0": {"hca": "mlx5_0", "state": "ok"}},
+     "pcie": ["PCIe x8 at 32 GT/s, capable of x16 at 32 GT/s, on mlx5_3 (0000:17:00.0)"]}
+
+  ``state`` per rail is ``ok``, ``degraded`` or ``down``; ``reasons`` and ``pcie`` are absent
+  when empty.
+
+:func:`suspect_rail_switches` reads the same data back for many nodes and names the rail leaf
+switches that several nodes blame at once. Pure functions; the agent and the operator do the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tpfabric_core import labels
+from tpfabric_core.fabric.link_judgement import NodeVerdict
+
+__all__ = [
+    "CONDITION_TYPE",
+    "DETAIL_ANNOTATION",
+    "FabricPublication",
+    "RailDetail",
+    "SuspectSwitch",
+    "condition_patch",
+    "metadata_patch",
+    "parse_detail",
+    "publication_of",
+    "suspect_rail_switches",
+]
+
+CONDITION_TYPE = "FabricHealthy"
+DETAIL_ANNOTATION = labels.PREFIX + "fabric-health"
+_MESSAGE_LIMIT = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FabricPublication:
+    """What the agent publishes for one node (everything but timestamps)."""
+
+    status: str  # "True", "False", "Unknown"
+    reason: str
+    message: str
+    label: str | None  # topology.tpfabric.io/health value; None leaves the label alone
+    annotation: str
+
+
+@dataclass(frozen=True, slots=True)
+class RailDetail:
+    """One rail of a node as the annotation shows it."""
+
+    rail: int
+    hca: str
+    state: str
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SuspectSwitch:
+    """A rail leaf switch that several nodes' degraded rails point at."""
+
+    switch: str  # the rail label value (the leaf's name, label-encoded)
+    rails: tuple[int, ...]
+    nodes: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        """Return a sentence for an Event or a log line."""
+        rails = ", ".join(str(r) for r in self.rails)
+        return (
+            f"rail switch {self.switch} suspect: {len(self.nodes)} nodes degraded on rail "
+            f"{rails} at once ({', '.join(self.nodes)}); check the switch and its cables "
+            "before the nodes"
+        )
+
+
+def _message(reasons: tuple[str, ...]) -> str:
+    text = ""
+    for index, reason in enumerate(reasons):
+        candidate = f"{text}; {reason}" if text else reason
+        if len(candidate) > _MESSAGE_LIMIT:
+            return f"{text}; ... (+{len(reasons) - index} more)"
+        text = candidate
+    return text
+
+
+def publication_of(verdict: NodeVerdict) -> FabricPublication:
+    """Return what to publish for ``verdict``; the same verdict always gives the same text."""
+    rails: dict[str, dict[str, Any]] = {}
+    severity = {"ok": 0, "degraded": 1, "down": 2}
+    for port in verdict.ports:
+        key = str(port.rail) if port.rail is not None else port.hca
+        entry = rails.setdefault(key, {"hca": port.hca, "state": "ok"})
+        if severity[port.state] > severity[entry["state"]]:
+            entry["state"] = port.state
+        if port.reasons:
+            entry.setdefault("reasons", []).extend(port.reasons)
+    detail: dict[str, Any] = {"state": verdict.state, "rails": rails}
+    if verdict.pcie:
+        detail["pcie"] = [v.reason for v in verdict.pcie]
+    annotation = json.dumps(detail, separators=(",", ":"), sort_keys=True)
+    if not verdict.ports:
+        return FabricPublication(
+            "Unknown",
+            "NoFabricPorts",
+            "no fabric port found under /sys/class/infiniband",
+            None,
+            annotation,
+        )
+    state = verdict.state
+    if state == "ok":
+        return FabricPublication(
+            "True",
+            "LinksHealthy",
+            "every fabric port is up at the expected rate and width, no error counter over its "
+            "limit, PCIe links at full width",
+            "ok",
+            annotation,
+        )
+    ports = {p.state for p in verdict.ports}
+    reason = "LinkDown" if "down" in ports else "LinkDegraded" if "degraded" in ports else ""
+    return FabricPublication(
+        "False", reason or "PcieDegraded", _message(verdict.reasons), "degraded", annotation
+    )
+
+
+def condition_patch(
+    publication: FabricPublication, current: Mapping[str, Any] | None, now: str
+) -> dict[str, Any] | None:
+    """Return the ``FabricHealthy`` condition to write (strategic merge on ``type``), or None
+    when ``current`` (the node's condition as read) already says the same."""
+    if current is not None and (
+        current.get("status"),
+        current.get("reason"),
+        current.get("message"),
+    ) == (publication.status, publication.reason, publication.message):
+        return None
+    since = (
+        current.get("lastTransitionTime")
+        if current is not None and current.get("status") == publication.status
+        else None
+    ) or now
+    return {
+        "type": CONDITION_TYPE,
+        "status": publication.status,
+        "reason": publication.reason,
+        "message": publication.message,
+        "lastTransitionTime": since,
+        "lastHeartbeatTime": now,
+    }
+
+
+def metadata_patch(
+    publication: FabricPublication,
+    current_labels: Mapping[str, str],
+    current_annotations: Mapping[str, str],
+) -> dict[str, Any] | None:
+    """Return the node metadata merge patch (health label, detail annotation), or None when the
+    node already carries both."""
+    patch: dict[str, Any] = {}
+    if publication.label is not None and current_labels.get(labels.HEALTH) != publication.label:
+        patch["labels"] = {labels.HEALTH: publication.label}
+    if current_annotations.get(DETAIL_ANNOTATION) != publication.annotation:
+        patch["annotations"] = {DETAIL_ANNOTATION: publication.annotation}
+    return {"metadata": patch} if patch else None
+
+
+def parse_detail(annotation: str | None) -> tuple[RailDetail, ...]:
+    """Return the rails of a ``topology.tpfabric.io/fabric-health`` annotation; an absent or
+    unreadable one has none (never raises: it is written by another program)."""
+    try:
+        data = json.loads(annotation or "{}")
+        rails = data.get("rails") or {}
+        return tuple(
+            RailDetail(
+                rail=int(key),
+                hca=str(entry.get("hca", "")),
+                state=str(entry.get("state", "ok")),
+                reasons=tuple(str(r) for r in entry.get("reasons") or ()),
+            )
+            for key, entry in sorted(rails.items(), key=lambda kv: str(kv[0]))
+            if str(key).isdigit() and isinstance(entry, dict)
+        )
+    except (ValueError, AttributeError, TypeError):
+        return ()
+
+
+def suspect_rail_switches(
+    nodes: Mapping[str, tuple[Mapping[str, str], tuple[RailDetail, ...]]], min_nodes: int = 3
+) -> list[SuspectSwitch]:
+    """Return the rail leaf switches under which at least ``min_nodes`` nodes have that rail
+    degraded or down now, most nodes first.
+
+    ``nodes`` maps a node name to (its labels, its annotation's rails). A switch is found through
+    the ``topology.tpfabric.io/rail-<i>`` label of each degraded rail. One sick node is the node's
+    problem; several nodes of one switch sick on the rail that switch serves point at the switch
+    (or its uplinks), where one fix clears them all.
+    """
+    blamed: dict[str, tuple[set[int], set[str]]] = {}
+    for name, (node_labels, rails) in nodes.items():
+        for detail in rails:
+            if detail.state == "ok":
+                continue
+            switch = node_labels.get(labels.rail_key(detail.rail))
+            if switch:
+                rail_set, node_set = blamed.setdefault(switch, (set(), set()))
+                rail_set.add(detail.rail)
+                node_set.add(name)
+    found = [
+        SuspectSwitch(switch, tuple(sorted(rails)), tuple(sorted(names)))
+        for switch, (rails, names) in blamed.items()
+        if len(names) >= min_nodes
+    ]
+    return sorted(found, key=lambda s: (-len(s.nodes), s.switch))

@@ -1,0 +1,148 @@
+"""``tpfabric-fabric-agent`` / ``python -m tpfabric_fabric_agent``: watch this node's fabric links.
+
+Run by the chart's DaemonSet with ``NODE_NAME`` from the downward API and the host's ``/sys``
+mounted read-only. ``--once`` prints one verdict as JSON and publishes nothing (a check by hand).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+import yaml
+from kubernetes import client
+from prometheus_client import start_http_server
+from pydantic import ValidationError
+
+from tpfabric_core.fabric.fabric_condition import FabricPublication, publication_of
+from tpfabric_core.fabric.link_judgement import LinkJudgeConfig
+from tpfabric_fabric_agent.agent import AgentSettings, FabricAgent
+from tpfabric_fabric_agent.kube import NodePublisher, api_client
+from tpfabric_fabric_agent.metrics import AgentMetrics
+
+__all__ = ["build_parser", "main", "settings_from_args"]
+
+
+class _Printer:
+    def publish(self, publication: FabricPublication) -> int:
+        return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the agent's argument parser."""
+    parser = argparse.ArgumentParser(prog="tpfabric-fabric-agent", description=__doc__)
+    parser.add_argument("--node", default=os.environ.get("NODE_NAME"), help="default $NODE_NAME")
+    parser.add_argument("--sys-root", type=Path, default=Path("/sys"), help="default /sys")
+    parser.add_argument("--interval", type=float, default=10.0, help="seconds (default 10)")
+    parser.add_argument(
+        "--hcas",
+        default="",
+        help="fabric HCAs in rail order, comma-separated (default: every InfiniBand HCA)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="YAML/JSON file of judgement settings (window_seconds, recover_seconds, "
+        "symbol_error_ber, counter_limits, expected_rate_gbps, expected_width, rate_tolerance, "
+        "check_pcie)",
+    )
+    parser.add_argument("--window-seconds", type=float, help="sliding window of the rates")
+    parser.add_argument("--recover-seconds", type=float, help="clean time before ok again")
+    parser.add_argument("--expected-rate-gbps", type=float, help="the fabric's link rate")
+    parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-read the node")
+    parser.add_argument("--metrics-port", type=int, default=9402, help="0 disables /metrics")
+    parser.add_argument("--metrics-address", default="0.0.0.0")  # noqa: S104 - a pod's port
+    parser.add_argument("--kubeconfig", help="default: in-cluster service account")
+    parser.add_argument("--once", action="store_true", help="print one verdict, publish nothing")
+    parser.add_argument("--log-level", default=os.environ.get("TPFABRIC_LOG_LEVEL", "INFO"))
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> AgentSettings:
+    """Return the agent's settings; ValueError says which option is wrong and why."""
+    if not args.node:
+        raise ValueError("--node (or $NODE_NAME) is required: the agent publishes for one node")
+    data: dict[str, object] = {}
+    if args.config is not None:
+        loaded = yaml.safe_load(args.config.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{args.config}: expected a mapping of judgement settings")
+        data.update(loaded)
+    for key in ("window_seconds", "recover_seconds", "expected_rate_gbps"):
+        if getattr(args, key) is not None:
+            data[key] = getattr(args, key)
+    try:
+        judge = LinkJudgeConfig.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"{args.config or 'options'}: {where}: {first['msg']}") from err
+    return AgentSettings(
+        node=args.node,
+        sys_root=args.sys_root,
+        interval_seconds=args.interval,
+        hcas=tuple(h for h in args.hcas.split(",") if h),
+        judge=judge,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the agent until SIGTERM/SIGINT; return the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
+        '"message":"%(message)s"}',
+    )
+    if args.once and not args.node:
+        args.node = "this-node"  # --once publishes nothing: no node to name
+    try:
+        settings = settings_from_args(args)
+    except (ValueError, OSError) as err:
+        print(f"tpfabric-fabric-agent: {err}", file=sys.stderr)  # noqa: T201
+        return 2
+    if args.once:
+        verdict = FabricAgent(settings, _Printer()).step()
+        publication = publication_of(verdict)
+        print(  # noqa: T201
+            json.dumps(
+                {
+                    "status": publication.status,
+                    "reason": publication.reason,
+                    "message": publication.message,
+                    "label": publication.label,
+                    "detail": json.loads(publication.annotation),
+                },
+                indent=2,
+            )
+        )
+        return 0
+    metrics = AgentMetrics()
+    publisher = NodePublisher(
+        settings.node,
+        client.CoreV1Api(api_client(args.kubeconfig)),
+        resync_seconds=args.resync_seconds,
+        on_write=lambda target: metrics.api_writes.labels(target).inc(),
+    )
+    if args.metrics_port:
+        start_http_server(args.metrics_port, args.metrics_address, registry=metrics.registry)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    FabricAgent(settings, publisher, metrics).run(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""A fake ``/sys`` of one GPU node, in the real file layout, that tests and benchmarks mutate.
+
+:class:`FakeSysfs` writes what a DGX-class node shows (kernel
+Documentation/ABI/stable/sysfs-class-infiniband and sysfs-bus-pci):
+
+- ``class/infiniband/mlx5_<i>/ports/<p>/{state,phys_state,rate,link_layer,counters/*}`` with
+  ``4: ACTIVE``, ``5: LinkUp``, ``400 Gb/sec (4X NDR)`` and every error counter at 0;
+- ``class/infiniband/mlx5_<i>/device`` as a symlink into ``devices/pci0000:00/...`` like the
+  kernel's, and ``bus/pci/devices/<bdf>`` symlinks to the same directories;
+- per HCA and GPU ``{current,max}_link_{speed,width}`` (``32.0 GT/s PCIe``, ``16``), ``vendor``
+  and ``class``.
+
+It only ever writes below its own root.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tpfabric_core.fabric.sysfs_links import ERROR_COUNTERS
+
+__all__ = ["FakeSysfs"]
+
+_UP = ("4: ACTIVE", "5: LinkUp")
+_DOWN = ("1: DOWN", "2: Polling")
+
+
+class FakeSysfs:
+    """A node's ``/sys`` below ``root`` with ``hcas`` HCAs of ``ports`` ports and ``gpus`` GPUs."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        hcas: int = 8,
+        ports: int = 1,
+        gpus: int = 8,
+        rate: str = "400 Gb/sec (4X NDR)",
+    ) -> None:
+        self.root = root
+        self.pci_root = root / "devices" / "pci0000:00"
+        self.hcas = [f"mlx5_{i}" for i in range(hcas)]
+        self.gpus = [f"0000:{0x40 + i:02x}:00.0" for i in range(gpus)]
+        for index, hca in enumerate(self.hcas):
+            bdf = f"0000:{0x10 + index:02x}:00.0"
+            device = self._pci_device(bdf, vendor="0x15b3", klass="0x020700")
+            ib = root / "class" / "infiniband" / hca
+            ib.mkdir(parents=True, exist_ok=True)
+            link = ib / "device"
+            if not link.is_symlink():
+                link.symlink_to(os.path.relpath(device, ib))
+            (ib / "node_guid").write_text(f"b83f:d203:00{index:02x}:0001\n")
+            for port in range(1, ports + 1):
+                directory = self.port_dir(hca, port)
+                (directory / "counters").mkdir(parents=True, exist_ok=True)
+                self.set_up(hca, port, up=True)
+                self.set_rate(hca, port, rate)
+                (directory / "link_layer").write_text("InfiniBand\n")
+                for name in ERROR_COUNTERS:
+                    self.set_counter(hca, port, name, 0)
+        for bdf in self.gpus:
+            self._pci_device(bdf, vendor="0x10de", klass="0x030200")
+
+    def _pci_device(self, bdf: str, *, vendor: str, klass: str) -> Path:
+        device = self.pci_root / "0000:00:01.0" / bdf
+        device.mkdir(parents=True, exist_ok=True)
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "class").write_text(klass + "\n")
+        self._write_link(device, speed=32.0, width=16)
+        (device / "max_link_speed").write_text("32.0 GT/s PCIe\n")
+        (device / "max_link_width").write_text("16\n")
+        listed = self.root / "bus" / "pci" / "devices"
+        listed.mkdir(parents=True, exist_ok=True)
+        if not (listed / bdf).is_symlink():
+            (listed / bdf).symlink_to(os.path.relpath(device, listed))
+        return device
+
+    @staticmethod
+    def _write_link(device: Path, *, speed: float, width: int) -> None:
+        (device / "current_link_speed").write_text(f"{speed:.1f} GT/s PCIe\n")
+        (device / "current_link_width").write_text(f"{width}\n")
+
+    def port_dir(self, hca: str, port: int = 1) -> Path:
+        """Return ``class/infiniband/<hca>/ports/<port>``."""
+        return self.root / "class" / "infiniband" / hca / "ports" / str(port)
+
+    def counter(self, hca: str, port: int, name: str) -> int:
+        """Return the value of one counter."""
+        return int((self.port_dir(hca, port) / "counters" / name).read_text())
+
+    def set_counter(self, hca: str, port: int, name: str, value: int) -> None:
+        """Write one counter (a clear is ``value=0``)."""
+        (self.port_dir(hca, port) / "counters" / name).write_text(f"{value}\n")
+
+    def add_errors(self, hca: str, port: int, name: str, count: int) -> None:
+        """Add ``count`` events to one counter."""
+        self.set_counter(hca, port, name, self.counter(hca, port, name) + count)
+
+    def set_up(self, hca: str, port: int, *, up: bool) -> None:
+        """Bring a port up (ACTIVE/LinkUp) or down (DOWN/Polling)."""
+        state, phys = _UP if up else _DOWN
+        (self.port_dir(hca, port) / "state").write_text(state + "\n")
+        (self.port_dir(hca, port) / "phys_state").write_text(phys + "\n")
+
+    def set_rate(self, hca: str, port: int, rate: str) -> None:
+        """Write a port's ``rate``, e.g. ``200 Gb/sec (2X NDR)``."""
+        (self.port_dir(hca, port) / "rate").write_text(rate + "\n")
+
+    def set_pcie(self, bdf_or_hca: str, *, speed: float, width: int) -> None:
+        """Retrain the PCIe link of an HCA (by name) or a GPU (by bus id)."""
+        if bdf_or_hca in self.hcas:
+            device = (self.root / "class" / "infiniband" / bdf_or_hca / "device").resolve()
+        else:
+            device = self.pci_root / "0000:00:01.0" / bdf_or_hca
+        self._write_link(device, speed=speed, width=width)

@@ -1,0 +1,352 @@
+"""The fabric agent on the local control plane: live link health from sysfs to placement.
+
+A small rail-optimized fabric (2 leaves x 4 kwok nodes, 4 rails). Every node has its own agent
+loop (a thread with its own API client, as its own DaemonSet pod would have) reading its own fake
+``/sys`` tree in the kernel's layout, which the tests mutate. The real extender/placer, the
+kube-scheduler and the operator (its own process) react to what the agents publish.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from test_operator import Tpj, small_job
+
+from conftest import wait_for
+from tpfabric_core import labels
+from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.fabric.fabric_condition import CONDITION_TYPE, DETAIL_ANNOTATION, parse_detail
+from tpfabric_core.fabric.link_judgement import LinkJudgeConfig
+from tpfabric_core.fabric_description import parse_fabric_description
+from tpfabric_fabric_agent.agent import AgentSettings, FabricAgent
+from tpfabric_fabric_agent.fake_sysfs import FakeSysfs
+from tpfabric_fabric_agent.kube import NodePublisher
+from tpfabric_localcluster.cluster import LocalCluster, api_client
+from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
+from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
+
+INTERVAL = 1.0
+WINDOW = 4.0
+RECOVER = 3.0
+FABRIC = """
+name: agents
+rails: 4
+railOptimized: true
+rdmaResource: rdma/ib
+node: {gpus: 8, rdma: 8, cpu: "128", memory: 2Ti, pods: 110}
+blocks:
+- name: fa
+  spines:
+  - name: fa-su
+    leaves:
+    - {name: fa-leaf1, nodes: ["fa-l1-[01-04]"]}
+    - {name: fa-leaf2, nodes: ["fa-l2-[01-04]"]}
+"""
+
+
+@dataclass
+class NodeAgent:
+    sysfs: FakeSysfs
+    agent: FabricAgent
+    publisher: NodePublisher
+    api: client.ApiClient
+
+
+class Fleet:
+    """One agent loop per node, and climbing error counters on request."""
+
+    def __init__(self, cluster: LocalCluster, names: list[str], root: Path) -> None:
+        self.agents: dict[str, NodeAgent] = {}
+        self.stop = threading.Event()
+        self._climbing: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        judge = LinkJudgeConfig(window_seconds=WINDOW, recover_seconds=RECOVER)
+        for name in names:
+            sysfs = FakeSysfs(root / name, hcas=4, ports=1, gpus=2)
+            api = api_client(cluster.kubeconfig)
+            publisher = NodePublisher(name, client.CoreV1Api(api))
+            settings = AgentSettings(
+                node=name, sys_root=root / name, interval_seconds=INTERVAL, judge=judge
+            )
+            self.agents[name] = NodeAgent(sysfs, FabricAgent(settings, publisher), publisher, api)
+        self.threads = [
+            threading.Thread(target=a.agent.run, args=(self.stop,), name=f"agent-{n}", daemon=True)
+            for n, a in self.agents.items()
+        ]
+        self.threads.append(threading.Thread(target=self._climb, name="climber", daemon=True))
+        for thread in self.threads:
+            thread.start()
+
+    def _climb(self) -> None:
+        while not self.stop.wait(INTERVAL / 2):
+            with self._lock:
+                climbing = dict(self._climbing)
+            for (node, hca), per_interval in climbing.items():
+                self.agents[node].sysfs.add_errors(hca, 1, "symbol_error", per_interval // 2)
+
+    def climb(self, node: str, hca: str, per_interval: int = 200) -> None:
+        """Make ``hca`` port 1 of ``node`` throw symbol errors until :meth:`calm`."""
+        with self._lock:
+            self._climbing[(node, hca)] = per_interval
+
+    def calm(self) -> None:
+        """Stop every climbing counter and bring every port up."""
+        with self._lock:
+            self._climbing.clear()
+        for each in self.agents.values():
+            for hca in each.sysfs.hcas:
+                each.sysfs.set_up(hca, 1, up=True)
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=10)
+        for each in self.agents.values():
+            each.api.close()
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    tpfabric_scheduling: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    with api_client(tpfabric_scheduling.kubeconfig) as api:
+        names = apply_fake_nodes(api, parse_fabric_description(FABRIC))
+        wait_ready(api, names)
+        fleet = Fleet(tpfabric_scheduling, names, tmp_path_factory.mktemp("sysfs"))
+        start_operator(tpfabric_scheduling)
+        try:
+            yield fleet
+        finally:
+            tpfabric_scheduling.stop_component(OPERATOR)
+            fleet.close()
+            delete_nodes(api, names)
+
+
+def node_health(api: client.ApiClient, name: str) -> tuple[str, str, str, str]:
+    """Return (label, condition status, reason, message) of a node as the API has them."""
+    node = client.CoreV1Api(api).read_node(name)
+    condition = next((c for c in node.status.conditions or [] if c.type == CONDITION_TYPE), None)
+    return (
+        (node.metadata.labels or {}).get(labels.HEALTH, ""),
+        condition.status if condition else "",
+        condition.reason if condition else "",
+        condition.message if condition else "",
+    )
+
+
+@pytest.fixture
+def calm_fabric(api: client.ApiClient, fleet: Fleet) -> Iterator[Fleet]:
+    """Return the fleet with every node ok; calm it again (and wait for ok) afterwards."""
+    fleet.calm()
+    wait_all_ok(api, fleet)
+    yield fleet
+    fleet.calm()
+    wait_all_ok(api, fleet)
+
+
+def wait_all_ok(api: client.ApiClient, fleet: Fleet) -> None:
+    wait_for(
+        lambda: all(node_health(api, n)[:2] == ("ok", "True") for n in fleet.agents),
+        timeout=WINDOW + RECOVER + 20,
+        interval=0.3,
+        what="every node FabricHealthy=True and labelled ok",
+    )
+
+
+def wait_degraded(api: client.ApiClient, name: str, timeout: float) -> tuple[str, str, str, str]:
+    health: tuple[str, str, str, str] = wait_for(
+        lambda: (h := node_health(api, name))[:2] == ("degraded", "False") and h,
+        timeout=timeout,
+        interval=0.1,
+        what=f"{name} FabricHealthy=False and labelled degraded",
+    )
+    return health
+
+
+def test_every_node_reports_healthy_and_a_quiet_fabric_costs_no_writes(
+    api: client.ApiClient, calm_fabric: Fleet
+) -> None:
+    for name in calm_fabric.agents:
+        node = client.CoreV1Api(api).read_node(name)
+        condition = next(c for c in node.status.conditions if c.type == CONDITION_TYPE)
+        assert (condition.status, condition.reason) == ("True", "LinksHealthy")
+        assert node.metadata.labels[labels.HEALTH] == "ok"
+        rails = parse_detail(node.metadata.annotations[DETAIL_ANNOTATION])
+        assert [(r.rail, r.hca, r.state) for r in rails] == [
+            (i, f"mlx5_{i}", "ok") for i in range(4)
+        ]
+        assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+    writes = {n: a.publisher.writes for n, a in calm_fabric.agents.items()}
+    time.sleep(5 * INTERVAL)
+    assert {n: a.publisher.writes for n, a in calm_fabric.agents.items()} == writes
+
+
+def test_climbing_symbol_errors_flip_the_node_within_two_intervals_and_clear_after_hysteresis(
+    api: client.ApiClient, calm_fabric: Fleet
+) -> None:
+    target = "fa-l1-02"
+    started = time.monotonic()
+    calm_fabric.climb(target, "mlx5_2")
+    _, _, reason, message = wait_degraded(api, target, timeout=2 * INTERVAL + 1.0)
+    assert time.monotonic() - started <= 2 * INTERVAL + 1.0
+    assert reason == "LinkDegraded"
+    assert message.startswith("symbol errors ")
+    assert message.endswith("/min on mlx5_2 port 1 (limit 24/min)")
+    others = [n for n in calm_fabric.agents if n != target]
+    assert all(node_health(api, n)[0] == "ok" for n in others)
+    detail = parse_detail(
+        client.CoreV1Api(api).read_node(target).metadata.annotations[DETAIL_ANNOTATION]
+    )
+    assert [(r.rail, r.state) for r in detail if r.state != "ok"] == [(2, "degraded")]
+
+    time.sleep(3 * INTERVAL)  # still climbing: the node stays degraded, with the same words
+    assert node_health(api, target)[3] == message
+    calm_fabric.calm()
+    calmed = time.monotonic()
+    wait_for(
+        lambda: node_health(api, target)[:2] == ("ok", "True"),
+        timeout=WINDOW + RECOVER + 4 * INTERVAL,
+        interval=0.2,
+        what=f"{target} ok again after the hysteresis",
+    )
+    assert time.monotonic() - calmed >= RECOVER  # not before the hysteresis
+
+
+@pytest.fixture
+def tpj(
+    api: client.ApiClient, tpfabric_scheduling: LocalCluster, calm_fabric: Fleet, namespace: str
+) -> Iterator[Tpj]:
+    yield Tpj(api, tpfabric_scheduling, namespace)
+    custom = client.CustomObjectsApi(api)
+    for job in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]:
+        custom.delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, job["metadata"]["name"]
+        )
+    wait_for(
+        lambda: not client.CoreV1Api(api).list_namespaced_pod(namespace).items,
+        timeout=60,
+        what="the test's pods to be garbage-collected",
+    )
+
+
+def create_job(jobs: Tpj, name: str, workers: int, **topology: Any) -> None:
+    manifest = small_job(name, workers)
+    manifest["spec"]["topology"].update(topology)
+    jobs.custom.create_namespaced_custom_object(GROUP, VERSION, jobs.namespace, PLURAL, manifest)
+
+
+def events(api: client.ApiClient, namespace: str, reason: str) -> list[client.CoreV1Event]:
+    found = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    return [e for e in found if e.reason == reason]
+
+
+def test_a_running_job_on_a_node_turning_degraded_gets_degraded_naming_the_rank(
+    api: client.ApiClient, calm_fabric: Fleet, tpj: Tpj
+) -> None:
+    create_job(tpj, "trainer", 4)
+    status = tpj.wait_phase("trainer", "Running")
+    nodes = status["placement"]["nodes"]
+    calm_fabric.climb(nodes[1], "mlx5_3")
+
+    degraded = wait_for(
+        lambda: (c := tpj.condition("trainer", "Degraded")).get("status") == "True" and c,
+        timeout=15,
+        what="the job's Degraded condition",
+    )
+    assert degraded["reason"] == "DegradedLink"
+    assert degraded["message"].startswith(f"straggler risk: rank 1 on node {nodes[1]}: ")
+    assert "on mlx5_3 port 1" in degraded["message"]
+    warned = wait_for(lambda: events(api, tpj.namespace, "DegradedLink"), what="Event")
+    assert warned[0].type == "Warning"
+    assert f"rank 1 on node {nodes[1]}" in warned[0].message
+    assert tpj.status("trainer")["phase"] == "Running"  # report only: the job keeps running
+
+    calm_fabric.calm()
+    wait_for(
+        lambda: tpj.condition("trainer", "Degraded").get("status") == "False",
+        timeout=WINDOW + RECOVER + 15,
+        what="Degraded False once the node is ok again",
+    )
+
+
+def test_the_placer_avoids_a_degraded_node_live_and_uses_it_again_once_ok(
+    api: client.ApiClient, calm_fabric: Fleet, tpj: Tpj
+) -> None:
+    create_job(tpj, "first", 4)
+    first = tpj.wait_phase("first", "Running")["placement"]["nodes"]
+    free = sorted(n for n in calm_fabric.agents if n not in first)
+    assert len(free) == 4  # the other leaf
+    sick = free[0]
+    calm_fabric.climb(sick, "mlx5_0")
+    wait_degraded(api, sick, timeout=2 * INTERVAL + 1.0)
+
+    create_job(tpj, "second", 4, mode="required", level="leaf")
+    waiting = wait_for(
+        lambda: (p := tpj.status("second").get("placement") or {}).get("state") == "Waiting" and p,
+        timeout=20,
+        what="the second job Waiting (3 healthy nodes left in the free leaf)",
+    )
+    assert "degraded" in waiting["message"], waiting
+    time.sleep(2 * INTERVAL)
+    assert all(p.spec.node_name is None for p in tpj.pods("second"))
+
+    calm_fabric.calm()
+    status = tpj.wait_phase("second", "Running", timeout=WINDOW + RECOVER + 30)
+    assert sorted(status["placement"]["nodes"]) == free
+
+
+def test_restart_elsewhere_moves_the_rank_off_the_degraded_node(
+    api: client.ApiClient, calm_fabric: Fleet, tpj: Tpj
+) -> None:
+    create_job(tpj, "mover", 2, onDegradedLink="restart-elsewhere")
+    before = tpj.wait_phase("mover", "Running")["placement"]["nodes"]
+    calm_fabric.climb(before[0], "mlx5_1")
+
+    def moved() -> list[str] | None:
+        pods = tpj.pods("mover")
+        nodes = [p.spec.node_name for p in pods if p.status.phase == "Running"]
+        return nodes if len(nodes) == 2 and before[0] not in nodes else None
+
+    after = wait_for(moved, timeout=60, what="the gang running again off the degraded node")
+    assert before[0] not in after
+    status = tpj.status("mover")
+    assert status["restarts"] == 0  # a move is not charged
+    assert status["lastFailure"]["reason"] == "DegradedLink"
+
+
+def test_three_nodes_of_one_rail_switch_degrading_report_the_switch(
+    api: client.ApiClient, calm_fabric: Fleet
+) -> None:
+    sick = ["fa-l2-01", "fa-l2-02", "fa-l2-03"]
+    for name in sick[:2]:
+        calm_fabric.climb(name, "mlx5_1")
+    for name in sick[:2]:
+        wait_degraded(api, name, timeout=2 * INTERVAL + 1.0)
+    time.sleep(2 * INTERVAL)
+    assert not [
+        e for e in events(api, "default", "SuspectRailSwitch") if "fa-leaf2-rail1" in e.message
+    ], "two nodes are not enough to blame the switch"
+    calm_fabric.climb(sick[2], "mlx5_1")
+
+    def suspect_events() -> list[client.CoreV1Event]:
+        return [
+            e
+            for e in events(api, "default", "SuspectRailSwitch")
+            if "rail switch fa-leaf2-rail1 suspect" in e.message
+        ]
+
+    # kopf posts the three Events (one per node) in the background: wait for all of them
+    reported = wait_for(
+        lambda: len(found := suspect_events()) >= 3 and found,
+        timeout=15,
+        what="the SuspectRailSwitch Event on each of the three nodes",
+    )
+    assert {e.involved_object.name for e in reported} == set(sick)
+    assert "3 nodes degraded on rail 1" in reported[0].message

@@ -1,0 +1,87 @@
+"""Reading HCA ports and PCIe links from a sysfs tree in the kernel's layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tpfabric_core.fabric.sysfs_links import (
+    ERROR_COUNTERS,
+    parse_rate,
+    read_pcie_links,
+    read_port_samples,
+)
+from tpfabric_fabric_agent.fake_sysfs import FakeSysfs
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("400 Gb/sec (4X NDR)", (400.0, 4)),
+        ("200 Gb/sec (2X NDR)", (200.0, 2)),
+        ("53.125 Gb/sec (1X HDR)", (53.125, 1)),
+        ("100 Gb/sec", (100.0, None)),
+        ("garbage", (None, None)),
+    ],
+)
+def test_parse_rate_reads_speed_and_lanes(
+    text: str, parsed: tuple[float | None, int | None]
+) -> None:
+    assert parse_rate(text) == parsed
+
+
+def test_every_port_is_read_with_state_rate_width_and_all_error_counters(tmp_path: Path) -> None:
+    sysfs = FakeSysfs(tmp_path, hcas=10, ports=2, gpus=0)
+    sysfs.add_errors("mlx5_3", 1, "symbol_error", 7)
+    sysfs.set_up("mlx5_2", 2, up=False)
+    ports = read_port_samples(tmp_path)
+    assert [(p.hca, p.port) for p in ports][:4] == [
+        ("mlx5_0", 1),
+        ("mlx5_0", 2),
+        ("mlx5_1", 1),
+        ("mlx5_1", 2),
+    ]
+    assert ports[-1].hca == "mlx5_9"  # natural order: mlx5_10 would come last if present
+    three = next(p for p in ports if p.hca == "mlx5_3" and p.port == 1)
+    assert (three.state, three.phys_state, three.rate_gbps, three.width) == (
+        "ACTIVE",
+        "LinkUp",
+        400.0,
+        4,
+    )
+    assert set(three.counters) == set(ERROR_COUNTERS)
+    assert three.counters["symbol_error"] == 7
+    down = next(p for p in ports if p.hca == "mlx5_2" and p.port == 2)
+    assert (down.state, down.phys_state, down.up) == ("DOWN", "Polling", False)
+
+
+def test_a_missing_counter_is_left_out_not_zero(tmp_path: Path) -> None:
+    sysfs = FakeSysfs(tmp_path, hcas=1, gpus=0)
+    (sysfs.port_dir("mlx5_0") / "counters" / "port_xmit_discards").unlink()
+    assert "port_xmit_discards" not in read_port_samples(tmp_path)[0].counters
+
+
+def test_pcie_links_of_hcas_and_gpus_are_read_through_the_device_links(tmp_path: Path) -> None:
+    sysfs = FakeSysfs(tmp_path, hcas=2, gpus=2)
+    sysfs.set_pcie("mlx5_1", speed=16.0, width=8)
+    links = read_pcie_links(tmp_path)
+    assert [(link.role, link.name) for link in links] == [
+        ("hca", "mlx5_0"),
+        ("hca", "mlx5_1"),
+        ("gpu", "0000:40:00.0"),
+        ("gpu", "0000:41:00.0"),
+    ]
+    one = links[1]
+    assert (one.bdf, one.speed_gts, one.max_speed_gts, one.width, one.max_width) == (
+        "0000:11:00.0",
+        16.0,
+        32.0,
+        8,
+        16,
+    )
+
+
+def test_an_empty_root_has_no_ports_and_no_links(tmp_path: Path) -> None:
+    assert read_port_samples(tmp_path) == []
+    assert read_pcie_links(tmp_path) == []

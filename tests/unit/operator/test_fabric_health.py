@@ -1,0 +1,121 @@
+"""Ranks on degraded nodes: the job's Degraded condition, its words, and restart-elsewhere."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from test_lifecycle import NOW, RUNNING, a_job, gang
+
+from tpfabric_core.fabric.fabric_condition import DETAIL_ANNOTATION, RailDetail
+from tpfabric_operator.fabric_health import (
+    DegradedNode,
+    RankOnDegradedNode,
+    degraded_nodes,
+    ranks_on_degraded_nodes,
+    straggler_message,
+    workers_to_move,
+)
+from tpfabric_operator.lifecycle import Outcome, decide, job_status
+
+REASON = "symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)"
+
+
+def sick(name: str) -> DegradedNode:
+    return DegradedNode(name, "uid", (REASON,), (RailDetail(3, "mlx5_3", "degraded"),), ())
+
+
+def test_the_index_keeps_the_reasons_of_the_bad_rails_and_the_rail_labels() -> None:
+    detail = {
+        "state": "degraded",
+        "rails": {
+            "0": {"hca": "mlx5_0", "state": "ok"},
+            "3": {"hca": "mlx5_3", "state": "degraded", "reasons": [REASON]},
+        },
+    }
+    indexed = degraded_nodes(
+        name="n1",
+        uid="u1",
+        labels={"topology.tpfabric.io/rail-3": "leaf1-rail3", "other": "x"},
+        annotations={DETAIL_ANNOTATION: json.dumps(detail)},
+        status={},
+    )
+    node = indexed["n1"]
+    assert node.reasons == (REASON,)
+    assert node.rails == (RailDetail(3, "mlx5_3", "degraded", (REASON,)),)
+    assert node.node_labels == (("topology.tpfabric.io/rail-3", "leaf1-rail3"),)
+
+
+def test_without_the_annotation_the_condition_message_is_the_reason() -> None:
+    status: dict[str, Any] = {
+        "conditions": [{"type": "FabricHealthy", "status": "False", "message": "rate 200 Gb/s"}]
+    }
+    indexed = degraded_nodes(name="n1", uid="u1", labels={}, annotations={}, status=status)
+    assert indexed["n1"].reasons == ("rate 200 Gb/s",)
+
+
+def test_only_active_ranks_on_degraded_nodes_are_named_by_rank() -> None:
+    pods = gang("Running", "Running", "Succeeded")
+    index = {"n1": [sick("n1")], "n2": [sick("n2")]}
+    found = ranks_on_degraded_nodes(pods, index)
+    assert found == [RankOnDegradedNode(1, "n1", (REASON,))]
+    assert straggler_message(found) == f"straggler risk: rank 1 on node n1: {REASON}"
+
+
+def test_workers_move_only_when_the_job_asks_to_restart_elsewhere() -> None:
+    ranks = [RankOnDegradedNode(1, "n1", (REASON,))]
+    assert workers_to_move(a_job(), ranks) == {}
+    job = a_job(topology={"onDegradedLink": "restart-elsewhere"})
+    assert workers_to_move(job, ranks) == {
+        1: f"node n1 is degraded ({REASON}); moving it elsewhere"
+    }
+
+
+def test_restart_elsewhere_is_an_uncharged_incident_through_the_restart_path() -> None:
+    job = a_job(topology={"onDegradedLink": "restart-elsewhere"})
+    pods = gang("Running", "Running", "Running")
+    intent = decide(job, pods, RUNNING, now=NOW, move={1: "node n1 is degraded"})
+    assert intent.failure is not None
+    assert (intent.failure.worker, intent.failure.reason) == (1, "DegradedLink")
+    assert intent.charged == 0
+    assert intent.fail is None
+    assert intent.attempt == 1
+    assert "j-worker-1" in intent.delete
+
+
+def test_a_worker_already_restarting_is_not_moved_again() -> None:
+    job = a_job(topology={"onDegradedLink": "restart-elsewhere"})
+    memory = replace(RUNNING, restarting=frozenset({1}), attempt=1)
+    pods = gang("Running", "Running", "Running", attempt=1)
+    intent = decide(job, pods, memory, now=NOW, move={1: "x"})
+    assert intent.failure is None
+
+
+def test_the_job_shows_degraded_with_the_straggler_words() -> None:
+    message = f"straggler risk: rank 1 on node n1: {REASON}"
+    status = job_status(
+        a_job(),
+        gang("Running", "Running", "Running"),
+        placement={"state": "Planned"},
+        previous_conditions=[],
+        outcome=Outcome(degraded_links=message),
+        generation=1,
+        now=NOW,
+    )
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == (
+        "True",
+        "DegradedLink",
+        message,
+    )
+    healthy = job_status(
+        a_job(),
+        gang("Running", "Running", "Running"),
+        placement={"state": "Planned"},
+        previous_conditions=[],
+        outcome=Outcome(),
+        generation=1,
+        now=NOW,
+    )
+    assert next(c for c in healthy["conditions"] if c["type"] == "Degraded")["status"] == "False"
