@@ -61,7 +61,7 @@ wheelhouse() {
     # The project's dependencies (the project itself is built inside the image, from source),
     # its build backend (pip builds it in isolation there), and the Dockerfiles' own pins.
     "$PYTHON" -m pip wheel --quiet --wheel-dir "$flat" -c "$ROOT/requirements/constraints.txt" \
-      "$ROOT" "setuptools>=69" wheel "${extra[@]}" >&2
+      "$ROOT" "hatchling>=1.25" "${extra[@]}" >&2
     rm -f "$flat"/tpfabric-*.whl
     "$PYTHON" - "$flat" "$dir/simple" <<'PY'
 import pathlib, re, sys

@@ -1,7 +1,8 @@
 """The one adapter through which ``tpfabric topology`` talks to the API server: Node labels.
 
-It reads the labels of every Node (paged, one list call per 500 nodes) and patches the labels of
-one Node with a JSON merge patch, where a key set to ``null`` removes the label. Nothing else:
+It reads every Node (paged, one list call per 500 nodes: labels, annotations and status
+conditions) and patches the labels of one Node with a JSON merge patch, where a key set to
+``null`` removes the label. Nothing else:
 which labels to set is decided by the pure functions of ``tpfabric_core.fabric.node_labels``, and
 this module must never decide it, nor touch anything but ``metadata.labels`` of Nodes.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,15 @@ from urllib3.exceptions import HTTPError
 
 from tpfabric_core.errors import InputError
 
-__all__ = ["FIELD_MANAGER", "node_api", "patch_node_labels", "read_node_labels"]
+__all__ = [
+    "FIELD_MANAGER",
+    "NodeCondition",
+    "NodeState",
+    "node_api",
+    "patch_node_labels",
+    "read_node_labels",
+    "read_nodes",
+]
 
 #: The field manager our patches are recorded under (``kubectl get node --show-managed-fields``).
 FIELD_MANAGER = "tpfabric-topology"
@@ -65,9 +75,28 @@ def _failure(err: Exception, what: str) -> RuntimeError:
     return RuntimeError(f"{what}: cannot reach the API server ({type(err).__name__}: {err})")
 
 
-def read_node_labels(core: client.CoreV1Api) -> dict[str, dict[str, str]]:
-    """Return ``{node name: its labels}`` for every Node of the cluster."""
-    result: dict[str, dict[str, str]] = {}
+@dataclass(frozen=True, slots=True)
+class NodeCondition:
+    """One status condition of a Node (``status`` is "True", "False" or "Unknown")."""
+
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """What ``topology`` reads of a Node: its labels, annotations and conditions by type."""
+
+    name: str
+    labels: dict[str, str]
+    annotations: dict[str, str] = field(default_factory=dict)
+    conditions: dict[str, NodeCondition] = field(default_factory=dict)
+
+
+def read_nodes(core: client.CoreV1Api) -> list[NodeState]:
+    """Return the labels, annotations and conditions of every Node of the cluster."""
+    result: list[NodeState] = []
     token: str | None = None
     while True:
         try:
@@ -75,11 +104,27 @@ def read_node_labels(core: client.CoreV1Api) -> dict[str, dict[str, str]]:
         except (ApiException, HTTPError) as err:
             raise _failure(err, "listing nodes") from err
         for node in page.items:
-            result[node.metadata.name] = dict(node.metadata.labels or {})
+            conditions = (node.status.conditions or []) if node.status is not None else []
+            result.append(
+                NodeState(
+                    name=node.metadata.name,
+                    labels=dict(node.metadata.labels or {}),
+                    annotations=dict(node.metadata.annotations or {}),
+                    conditions={
+                        c.type: NodeCondition(str(c.status), c.reason or "", c.message or "")
+                        for c in conditions
+                    },
+                )
+            )
         # The generated model names the field ``var_continue`` (``continue`` is a keyword).
         token = getattr(page.metadata, "var_continue", None)
         if not token:
             return result
+
+
+def read_node_labels(core: client.CoreV1Api) -> dict[str, dict[str, str]]:
+    """Return ``{node name: its labels}`` for every Node of the cluster."""
+    return {node.name: node.labels for node in read_nodes(core)}
 
 
 def patch_node_labels(

@@ -217,12 +217,19 @@ def demo(
     fabric: Annotated[Path, typer.Option(help="Fabric description YAML.")] = Path(
         "examples/fabrics/small.yaml"
     ),
-    picture: Annotated[
-        Path | None, typer.Option(help="Write a picture of the fabric here (.png or .svg).")
-    ] = Path("out/demo-fabric.png"),
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Folder for the pictures: demo-fabric and demo-placement, as PNG and SVG."
+        ),
+    ] = Path("out"),
+    seed: Annotated[
+        int, typer.Option(help="Seed of the background load: which nodes other tenants hold.")
+    ] = 7,
     keep: Annotated[bool, typer.Option(help="Leave the cluster up afterwards.")] = False,
 ) -> None:
-    """tpfabric end to end on the local control plane: place the example jobs and explain."""
+    """tpfabric end to end on the local control plane: the same job under the default scheduler
+    and as a TensorParallelJob on a shared cluster, the example jobs placed and explained."""
     from tpfabric_cli.demo import run_demo  # noqa: PLC0415
 
-    run_demo(load_fabric(fabric), keep=keep, console=console, log=_progress, picture=picture)
+    run_demo(load_fabric(fabric), keep=keep, console=console, log=_progress, out=out, seed=seed)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 __all__ = [
     "BINARIES",
+    "BUILD_REVISIONS",
     "GO_INSTALL_TOOLS",
     "MissingBinaryError",
     "Toolchain",
@@ -34,6 +35,7 @@ __all__ = [
     "ensure_minimum_toolchain",
     "ensure_toolchain",
     "find_toolchain",
+    "helm_ldflags",
     "pinned_versions",
 ]
 
@@ -51,6 +53,9 @@ GO_INSTALL_TOOLS: dict[str, tuple[str, str]] = {
     "kind": ("sigs.k8s.io/kind", "v0.33.0"),
     "kueue": ("sigs.k8s.io/kueue/cmd/kueue", "v0.17.0"),
 }
+#: Bumped when the way a group is built changes (not its version), so that a cache built the old
+#: way is not found and gets rebuilt: helm 2 = stamped with its client-go's Kubernetes version.
+BUILD_REVISIONS: dict[str, int] = {"helm": 2}
 #: Kueue's manifests the local control plane installs (CRDs and webhook configurations), copied
 #: out of the Kueue module beside the binary: the binary carries none of them.
 KUEUE_MANIFESTS = ("config/components/crd/bases", "config/components/webhook")
@@ -111,9 +116,15 @@ def _group_of(binary: str) -> str:
     return "kubernetes" if binary in KUBERNETES_BINARIES else binary
 
 
+def _group_folder(group: str, versions: dict[str, str]) -> Path:
+    """Return the cache folder of a binary group: ``bin/<group>-<version>[-r<revision>]``."""
+    revision = BUILD_REVISIONS.get(group)
+    suffix = f"-r{revision}" if revision is not None else ""
+    return cache_dir() / "bin" / f"{group}-{versions[group]}{suffix}"
+
+
 def _cached_path(binary: str, versions: dict[str, str]) -> Path:
-    group = _group_of(binary)
-    return cache_dir() / "bin" / f"{group}-{versions[group]}" / binary
+    return _group_folder(_group_of(binary), versions) / binary
 
 
 def _version_output(path: str) -> str:
@@ -263,10 +274,25 @@ def _ldflags(version: str) -> str:
     return " ".join(flags)
 
 
-def _copy_kwok_stages(go: str, version: str, target: Path, env: dict[str, str]) -> None:
-    """Copy kwok's default stage files out of the kwok module (already in the module cache)."""
+def helm_ldflags(version: str, client_go_version: str) -> str:
+    """Return the ``-ldflags`` of helm's own Makefile for a release build: the version, and the
+    Kubernetes version ``helm template``/``lint`` assume without ``--kube-version`` (client-go
+    v0.N.M means 1.N; unstamped, helm assumes 1.20 and refuses charts needing newer)."""
+    found = re.match(r"v(\d+)\.(\d+)\.", client_go_version)
+    if found is None:
+        raise MissingBinaryError(f"helm {version}: not a client-go version: {client_go_version}")
+    # As helm's Makefile: Kubernetes 1.N ships client-go v0.N.
+    major, minor = int(found.group(1)) + 1, int(found.group(2))
+    flags = ["-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={version}"]
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {pkg}.k8sVersionMajor={major}", f"-X {pkg}.k8sVersionMinor={minor}"]
+    return " ".join(flags)
+
+
+def _module_info(go: str, module: str, env: dict[str, str]) -> dict[str, str]:
+    """Return ``go mod download -json MODULE`` (``Dir``, ``GoMod``, ...): fetched when missing."""
     done = subprocess.run(
-        [go, "mod", "download", "-json", f"sigs.k8s.io/kwok@{version}"],
+        [go, "mod", "download", "-json", module],
         capture_output=True,
         text=True,
         env=env,
@@ -274,8 +300,22 @@ def _copy_kwok_stages(go: str, version: str, target: Path, env: dict[str, str]) 
         timeout=600,
     )
     if done.returncode != 0:
-        raise MissingBinaryError(f"cannot download the kwok module for its stages: {done.stderr}")
-    source = Path(json.loads(done.stdout)["Dir"])
+        raise MissingBinaryError(f"cannot download the module {module}: {done.stderr}")
+    info: dict[str, str] = json.loads(done.stdout)
+    return info
+
+
+def _client_go_version(go_mod: str) -> str:
+    """Return the ``k8s.io/client-go`` version a ``go.mod`` requires."""
+    found = re.search(r"^\s*(?:require\s+)?k8s\.io/client-go\s+(v\S+)", go_mod, re.MULTILINE)
+    if found is None:
+        raise MissingBinaryError("helm's go.mod requires no k8s.io/client-go")
+    return found.group(1)
+
+
+def _copy_kwok_stages(go: str, version: str, target: Path, env: dict[str, str]) -> None:
+    """Copy kwok's default stage files out of the kwok module (already in the module cache)."""
+    source = Path(_module_info(go, f"sigs.k8s.io/kwok@{version}", env)["Dir"])
     target.mkdir(parents=True, exist_ok=True)
     for stage in KWOK_STAGES:
         shutil.copyfile(source / stage, target / Path(stage).name)
@@ -283,24 +323,14 @@ def _copy_kwok_stages(go: str, version: str, target: Path, env: dict[str, str]) 
 
 def _copy_kueue_manifests(go: str, version: str, target: Path, env: dict[str, str]) -> None:
     """Copy Kueue's CRDs and webhook manifests out of the Kueue module (in the module cache)."""
-    done = subprocess.run(
-        [go, "mod", "download", "-json", f"sigs.k8s.io/kueue@{version}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=600,
-    )
-    if done.returncode != 0:
-        raise MissingBinaryError(f"cannot download the kueue module for its CRDs: {done.stderr}")
-    source = Path(json.loads(done.stdout)["Dir"])
+    source = Path(_module_info(go, f"sigs.k8s.io/kueue@{version}", env)["Dir"])
     for folder in KUEUE_MANIFESTS:
         shutil.copytree(source / folder, target / Path(folder).name, dirs_exist_ok=True)
 
 
 def _build_group(group: str, versions: dict[str, str], log: Callable[[str], None]) -> None:
     version = versions[group]
-    final = cache_dir() / "bin" / f"{group}-{version}"
+    final = _group_folder(group, versions)
     partial = final.with_name(final.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -318,7 +348,11 @@ def _build_group(group: str, versions: dict[str, str], log: Callable[[str], None
     else:
         package, _ = GO_INSTALL_TOOLS[group]
         env["GOBIN"] = str(partial)
-        argv = [go, "install", "-v", "-trimpath", "-ldflags=-s -w", f"{package}@{version}"]
+        ldflags = "-s -w"
+        if group == "helm":
+            go_mod = Path(_module_info(go, f"{package.split('/cmd/')[0]}@{version}", env)["GoMod"])
+            ldflags = helm_ldflags(version, _client_go_version(go_mod.read_text()))
+        argv = [go, "install", "-v", "-trimpath", f"-ldflags={ldflags}", f"{package}@{version}"]
         _run_with_progress(group, argv, None, env, log)
         if group == "kwok":
             _copy_kwok_stages(go, version, partial / "stages", env)
@@ -338,7 +372,7 @@ def ensure_minimum_toolchain(log: Callable[[str], None] | None = None) -> Toolch
     emit = log or (lambda line: print(line, file=sys.stderr, flush=True))  # noqa: T201
     toolchain = ensure_toolchain(log=emit)
     versions = toolchain.versions
-    folder = cache_dir() / "bin" / f"kubernetes-minimum-{versions['kubernetes-minimum']}"
+    folder = _group_folder("kubernetes-minimum", versions)
     if not all((folder / b).is_file() for b in MINIMUM_BINARIES):
         with _cache_lock():
             if not all((folder / b).is_file() for b in MINIMUM_BINARIES):

@@ -98,3 +98,38 @@ def test_the_minimum_wrapper_pins_the_charts_oldest_kubernetes() -> None:
     replaces = re.findall(r"^\s+(k8s\.io/\S+) => (\S+) (\S+)$", go_mod, re.MULTILINE)
     assert len(replaces) > 20
     assert all(target == module and v == staging for module, target, v in replaces)
+
+
+def test_helm_is_stamped_like_an_official_build_with_its_client_gos_kubernetes() -> None:
+    # helm's Makefile: client-go v0.N.M -> Kubernetes 1.N for `helm template` and `helm lint`
+    flags = toolchain.helm_ldflags("v3.22.0", "v0.37.0").split(" -X ")
+    assert "helm.sh/helm/v3/internal/version.version=v3.22.0" in flags
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        assert f"{pkg}.k8sVersionMajor=1" in flags
+        assert f"{pkg}.k8sVersionMinor=37" in flags
+
+
+def test_helms_client_go_version_is_read_from_its_go_mod() -> None:
+    go_mod = (
+        "module helm.sh/helm/v3\n\nrequire (\n\tk8s.io/api v0.37.0\n\tk8s.io/client-go v0.36.2\n)\n"
+    )
+    assert toolchain._client_go_version(go_mod) == "v0.36.2"
+    with pytest.raises(toolchain.MissingBinaryError, match="client-go"):
+        toolchain._client_go_version("module example.com/x\n")
+
+
+def test_a_helm_cached_by_an_older_build_recipe_is_rebuilt_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setenv("TPFABRIC_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    version = toolchain.pinned_versions()["helm"]
+    unstamped = tmp_path / "bin" / f"helm-{version}"  # where the unstamped build was cached
+    unstamped.mkdir(parents=True)
+    _fake_binary(unstamped, "helm")
+    assert toolchain.find_toolchain(("helm",)).missing == ["helm"]
+    current = tmp_path / "bin" / f"helm-{version}-r{toolchain.BUILD_REVISIONS['helm']}"
+    current.mkdir(parents=True)
+    helm = _fake_binary(current, "helm")
+    assert toolchain.find_toolchain(("helm",)).path("helm") == helm

@@ -9,6 +9,7 @@ import pytest
 from cli_runner import tpfabric
 
 from tpfabric_cli.errors import EXIT_INPUT
+from tpfabric_cli.fabric_picture import wrap_hostlist
 from tpfabric_cli.topology import EXIT_EMPTY, Discovery, domain_tree
 from tpfabric_core import labels
 
@@ -102,3 +103,22 @@ def test_a_tree_of_labels_marks_nodes_that_leave_their_domains_rail_leaf() -> No
     (leaf,) = domain_tree(discovery).leaf_domains
     assert leaf.rails == ((0, "sw1"),)
     assert leaf.odd_rails == (("n3", 0, "sw9"),)
+
+
+@pytest.mark.parametrize("width", [8, 12, 20, 40])
+def test_picture_captions_wrap_between_node_ranges_never_inside_one(width: int) -> None:
+    hosts = "a06-p1-dgx-02-c[01-04,07,10-12,14,16,18],b01-x[1-3]"
+    lines = wrap_hostlist(hosts, width).split("\n")
+    assert "".join(lines) == hosts
+    assert all(line.endswith(",") for line in lines[:-1])
+    pieces = hosts.split(",")
+    for line in lines:  # over-long only where a single range is longer than the width
+        assert len(line) <= width or line.rstrip(",") in pieces
+
+
+def test_the_title_names_the_input_file_not_its_folders(example_out: Path) -> None:
+    result = tpfabric("topology", "show", "--ibnetdiscover", example_out, "--no-rails")
+    assert result.exit_code == 0, result.output
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("example.out: 119 nodes")
+    assert str(example_out.parent) not in first
