@@ -50,7 +50,7 @@ import sys
 import time
 import tracemalloc
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -58,7 +58,7 @@ from typing import Any
 
 import orjson
 
-from tpfabric_bench.placement import percentile
+from tpfabric_bench._harness import tail
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, VERSION
 from tpfabric_core.fabric_description import FabricDescription, uniform_fabric
@@ -1008,14 +1008,6 @@ def _informers(store: ClusterStore, lists: dict[str, FakeList]) -> dict[str, Inf
     return {name: Informer(kind, store, lambda: None) for name, kind in kinds.items()}
 
 
-def _summary(values: Sequence[float]) -> dict[str, float]:
-    return {
-        "p50": round(percentile(values, 0.5), 4),
-        "p99": round(percentile(values, 0.99), 4),
-        "max": round(max(values), 4),
-    }
-
-
 def _decisions(
     store: ClusterStore, filter_args: ExtenderArgs, all_names: bool, samples: int, warmup: int
 ) -> dict[str, Any]:
@@ -1054,9 +1046,9 @@ def _decisions(
             "scored": len(scores),
         },
         "first_filter_ms": round(first_ms, 3),
-        "filter_ms": _summary(filter_ms),
-        "prioritize_ms": _summary(prioritize_ms),
-        "combined_ms": _summary([f + p for f, p in zip(filter_ms, prioritize_ms, strict=True)]),
+        "filter_ms": tail(filter_ms, 4),
+        "prioritize_ms": tail(prioritize_ms, 4),
+        "combined_ms": tail([f + p for f, p in zip(filter_ms, prioritize_ms, strict=True)], 4),
     }
 
 

@@ -54,9 +54,7 @@ import datetime as dt
 import http.client
 import json
 import os
-import platform
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -75,8 +73,8 @@ from aiohttp import web
 from rich.console import Console
 from rich.table import Table
 
+from tpfabric_bench._harness import environment, local_cluster, start_placer, tail, wait
 from tpfabric_bench._memory import run_memory
-from tpfabric_bench.placement import percentile
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric_description import uniform_fabric
 from tpfabric_scheduler.config import SCHEDULER_NAME, scheduler_configuration
@@ -93,7 +91,6 @@ WORKER_INDEX = 3
 PLAIN_SCHEDULER = "bench-plain-scheduler"
 PLAIN_COMPONENT = "kube-scheduler-bench-plain"
 TPFABRIC_COMPONENT = "kube-scheduler-tpfabric"
-EXTENDER_COMPONENT = "tpfabric-extender"
 PHASE_LABEL = "tpfabric.io/bench-phase"
 ISSUE_P99_TARGET_MS = 3.0
 CASE_FLOOR = "floor: N names, echoed"
@@ -352,14 +349,6 @@ def answer_shape(port: int, bodies: tuple[bytes, bytes]) -> dict[str, int]:
         conn.close()
 
 
-def _summary(values: Sequence[float]) -> dict[str, float]:
-    return {
-        "p50": round(percentile(values, 0.5), 3),
-        "p99": round(percentile(values, 0.99), 3),
-        "max": round(max(values), 3),
-    }
-
-
 def run_latency(
     node_counts: Sequence[int], pods: int, warmup: int, log: Callable[[str], None]
 ) -> list[dict[str, Any]]:
@@ -393,9 +382,9 @@ def run_latency(
                             "pods": pods,
                             "request_bytes": [len(b) for b in bodies],
                             "answer": answer_shape(port, bodies),
-                            "filter_ms": _summary(timings.filter_ms),
-                            "prioritize_ms": _summary(timings.prioritize_ms),
-                            "combined_ms": _summary(timings.combined_ms),
+                            "filter_ms": tail(timings.filter_ms),
+                            "prioritize_ms": tail(timings.prioritize_ms),
+                            "combined_ms": tail(timings.combined_ms),
                         }
                     )
     return results
@@ -453,14 +442,6 @@ def _create_all(create: Callable[[dict[str, Any]], Any], objects: list[dict[str,
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         for future in [pool.submit(create, obj) for obj in objects]:
             future.result()
-
-
-def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.25)
 
 
 def _start_scheduler(
@@ -528,24 +509,8 @@ class ClusterRun:
         self.extender_url = ""
 
     def start_extender(self) -> int:
-        """Start ``python -m tpfabric_scheduler`` at INFO (DEBUG logs every decision)."""
-        from tpfabric_localcluster.cluster import free_ports  # noqa: PLC0415
-        from tpfabric_localcluster.tpfabric import install_crd  # noqa: PLC0415
-
-        install_crd(self.cluster)
-        (port,) = free_ports(1)
-        argv = [
-            sys.executable,
-            "-m",
-            "tpfabric_scheduler",
-            f"--kubeconfig={self.cluster.kubeconfig}",
-            "--host=127.0.0.1",
-            f"--port={port}",
-            "--log-level=INFO",
-        ]
-        self.cluster.add_component(
-            EXTENDER_COMPONENT, argv, f"http://127.0.0.1:{port}/readyz", timeout=120
-        )
+        """Start the extender/placer as the chart runs it (INFO logging)."""
+        port = start_placer(self.cluster, timeout=120)
         self.extender_url = f"http://127.0.0.1:{port}"
         return port
 
@@ -563,7 +528,7 @@ class ClusterRun:
         selector = f"{PHASE_LABEL}={phase}"
         _start_scheduler(self.cluster, component, self.scheduler_config(with_extender), self.qps)
         try:
-            _wait(lambda: self.bound(selector) >= count, 300, f"{count} pods of {phase} bound")
+            wait(lambda: self.bound(selector) >= count, 300, f"{count} pods of {phase} bound")
         except TimeoutError as err:
             log = self.cluster.folder / "logs" / f"{component}.log"
             tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
@@ -609,7 +574,7 @@ class ClusterRun:
         self.custom.delete_collection_namespaced_custom_object(
             GROUP, VERSION, NAMESPACE, PLURAL, label_selector=selector
         )
-        _wait(
+        wait(
             lambda: not self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items,
             120,
             f"the pods of {phase} to be deleted",
@@ -648,7 +613,7 @@ class ClusterRun:
             items = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
             return len(items) == jobs * workers and not any(p.spec.scheduling_gates for p in items)
 
-        _wait(released, 300, f"the placer to release the {jobs} gangs of {phase}")
+        wait(released, 300, f"the placer to release the {jobs} gangs of {phase}")
         placer_s = time.perf_counter() - started
         self.log(f"{phase}: {jobs} gangs planned and released in {placer_s:.1f} s")
         times = self.measure(TPFABRIC_COMPONENT, True, phase, jobs * workers)
@@ -680,83 +645,28 @@ def run_cluster(
     log: Callable[[str], None],
 ) -> dict[str, Any]:
     """Return the pods/s of each phase on a fresh local cluster (always torn down)."""
-    from tpfabric_localcluster.cluster import LocalCluster, api_client  # noqa: PLC0415
-    from tpfabric_localcluster.nodes import apply_fake_nodes, wait_ready  # noqa: PLC0415
-
-    state_root = Path(tempfile.mkdtemp(prefix="tpfabric-bench-"))
-    cluster = LocalCluster(f"bench-{uuid.uuid4().hex[:6]}", state_root=state_root, log=log)
     result: dict[str, Any] = {"nodes": nodes, "client_qps": qps, "rounds": []}
-    try:
-        started = time.perf_counter()
-        cluster.up()
-        result["cluster_up_s"] = round(time.perf_counter() - started, 1)
-        with api_client(cluster.kubeconfig) as api:
-            from kubernetes import client  # noqa: PLC0415
-
-            started = time.perf_counter()
-            names = apply_fake_nodes(api, uniform_fabric(nodes))
-            wait_ready(api, names, timeout=600)
-            result["nodes_ready_s"] = round(time.perf_counter() - started, 1)
-            log(f"{nodes} kwok nodes Ready in {result['nodes_ready_s']} s")
-            core = client.CoreV1Api(api)
-            core.create_namespace({"metadata": {"name": NAMESPACE}})
-            _wait(
-                lambda: bool(core.list_namespaced_service_account(NAMESPACE).items),
-                60,
-                "the default service account",
+    with local_cluster(uniform_fabric(nodes), NAMESPACE, log, result) as (cluster, api):
+        run = ClusterRun(cluster, api, qps, log)
+        port = run.start_extender()
+        for k in range(rounds):
+            plain = run.plain_pods(f"plain-{k}", pods, with_extender=False)
+            through = run.plain_pods(f"extender-{k}", pods, with_extender=True)
+            gangs = run.gangs(f"gangs-{k}", jobs, workers) if jobs else None
+            ratio = through["pods_per_s"] / plain["pods_per_s"] if plain["pods_per_s"] else 0
+            result["rounds"].append(
+                {
+                    "without_extender": plain,
+                    "with_extender_pass_through": through,
+                    "with_extender_gangs": gangs,
+                    "pass_through_ratio": round(ratio, 3),
+                }
             )
-            run = ClusterRun(cluster, api, qps, log)
-            port = run.start_extender()
-            for k in range(rounds):
-                plain = run.plain_pods(f"plain-{k}", pods, with_extender=False)
-                through = run.plain_pods(f"extender-{k}", pods, with_extender=True)
-                gangs = run.gangs(f"gangs-{k}", jobs, workers) if jobs else None
-                ratio = through["pods_per_s"] / plain["pods_per_s"] if plain["pods_per_s"] else 0
-                result["rounds"].append(
-                    {
-                        "without_extender": plain,
-                        "with_extender_pass_through": through,
-                        "with_extender_gangs": gangs,
-                        "pass_through_ratio": round(ratio, 3),
-                    }
-                )
-            result["extender_server_side"] = _extender_seconds(port)
-    finally:
-        cluster.down()
-        shutil.rmtree(state_root, ignore_errors=True)
+        result["extender_server_side"] = _extender_seconds(port)
     return result
 
 
 # -- report -------------------------------------------------------------------------------------
-
-
-def environment() -> dict[str, Any]:
-    """Return what the numbers depend on: CPUs, load, Python, library versions, the commit."""
-    from importlib.metadata import version  # noqa: PLC0415
-
-    commit = ""
-    git = shutil.which("git")
-    if git:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            commit = subprocess.run(
-                [git, "rev-parse", "HEAD"],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=True,
-                cwd=Path(__file__).parent,
-            ).stdout.strip()
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "python": sys.version.split()[0],
-        "machine": platform.machine(),
-        "platform": platform.platform(),
-        "aiohttp": version("aiohttp"),
-        "orjson": version("orjson"),
-        "git_commit": commit,
-    }
 
 
 def _cell(summary: dict[str, float], digits: int = 2) -> str:

@@ -451,7 +451,10 @@ class LocalCluster:
         if state is None:
             raise RuntimeError(f"cluster {self.name!r} is not up")
         config = {**config, "leaderElection": {"leaderElect": False}}
-        config["clientConnection"] = {"kubeconfig": str(self.folder / "scheduler.kubeconfig")}
+        config["clientConnection"] = {
+            **config.get("clientConnection", {}),
+            "kubeconfig": str(self.folder / "scheduler.kubeconfig"),
+        }
         path = self.folder / f"{name}-config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         (port,) = free_ports(1)

@@ -38,10 +38,15 @@ DEFAULT_LEVELS_TEXT = ",".join(f"{spec.name}={spec.label_key}" for spec in DEFAU
 
 
 def _api(kubeconfig: str | None) -> client.ApiClient:
+    settings = client.Configuration()
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    config.load_incluster_config()
-    return client.ApiClient()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=settings)
+    else:
+        config.load_incluster_config(client_configuration=settings)
+    # a gang's release writes go out RELEASE_CONCURRENCY at a time over this pool; the client's
+    # default (5 x CPUs) would open and discard connections under a burst
+    settings.connection_pool_maxsize = max(settings.connection_pool_maxsize, 32)
+    return client.ApiClient(settings)
 
 
 def _elector(

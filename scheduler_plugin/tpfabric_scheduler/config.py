@@ -6,6 +6,12 @@ that kube-scheduler process, so tpfabric runs its own kube-scheduler with one pr
 ``percentageOfNodesToScore: 100`` makes the scheduler send every feasible node to the extender;
 the planned domain is also enforced by the pod's own node affinity, so a partial node list can
 never move a worker out of its domain. Used by the local cluster launcher and the Helm chart.
+
+``clientConnection`` raises kube-scheduler's client rate limit from the built-in 50 QPS (burst
+100) to ``CLIENT_QPS``/``CLIENT_BURST``: every bind is one API write, so at 50/s a burst of gangs
+(1,100 workers) spends 22 s in the scheduler's own rate limiter while the API server idles. This
+kube-scheduler only schedules tpfabric workers, which the placer releases a gang at a time; the
+API server's priority and fairness still guards everything else.
 """
 
 from __future__ import annotations
@@ -14,7 +20,10 @@ from typing import Any
 
 from tpfabric_core.api import SCHEDULER_NAME
 
-__all__ = ["SCHEDULER_NAME", "scheduler_configuration"]
+__all__ = ["CLIENT_BURST", "CLIENT_QPS", "SCHEDULER_NAME", "scheduler_configuration"]
+
+CLIENT_QPS = 200
+CLIENT_BURST = 400
 
 
 def scheduler_configuration(
@@ -23,11 +32,14 @@ def scheduler_configuration(
     weight: int = 10,
     timeout: str = "5s",
     scheduler_name: str = SCHEDULER_NAME,
+    qps: int = CLIENT_QPS,
+    burst: int = CLIENT_BURST,
 ) -> dict[str, Any]:
     """Return the KubeSchedulerConfiguration dict for a scheduler with our extender."""
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"qps": qps, "burst": burst},
         "percentageOfNodesToScore": 100,
         "profiles": [{"schedulerName": scheduler_name, "percentageOfNodesToScore": 100}],
         "extenders": [

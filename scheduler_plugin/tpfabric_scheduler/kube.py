@@ -391,7 +391,8 @@ class KubeWriter:
         if affinity is not None:  # None: a cluster-wide plan narrows nothing
             ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
         ops.append({"op": "add", "path": "/spec/schedulingGates", "value": remaining_gates})
-        self.core.patch_namespaced_pod(name, namespace, ops)
+        # the answer is not read into a client model (a burst releases thousands of pods)
+        self.core.patch_namespaced_pod(name, namespace, ops, _preload_content=False).read()
 
     def release_known_pod(
         self,
@@ -415,7 +416,7 @@ class KubeWriter:
         if affinity is not None:
             ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
         ops.append({"op": "add", "path": "/spec/schedulingGates", "value": remaining_gates})
-        self.core.patch_namespaced_pod(pod.name, pod.namespace, ops)
+        self.core.patch_namespaced_pod(pod.name, pod.namespace, ops, _preload_content=False).read()
 
     @staticmethod
     def wait_synced(informers: list[Informer], timeout: float) -> bool:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -78,6 +79,13 @@ HEAD_OF_LINE_SECONDS = 300.0
 MAX_CYCLE_SECONDS = 10.0
 TAKEN_SECONDS = 10.0
 WAITING_REWRITE_SECONDS = 30.0
+#: a gang's release writes in flight at once (the API client's pool holds as many connections)
+RELEASE_CONCURRENCY = 16
+#: gangs whose plan is persisted and released at once while the cycle plans the next ones
+PERSIST_CONCURRENCY = 4
+#: a released pod the store still shows gated (its watch event not in yet) is not released
+#: again for this long
+RELEASED_MEMORY_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,13 @@ class GangPlacer:
         self._attempts: dict[str, _Attempt] = {}  # job uid -> last attempt
         self._waiting_written: dict[str, float] = {}  # job uid -> when its wait was last written
         self._eligible: dict[tuple[str, str], tuple[int, frozenset[str] | None]] = {}
+        #: pod uid -> monotonic time this placer ungated it (until the store sees it ungated)
+        self._released: dict[str, float] = {}
+        #: the cycle's persisting pool (None outside a cycle: persist inline)
+        self._persisting: ThreadPoolExecutor | None = None
+        self._persisted: list[Future[None]] = []
+        #: the pod writes of every gang being released share this bound
+        self._releasing = ThreadPoolExecutor(RELEASE_CONCURRENCY, thread_name_prefix="release")
 
     # -- reading the store (lock held) -------------------------------------------------------
 
@@ -183,13 +198,16 @@ class GangPlacer:
                 continue
             members = sorted(self.store.workers.get(key, {}).values(), key=lambda p: p.name)
             live = [p for p in members if not p.terminal and not p.deleting]
-            gated = [p for p in live if p.gated]
+            gated = [p for p in live if p.gated and p.uid not in self._released]
             unbound = [p for p in live if p.node is None and not p.gated]
             if not gated and not unbound:
                 continue
             placement = self.store.placement_of(job)
             planned = placement.get("state") == "Planned"
-            if not planned and (len(gated) < job.job.spec.workers or len(gated) < len(live)):
+            if not planned and (
+                len(gated) < job.job.spec.workers
+                or len(gated) < len([p for p in live if p.uid not in self._released])
+            ):
                 continue  # the gang is not whole (yet, or pods of a dropped plan are going)
             worker = (gated or live)[0]
             work.append(
@@ -232,12 +250,42 @@ class GangPlacer:
             snapshot = build_snapshot(self.store, topology, reservations) if work else None
         for job in suspended:
             self._drop_suspended(job)
-        waiting = 0
         cycle = _Cycle(snapshot, now) if snapshot is not None else None
         # released gangs first: their bind bound is checked every cycle, never behind planning
         work.sort(key=lambda w: not (w.planned and not w.gated))
         started = time.monotonic()
-        acted = 0  # jobs planned or released this cycle (the time bound counts from the first)
+        # planned gangs are persisted and released by a small pool while the loop plans the
+        # next ones (each plan is already taken from the cycle's snapshot); the cycle ends when
+        # every write has returned, so the next one starts from what the API server holds
+        self._persisting = ThreadPoolExecutor(PERSIST_CONCURRENCY, thread_name_prefix="persist")
+        try:
+            waiting = self._plan_all(work, cycle, capacity_generation, started)
+        finally:
+            self._persisting.shutdown(wait=True)
+            self._persisting = None
+            for future in self._persisted:
+                future.result()  # each logs its own errors; this only re-raises the unexpected
+            self._persisted = []
+        self.metrics.jobs_waiting.set(waiting)
+        live = {item.job.uid for item in work}
+        for uid in [u for u in self._attempts if u not in live]:
+            del self._attempts[uid]
+        for uid in [u for u in self._waiting_written if u not in live]:
+            del self._waiting_written[uid]
+        self._forget_released()
+        self.store.placer_heartbeat = time.monotonic()
+        return self._wake_again
+
+    def _plan_all(
+        self,
+        work: list[PlacementWork],
+        cycle: _Cycle | None,
+        capacity_generation: int,
+        started: float,
+    ) -> int:
+        """Act on ``work`` in order until the cycle's time bound; return how many jobs wait."""
+        waiting = 0
+        acted = 0
         for done, item in enumerate(work):
             assert cycle is not None
             if not self.leading():
@@ -264,14 +312,41 @@ class GangPlacer:
             except Exception:
                 self.metrics.plans.labels("error").inc()
                 log.exception("job %s: placement failed", item.job.key)
-        self.metrics.jobs_waiting.set(waiting)
-        live = {item.job.uid for item in work}
-        for uid in [u for u in self._attempts if u not in live]:
-            del self._attempts[uid]
-        for uid in [u for u in self._waiting_written if u not in live]:
-            del self._waiting_written[uid]
-        self.store.placer_heartbeat = time.monotonic()
-        return self._wake_again
+        return waiting
+
+    def _persist(self, job: JobRecord, action: Callable[[], None]) -> None:
+        """Run ``action`` (a plan's writes) on the cycle's pool, or inline outside a cycle."""
+
+        def guarded() -> None:
+            try:
+                action()
+            except ApiException as err:
+                self.metrics.plans.labels("error").inc()
+                log.warning("job %s: API error %s %s", job.key, err.status, err.reason)
+            except Exception:
+                self.metrics.plans.labels("error").inc()
+                log.exception("job %s: persisting the plan failed", job.key)
+
+        if self._persisting is None:
+            guarded()
+        else:
+            self._persisted.append(self._persisting.submit(guarded))
+
+    def _forget_released(self) -> None:
+        """Forget released pods the store sees ungated (or gone), and any after the memory."""
+        if not self._released:
+            return
+        now = time.monotonic()
+        with self.store.lock:
+            gated = {
+                pod.uid
+                for members in self.store.workers.values()
+                for pod in members.values()
+                if pod.gated
+            }
+        for uid, when in list(self._released.items()):
+            if uid not in gated or now - when > RELEASED_MEMORY_SECONDS:
+                del self._released[uid]
 
     def _act(self, item: PlacementWork, cycle: _Cycle, capacity_generation: int) -> bool:
         """Return False when the job waits; plan, check or release it otherwise."""
@@ -349,10 +424,15 @@ class GangPlacer:
         self._attempts.pop(job.uid, None)
         cycle.snapshot.allocate(result)
         placement = planned_placement(result, self.clock())
-        self._write(job, previous, placement, "GangPlaced")
         self.metrics.plans.labels("planned").inc()
-        log.info("job %s planned: %s", job.key, result.explain().splitlines()[0])
-        self._release(item, placement, item.gated)
+        summary = result.explain().splitlines()[0]
+
+        def persist() -> None:
+            self._write(job, previous, placement, "GangPlaced")
+            log.info("job %s planned: %s", job.key, summary)
+            self._release(item, placement, item.gated)
+
+        self._persist(job, persist)
         return True
 
     def _without_held(self, cycle: _Cycle, item: PlacementWork) -> CapacitySnapshot:
@@ -432,7 +512,7 @@ class GangPlacer:
                     -1,
                 )
             placement = updated
-        self._release(item, placement, item.gated)
+        self._persist(job, lambda: self._release(item, placement, item.gated))
         return True
 
     def _give_back(self, cycle: _Cycle, item: PlacementWork, ranks: set[int] | None = None) -> None:
@@ -568,24 +648,27 @@ class GangPlacer:
     ) -> None:
         """Constrain every gated pod to the planned domain (every level's label) and ungate it."""
         expressions = _domain_expressions(placement, self.levels)
-        for pod in pods:
+
+        def release(pod: PodRecord) -> None:
             if pod.gates and any(g.get("name") == GANG_GATE for g in pod.gates):
                 # one write, from what the store knows; refused if the pod changed meanwhile
                 before = pod.scheduling.get("affinity")
                 affinity = narrow_affinity(before, expressions) if expressions else None
                 try:
                     self.writer.release_known_pod(pod, affinity, remaining_gates(list(pod.gates)))
-                    continue
                 except ApiException as err:
                     if err.status not in (409, 422):
                         raise
+                else:
+                    self._released[pod.uid] = time.monotonic()
+                    return
             current = self.writer.read_pod(pod.namespace, pod.name)
             if current["metadata"].get("uid") != pod.uid:
-                continue  # another pod of that name now: the next cycle sees it
+                return  # another pod of that name now: the next cycle sees it
             spec = current.get("spec") or {}
             gates = spec.get("schedulingGates") or []
             if not any(g.get("name") == GANG_GATE for g in gates):
-                continue  # released already (a restart mid-release)
+                return  # released already (a restart mid-release)
             # a cluster-wide plan (spread, the last resort) narrows nothing
             affinity = narrow_affinity(spec.get("affinity"), expressions) if expressions else None
             self.writer.release_pod(
@@ -595,6 +678,17 @@ class GangPlacer:
                 affinity,
                 remaining_gates(gates),
             )
+            self._released[pod.uid] = time.monotonic()
+
+        # a gang's writes go out together (RELEASE_CONCURRENCY at a time over every gang being
+        # persisted): one by one, a 256-worker gang waits 256 round trips before kube-scheduler
+        # sees its last worker
+        if len(pods) <= 1:
+            for pod in pods:
+                release(pod)
+        else:
+            for _ in self._releasing.map(release, pods):
+                pass  # re-raises the first error
         log.info("job %s: released %d worker pod(s)", item.job.key, len(pods))
 
 

@@ -101,7 +101,7 @@ def test_the_memory_measurement_reports_lists_store_rss_and_decisions() -> None:
     assert cases == {(CASE_DOMAIN, 400), (CASE_DOMAIN, 8), (CASE_ALL, 400), (CASE_ALL, 8)}
     for row in result["decisions"]:
         assert row["answer"]["kept"] == 1  # its own planned node
-        assert set(row["combined_ms"]) == {"p50", "p99", "max"}
+        assert set(row["combined_ms"]) == {"count", "p50", "p99", "max"}
 
 
 def test_the_traced_measurement_reports_the_peak_and_the_store() -> None:

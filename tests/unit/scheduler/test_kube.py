@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 import weakref
 from typing import Any
 
@@ -329,8 +330,11 @@ class PatchingCore:
     def __init__(self) -> None:
         self.patches: list[tuple[str, str, Any]] = []
 
-    def patch_namespaced_pod(self, name: str, namespace: str, body: Any) -> None:
+    def patch_namespaced_pod(
+        self, name: str, namespace: str, body: Any, _preload_content: bool = True
+    ) -> Any:
         self.patches.append((namespace, name, body))
+        return io.BytesIO(b"{}")  # the raw answer, read and dropped
 
 
 def test_a_known_pod_is_released_in_one_write_guarded_by_what_the_store_knows() -> None:

@@ -412,3 +412,67 @@ def test_a_cycle_stops_at_its_time_bound_and_asks_for_another(world: Any) -> Non
     assert not placement(writer, "second")
     assert placer.run_cycle() is False
     assert placement(writer, "second")["state"] == "Planned"
+
+
+class LaggingWriter(RecordingWriter):
+    """Releases reach the API server but not (yet) the store: the pod watch lags behind."""
+
+    def __init__(self, store: ClusterStore) -> None:
+        super().__init__(store)
+        self.calls = 0  # every API call a release makes (write attempts and reads)
+
+    def release_known_pod(
+        self, pod: Any, affinity: dict[str, Any] | None, remaining_gates: list[dict[str, Any]]
+    ) -> None:
+        self.calls += 1
+        super().release_known_pod(pod, affinity, remaining_gates)
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        self.calls += 1
+        return super().read_pod(namespace, name)
+
+    def release_pod(
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        affinity: dict[str, Any] | None,
+        remaining_gates: list[dict[str, Any]],
+    ) -> None:
+        pod = self.pods[f"{namespace}/{name}"]
+        pod["spec"]["schedulingGates"] = remaining_gates
+        self.released.append(name)
+
+
+def test_a_released_pod_the_store_still_shows_gated_is_not_released_again() -> None:
+    store = ClusterStore()
+    writer = LaggingWriter(store)
+    placer = GangPlacer(store, writer, Metrics(), clock=Clock(), bind_timeout=60)  # type: ignore[arg-type]
+    two_leaves(store)
+    gang(writer, "job", 3)
+    placer.run_cycle()
+    assert sorted(writer.released) == ["job-worker-0", "job-worker-1", "job-worker-2"]
+    assert writer.calls == 3
+    placer.run_cycle()  # the store still shows all three gated: no call is made for them again
+    placer.run_cycle()
+    assert writer.calls == 3
+    assert len(writer.released) == 3
+    assert len(placer._released) == 3
+    for name in ("job-worker-0", "job-worker-1", "job-worker-2"):  # the watch catches up
+        with store.lock:
+            store.upsert_pod(copy.deepcopy(writer.pods[f"ns/{name}"]))
+    placer.run_cycle()
+    assert placer._released == {}  # nothing left to remember
+
+
+def test_a_cycle_plans_every_gang_before_its_writes_return_and_waits_for_them(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store)
+    for name in ("a", "b"):
+        gang(writer, name, 4, created=rfc3339(NOW - (10 if name == "a" else 5)))
+    placer.run_cycle()
+    # both planned in one cycle, on different leaves, and persisted before run_cycle returned
+    assert placement(writer, "a")["state"] == "Planned"
+    assert placement(writer, "b")["state"] == "Planned"
+    assert placement(writer, "a")["domain"] != placement(writer, "b")["domain"]
+    assert len(writer.released) == 8

@@ -1,0 +1,121 @@
+"""The pure parts of ``tpfabric bench operator``: the job mix, the plain twins, the breakdown."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tpfabric_bench._harness import request_counts, summary
+from tpfabric_bench.operator import (
+    NEVER_FIT,
+    OVERCOMMIT,
+    JobShape,
+    gang_breakdown,
+    job_mix,
+    plain_pods,
+    settled,
+)
+
+
+def test_the_default_mix_overcommits_the_nodes_with_jobs_of_2_to_16() -> None:
+    shapes = job_mix(100, 1000, seed=7)
+    assert len(shapes) == 100
+    assert sum(s.workers for s in shapes) == math.ceil(1000 * OVERCOMMIT)
+    assert all(2 <= s.workers <= 16 for s in shapes)
+    never = [s for s in shapes if s.never_fits]
+    assert len(never) == NEVER_FIT
+    assert all(s.mode == "required" and s.workers > 8 for s in never)
+    assert job_mix(100, 1000, seed=7) == shapes  # seeded
+
+
+def test_the_large_mix_has_one_gang_of_the_largest_size_and_a_few_large_ones() -> None:
+    shapes = job_mix(500, 5000, seed=7, max_workers=256)
+    sizes = sorted((s.workers for s in shapes), reverse=True)
+    assert sizes[0] == 256
+    large = [w for w in sizes if w > 16]
+    assert 1 < len(large) <= 20
+    assert all(w & (w - 1) == 0 for w in large)  # powers of two
+    assert sum(large) <= math.ceil(5000 * OVERCOMMIT) // 2
+    assert sum(sizes) >= math.ceil(5000 * OVERCOMMIT)
+    assert all(s.mode == "preferred" for s in shapes if s.workers > 16)
+
+
+def test_every_worker_has_a_plain_twin_with_the_same_requests() -> None:
+    pods = plain_pods(
+        [JobShape("a", 3, "required", False), JobShape("b", 2, "preferred", False)], "rdma/ib"
+    )
+    assert [p["metadata"]["name"] for p in pods] == [
+        "a-plain-0", "a-plain-1", "a-plain-2", "b-plain-0", "b-plain-1",
+    ]  # fmt: skip
+    for pod in pods:
+        assert "schedulerName" not in pod["spec"]  # the default scheduler
+        assert pod["spec"]["containers"][0]["resources"]["limits"] == {
+            "nvidia.com/gpu": "8",
+            "rdma/ib": "8",
+        }
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ({"phase": "Running"}, "Running"),
+        ({"phase": "Failed"}, "Failed"),
+        ({"phase": "Waiting", "placement": {"state": "Waiting", "message": "no leaf"}}, "Waiting"),
+        ({"phase": "Waiting", "placement": {"state": "Waiting"}}, None),  # no reason yet
+        ({"phase": "Pending", "placement": {"state": "Planned"}}, None),
+        ({}, None),
+    ],
+)
+def test_a_job_has_settled_when_it_runs_failed_or_waits_with_a_reason(
+    status: dict[str, object], expected: str | None
+) -> None:
+    assert settled({"status": status}) == expected
+
+
+def test_the_breakdown_ends_each_stage_at_the_gangs_last_worker() -> None:
+    created = {"a": 100.0, "b": 100.0, "c": 100.0}
+    jobs = {
+        "a": {"planned": 102.0, "running": 110.0},
+        "b": {"planned": 101.0, "running": 104.0},
+        "c": {"planned": 101.0},  # never ran: not counted
+    }
+    pods = {
+        "ns/a-0": {"seen": 100.5, "ungated": 103.0, "bound": 105.0},
+        "ns/a-1": {"seen": 101.0, "ungated": 102.5, "bound": 106.0},
+        "ns/b-0": {"seen": 100.2, "ungated": 101.5, "bound": 101.0},  # watch saw the bind late
+        "ns/c-0": {"seen": 100.1},
+    }
+    pod_job = {"ns/a-0": "a", "ns/a-1": "a", "ns/b-0": "b", "ns/c-0": "c"}
+    result = gang_breakdown(created, jobs, pods, pod_job)
+    assert result["total"]["count"] == 2
+    assert result["total"]["max"] == 10.0  # a: 100 -> 110
+    assert result["created"]["max"] == 1.0  # a's last worker at 101
+    assert result["planned"]["max"] == 1.0  # a: 101 -> 102
+    assert result["released"]["max"] == 1.0  # a: 102 -> 103
+    assert result["bound"]["max"] == 3.0  # a: 103 -> 106
+    assert result["bound"]["p50"] >= 0  # b's bind seen before its release never counts negative
+    assert result["running"]["max"] == 4.0  # a: 106 -> 110
+
+
+def test_the_summary_of_nothing_is_zeros_and_of_values_their_percentiles() -> None:
+    assert summary([]) == {"count": 0, "p50": 0.0, "p90": 0.0, "max": 0.0}
+    result = summary([float(k) for k in range(1, 101)], (0.5, 0.99))
+    assert result["count"] == 100
+    assert result["max"] == 100.0
+    assert 50 <= result["p50"] <= 51
+    assert 99 <= result["p99"] <= 100
+
+
+def test_the_api_servers_request_counters_are_summed_per_verb_resource_and_code() -> None:
+    prefix = 'apiserver_request_total{code="201",component="apiserver",'
+    text = "\n".join(
+        [
+            "# HELP apiserver_request_total counter",
+            prefix + 'group="",resource="pods",subresource="",verb="POST",version="v1"} 5',
+            prefix + 'group="",resource="pods",subresource="binding",verb="POST",version="v1"} 3',
+            prefix + 'group="x",resource="pods",subresource="",verb="POST",version="v1"} 2',
+            'apiserver_request_sli_duration_seconds_bucket{le="0.1",verb="POST"} 9',
+        ]
+    )
+    assert request_counts(text) == {"POST pods 201": 7, "POST pods/binding 201": 3}
