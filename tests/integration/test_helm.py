@@ -85,7 +85,12 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], list[str]]] = {
                 "judgement": {"windowSeconds": 120, "counterLimits": {"symbol_error": 100}},
                 "nodeSelector": {"nvidia.com/gpu.present": "true"},
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-            }
+            },
+            # discovery leaves the health label to the agent (--leave-health)
+            "discovery": {
+                "enabled": True,
+                "source": {"type": "ibnetdiscover", "data": "# ibnetdiscover dump\n"},
+            },
         },
         [],
     ),

@@ -28,6 +28,7 @@ from tpfabric_cli.topology.rendering import (
     summary_line,
 )
 from tpfabric_cli.topology.sources import Discovery, Sources, discover, fabric_from_labels
+from tpfabric_core import labels
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric.conventions import PRESETS
 from tpfabric_core.fabric.slurm import (
@@ -240,6 +241,14 @@ def label_command(
     apply: Annotated[
         bool, typer.Option("--apply", help="Patch the nodes (default: only print the diff).")
     ] = False,
+    leave_health: Annotated[
+        bool,
+        typer.Option(
+            "--leave-health",
+            help="Neither set nor remove topology.tpfabric.io/health: the fabric agent "
+            "(chart value fabricAgent.enabled) owns it and keeps it live.",
+        ),
+    ] = False,
 ) -> None:
     """Print the topology.tpfabric.io/ label diff of every cluster node; --apply patches them.
 
@@ -262,7 +271,8 @@ def label_command(
     _warn(discovery)
     _exit_if_empty(discovery)
     with node_api(kubeconfig) as core:
-        plan = plan_labels(discovery.labels, read_node_labels(core))
+        leave = frozenset({labels.HEALTH}) if leave_health else frozenset()
+        plan = plan_labels(discovery.labels, read_node_labels(core), leave)
         if apply:
             for change in plan.changes:
                 patch_node_labels(core, change.node, change.to_set, change.to_remove)

@@ -39,15 +39,20 @@ class LabelPlan:
 
 
 def plan_labels(
-    desired: Mapping[str, Mapping[str, str]], current: Mapping[str, Mapping[str, str]]
+    desired: Mapping[str, Mapping[str, str]],
+    current: Mapping[str, Mapping[str, str]],
+    leave: frozenset[str] = frozenset(),
 ) -> LabelPlan:
     """Return the label changes that make every cluster node of the fabric carry exactly its
     ``desired`` ``topology.tpfabric.io/`` labels; cluster nodes outside the fabric are left
-    alone."""
+    alone, and so are the keys in ``leave`` (another writer's, e.g. the fabric agent's health)."""
     changes: list[NodeChange] = []
     unchanged: list[str] = []
     for node in sorted(set(desired) & set(current)):
-        to_set, to_remove = label_diff(current[node], desired[node])
+        to_set, to_remove = label_diff(
+            {k: v for k, v in current[node].items() if k not in leave},
+            {k: v for k, v in desired[node].items() if k not in leave},
+        )
         if to_set or to_remove:
             changes.append(NodeChange(node, to_set, to_remove, dict(current[node])))
         else:

@@ -58,3 +58,18 @@ def test_a_missing_kubeconfig_is_an_input_error(example_out: Path, tmp_path: Pat
     result = tpfabric("topology", "label", "--ibnetdiscover", example_out, "--kubeconfig", missing)
     assert result.exit_code == EXIT_INPUT
     assert result.stderr.strip() == f"error: {missing}: no such kubeconfig file; check --kubeconfig"
+
+
+def test_a_left_label_is_neither_set_nor_removed() -> None:
+    desired = {"n1": {labels.LEAF: "l1", labels.HEALTH: "ok"}, "n2": {labels.LEAF: "l1"}}
+    current = {
+        "n1": {labels.LEAF: "l1", labels.HEALTH: "degraded"},  # the agent's live judgement
+        "n2": {labels.LEAF: "l1", labels.HEALTH: "ok"},
+    }
+    leave = frozenset({labels.HEALTH})
+    plan = plan_labels(desired, current, leave)
+    assert plan.changes == ()
+    assert plan.unchanged == ("n1", "n2")
+    (first, second) = plan_labels(desired, current).changes  # without it: overwritten, removed
+    assert first.to_set == {labels.HEALTH: "ok"}
+    assert second.to_remove == [labels.HEALTH]
