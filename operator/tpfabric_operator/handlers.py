@@ -67,8 +67,8 @@ INIT_IMAGE = os.environ.get("TPFABRIC_RDMA_INIT_IMAGE", "tpfabric/rdma-init:0.1.
 WARNING_INTERVAL_SECONDS = 300.0
 #: worker pods created at the same time, over every job (bounded: the API server is shared)
 CREATE_CONCURRENCY = int(os.environ.get("TPFABRIC_CREATE_CONCURRENCY", "16"))
-#: reconciles (kopf's synchronous handlers) running at the same time
-HANDLER_THREADS = int(os.environ.get("TPFABRIC_HANDLER_THREADS", "16"))
+#: reconciles (kopf's synchronous handlers) running at the same time; 0: kopf's default
+HANDLER_THREADS = int(os.environ.get("TPFABRIC_HANDLER_THREADS", "0"))
 #: how long a reconcile waits for the watch to deliver the status it patched
 STALE_BODY_SECONDS = 10.0
 _adapter: KubeAdapter | None = None
@@ -100,9 +100,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # alone would make it parse every pod event of a shared cluster.
     settings.watching.label_selectors["v1", "pods"] = ATTEMPT_LABEL
     settings.watching.label_selectors["v1", "services"] = JOB_LABEL
-    # reconciles are synchronous handlers in kopf's executor, whose default (CPUs + 4 threads)
-    # makes a burst of jobs queue behind each other while they only wait for the API server
-    settings.execution.max_workers = HANDLER_THREADS
+    # kopf's executor runs the synchronous reconciles (default: CPUs + 4 threads); more threads
+    # are opt-in (TPFABRIC_HANDLER_THREADS) until they are proven under load
+    if HANDLER_THREADS:
+        settings.execution.max_workers = HANDLER_THREADS
 
 
 def _owner(meta: Mapping[str, Any]) -> str:
