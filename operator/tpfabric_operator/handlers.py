@@ -16,7 +16,6 @@ after the handler returns; acting on the older body would charge one incident tw
 from __future__ import annotations
 
 import concurrent.futures
-import datetime as dt
 import logging
 import os
 import threading
@@ -30,6 +29,7 @@ from pydantic import ValidationError
 
 from tpfabric_core.api import GROUP, KIND, PLURAL, VERSION, TensorParallelJob
 from tpfabric_core.fabric_description import pydantic_error_path
+from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 from tpfabric_operator import fabric_health
 from tpfabric_operator.children import (
     ATTEMPT_LABEL,
@@ -113,15 +113,6 @@ def _owner(meta: Mapping[str, Any]) -> str:
     )
 
 
-def _parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
-    except ValueError:
-        return None
-
-
 def _why_failed(status: Mapping[str, Any]) -> tuple[str, str, int | None]:
     """Return (reason, message, exit code) of a pod's failure, init containers first."""
     for kind, states in (
@@ -172,7 +163,7 @@ def worker_of(
         exit_code=code,
         conditions=conditions,
         attempt=int(attempt) if attempt.isdigit() else 0,
-        delete_deadline=_parse_time(meta.get("deletionTimestamp")),
+        delete_deadline=parse_rfc3339(meta.get("deletionTimestamp")),
     )
 
 
@@ -226,10 +217,6 @@ def _now() -> float:
     return time.time()
 
 
-def _rfc3339(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 _warned: dict[tuple[str, str, str], float] = {}
 _warned_lock = threading.Lock()
 
@@ -265,7 +252,7 @@ def _fail_invalid(body: kopf.Body, patch: kopf.Patch, message: str) -> None:
         and shown.get("observedGeneration") == generation
     ):
         return  # already said, for this generation: no PATCH, no Event every tick
-    now = _rfc3339(_now())
+    now = rfc3339(_now())
     patch.status["phase"] = "Failed"
     patch.status["conditions"] = [
         {
@@ -336,9 +323,9 @@ def _memory(status: Mapping[str, Any], replanning: bool) -> Memory:
         attempt=int(status.get("attempt") or 0),
         restarting=frozenset(int(i) for i in status.get("restartingWorkers") or []),
         succeeded=frozenset(int(i) for i in status.get("succeededWorkers") or []),
-        last_failure=_parse_time(status.get("lastFailureTime")),
-        start_time=_parse_time(status.get("startTime")),
-        completion_time=_parse_time(status.get("completionTime")),
+        last_failure=parse_rfc3339(status.get("lastFailureTime")),
+        start_time=parse_rfc3339(status.get("startTime")),
+        completion_time=parse_rfc3339(status.get("completionTime")),
         replanning=replanning,
     )
 
@@ -453,7 +440,7 @@ def _admission(
                     workload,
                     succeeded=memory.phase == "Succeeded",
                     message=f"TensorParallelJob {memory.phase}",
-                    now=_rfc3339(now),
+                    now=rfc3339(now),
                 ),
             )
         return job, admission
@@ -466,7 +453,7 @@ def _admission(
     holding = [p for p in owned if p.phase not in ("Succeeded", "Failed")]
     if admission.evicted and not holding:
         # every pod is gone: give the quota back so that Kueue requeues the workload
-        kube.replace_workload_status(workload, requeued_status(workload, now=_rfc3339(now)))
+        kube.replace_workload_status(workload, requeued_status(workload, now=rfc3339(now)))
     return job, admission
 
 
@@ -623,14 +610,14 @@ def _write_status(
     restarts = memory.restarts + intent.charged
     if intent.failure is not None:
         failure = intent.failure
-        wanted["lastFailureTime"] = _rfc3339(now)
+        wanted["lastFailureTime"] = rfc3339(now)
         wanted["lastFailure"] = {
             "worker": failure.worker,
             "reason": failure.reason,
             "message": failure.message,
             "exitCode": failure.exit_code,
             "pod": failure.pod,
-            "time": _rfc3339(now),
+            "time": rfc3339(now),
         }
         if not intent.fail:
             _warn(
@@ -648,7 +635,7 @@ def _write_status(
         terminal_message = intent.succeed
         kopf.info(body, reason="JobSucceeded", message=intent.succeed)
     if terminal and not status.get("completionTime"):
-        wanted["completionTime"] = _rfc3339(now)
+        wanted["completionTime"] = rfc3339(now)
     restarting = set(intent.restarting) - set(intent.create)
     if intent.create and memory.restarting & set(intent.create):
         kopf.info(
@@ -671,7 +658,7 @@ def _write_status(
     elif not terminal and present | intent.succeeded >= set(range(spec.workers)):
         wanted["workersCreated"] = True
     if intent.create and not status.get("startTime") and not spec.suspend:
-        wanted["startTime"] = _rfc3339(now)
+        wanted["startTime"] = rfc3339(now)
     wanted["attempt"] = intent.attempt
     wanted["restartingWorkers"] = sorted(restarting) if not terminal else []
     wanted["succeededWorkers"] = sorted(intent.succeeded)

@@ -8,10 +8,10 @@ no more status than a small one. Pure: no I/O.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from tpfabric_core.placement.results import GangPlan, Unschedulable
+from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 
 __all__ = [
     "MAX_REASONS",
@@ -26,21 +26,6 @@ __all__ = [
 
 MAX_REASONS = 5
 """Candidate domains listed while a job waits; the rest are counted in the message."""
-
-
-def rfc3339(timestamp: float) -> str:
-    """Return ``timestamp`` (seconds since the epoch) as RFC 3339 UTC, seconds precision."""
-    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(text: str | None) -> float | None:
-    """Return the epoch seconds of an RFC 3339 UTC time, or None when absent or unreadable."""
-    if not text:
-        return None
-    try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
-    except ValueError:
-        return None
 
 
 def planned_placement(plan: GangPlan, now: float) -> dict[str, Any]:

@@ -1,0 +1,27 @@
+"""RFC 3339 UTC timestamps at seconds precision, as Kubernetes writes them in object fields.
+
+Shared by the operator (status times) and the placer (plannedAt, releasedAt, waitingSince).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+__all__ = ["parse_rfc3339", "rfc3339"]
+
+_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def rfc3339(timestamp: float) -> str:
+    """Return ``timestamp`` (seconds since the epoch) as RFC 3339 UTC, seconds precision."""
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime(_FORMAT)
+
+
+def parse_rfc3339(text: str | None) -> float | None:
+    """Return the epoch seconds of an RFC 3339 UTC time, or None when absent or unreadable."""
+    if not text:
+        return None
+    try:
+        return dt.datetime.strptime(text, _FORMAT).replace(tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        return None
