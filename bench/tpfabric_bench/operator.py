@@ -90,7 +90,8 @@ STAGES = (
     ("planned", "placer: → Planned"),
     ("released", "placer: → all workers ungated"),
     ("bound", "kube-scheduler: → all workers bound"),
-    ("running", "kwok + operator: → job Running"),
+    ("pods_running", "kwok (the kubelet): → all workers Running"),
+    ("running", "operator: → job Running (status)"),
 )
 
 
@@ -265,7 +266,8 @@ def gang_breakdown(
     """Return, per stage of ``STAGES``, the percentiles of its duration over the jobs that ran.
 
     ``created``: job name -> its create call; ``jobs``: job name -> marks (``planned``,
-    ``running``); ``pods``: pod key -> marks (``seen``, ``ungated``, ``bound``); ``pod_job``:
+    ``running``); ``pods``: pod key -> marks (``seen``, ``ungated``, ``bound``, ``running``);
+    ``pod_job``:
     pod key -> job name. A gang's stage ends when its last worker reached it. Also ``total``.
     """
     members: dict[str, list[dict[str, float]]] = {}
@@ -283,6 +285,7 @@ def gang_breakdown(
             "planned": marks.get("planned", math.inf),
             "released": max(m.get("ungated", math.inf) for m in workers),
             "bound": max(m.get("bound", math.inf) for m in workers),
+            "pods_running": max(m.get("running", math.inf) for m in workers),
             "running": marks["running"],
         }
         if any(math.isinf(v) for v in ends.values()):
@@ -428,7 +431,12 @@ def _gangs(
     pods = EventClock(
         api,
         f"/api/v1/namespaces/{NAMESPACE}/pods",
-        {"seen": lambda _: True, "ungated": _pod_ungated, "bound": _pod_bound},
+        {
+            "seen": lambda _: True,
+            "ungated": _pod_ungated,
+            "bound": _pod_bound,
+            "running": _pod_running,
+        },
     ).start()
     jobs = EventClock(
         api,

@@ -95,6 +95,15 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # "Timer succeeded" every tick for every job is noise; our messages use our own logger
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings.watching.server_timeout = 240
+    # a watch silent for a minute past the server's own end is a dead connection: reconnect
+    settings.watching.client_timeout = 300
+    settings.watching.connect_timeout = 10
+    # kopf removes a deleted job's finalizer only once its timer has stopped. A tick that is
+    # running (or waiting for a thread) when the job is deleted would by default be looked at
+    # again after 60 s, and the job, its pods and its namespace would hang that long; wait a
+    # moment for the tick to end, then look again every second
+    settings.background.instant_exit_timeout = 0.5
+    settings.background.cancellation_polling = 1
     # Server-side filters: only tpfabric's own pods (every worker, kept failed ones included,
     # carries the attempt label) and Services reach the operator. Client-side handler filters
     # alone would make it parse every pod event of a shared cluster.

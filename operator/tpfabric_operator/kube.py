@@ -12,6 +12,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LABEL
+from tpfabric_core.request_timeouts import with_default_timeout
 from tpfabric_operator.children import FAILED_WORKER_LABEL, service_name
 from tpfabric_operator.queueing import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
 
@@ -31,6 +32,8 @@ class KubeAdapter:
             # a gang's pods are created CREATE_CONCURRENCY at a time: keep their connections
             settings.connection_pool_maxsize = max(settings.connection_pool_maxsize, 32)
             api = client.ApiClient(settings)
+            # no call may hold a reconcile (and its job) forever on a half-open connection
+            api.rest_client.request = with_default_timeout(api.rest_client.request)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 

@@ -25,6 +25,7 @@ from kubernetes import client, config
 
 from tpfabric_core.errors import InputError
 from tpfabric_core.placement.topology import DEFAULT_LEVELS, LevelSpec, parse_levels
+from tpfabric_core.request_timeouts import with_default_timeout
 from tpfabric_scheduler.kube import Informer, KubeWriter, start_informers
 from tpfabric_scheduler.leader import LeaseElector
 from tpfabric_scheduler.metrics import Metrics
@@ -46,7 +47,10 @@ def _api(kubeconfig: str | None) -> client.ApiClient:
     # a gang's release writes go out RELEASE_CONCURRENCY at a time over this pool; the client's
     # default (5 x CPUs) would open and discard connections under a burst
     settings.connection_pool_maxsize = max(settings.connection_pool_maxsize, 32)
-    return client.ApiClient(settings)
+    api = client.ApiClient(settings)
+    # no call may hold the planning loop or a release thread forever on a half-open connection
+    api.rest_client.request = with_default_timeout(api.rest_client.request)
+    return api
 
 
 def _elector(

@@ -184,6 +184,9 @@ class Informer(threading.Thread):
             self.kind.list_call,
             resource_version=version,
             timeout_seconds=WATCH_TIMEOUT_S,
+            # the server ends the watch at WATCH_TIMEOUT_S and sends bookmarks meanwhile: a
+            # stream silent for a minute longer than that is a dead connection
+            _request_timeout=(10.0, WATCH_TIMEOUT_S + 60.0),
             allow_watch_bookmarks=True,
             deserialize=False,
         )

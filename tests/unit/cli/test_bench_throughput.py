@@ -81,9 +81,10 @@ def test_the_breakdown_ends_each_stage_at_the_gangs_last_worker() -> None:
         "c": {"planned": 101.0},  # never ran: not counted
     }
     pods = {
-        "ns/a-0": {"seen": 100.5, "ungated": 103.0, "bound": 105.0},
-        "ns/a-1": {"seen": 101.0, "ungated": 102.5, "bound": 106.0},
-        "ns/b-0": {"seen": 100.2, "ungated": 101.5, "bound": 101.0},  # watch saw the bind late
+        "ns/a-0": {"seen": 100.5, "ungated": 103.0, "bound": 105.0, "running": 107.5},
+        "ns/a-1": {"seen": 101.0, "ungated": 102.5, "bound": 106.0, "running": 107.0},
+        # b: the watch saw the bind before the release
+        "ns/b-0": {"seen": 100.2, "ungated": 101.5, "bound": 101.0, "running": 103.0},
         "ns/c-0": {"seen": 100.1},
     }
     pod_job = {"ns/a-0": "a", "ns/a-1": "a", "ns/b-0": "b", "ns/c-0": "c"}
@@ -95,7 +96,8 @@ def test_the_breakdown_ends_each_stage_at_the_gangs_last_worker() -> None:
     assert result["released"]["max"] == 1.0  # a: 102 -> 103
     assert result["bound"]["max"] == 3.0  # a: 103 -> 106
     assert result["bound"]["p50"] >= 0  # b's bind seen before its release never counts negative
-    assert result["running"]["max"] == 4.0  # a: 106 -> 110
+    assert result["pods_running"]["max"] == 1.5  # a: 106 -> 107.5 (its last worker)
+    assert result["running"]["max"] == 2.5  # a: 107.5 -> 110 (the operator's status)
 
 
 def test_the_summary_of_nothing_is_zeros_and_of_values_their_percentiles() -> None:
