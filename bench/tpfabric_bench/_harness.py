@@ -14,6 +14,7 @@ import contextlib
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -321,6 +322,9 @@ def local_cluster(
     state_root = Path(tempfile.mkdtemp(prefix="tpfabric-bench-"))
     cluster = LocalCluster(f"bench-{uuid.uuid4().hex[:6]}", state_root=state_root, log=log)
     kept_logs: Path | None = None
+    # a SIGTERM (``timeout``, a CI limit) must tear the cluster down too: without this the
+    # interpreter dies at once and leaves etcd, the API server and 1,000 kwok nodes running
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         started = time.perf_counter()
         cluster.up()
@@ -345,6 +349,11 @@ def local_cluster(
     finally:
         cluster.down(keep_logs=kept_logs)
         shutil.rmtree(state_root, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def start_placer(cluster: Any, timeout: float = 180) -> int:

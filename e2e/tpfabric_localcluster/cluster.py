@@ -37,6 +37,22 @@ __all__ = ["ClusterState", "LocalCluster", "api_client", "default_state_root", "
 SERVICE_CIDR = "10.96.0.0/16"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+#: kwok plays every fake kubelet's pod and node stages 4 at a time by default: a gang of 256
+#: pods bound at once would queue for seconds behind one process, where 256 real kubelets start
+#: their pods side by side. 32 keeps a burst's pods starting together on 2 cores. Node leases
+#: likewise: 4 at a time renewed 1,000 leases too slowly under a burst, nodes blinked NotReady,
+#: the node lifecycle controller marked their pods not Ready and kwok (unlike a kubelet) never
+#: marked them Ready again, so jobs sat at 7/11 ready for good. A configuration file is not
+#: defaulted field by field: every parallelism is spelled out.
+KWOK_OPTIONS = """\
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: 32
+  nodePlayStageParallelism: 16
+  nodeLeaseParallelism: 16
+  podsOnNodeSyncParallelism: 1
+"""
 
 
 def default_state_root() -> Path:
@@ -391,9 +407,13 @@ class LocalCluster:
 
     def _kwok_argv(self, state: ClusterState) -> list[str]:
         key, value = KWOK_NODE_ANNOTATION
-        # only the stage files: an explicit --config also keeps a user's ~/.kwok/kwok.yaml out
+        options = self.folder / "kwok-options.yaml"
+        options.write_text(KWOK_OPTIONS)
+        # only the stage files and our options: an explicit --config also keeps a user's
+        # ~/.kwok/kwok.yaml out
         return [
             str(self.toolchain.path("kwok")),
+            f"--config={options}",
             *(f"--config={stage}" for stage in self.toolchain.kwok_stages()),
             f"--kubeconfig={self.kubeconfig}",
             "--manage-all-nodes=false",

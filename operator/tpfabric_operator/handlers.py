@@ -1,7 +1,8 @@
 """kopf handlers of TensorParallelJob: create, resume, update and a short reconcile timer.
 
-Every handler runs the same idempotent ``reconcile``: read the job, its worker pods, its kept
-failed pods and its Service (from kopf indexes, never a list per call), ask ``lifecycle.decide``
+Every handler runs the same idempotent ``reconcile``: read the job, its worker pods and kept
+failed pods (from the pod cache, :mod:`.pod_cache`, a list+watch in its own thread) and its
+Service (a kopf index; never a list per call), ask ``lifecycle.decide``
 what to do, do it through the adapter, and patch the operator-owned status once. Names are
 deterministic, so a restarted operator finds its pods instead of making a second set. Owner
 references let the garbage collector remove pods and the Service when the job goes. kopf puts its
@@ -27,18 +28,11 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from tpfabric_core.api import GROUP, KIND, PLURAL, VERSION, TensorParallelJob
+from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
 from tpfabric_core.fabric_description import pydantic_error_path
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 from tpfabric_operator import fabric_health
-from tpfabric_operator.children import (
-    ATTEMPT_LABEL,
-    FAILED_WORKER_LABEL,
-    JOB_LABEL,
-    WORKER_INDEX_LABEL,
-    headless_service,
-    worker_pod,
-)
+from tpfabric_operator.children import JOB_LABEL, headless_service, worker_pod
 from tpfabric_operator.kube import KubeAdapter, extended_resources
 from tpfabric_operator.lifecycle import (
     Intent,
@@ -49,6 +43,7 @@ from tpfabric_operator.lifecycle import (
     honour_problem,
     job_status,
 )
+from tpfabric_operator.pod_cache import PodCache, owner_uid, worker_of
 from tpfabric_operator.queueing import (
     QUEUE_LABEL,
     Admission,
@@ -71,6 +66,8 @@ CREATE_CONCURRENCY = int(os.environ.get("TPFABRIC_CREATE_CONCURRENCY", "16"))
 HANDLER_THREADS = int(os.environ.get("TPFABRIC_HANDLER_THREADS", "0"))
 #: how long a reconcile waits for the watch to deliver the status it patched
 STALE_BODY_SECONDS = 10.0
+#: how long start-up waits for the first list of worker pods (reconciles wait for it too)
+POD_SYNC_SECONDS = 60.0
 _adapter: KubeAdapter | None = None
 
 
@@ -104,106 +101,30 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # moment for the tick to end, then look again every second
     settings.background.instant_exit_timeout = 0.5
     settings.background.cancellation_polling = 1
-    # Server-side filters: only tpfabric's own pods (every worker, kept failed ones included,
-    # carries the attempt label) and Services reach the operator. Client-side handler filters
-    # alone would make it parse every pod event of a shared cluster.
-    settings.watching.label_selectors["v1", "pods"] = ATTEMPT_LABEL
+    # Server-side filter: only the jobs' Services reach the operator (client-side handler
+    # filters alone would make it parse every Service event of a shared cluster). Worker pods
+    # come through the pod cache, filtered by their attempt label in the same way.
     settings.watching.label_selectors["v1", "services"] = JOB_LABEL
     # kopf's executor runs the synchronous reconciles (default: CPUs + 4 threads); more threads
     # are opt-in (TPFABRIC_HANDLER_THREADS) until they are proven under load
     if HANDLER_THREADS:
         settings.execution.max_workers = HANDLER_THREADS
+    cache = pods()
+    if not cache.is_alive():
+        cache.start()
+    if not cache.wait_synced(POD_SYNC_SECONDS):
+        log.warning("the worker pods are not listed yet; jobs wait for them before any change")
 
 
-def _owner(meta: Mapping[str, Any]) -> str:
-    return next(
-        (r.get("uid", "") for r in meta.get("ownerReferences") or [] if r.get("kind") == KIND),
-        "",
-    )
+_pod_cache: PodCache | None = None
 
 
-def _why_failed(status: Mapping[str, Any]) -> tuple[str, str, int | None]:
-    """Return (reason, message, exit code) of a pod's failure, init containers first."""
-    for kind, states in (
-        ("init container", status.get("initContainerStatuses") or []),
-        ("container", status.get("containerStatuses") or []),
-    ):
-        for state in states:
-            terminated = (state.get("state") or {}).get("terminated") or (
-                (state.get("lastState") or {}).get("terminated") or {}
-            )
-            code = terminated.get("exitCode")
-            if code:
-                why = str(terminated.get("reason") or "Error")
-                reason = "InitContainerFailed" if kind == "init container" else why
-                if kind == "container" and why != "OOMKilled" and code == 137:
-                    reason = "Killed"
-                return reason, f"{kind} {state.get('name')} exited {code} ({why})", int(code)
-    reason = str(status.get("reason") or "")
-    return reason or "Error", str(status.get("message") or reason or "failed"), None
-
-
-def worker_of(
-    name: str,
-    labels: Mapping[str, str],
-    meta: Mapping[str, Any],
-    spec: Mapping[str, Any],
-    status: Mapping[str, Any],
-) -> tuple[str, WorkerPod]:
-    """Return (uid of the owning job, the worker) for a worker pod's fields."""
-    conditions = frozenset(
-        str(c.get("type"))
-        for c in status.get("conditions") or []
-        if c.get("status") == "True" and c.get("type")
-    )
-    phase = str(status.get("phase") or "Pending")
-    reason, message, code = _why_failed(status) if phase == "Failed" else ("", "", None)
-    index = str(labels.get(WORKER_INDEX_LABEL, ""))
-    attempt = str(labels.get(ATTEMPT_LABEL, "0"))
-    return _owner(meta), WorkerPod(
-        name=name,
-        index=int(index) if index.isdigit() else -1,
-        phase=phase,
-        ready="Ready" in conditions,
-        node=spec.get("nodeName"),
-        deleting=meta.get("deletionTimestamp") is not None,
-        reason=reason,
-        message=message,
-        exit_code=code,
-        conditions=conditions,
-        attempt=int(attempt) if attempt.isdigit() else 0,
-        delete_deadline=parse_rfc3339(meta.get("deletionTimestamp")),
-    )
-
-
-@kopf.index("pods", labels={JOB_LABEL: kopf.PRESENT, WORKER_INDEX_LABEL: kopf.PRESENT})
-def workers(
-    *,
-    namespace: str | None,
-    name: str,
-    labels: kopf.Labels,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    spec: kopf.Spec,
-    **_: Any,
-) -> dict[tuple[str, str], tuple[str, WorkerPod]]:
-    """Index worker pods by (namespace, job name), with the uid of the job that owns them."""
-    return {(namespace or "", str(labels[JOB_LABEL])): worker_of(name, labels, meta, spec, status)}
-
-
-@kopf.index("pods", labels={FAILED_WORKER_LABEL: kopf.PRESENT})
-def failed_workers(
-    *, namespace: str | None, name: str, labels: kopf.Labels, meta: kopf.Meta, **_: Any
-) -> dict[tuple[str, str], tuple[str, str, int]]:
-    """Index kept failed pods by (namespace, job name): (owner uid, pod name, attempt)."""
-    attempt = str(labels.get(ATTEMPT_LABEL, "0"))
-    return {
-        (namespace or "", str(labels[FAILED_WORKER_LABEL])): (
-            _owner(meta),
-            name,
-            int(attempt) if attempt.isdigit() else 0,
-        )
-    }
+def pods() -> PodCache:
+    """Return the process's view of its worker pods (made on first use)."""
+    global _pod_cache  # noqa: PLW0603 - one view per operator process
+    if _pod_cache is None:
+        _pod_cache = PodCache(adapter().core)
+    return _pod_cache
 
 
 @kopf.index("nodes")
@@ -219,7 +140,7 @@ def job_services(
     *, namespace: str | None, labels: kopf.Labels, meta: kopf.Meta, **_: Any
 ) -> dict[tuple[str, str], str]:
     """Index the jobs' headless Services by (namespace, job name): the owner's uid."""
-    return {(namespace or "", str(labels[JOB_LABEL])): _owner(meta)}
+    return {(namespace or "", str(labels[JOB_LABEL])): owner_uid(meta)}
 
 
 def _now() -> float:
@@ -310,7 +231,9 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) ->
     """Bring the job's children and status to what ``lifecycle`` says; idempotent."""
     uid = str(body.meta["uid"])
     version = str(body.meta.get("resourceVersion") or "")
-    if body.meta.get("deletionTimestamp") or not _serial.enter(uid, version):
+    if body.meta.get("deletionTimestamp") or not pods().synced.is_set():
+        return  # never act on an empty view of the pods: a second set would be created
+    if not _serial.enter(uid, version):
         return
     try:
         _reconcile(body, patch, indexes)
@@ -352,7 +275,7 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -
         return
     owned: list[WorkerPod] = []
     stale: list[WorkerPod] = []
-    for owner, pod in indexes["workers"].get((namespace, name), []):
+    for owner, pod in pods().workers((namespace, name)):
         if pod.index < 0:
             continue
         (owned if owner in ("", uid) else stale).append(pod)
@@ -501,7 +424,7 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
                 )
         except ApiException as err:
             error = f"force-deleting pod {pod_name}: {err.status} {err.reason}"
-    kept = list(indexes["failed_workers"].get((namespace, name), []))
+    kept = pods().failed((namespace, name))
     for pod_name in intent.keep:
         pod = next((p for p in owned if p.name == pod_name), None)
         try:
@@ -561,7 +484,7 @@ def _create_pods(
             return False, f"creating pod {metadata['name']}: {_api_words(err)}"
         # 409: ours from an earlier reconcile, or an older job's of the same name (not ours)
         found = kube.read_pod(metadata["namespace"], metadata["name"])
-        return found is not None and _owner(found["metadata"]) in ("", uid), None
+        return found is not None and owner_uid(found["metadata"]) in ("", uid), None
 
     if len(manifests) <= 1:
         return [create(m) for m in manifests]

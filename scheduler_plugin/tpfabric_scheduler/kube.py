@@ -29,6 +29,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION
+from tpfabric_core.list_watch import list_and_watch
 from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
 
 __all__ = [
@@ -207,20 +208,14 @@ class Informer(threading.Thread):
 
     def run(self) -> None:
         """Loop until stopped: list, watch, relist on errors."""
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                version = self._list()
-                backoff = 0.5
-                while not self._stop.is_set():
-                    version = self._watch_from(version)
-            except ApiException as err:
-                if err.status != 410:
-                    log.warning("watch %s failed: %s; relisting", self.kind.name, err.reason)
-            except Exception as err:  # noqa: BLE001 - an informer must survive anything
-                log.warning("watch %s failed: %r; relisting", self.kind.name, err)
-            self._stop.wait(backoff)
-            backoff = min(backoff * 2, 10.0)
+        list_and_watch(
+            self._list,
+            self._watch_from,
+            self._stop,
+            what=self.kind.name,
+            expired=lambda err: isinstance(err, ApiException) and err.status == 410,
+            log=log,
+        )
 
 
 def start_informers(

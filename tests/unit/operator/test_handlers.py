@@ -8,8 +8,9 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from tpfabric_operator.handlers import CREATE_CONCURRENCY, _create_pods, _Serial, worker_of
+from tpfabric_operator.handlers import CREATE_CONCURRENCY, _create_pods, _Serial
 from tpfabric_operator.kube import extended_resources
+from tpfabric_operator.pod_cache import worker_of
 
 
 def failed_pod(**status: Any) -> tuple[str, Any]:
