@@ -84,6 +84,13 @@ COMPONENTS = (
     "etcd",
     "kwok",
 )
+#: after the burst settled: a pause, then the window whose writes are counted
+IDLE_SETTLE_S = 10.0
+IDLE_WINDOW_S = 30.0
+#: writes that are no job's: kwok's node heartbeats and every component's leader Lease
+_INFRASTRUCTURE = ("leases",)
+_WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
+
 #: the stages of a gang, in order, and what each one measures
 STAGES = (
     ("created", "operator: create call → all workers exist"),
@@ -331,6 +338,18 @@ def _create(
     return started
 
 
+def idle_writes(requests: dict[str, int], seconds: float) -> dict[str, Any]:
+    """Return the writes of an idle window (the target: none from settled jobs) by request,
+    without the infrastructure's (leases), and their rate."""
+    writes = {
+        key: count
+        for key, count in requests.items()
+        if key.split(" ")[0] in _WRITE_VERBS and key.split(" ")[1] not in _INFRASTRUCTURE
+    }
+    total = sum(writes.values())
+    return {"window_s": seconds, "writes": writes, "writes_per_s": round(total / seconds, 3)}
+
+
 class Phase:
     """One measured phase: CPU and peak RSS of every component, API requests, wall time."""
 
@@ -347,7 +366,7 @@ class Phase:
     def __exit__(self, *_: object) -> None:
         self.seconds = time.perf_counter() - self.t0
         cpu = self.sampler.cpu()
-        self.result = {
+        self.result: dict[str, Any] = {
             "processes": {
                 name: {
                     "cpu_s": round(cpu.get(name, 0.0) - self.cpu.get(name, 0.0), 2),
@@ -542,6 +561,11 @@ def run_operator(
             with Phase(api, sampler) as phase:
                 result["tpfabric"] = _gangs(api, fabric, shapes, timeout, log)
             result["tpfabric"] |= phase.result
+            time.sleep(IDLE_SETTLE_S)  # the last status writes of the burst land
+            log(f"idle: {IDLE_WINDOW_S:.0f} s with every job settled")
+            with Phase(api, sampler) as phase:
+                time.sleep(IDLE_WINDOW_S)
+            result["idle"] = idle_writes(phase.result["api_requests"], IDLE_WINDOW_S)
         result["vm_hwm_mib"] = {name: vm_hwm_mib(pid) for name, pid in pids.items()}
     if baseline and result["baseline"]["settle_s"]:
         result["settle_ratio"] = round(
@@ -660,6 +684,20 @@ def requests_table(result: dict[str, Any], top: int = 10) -> Table:
     return table
 
 
+def idle_table(result: dict[str, Any]) -> Table:
+    """Return the rich table of the writes while every job sat settled (leases left out)."""
+    idle = result.get("idle") or {"window_s": 0, "writes": {}, "writes_per_s": 0}
+    table = Table(
+        "write (verb resource code)",
+        "count",
+        title=f"idle: {idle['window_s']:.0f} s after every job settled, "
+        f"{idle['writes_per_s']} writes/s (leases left out)",
+    )
+    for key, count in sorted(idle["writes"].items(), key=lambda kv: -kv[1]):
+        table.add_row(key, str(count))
+    return table
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(
@@ -720,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]operator benchmark failed:[/red] {err}")
         return 1
     result = output["result"]
-    for table in (summary_table, breakdown_table, process_table, requests_table):
+    for table in (summary_table, breakdown_table, process_table, requests_table, idle_table):
         console.print(table(result))
     output["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.json is not None:

@@ -12,6 +12,7 @@ from tpfabric_bench.operator import (
     OVERCOMMIT,
     JobShape,
     gang_breakdown,
+    idle_writes,
     job_mix,
     plain_pods,
     settled,
@@ -121,3 +122,16 @@ def test_the_api_servers_request_counters_are_summed_per_verb_resource_and_code(
         ]
     )
     assert request_counts(text) == {"POST pods 201": 7, "POST pods/binding 201": 3}
+
+
+def test_idle_writes_leave_out_reads_and_leases_and_give_a_rate() -> None:
+    requests = {
+        "PUT leases 200": 300,
+        "GET tensorparalleljobs 200": 10,
+        "WATCH pods 200": 2,
+        "PATCH tensorparalleljobs/status 200": 3,
+        "POST events 201": 3,
+    }
+    idle = idle_writes(requests, 30.0)
+    assert idle["writes"] == {"PATCH tensorparalleljobs/status 200": 3, "POST events 201": 3}
+    assert idle["writes_per_s"] == 0.2
