@@ -26,6 +26,7 @@ from tpfabric_bench.sim.constants import DEFAULT_CONSTANTS, SimConstants
 from tpfabric_bench.sim.model import (
     Collective,
     JobTraffic,
+    Uplink,
     UplinkIndex,
     ideal_traffic,
     placed_traffic,
@@ -40,8 +41,6 @@ PlaceFn = Callable[
     [CapacitySnapshot, GangRequest, float, UplinkLoad | None], GangPlan | Unschedulable
 ]
 """A placer as the simulation calls it: (snapshot, request, waited seconds, uplink load)."""
-
-Uplink = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ __all__ = [
     "Collective",
     "JobTraffic",
     "ModelShape",
+    "Uplink",
     "UplinkIndex",
     "ideal_traffic",
     "placed_traffic",
