@@ -1,10 +1,15 @@
-"""The loop of an informer: list, watch from the list's version, list again after any failure.
+"""What an informer does, shared by the placer's informers and the operator's pod cache.
 
-Shared by the placer's informers and the operator's pod cache (each brings its own list and
-watch calls; this module never touches the network). A watch that ends normally (the server's
-timeout, a forced close of a slow watcher) is resumed from the last version seen; one that
-fails, or whose version expired (410 Gone), is followed by a fresh list after a backoff that
-doubles up to 10 s and resets after every good list.
+Each brings its own list and watch calls; this module never opens a connection itself.
+
+- :func:`list_pages` reads a list in pages of ``LIST_PAGE_SIZE`` (``limit``/``continue``: one
+  consistent snapshot), each page parsed with ``orjson`` and cut down before the next is fetched.
+- :func:`list_and_watch` is the loop: list, watch from the list's version, resume a watch that
+  ended normally (the server's timeout, a forced close of a slow watcher) from the last version
+  seen, and list again after a failure or an expired version (410 Gone), after a backoff that
+  doubles up to 10 s and resets after every good list.
+- ``WATCH_TIMEOUT_S`` and ``WATCH_REQUEST_TIMEOUT``: the server ends a watch after 240 s and
+  sends bookmarks meanwhile, so a stream silent for a minute longer is a dead connection.
 """
 
 from __future__ import annotations
@@ -12,8 +17,54 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any, TypeVar
 
-__all__ = ["list_and_watch"]
+import orjson
+
+__all__ = [
+    "LIST_PAGE_SIZE",
+    "WATCH_REQUEST_TIMEOUT",
+    "WATCH_TIMEOUT_S",
+    "list_and_watch",
+    "list_pages",
+]
+
+T = TypeVar("T")
+
+WATCH_TIMEOUT_S = 240
+#: (connect, read) seconds of a watch request: the read outlasts the server's end by a minute
+WATCH_REQUEST_TIMEOUT: tuple[float, float] = (10.0, WATCH_TIMEOUT_S + 60.0)
+LIST_PAGE_SIZE = 500  # what client-go's pager asks for
+_GONE = 410
+
+
+def list_pages(
+    list_call: Callable[..., Any], slim: Callable[[dict[str, Any]], T]
+) -> tuple[list[T], str]:
+    """Return every object of a paginated list, each cut down by ``slim``, and its version.
+
+    Pages of ``LIST_PAGE_SIZE``; each response body is parsed, cut down and dropped before the
+    next one is fetched. The resourceVersion is the snapshot's (the first page's). An expired
+    continue token (410) raises like any list error: the caller lists again from the start.
+    """
+    objects: list[T] = []
+    version, token = "", ""
+    while True:
+        page = _page(list_call, token)
+        version = version or str(page["metadata"]["resourceVersion"])
+        token = str(page["metadata"].get("continue") or "")
+        objects.extend(map(slim, page.get("items") or ()))
+        del page  # dropped before the next page is fetched
+        if not token:
+            return objects, version
+
+
+def _page(list_call: Callable[..., Any], token: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False}
+    if token:
+        kwargs["_continue"] = token
+    page: dict[str, Any] = orjson.loads(list_call(**kwargs).data)
+    return page
 
 
 def list_and_watch(
@@ -22,11 +73,11 @@ def list_and_watch(
     stopped: threading.Event,
     *,
     what: str,
-    expired: Callable[[Exception], bool],
     log: logging.Logger,
 ) -> None:
     """Run until ``stopped``: ``list_once()`` returns a version, ``watch_from(version)`` the
-    last version it saw. ``expired(err)`` tells a version that is merely too old (no warning)."""
+    last version it saw. An error whose ``status`` is 410 (the client's ``ApiException`` for a
+    version too old) is expected and not logged."""
     backoff = 0.5
     while not stopped.is_set():
         try:
@@ -35,7 +86,7 @@ def list_and_watch(
             while not stopped.is_set():
                 version = watch_from(version)
         except Exception as err:  # noqa: BLE001 - an informer must survive anything
-            if not expired(err):
+            if getattr(err, "status", None) != _GONE:
                 log.warning("watching %s failed: %r; listing again", what, err)
         stopped.wait(backoff)
         backoff = min(backoff * 2, 10.0)

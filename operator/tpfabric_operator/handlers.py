@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
 from tpfabric_core.fabric_description import pydantic_error_path
+from tpfabric_core.list_watch import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_S
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 from tpfabric_operator import fabric_health
 from tpfabric_operator.children import JOB_LABEL, headless_service, worker_pod
@@ -91,10 +92,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.loggers = False
     # "Timer succeeded" every tick for every job is noise; our messages use our own logger
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    settings.watching.server_timeout = 240
+    settings.watching.server_timeout = WATCH_TIMEOUT_S
     # a watch silent for a minute past the server's own end is a dead connection: reconnect
-    settings.watching.client_timeout = 300
-    settings.watching.connect_timeout = 10
+    settings.watching.connect_timeout, settings.watching.client_timeout = WATCH_REQUEST_TIMEOUT
     # kopf removes a deleted job's finalizer only once its timer has stopped. A tick that is
     # running (or waiting for a thread) when the job is deleted would by default be looked at
     # again after 60 s, and the job, its pods and its namespace would hang that long; wait a
@@ -112,7 +112,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     cache = pods()
     if not cache.is_alive():
         cache.start()
-    if not cache.wait_synced(POD_SYNC_SECONDS):
+    if not cache.synced.wait(POD_SYNC_SECONDS):
         log.warning("the worker pods are not listed yet; jobs wait for them before any change")
 
 

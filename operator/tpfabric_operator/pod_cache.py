@@ -15,6 +15,7 @@ never act on an empty view: it would create a second set of pods).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -25,7 +26,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import KIND
-from tpfabric_core.list_watch import list_and_watch
+from tpfabric_core.list_watch import (
+    WATCH_REQUEST_TIMEOUT,
+    WATCH_TIMEOUT_S,
+    list_and_watch,
+    list_pages,
+)
 from tpfabric_core.timestamps import parse_rfc3339
 from tpfabric_operator.children import (
     ATTEMPT_LABEL,
@@ -38,10 +44,6 @@ from tpfabric_operator.lifecycle import WorkerPod
 __all__ = ["PodCache", "owner_uid", "worker_of"]
 
 log = logging.getLogger("tpfabric.operator.pods")
-
-#: the server ends a watch after this long; a stream silent a minute longer is a dead connection
-WATCH_TIMEOUT_S = 240
-LIST_PAGE_SIZE = 500
 
 JobKey = tuple[str, str]  # (namespace, job name)
 
@@ -140,6 +142,11 @@ def entry_of(obj: Mapping[str, Any]) -> _Entry | None:
     return None
 
 
+def keyed_entry(obj: Mapping[str, Any]) -> tuple[str, _Entry | None]:
+    """Return ("namespace/name", what a reconcile reads of it) for one listed pod."""
+    return _key(obj), entry_of(obj)
+
+
 class PodCache(threading.Thread):
     """List+watch of the operator's pods; per job its workers and its kept failed pods."""
 
@@ -174,10 +181,6 @@ class PodCache(threading.Thread):
             entries = [self._pods[k] for k in self._by_job.get(job, ())]
         return [e.failed for e in entries if e.failed is not None]
 
-    def wait_synced(self, timeout: float) -> bool:
-        """Return whether the first list has landed, waiting up to ``timeout`` seconds."""
-        return self.synced.wait(timeout)
-
     # -- keeping it current -----------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -200,32 +203,20 @@ class PodCache(threading.Thread):
                 self._by_job.setdefault(entry.job, set()).add(key)
         return entry.job if entry is not None else (old.job if old is not None else None)
 
-    def _replace(self, objects: list[dict[str, Any]]) -> None:
-        entries = {_key(o): entry_of(o) for o in objects}
+    def _replace(self, entries: list[tuple[str, _Entry | None]]) -> None:
         with self._lock:
-            self._pods = {k: e for k, e in entries.items() if e is not None}
+            self._pods = {k: e for k, e in entries if e is not None}
             self._by_job = {}
             for key, entry in self._pods.items():
                 self._by_job.setdefault(entry.job, set()).add(key)
 
     def _list(self) -> str:
-        objects: list[dict[str, Any]] = []
-        version, token = "", ""
-        while True:
-            kwargs: dict[str, Any] = {
-                "label_selector": self.selector,
-                "limit": LIST_PAGE_SIZE,
-                "_preload_content": False,
-            }
-            if token:
-                kwargs["_continue"] = token
-            page = orjson.loads(self.core.list_pod_for_all_namespaces(**kwargs).data)
-            version = version or str(page["metadata"]["resourceVersion"])
-            token = str(page["metadata"].get("continue") or "")
-            objects.extend(page.get("items") or ())
-            if not token:
-                break
-        self._replace(objects)
+        # each page is cut down to what a reconcile reads before the next one is fetched
+        entries, version = list_pages(
+            functools.partial(self.core.list_pod_for_all_namespaces, label_selector=self.selector),
+            keyed_entry,
+        )
+        self._replace(entries)
         self.synced.set()
         return version
 
@@ -237,7 +228,7 @@ class PodCache(threading.Thread):
             allow_watch_bookmarks=True,
             timeout_seconds=WATCH_TIMEOUT_S,
             _preload_content=False,
-            _request_timeout=(10.0, WATCH_TIMEOUT_S + 60.0),
+            _request_timeout=WATCH_REQUEST_TIMEOUT,
         )
         try:
             pending = b""
@@ -269,13 +260,7 @@ class PodCache(threading.Thread):
 
     def run(self) -> None:
         """Loop until stopped: list, watch, list again after an expired version or an error."""
-        list_and_watch(
-            self._list, self._watch_from, self._stop, what="pods", expired=_expired, log=log
-        )
-
-
-def _expired(err: Exception) -> bool:
-    return isinstance(err, ApiException) and err.status == 410
+        list_and_watch(self._list, self._watch_from, self._stop, what="pods", log=log)
 
 
 def _key(obj: Mapping[str, Any]) -> str:

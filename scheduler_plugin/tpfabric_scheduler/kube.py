@@ -29,7 +29,13 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION
-from tpfabric_core.list_watch import list_and_watch
+from tpfabric_core.list_watch import (
+    LIST_PAGE_SIZE,
+    WATCH_REQUEST_TIMEOUT,
+    WATCH_TIMEOUT_S,
+    list_and_watch,
+    list_pages,
+)
 from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
 
 __all__ = [
@@ -44,8 +50,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("tpfabric.scheduler.kube")
-WATCH_TIMEOUT_S = 240
-LIST_PAGE_SIZE = 500  # what client-go's pager asks for
 JSON_PATCH = "application/json-patch+json"
 _UNPROCESSABLE = 422
 
@@ -109,35 +113,6 @@ def slim_job(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": _slim_meta(obj.get("metadata") or {})}
 
 
-def list_pages(
-    list_call: Callable[..., Any], slim: Callable[[dict[str, Any]], dict[str, Any]]
-) -> tuple[list[dict[str, Any]], str]:
-    """Return every object of a paginated list, each cut down by ``slim``, and its version.
-
-    Pages of ``LIST_PAGE_SIZE``; each response body is parsed, cut down and dropped before the
-    next one is fetched. The resourceVersion is the snapshot's (the first page's). An expired
-    continue token (410) raises like any list error: the caller lists again from the start.
-    """
-    objects: list[dict[str, Any]] = []
-    version, token = "", ""
-    while True:
-        page = _page(list_call, token)
-        version = version or str(page["metadata"]["resourceVersion"])
-        token = str(page["metadata"].get("continue") or "")
-        objects.extend(map(slim, page.get("items") or ()))
-        del page  # dropped before the next page is fetched
-        if not token:
-            return objects, version
-
-
-def _page(list_call: Callable[..., Any], token: str) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False}
-    if token:
-        kwargs["_continue"] = token
-    page: dict[str, Any] = orjson.loads(list_call(**kwargs).data)
-    return page
-
-
 @dataclass
 class _Kind:
     name: str
@@ -185,9 +160,7 @@ class Informer(threading.Thread):
             self.kind.list_call,
             resource_version=version,
             timeout_seconds=WATCH_TIMEOUT_S,
-            # the server ends the watch at WATCH_TIMEOUT_S and sends bookmarks meanwhile: a
-            # stream silent for a minute longer than that is a dead connection
-            _request_timeout=(10.0, WATCH_TIMEOUT_S + 60.0),
+            _request_timeout=WATCH_REQUEST_TIMEOUT,
             allow_watch_bookmarks=True,
             deserialize=False,
         )
@@ -213,7 +186,6 @@ class Informer(threading.Thread):
             self._watch_from,
             self._stop,
             what=self.kind.name,
-            expired=lambda err: isinstance(err, ApiException) and err.status == 410,
             log=log,
         )
 

@@ -11,7 +11,9 @@ from tpfabric_core.list_watch import list_and_watch
 
 
 class ExpiredError(Exception):
-    pass
+    """As the client's ApiException for a version too old: status 410."""
+
+    status = 410
 
 
 def test_watches_resume_from_the_last_version_and_failures_list_again(
@@ -40,7 +42,6 @@ def test_watches_resume_from_the_last_version_and_failures_list_again(
             watch_from,
             stopped,
             what="pods",
-            expired=lambda err: isinstance(err, ExpiredError),
             log=logging.getLogger("test"),
         )
     assert calls == ["list", "watch 10", "watch 11", "list", "watch 20"]
@@ -66,7 +67,6 @@ def test_an_unexpected_error_is_logged_and_the_loop_keeps_going(
             lambda v: v,
             stopped,
             what="nodes",
-            expired=lambda _: False,
             log=logging.getLogger("test"),
         )
     assert len(attempts) == 2

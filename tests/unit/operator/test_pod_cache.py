@@ -12,7 +12,7 @@ from tpfabric_operator.children import (
     JOB_LABEL,
     WORKER_INDEX_LABEL,
 )
-from tpfabric_operator.pod_cache import PodCache, entry_of
+from tpfabric_operator.pod_cache import PodCache, entry_of, keyed_entry
 
 
 def pod(
@@ -40,7 +40,7 @@ def test_a_pod_without_job_labels_is_no_ones_worker() -> None:
 
 def test_a_worker_kept_as_failed_moves_from_the_workers_to_the_kept_pods() -> None:
     cache = PodCache(core=None)  # type: ignore[arg-type]  # no API calls in this test
-    cache._replace([worker("j-worker-0", 0), worker("j-worker-1", 1)])
+    cache._replace([keyed_entry(worker("j-worker-0", 0)), keyed_entry(worker("j-worker-1", 1))])
     assert sorted(w.name for _, w in cache.workers(("ns", "j"))) == ["j-worker-0", "j-worker-1"]
     owner, first = cache.workers(("ns", "j"))[0]
     assert owner == "u1"
