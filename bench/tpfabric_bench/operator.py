@@ -59,9 +59,10 @@ from tpfabric_bench._harness import (
     vm_hwm_mib,
     wait,
 )
-from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
 from tpfabric_core.fabric_description import FabricDescription, uniform_fabric
-from tpfabric_operator.children import JOB_LABEL
+from tpfabric_core.timestamps import parse_rfc3339
+from tpfabric_operator.children import JOB_LABEL, worker_pod
 from tpfabric_scheduler.config import scheduler_configuration
 
 __all__ = ["JobShape", "job_manifest", "job_mix", "main", "plain_pods", "run_operator"]
@@ -73,6 +74,8 @@ OVERCOMMIT = 1.1  # the jobs' workers add up to 110% of the nodes
 NEVER_FIT = 5  # required-leaf jobs larger than any leaf
 LARGE_SHARE = 0.04  # with --max-workers > 16: this share of the jobs is large (32..max)
 PLAIN_LABEL = "bench.tpfabric.io/plain"
+#: the init image named in the plain twins (kwok runs no image; the operator's default)
+TWIN_INIT_IMAGE = "tpfabric/rdma-init:0.1.0"
 APISERVER = "kube-apiserver"
 COMPONENTS = (
     "tpfabric-operator",
@@ -183,35 +186,55 @@ def job_manifest(shape: JobShape, rdma_resource: str) -> dict[str, Any]:
     }
 
 
-def plain_pods(shapes: list[JobShape], rdma_resource: str) -> list[dict[str, Any]]:
-    """Return every worker of ``shapes`` as a plain pod of the default scheduler (same requests
-    as a tpfabric worker: 8 GPUs and 8 RDMA devices; no gate, no affinity)."""
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{shape.name}-plain-{index}",
-                "namespace": NAMESPACE,
-                "labels": {PLAIN_LABEL: shape.name},
-            },
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "worker",
-                        "image": "registry.invalid/worker:1",
-                        "command": ["sleep", "infinity"],
-                        "resources": {
-                            "limits": {"nvidia.com/gpu": "8", rdma_resource: "8"},
-                        },
-                    }
-                ],
-            },
-        }
-        for shape in shapes
-        for index in range(shape.workers)
-    ]
+def plain_pods(
+    shapes: list[JobShape], rdma_resource: str, twins: str = "same"
+) -> list[dict[str, Any]]:
+    """Return every worker of ``shapes`` as a plain pod of the default scheduler.
+
+    ``twins="same"``: the very pod the operator creates for that worker (its containers, the
+    RDMA init container, env, volumes, requests), less what makes it tpfabric's: no gate, the
+    default scheduler, no tpfabric labels. The phases then differ only in the pipeline, not in
+    what each pod costs the API server. ``twins="lean"``: one container with the same requests
+    and nothing else (the comparison of the first measurements).
+    """
+    if twins not in ("same", "lean"):
+        raise ValueError(f"twins: 'same' or 'lean', not {twins!r}")
+    pods = []
+    for shape in shapes:
+        job = TensorParallelJob.model_validate(job_manifest(shape, rdma_resource))
+        for index in range(shape.workers):
+            if twins == "same":
+                pod = worker_pod(job, shape.name, NAMESPACE, index, TWIN_INIT_IMAGE)
+                spec = pod["spec"]
+                spec.pop("schedulingGates", None)
+                spec.pop("schedulerName", None)
+            else:
+                spec = {
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": "registry.invalid/worker:1",
+                            "command": ["sleep", "infinity"],
+                            "resources": {
+                                "limits": {"nvidia.com/gpu": "8", rdma_resource: "8"},
+                            },
+                        }
+                    ],
+                }
+            spec["terminationGracePeriodSeconds"] = 0
+            pods.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{shape.name}-plain-{index}",
+                        "namespace": NAMESPACE,
+                        "labels": {PLAIN_LABEL: shape.name},
+                    },
+                    "spec": spec,
+                }
+            )
+    return pods
 
 
 # -- predicates of the watches (pure) -------------------------------------------------------------
@@ -264,25 +287,24 @@ def settled(job: dict[str, Any]) -> str | None:
     return None
 
 
-def gang_breakdown(
+def stage_ends(
     created: dict[str, float],
     jobs: dict[str, dict[str, float]],
     pods: dict[str, dict[str, float]],
     pod_job: dict[str, str],
 ) -> dict[str, dict[str, float]]:
-    """Return, per stage of ``STAGES``, the percentiles of its duration over the jobs that ran.
+    """Return, per job that ran, when each stage of ``STAGES`` ended: its last worker's mark.
 
     ``created``: job name -> its create call; ``jobs``: job name -> marks (``planned``,
     ``running``); ``pods``: pod key -> marks (``seen``, ``ungated``, ``bound``, ``running``);
-    ``pod_job``:
-    pod key -> job name. A gang's stage ends when its last worker reached it. Also ``total``.
+    ``pod_job``: pod key -> job name.
     """
     members: dict[str, list[dict[str, float]]] = {}
     for key, marks in pods.items():
         if key in pod_job:
             members.setdefault(pod_job[key], []).append(marks)
-    stages: dict[str, list[float]] = {name: [] for name, _ in (*STAGES, ("total", ""))}
-    for name, start in created.items():
+    result: dict[str, dict[str, float]] = {}
+    for name in created:
         marks = jobs.get(name, {})
         workers = members.get(name, [])
         if "running" not in marks or not workers:
@@ -295,15 +317,33 @@ def gang_breakdown(
             "pods_running": max(m.get("running", math.inf) for m in workers),
             "running": marks["running"],
         }
-        if any(math.isinf(v) for v in ends.values()):
-            continue
-        previous = start
+        if not any(math.isinf(v) for v in ends.values()):
+            result[name] = ends
+    return result
+
+
+def gang_breakdown(
+    created: dict[str, float], ends: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """Return, per stage of ``STAGES``, the percentiles of its duration over the jobs that ran
+    (``ends``: :func:`stage_ends`; ``created``: job name -> its create call). Also ``total``."""
+    stages: dict[str, list[float]] = {name: [] for name, _ in (*STAGES, ("total", ""))}
+    for name, end_of in ends.items():
+        previous = created[name]
         for stage, _ in STAGES:
-            end = max(ends[stage], previous)  # a stage seen late never counts negative
+            end = max(end_of[stage], previous)  # a stage seen late never counts negative
             stages[stage].append(end - previous)
             previous = end
-        stages["total"].append(ends["running"] - start)
+        stages["total"].append(end_of["running"] - created[name])
     return {stage: summary(values, (0.5, 0.9, 0.99)) for stage, values in stages.items()}
+
+
+def last_stage_ends(ends: dict[str, dict[str, float]], t0: float) -> dict[str, float]:
+    """Return, per stage, when the last job that ran got there (seconds from ``t0``; ``ends``:
+    :func:`stage_ends`): which stage's tail sets the phase's time (the last worker Running vs
+    the last status that says so)."""
+    values = ends.values()
+    return {stage: round(max(e[stage] for e in values) - t0, 2) for stage, _ in STAGES if values}
 
 
 # -- the phases -----------------------------------------------------------------------------------
@@ -379,13 +419,19 @@ class Phase:
 
 
 def _baseline(
-    api: Any, fabric: FabricDescription, shapes: list[JobShape], timeout: float, log: Any
+    api: Any,
+    fabric: FabricDescription,
+    shapes: list[JobShape],
+    timeout: float,
+    log: Any,
+    *,
+    twins: str = "same",
 ) -> dict[str, Any]:
     """Create every worker as a plain pod; measure until each is bound or Unschedulable."""
     from kubernetes import client  # noqa: PLC0415
 
     core = client.CoreV1Api(api)
-    pods = plain_pods(shapes, fabric.rdma_resource)
+    pods = plain_pods(shapes, fabric.rdma_resource, twins)
     clock = EventClock(
         api,
         f"/api/v1/namespaces/{NAMESPACE}/pods",
@@ -500,6 +546,7 @@ def _gangs(
     running = [
         job_marks[n]["running"] - t for n, t in started.items() if "running" in job_marks.get(n, {})
     ]
+    ends = stage_ends(started, job_marks, pod_stamps, by_job)
     return {
         "create_s": round(create_s, 2),
         "settle_s": round(settle_s, 2),
@@ -514,13 +561,25 @@ def _gangs(
         if running
         else 0.0,
         "job_time_to_running_s": summary(running, (0.5, 0.9, 0.99)),
-        "breakdown_s": gang_breakdown(started, job_marks, pod_stamps, by_job),
+        "breakdown_s": gang_breakdown(started, ends),
+        "last_stage_end_s": last_stage_ends(ends, t0),
+        "last_worker_created_server_s": _server_span(objects, pod_objects),
         "waiting_messages": {
             n: str(((j.get("status") or {}).get("placement") or {}).get("message", ""))[:160]
             for n, j in ((k.split("/", 1)[1], j) for k, j in objects.items())
             if final.get(n) == "Waiting"
         },
     }
+
+
+def _server_span(jobs: dict[str, Any], pods: dict[str, Any]) -> float | None:
+    """Return the API server's own time (1 s steps) from the first job's creation to the last
+    worker's: the creation rate without the benchmark's watch in between."""
+    first = [parse_rfc3339(j["metadata"].get("creationTimestamp")) for j in jobs.values()]
+    last = [parse_rfc3339(p["metadata"].get("creationTimestamp")) for p in pods.values()]
+    starts = [t for t in first if t is not None]
+    ends = [t for t in last if t is not None]
+    return round(max(ends) - min(starts), 1) if starts and ends else None
 
 
 def run_operator(
@@ -530,6 +589,7 @@ def run_operator(
     baseline: bool,
     timeout: float,
     log: Callable[[str], None],
+    twins: str = "same",
 ) -> dict[str, Any]:
     """Return the measurements of both phases on a fresh local cluster (always torn down)."""
     fabric = uniform_fabric(nodes, nodes_per_leaf=NODES_PER_LEAF)
@@ -555,8 +615,8 @@ def run_operator(
         with ProcessSampler(pids) as sampler:
             if baseline:
                 with Phase(api, sampler) as phase:
-                    result["baseline"] = _baseline(api, fabric, shapes, timeout, log)
-                result["baseline"] |= phase.result
+                    result["baseline"] = _baseline(api, fabric, shapes, timeout, log, twins=twins)
+                result["baseline"] |= phase.result | {"twins": twins}
                 time.sleep(3)
             with Phase(api, sampler) as phase:
                 result["tpfabric"] = _gangs(api, fabric, shapes, timeout, log)
@@ -599,6 +659,12 @@ def summary_table(result: dict[str, Any]) -> Table:
     )
     base = result.get("baseline")
     tpf = result["tpfabric"]
+    if base:
+        table.columns[1].header = (
+            "plain pods (default scheduler)"
+            if base.get("twins", "lean") == "lean"
+            else "the same pods, plain (default scheduler)"
+        )
 
     def cell(value: str) -> str:
         return value if base else "(skipped)"
@@ -649,12 +715,20 @@ def breakdown_table(result: dict[str, Any]) -> Table:
         "s p90",
         "s p99",
         "s max",
+        "last job s",
         title=f"where a gang's time goes ({result['tpfabric']['running']} jobs that ran)",
+        caption="last job s: when the last job got there, from the first create call",
     )
     breakdown = result["tpfabric"]["breakdown_s"]
+    last = result["tpfabric"].get("last_stage_end_s", {})
     for stage, words in (*STAGES, ("total", "create call → Running")):
         s = breakdown[stage]
-        table.add_row(words, *(f"{s[k]:.2f}" for k in ("p50", "p90", "p99", "max")))
+        end = last.get("running" if stage == "total" else stage)
+        table.add_row(
+            words,
+            *(f"{s[k]:.2f}" for k in ("p50", "p90", "p99", "max")),
+            "-" if end is None else f"{end:.1f}",
+        )
     return table
 
 
@@ -719,6 +793,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="large: 5,000 nodes, 500 jobs up to 256 workers",
     )
     parser.add_argument("--no-baseline", action="store_true", help="skip the plain-pods phase")
+    parser.add_argument(
+        "--twins",
+        choices=("same", "lean"),
+        default="same",
+        help="plain pods: the workers' own pods (default) or one bare container each",
+    )
     parser.add_argument("--seed", type=int, default=7, help="seed of the job mix")
     parser.add_argument("--timeout", type=float, default=900, help="seconds for a phase")
     parser.add_argument("--json", type=argparse.FileType("w"), metavar="FILE")
@@ -753,6 +833,7 @@ def main(argv: list[str] | None = None) -> int:
             baseline=not args.no_baseline,
             timeout=args.timeout,
             log=console.log,
+            twins=args.twins,
         )
     except TimeoutError as err:
         console.print(f"[red]operator benchmark failed:[/red] {err}")

@@ -458,6 +458,8 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
         manifests.append(manifest)
     outcomes = _create_pods(kube, manifests, uid)
     intent.create = [index for index, (ok, _) in zip(intent.create, outcomes, strict=True) if ok]
+    if intent.create:
+        log.info("job %s/%s: created worker pod(s) %s", namespace, name, _ranges(intent.create))
     error = next((why for _, why in outcomes if why), error)
     if error:
         _warn(body, "CreateFailed", error)
@@ -478,7 +480,7 @@ def _create_pods(
         metadata = manifest["metadata"]
         try:
             if kube.create(manifest):
-                log.info("job %s: created worker pod %s", metadata["namespace"], metadata["name"])
+                log.debug("job %s: created worker pod %s", metadata["namespace"], metadata["name"])
                 return True, None
         except ApiException as err:
             return False, f"creating pod {metadata['name']}: {_api_words(err)}"
@@ -505,6 +507,17 @@ def _creator() -> concurrent.futures.ThreadPoolExecutor:
                 CREATE_CONCURRENCY, thread_name_prefix="create"
             )
         return _creating
+
+
+def _ranges(indexes: list[int]) -> str:
+    """Return worker indexes as short ranges: ``0-15`` or ``2,5-7``."""
+    runs: list[list[int]] = []
+    for index in sorted(indexes):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _api_words(err: ApiException) -> str:

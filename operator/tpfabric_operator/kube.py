@@ -41,10 +41,18 @@ class KubeAdapter:
         """Create a Pod or Service; return False when it already exists."""
         namespace = manifest["metadata"]["namespace"]
         try:
+            # the created object is not parsed into models (CPU a burst of pod creations
+            # needs), but its body is read to the end: only then does the connection go back
+            # to the pool (unread, every create would open a new TLS connection)
             if manifest["kind"] == "Pod":
-                self.core.create_namespaced_pod(namespace, manifest)
+                response = self.core.create_namespaced_pod(
+                    namespace, manifest, _preload_content=False
+                )
             else:
-                self.core.create_namespaced_service(namespace, manifest)
+                response = self.core.create_namespaced_service(
+                    namespace, manifest, _preload_content=False
+                )
+            response.read()
         except ApiException as err:
             if err.status == 409:
                 return False

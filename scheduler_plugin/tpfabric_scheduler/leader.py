@@ -188,7 +188,8 @@ class LeaseElector:
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": self._spec(now, now, 0),
         }
-        self.api.create_namespaced_lease(self.namespace, body, _preload_content=False)
+        # read to the end: an unread answer keeps its connection out of the pool
+        self.api.create_namespaced_lease(self.namespace, body, _preload_content=False).read()
 
     def _replace(
         self, lease: dict[str, Any], spec: dict[str, Any], holder: str, now: float
@@ -210,7 +211,9 @@ class LeaseElector:
             },
             "spec": self._spec(now, acquired, transitions),
         }
-        self.api.replace_namespaced_lease(self.name, self.namespace, body, _preload_content=False)
+        self.api.replace_namespaced_lease(
+            self.name, self.namespace, body, _preload_content=False
+        ).read()
 
     def release(self) -> bool:
         """Give the lease up if we hold it (empty holder: a follower takes it at its next try).
@@ -245,7 +248,7 @@ class LeaseElector:
             }
             self.api.replace_namespaced_lease(
                 self.name, self.namespace, body, _preload_content=False
-            )
+            ).read()
         except Exception as err:  # noqa: BLE001 - the lease then simply expires
             log.warning("lease %s: not released: %r", self.where, err)
             return False

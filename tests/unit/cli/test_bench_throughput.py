@@ -10,13 +10,20 @@ from tpfabric_bench._harness import request_counts, summary
 from tpfabric_bench.operator import (
     NEVER_FIT,
     OVERCOMMIT,
+    PLAIN_LABEL,
+    TWIN_INIT_IMAGE,
     JobShape,
     gang_breakdown,
     idle_writes,
+    job_manifest,
     job_mix,
+    last_stage_ends,
     plain_pods,
     settled,
+    stage_ends,
 )
+from tpfabric_core.api import TensorParallelJob
+from tpfabric_operator.children import worker_pod
 
 
 def test_the_default_mix_overcommits_the_nodes_with_jobs_of_2_to_16() -> None:
@@ -42,19 +49,40 @@ def test_the_large_mix_has_one_gang_of_the_largest_size_and_a_few_large_ones() -
     assert all(s.mode == "preferred" for s in shapes if s.workers > 16)
 
 
-def test_every_worker_has_a_plain_twin_with_the_same_requests() -> None:
+@pytest.mark.parametrize("twins", ["same", "lean"])
+def test_every_worker_has_a_plain_twin_with_the_same_requests(twins: str) -> None:
     pods = plain_pods(
-        [JobShape("a", 3, "required", False), JobShape("b", 2, "preferred", False)], "rdma/ib"
+        [JobShape("a", 3, "required", False), JobShape("b", 2, "preferred", False)],
+        "rdma/ib",
+        twins,
     )
     assert [p["metadata"]["name"] for p in pods] == [
         "a-plain-0", "a-plain-1", "a-plain-2", "b-plain-0", "b-plain-1",
     ]  # fmt: skip
     for pod in pods:
         assert "schedulerName" not in pod["spec"]  # the default scheduler
+        assert "schedulingGates" not in pod["spec"]
+        assert pod["metadata"]["labels"] == {PLAIN_LABEL: pod["metadata"]["name"][0]}
         assert pod["spec"]["containers"][0]["resources"]["limits"] == {
             "nvidia.com/gpu": "8",
             "rdma/ib": "8",
         }
+
+
+def test_a_same_twin_is_the_operators_worker_pod_less_the_gate_and_the_scheduler() -> None:
+    shape = JobShape("a", 3, "required", False)
+    (twin,) = [p for p in plain_pods([shape], "rdma/ib") if p["metadata"]["name"] == "a-plain-1"]
+    job = TensorParallelJob.model_validate(job_manifest(shape, "rdma/ib"))
+    worker = worker_pod(job, "a", twin["metadata"]["namespace"], 1, TWIN_INIT_IMAGE)
+    assert worker["spec"].pop("schedulingGates")
+    assert worker["spec"].pop("schedulerName") != "default-scheduler"
+    worker["spec"]["terminationGracePeriodSeconds"] = 0
+    assert twin["spec"] == worker["spec"]  # init container, env, volumes: all of it
+
+
+def test_twins_other_than_same_or_lean_are_refused() -> None:
+    with pytest.raises(ValueError, match="twins"):
+        plain_pods([JobShape("a", 1, "required", False)], "rdma/ib", "fat")
 
 
 @pytest.mark.parametrize(
@@ -89,7 +117,8 @@ def test_the_breakdown_ends_each_stage_at_the_gangs_last_worker() -> None:
         "ns/c-0": {"seen": 100.1},
     }
     pod_job = {"ns/a-0": "a", "ns/a-1": "a", "ns/b-0": "b", "ns/c-0": "c"}
-    result = gang_breakdown(created, jobs, pods, pod_job)
+    ends = stage_ends(created, jobs, pods, pod_job)
+    result = gang_breakdown(created, ends)
     assert result["total"]["count"] == 2
     assert result["total"]["max"] == 10.0  # a: 100 -> 110
     assert result["created"]["max"] == 1.0  # a's last worker at 101
@@ -99,6 +128,11 @@ def test_the_breakdown_ends_each_stage_at_the_gangs_last_worker() -> None:
     assert result["bound"]["p50"] >= 0  # b's bind seen before its release never counts negative
     assert result["pods_running"]["max"] == 1.5  # a: 106 -> 107.5 (its last worker)
     assert result["running"]["max"] == 2.5  # a: 107.5 -> 110 (the operator's status)
+    last = last_stage_ends(ends, t0=100.0)
+    # the last worker Running at 107.5 (a's), the last job Running at 110 (a's status)
+    assert last["pods_running"] == 7.5
+    assert last["running"] == 10.0
+    assert last["created"] == 1.0  # a-1 seen at 101
 
 
 def test_the_summary_of_nothing_is_zeros_and_of_values_their_percentiles() -> None:

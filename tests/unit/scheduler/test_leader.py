@@ -28,8 +28,13 @@ class Clock:
 
 
 class Response:
+    """What a call with ``_preload_content=False`` returns: the body unread until ``read``."""
+
     def __init__(self, obj: dict[str, Any]) -> None:
         self.data = orjson.dumps(obj)
+
+    def read(self) -> bytes:
+        return self.data
 
 
 class FakeCoordination:
