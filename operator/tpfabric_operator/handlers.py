@@ -67,6 +67,8 @@ CREATE_CONCURRENCY = int(os.environ.get("TPFABRIC_CREATE_CONCURRENCY", "16"))
 HANDLER_THREADS = int(os.environ.get("TPFABRIC_HANDLER_THREADS", "0"))
 #: how long a reconcile waits for the watch to deliver the status it patched
 STALE_BODY_SECONDS = 10.0
+#: how long a Service created here counts as there while the index does not show it yet
+SERVICE_MEMORY_SECONDS = 30.0
 #: how long start-up waits for the first list of worker pods (reconciles wait for it too)
 POD_SYNC_SECONDS = 60.0
 _adapter: KubeAdapter | None = None
@@ -441,16 +443,7 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
         return error
     services = indexes["job_services"].get((namespace, name), [])
     if intent.create or (memory.created_before and uid not in services):
-        for owner in services:
-            if owner not in ("", uid):
-                kube.delete_service(namespace, name)  # an older job's, not collected yet
-        if uid not in services:
-            service = headless_service(name, namespace)
-            kopf.adopt(service, owner=body)
-            try:
-                kube.create(service)
-            except ApiException as err:
-                error = f"creating Service {service['metadata']['name']}: {_api_words(err)}"
+        error = _ensure_service(kube, body, services) or error
     manifests = []
     for index in intent.create:
         manifest = worker_pod(job, name, namespace, index, INIT_IMAGE, attempt=intent.attempt)
@@ -464,6 +457,61 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
     if error:
         _warn(body, "CreateFailed", error)
     return error
+
+
+def _ensure_service(kube: KubeAdapter, body: kopf.Body, services: list[str]) -> str | None:
+    """Create the job's headless Service unless the index (``services``: owners' uids of the
+    Service of that name) or this operator's memory has it; return why it failed, if it did."""
+    namespace, name, uid = body.meta["namespace"], body.meta["name"], body.meta["uid"]
+    if _services_made.pending(uid, shown=uid in services):
+        return None
+    for owner in services:
+        if owner not in ("", uid):
+            kube.delete_service(namespace, name)  # an older job's, not collected yet
+    if uid in services:
+        return None
+    service = headless_service(name, namespace)
+    kopf.adopt(service, owner=body)
+    try:
+        if kube.create(service):
+            _services_made.note(uid)
+    except ApiException as err:
+        return f"creating Service {service['metadata']['name']}: {_api_words(err)}"
+    return None
+
+
+class _Made:
+    """The Services this operator created that its index has not shown yet.
+
+    The index of Services lags behind a busy API server: without this, the next reconcile of a
+    job created a moment ago posted its Service again (a 409 for nearly every job of a burst)
+    and, had the index still shown an older job's Service of the same name, would have deleted
+    the new one. A Service is trusted for ``SERVICE_MEMORY_SECONDS``; one deleted meanwhile is
+    then made again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made: dict[str, float] = {}  # job uid -> monotonic time of the create
+
+    def note(self, uid: str) -> None:
+        with self._lock:
+            self._made[uid] = time.monotonic()
+
+    def pending(self, uid: str, *, shown: bool) -> bool:
+        """Return True while ``uid``'s Service was created here and the index does not show it
+        yet; forget it once the index does (or the memory ran out)."""
+        with self._lock:
+            made = self._made.get(uid)
+            if made is None:
+                return False
+            if shown or time.monotonic() - made >= SERVICE_MEMORY_SECONDS:
+                del self._made[uid]
+                return False
+            return True
+
+
+_services_made = _Made()
 
 
 def _create_pods(

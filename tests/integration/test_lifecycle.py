@@ -257,6 +257,29 @@ def test_a_job_recreated_under_the_same_name_runs(tpj: Tpj) -> None:
     wait_for(service_is_ours, 30, what="the new job's Service")
 
 
+def test_a_deleted_headless_service_is_made_again(tpj: Tpj) -> None:
+    # the workers find each other through the Service's DNS names: someone deleting it must not
+    # leave a running job without them (the operator's memory of the Services it created only
+    # spans the moment before its index shows them)
+    name = tpj.apply(small_job("dns"))
+    tpj.wait_phase(name, "Running")
+    uid = tpj.get(name)["metadata"]["uid"]
+    first = tpj.core.read_namespaced_service(service_name(name), tpj.namespace).metadata.uid
+    tpj.core.delete_namespaced_service(service_name(name), tpj.namespace)
+
+    def made_again() -> bool:
+        try:
+            service = tpj.core.read_namespaced_service(service_name(name), tpj.namespace)
+        except client.ApiException:
+            return False
+        return service.metadata.uid != first and bool(
+            service.metadata.owner_references[0].uid == uid
+        )
+
+    wait_for(made_again, 30, what="the deleted Service made again")
+    assert tpj.get(name)["status"]["phase"] == "Running"
+
+
 # -- 6: a worker stuck Terminating on a node that does not answer --------------------------------
 
 

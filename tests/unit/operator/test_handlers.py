@@ -8,7 +8,13 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from tpfabric_operator.handlers import CREATE_CONCURRENCY, _create_pods, _Serial
+from tpfabric_operator.handlers import (
+    CREATE_CONCURRENCY,
+    SERVICE_MEMORY_SECONDS,
+    _create_pods,
+    _Made,
+    _Serial,
+)
 from tpfabric_operator.kube import extended_resources
 from tpfabric_operator.pod_cache import worker_of
 
@@ -124,3 +130,18 @@ def test_a_nodes_extended_resources_are_its_whole_domain_prefixed_counts() -> No
         "nvidia.com/gpu": 4
     }
     assert extended_resources({}) == {}
+
+
+def test_a_service_made_here_counts_until_the_index_shows_it_or_the_memory_runs_out(
+    monkeypatch: Any,
+) -> None:
+    made = _Made()
+    assert not made.pending("u", shown=False)  # never made here: the index decides
+    made.note("u")
+    assert made.pending("u", shown=False)  # made a moment ago, the index lags: do not post again
+    assert not made.pending("u", shown=True)  # the index has it: forgotten
+    assert not made.pending("u", shown=False)  # so a later deletion is seen and repaired
+    made.note("v")
+    later = time.monotonic() + SERVICE_MEMORY_SECONDS
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    assert not made.pending("v", shown=False)  # never shown: after the memory, post again
