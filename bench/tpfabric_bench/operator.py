@@ -563,6 +563,12 @@ def _gangs(
         "job_time_to_running_s": summary(running, (0.5, 0.9, 0.99)),
         "breakdown_s": gang_breakdown(started, ends),
         "last_stage_end_s": last_stage_ends(ends, t0),
+        # every gang's stage ends from the first create call: which gang is last, and why
+        "stage_end_s": {
+            name: {"create_call": round(started[name] - t0, 2)}
+            | {stage: round(t - t0, 2) for stage, t in end_of.items()}
+            for name, end_of in sorted(ends.items())
+        },
         "last_worker_created_server_s": _server_span(objects, pod_objects),
         "waiting_messages": {
             n: str(((j.get("status") or {}).get("placement") or {}).get("message", ""))[:160]
