@@ -201,9 +201,13 @@ def plain_pods(
         raise ValueError(f"twins: 'same' or 'lean', not {twins!r}")
     pods = []
     for shape in shapes:
-        job = TensorParallelJob.model_validate(job_manifest(shape, rdma_resource))
+        job = (
+            TensorParallelJob.model_validate(job_manifest(shape, rdma_resource))
+            if twins == "same"
+            else None
+        )
         for index in range(shape.workers):
-            if twins == "same":
+            if job is not None:
                 pod = worker_pod(job, shape.name, NAMESPACE, index, TWIN_INIT_IMAGE)
                 spec = pod["spec"]
                 spec.pop("schedulingGates", None)
