@@ -247,7 +247,12 @@ class GangPlacer:
             work = self.pending_work(reservations)
             suspended = self.suspended_with_plan()
             capacity_generation = self.store.capacity_generation
-            snapshot = build_snapshot(self.store, topology, reservations) if work else None
+            # a cycle that only watches released gangs bind, none of them due for the bind
+            # check, needs no snapshot: while a gang binds, every bind wakes a cycle, and a
+            # snapshot of every node built under the lock each time would hold the extender's
+            # filter and prioritize calls (the same lock) for nothing
+            needed = any(self._needs_snapshot(item, now) for item in work)
+            snapshot = build_snapshot(self.store, topology, reservations) if needed else None
         for job in suspended:
             self._drop_suspended(job)
         cycle = _Cycle(snapshot, now) if snapshot is not None else None
@@ -286,8 +291,9 @@ class GangPlacer:
         """Act on ``work`` in order until the cycle's time bound; return how many jobs wait."""
         waiting = 0
         acted = 0
+        if cycle is None:
+            return 0  # only bind checks not yet due (see run_cycle)
         for done, item in enumerate(work):
-            assert cycle is not None
             if not self.leading():
                 log.warning(
                     "lost the placer lease mid-cycle: %d job(s) left to the new leader",
@@ -571,6 +577,17 @@ class GangPlacer:
         self._write(job, placement, updated, "WorkerReplanned")
         return updated
 
+    def _needs_snapshot(self, item: PlacementWork, now: float) -> bool:
+        """Return whether acting on ``item`` may read the cycle's snapshot at ``now``."""
+        if not item.planned or item.gated:
+            return True  # planning, or checking a plan before releasing
+        released = _released_at(item)
+        return released is None or now - released >= self._first_bind_check()
+
+    def _first_bind_check(self) -> float:
+        """Return the seconds after release before :meth:`_watch_binding` looks at a gang."""
+        return min(self.bind_timeout, TAKEN_SECONDS)
+
     def _watch_binding(self, item: PlacementWork, cycle: _Cycle) -> bool:
         """Drop a plan whose released pods did not bind within the bound; True while it may.
 
@@ -578,11 +595,9 @@ class GangPlacer:
         rank whose planned node another pod has taken meanwhile (its reservation is overcommitted
         in the snapshot): such a worker waits only for a free node elsewhere in its domain.
         """
-        released = parse_rfc3339(
-            item.placement.get("releasedAt") or item.placement.get("plannedAt")
-        )
+        released = _released_at(item)
         now = self.clock()  # not the cycle's start: a busy cycle can run for seconds
-        if released is None or now - released < min(self.bind_timeout, TAKEN_SECONDS):
+        if released is None or now - released < self._first_bind_check():
             return True
         with self.store.lock:  # what is bound now, not at the start of the cycle
             members = list(self.store.workers.get(item.job.key, {}).values())
@@ -702,6 +717,11 @@ def _adjust(snapshot: CapacitySnapshot, node: str, demand: Mapping[str, int], si
             snapshot.free_gpus[i] += sign * amount
         elif resource in snapshot.free_other:
             snapshot.free_other[resource][i] += sign * amount
+
+
+def _released_at(item: PlacementWork) -> float | None:
+    """Return when ``item``'s gang was (last) released, as clock time."""
+    return parse_rfc3339(item.placement.get("releasedAt") or item.placement.get("plannedAt"))
 
 
 def _others(item: PlacementWork, ranks: set[int]) -> set[int]:

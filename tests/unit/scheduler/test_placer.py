@@ -14,6 +14,7 @@ from builders import a_job, a_node, a_worker
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core import labels
+from tpfabric_scheduler import placer as placer_module
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placement_status import rfc3339
 from tpfabric_scheduler.placer import GangPlacer
@@ -401,6 +402,36 @@ def test_a_released_worker_whose_node_was_taken_drops_the_plan_sooner(world: Any
     plan = placement(writer, "job")
     assert plan["state"] == "Replanning"
     assert "taken by other pods" in plan["message"]
+
+
+def test_a_cycle_that_only_watches_a_gang_bind_builds_no_snapshot(
+    world: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=2)
+    built: list[int] = []
+    real = placer_module.build_snapshot
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(placer_module, "build_snapshot", counting)
+    gang(writer, "job", 2)
+    placer.run_cycle()
+    assert len(built) == 1, "planning reads a snapshot"
+    nodes = placement(writer, "job")["nodes"]
+    writer.bind("job-worker-0", nodes[0])
+    for _ in range(3):  # binds wake cycles while the gang binds: nothing to read yet
+        clock.now += 1
+        placer.run_cycle()
+    assert len(built) == 1
+    with store.lock:  # rank 1's planned node is taken meanwhile
+        store.upsert_pod(a_worker("plain", 0, node=nodes[1], gated=False))
+    clock.now += 8  # 11 s after release: the bind check is due and reads the snapshot
+    placer.run_cycle()
+    assert len(built) == 2
+    assert "taken by other pods" in placement(writer, "job")["message"]
 
 
 def test_a_cycle_stops_at_its_time_bound_and_asks_for_another(world: Any) -> None:
