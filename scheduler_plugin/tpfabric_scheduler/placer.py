@@ -247,11 +247,12 @@ class GangPlacer:
             work = self.pending_work(reservations)
             suspended = self.suspended_with_plan()
             capacity_generation = self.store.capacity_generation
-            # a cycle that only watches released gangs bind, none of them due for the bind
-            # check, needs no snapshot: while a gang binds, every bind wakes a cycle, and a
-            # snapshot of every node built under the lock each time would hold the extender's
-            # filter and prioritize calls (the same lock) for nothing
-            needed = any(self._needs_snapshot(item, now) for item in work)
+            # a cycle that only watches released gangs bind (none due for the bind check) and
+            # meets waiting gangs whose inputs did not change needs no snapshot: every bind and
+            # pod update wakes a cycle, and a snapshot of every node built under the lock each
+            # time would hold the extender's filter and prioritize calls (the same lock) for
+            # nothing
+            needed = any(self._needs_snapshot(item, now, capacity_generation) for item in work)
             snapshot = build_snapshot(self.store, topology, reservations) if needed else None
         for job in suspended:
             self._drop_suspended(job)
@@ -291,8 +292,8 @@ class GangPlacer:
         """Act on ``work`` in order until the cycle's time bound; return how many jobs wait."""
         waiting = 0
         acted = 0
-        if cycle is None:
-            return 0  # only bind checks not yet due (see run_cycle)
+        if cycle is None:  # bind checks not yet due and unchanged waits (see run_cycle)
+            return sum(1 for item in work if not item.planned)
         for done, item in enumerate(work):
             if not self.leading():
                 log.warning(
@@ -385,15 +386,7 @@ class GangPlacer:
         waiting_since = parse_rfc3339(previous.get("waitingSince")) or cycle.now
         waited = max(0.0, cycle.now - waiting_since)
         hol = waited >= self.head_of_line_seconds
-        attempt = self._attempts.get(job.uid)
-        if (
-            attempt is not None
-            and previous.get("state") == "Waiting"
-            and attempt.capacity_generation == capacity_generation
-            and (attempt.relax_at is None or cycle.now < attempt.relax_at)
-            and attempt.hol == hol
-            and not hol
-        ):
+        if self._still_waiting(item, cycle.now, capacity_generation):
             return False  # nothing it depends on changed since it last waited
         try:
             request = self._request(item)
@@ -577,10 +570,31 @@ class GangPlacer:
         self._write(job, placement, updated, "WorkerReplanned")
         return updated
 
-    def _needs_snapshot(self, item: PlacementWork, now: float) -> bool:
+    def _still_waiting(self, item: PlacementWork, now: float, capacity_generation: int) -> bool:
+        """Return whether ``item`` waited at its last attempt and nothing it depends on changed.
+
+        Its capacity (``capacity_generation``), the level its wait opens next (``relax_at``)
+        and its head-of-line standing are what a plan attempt depends on.
+        """
+        attempt = self._attempts.get(item.job.uid)
+        previous = item.placement
+        if attempt is None or previous.get("state") != "Waiting":
+            return False
+        waiting_since = parse_rfc3339(previous.get("waitingSince")) or now
+        hol = max(0.0, now - waiting_since) >= self.head_of_line_seconds
+        return (
+            attempt.capacity_generation == capacity_generation
+            and (attempt.relax_at is None or now < attempt.relax_at)
+            and attempt.hol == hol
+            and not hol
+        )
+
+    def _needs_snapshot(self, item: PlacementWork, now: float, capacity_generation: int) -> bool:
         """Return whether acting on ``item`` may read the cycle's snapshot at ``now``."""
-        if not item.planned or item.gated:
-            return True  # planning, or checking a plan before releasing
+        if not item.planned:
+            return not self._still_waiting(item, now, capacity_generation)
+        if item.gated:
+            return True  # checking a plan before releasing
         released = _released_at(item)
         return released is None or now - released >= self._first_bind_check()
 

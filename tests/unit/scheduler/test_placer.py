@@ -404,11 +404,9 @@ def test_a_released_worker_whose_node_was_taken_drops_the_plan_sooner(world: Any
     assert "taken by other pods" in plan["message"]
 
 
-def test_a_cycle_that_only_watches_a_gang_bind_builds_no_snapshot(
-    world: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store, writer, placer, clock = world
-    two_leaves(store, per_leaf=2)
+@pytest.fixture
+def snapshots(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the placer's snapshot builds (one entry per build)."""
     built: list[int] = []
     real = placer_module.build_snapshot
 
@@ -417,6 +415,15 @@ def test_a_cycle_that_only_watches_a_gang_bind_builds_no_snapshot(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(placer_module, "build_snapshot", counting)
+    return built
+
+
+def test_a_cycle_that_only_watches_a_gang_bind_builds_no_snapshot(
+    world: Any, snapshots: list[int]
+) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=2)
+    built = snapshots
     gang(writer, "job", 2)
     placer.run_cycle()
     assert len(built) == 1, "planning reads a snapshot"
@@ -432,6 +439,30 @@ def test_a_cycle_that_only_watches_a_gang_bind_builds_no_snapshot(
     placer.run_cycle()
     assert len(built) == 2
     assert "taken by other pods" in placement(writer, "job")["message"]
+
+
+def test_a_waiting_gang_whose_inputs_did_not_change_needs_no_snapshot(
+    world: Any, snapshots: list[int]
+) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=2)
+    with store.lock:  # one free node per leaf: a 2-worker gang waits
+        store.upsert_pod(a_worker("busy", 0, node="leaf-a-n1", gated=False))
+        store.upsert_pod(a_worker("busy", 1, node="leaf-b-n1", gated=False))
+    gang(writer, "job", 2)
+    placer.run_cycle()
+    assert placement(writer, "job")["state"] == "Waiting"
+    placer.run_cycle()  # its own Waiting write came back: the job's facts changed once
+    seen = len(snapshots)
+    clock.now += 1
+    placer.run_cycle()  # woken by an event that changed no capacity
+    assert len(snapshots) == seen
+    assert placer.metrics.jobs_waiting._value.get() == 1, "it still counts as waiting"
+    with store.lock:
+        store.delete_pod("ns/busy-worker-1")
+    placer.run_cycle()
+    assert len(snapshots) == seen + 1
+    assert placement(writer, "job")["state"] == "Planned"
 
 
 def test_a_cycle_stops_at_its_time_bound_and_asks_for_another(world: Any) -> None:
