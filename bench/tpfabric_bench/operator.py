@@ -38,6 +38,7 @@ import json
 import math
 import os
 import random
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -592,6 +593,34 @@ def _server_span(jobs: dict[str, Any], pods: dict[str, Any]) -> float | None:
     return round(max(ends) - min(starts), 1) if starts and ends else None
 
 
+def _clear_jobs(api: Any, timeout: float, log: Callable[[str], None]) -> None:
+    """Delete every job of the benchmark and wait until its jobs, pods and Services are gone."""
+    from kubernetes import client  # noqa: PLC0415
+
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    log("deleting the jobs before the next round")
+    custom.delete_collection_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)
+
+    def gone() -> bool:
+        jobs = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)["items"]
+        return not (
+            jobs
+            or core.list_namespaced_pod(NAMESPACE).items
+            or core.list_namespaced_service(NAMESPACE).items
+        )
+
+    wait(gone, timeout, "the jobs, their pods and Services gone")
+
+
+def round_ratios(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Return the settle ratio of every round that had a baseline, and their median."""
+    ratios = [r["settle_ratio"] for r in rounds if r.get("settle_ratio") is not None]
+    return {
+        "settle_ratios": ratios,
+        "settle_ratio_median": statistics.median(ratios) if ratios else None,
+    }
+
+
 def run_operator(
     *,
     nodes: int,
@@ -600,8 +629,13 @@ def run_operator(
     timeout: float,
     log: Callable[[str], None],
     twins: str = "same",
+    rounds: int = 1,
 ) -> dict[str, Any]:
-    """Return the measurements of both phases on a fresh local cluster (always torn down)."""
+    """Return the measurements of both phases on a fresh local cluster (always torn down).
+
+    With ``rounds`` > 1 the two phases run that many times on the same cluster (the jobs are
+    deleted in between); the tables show the last round, ``rounds`` every round's settle times.
+    """
     fabric = uniform_fabric(nodes, nodes_per_leaf=NODES_PER_LEAF)
     result: dict[str, Any] = {
         "nodes": nodes,
@@ -623,25 +657,44 @@ def run_operator(
         pids = {name: state.components[name].pid for name in COMPONENTS}
         time.sleep(5)  # let the informers' first lists and kopf's start-up settle
         with ProcessSampler(pids) as sampler:
-            if baseline:
+            result["rounds"] = []
+            for n in range(rounds):
+                if n:
+                    _clear_jobs(api, timeout, log)
+                    time.sleep(3)
+                if baseline:
+                    with Phase(api, sampler) as phase:
+                        result["baseline"] = _baseline(
+                            api, fabric, shapes, timeout, log, twins=twins
+                        )
+                    result["baseline"] |= phase.result | {"twins": twins}
+                    time.sleep(3)
                 with Phase(api, sampler) as phase:
-                    result["baseline"] = _baseline(api, fabric, shapes, timeout, log, twins=twins)
-                result["baseline"] |= phase.result | {"twins": twins}
-                time.sleep(3)
-            with Phase(api, sampler) as phase:
-                result["tpfabric"] = _gangs(api, fabric, shapes, timeout, log)
-            result["tpfabric"] |= phase.result
+                    result["tpfabric"] = _gangs(api, fabric, shapes, timeout, log)
+                result["tpfabric"] |= phase.result
+                result["rounds"].append(_round(result, baseline))
+                log(f"round {n + 1} of {rounds}: {result['rounds'][-1]}")
+            result |= round_ratios(result["rounds"])
             time.sleep(IDLE_SETTLE_S)  # the last status writes of the burst land
             log(f"idle: {IDLE_WINDOW_S:.0f} s with every job settled")
             with Phase(api, sampler) as phase:
                 time.sleep(IDLE_WINDOW_S)
             result["idle"] = idle_writes(phase.result["api_requests"], IDLE_WINDOW_S)
         result["vm_hwm_mib"] = {name: vm_hwm_mib(pid) for name, pid in pids.items()}
-    if baseline and result["baseline"]["settle_s"]:
-        result["settle_ratio"] = round(
-            result["tpfabric"]["settle_s"] / result["baseline"]["settle_s"], 2
-        )
+    if result["rounds"][-1]["settle_ratio"] is not None:
+        result["settle_ratio"] = result["rounds"][-1]["settle_ratio"]
     return result
+
+
+def _round(result: dict[str, Any], baseline: bool) -> dict[str, Any]:
+    """Return one round's settle times (and ratio) from the phases just measured."""
+    ours = result["tpfabric"]["settle_s"]
+    plain = result["baseline"]["settle_s"] if baseline else None
+    return {
+        "baseline_settle_s": plain,
+        "tpfabric_settle_s": ours,
+        "settle_ratio": round(ours / plain, 2) if plain else None,
+    }
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -710,6 +763,18 @@ def summary_table(result: dict[str, Any]) -> Table:
     )
     if base:
         table.add_row("default scheduler binds/s", f"{base['binds_per_s']}", "")
+    rounds = result.get("rounds") or []
+    if len(rounds) > 1:
+        table.add_row(
+            f"settled, each of {len(rounds)} rounds (this table: the last)",
+            ", ".join(f"{r['baseline_settle_s']} s" for r in rounds) if base else "(skipped)",
+            ", ".join(f"{r['tpfabric_settle_s']} s" for r in rounds)
+            + (
+                f"  (median {result['settle_ratio_median']:.2f}x)"
+                if result.get("settle_ratio_median") is not None
+                else ""
+            ),
+        )
     table.caption = (
         f"cluster up {result['cluster_up_s']} s, nodes Ready {result['nodes_ready_s']} s; "
         f"tpfabric kube-scheduler client {result['tpfabric_scheduler_client']}"
@@ -809,14 +874,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="same",
         help="plain pods: the workers' own pods (default) or one bare container each",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run both phases this many times on one cluster; report every ratio and the median",
+    )
     parser.add_argument("--seed", type=int, default=7, help="seed of the job mix")
     parser.add_argument("--timeout", type=float, default=900, help="seconds for a phase")
     parser.add_argument("--json", type=argparse.FileType("w"), metavar="FILE")
     args = parser.parse_args(argv)
     if args.scale == "large":
         args.nodes, args.jobs, args.max_workers = 5000, 500, 256
-    if args.nodes < NODES_PER_LEAF or args.jobs < 1 or args.timeout <= 0:
-        parser.error("--nodes >= 8, --jobs >= 1 and --timeout > 0")
+    if args.nodes < NODES_PER_LEAF or args.jobs < 1 or args.timeout <= 0 or args.rounds < 1:
+        parser.error("--nodes >= 8, --jobs >= 1, --rounds >= 1 and --timeout > 0")
     if args.single_gang is not None and not 1 <= args.single_gang <= args.nodes:
         parser.error("--single-gang N: 1 <= N <= --nodes")
     if args.single_gang is None and args.jobs * max(args.max_workers, 1) < args.nodes * OVERCOMMIT:
@@ -844,6 +915,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout=args.timeout,
             log=console.log,
             twins=args.twins,
+            rounds=args.rounds,
         )
     except TimeoutError as err:
         console.print(f"[red]operator benchmark failed:[/red] {err}")

@@ -18,7 +18,9 @@ from tpfabric_bench.operator import (
     job_manifest,
     job_mix,
     last_stage_ends,
+    parse_args,
     plain_pods,
+    round_ratios,
     settled,
     stage_ends,
 )
@@ -78,6 +80,23 @@ def test_a_same_twin_is_the_operators_worker_pod_less_the_gate_and_the_scheduler
     assert worker["spec"].pop("schedulerName") != "default-scheduler"
     worker["spec"]["terminationGracePeriodSeconds"] = 0
     assert twin["spec"] == worker["spec"]  # init container, env, volumes: all of it
+
+
+def test_rounds_report_every_ratio_and_their_median() -> None:
+    rounds = [
+        {"baseline_settle_s": 30.0, "tpfabric_settle_s": 45.0, "settle_ratio": 1.5},
+        {"baseline_settle_s": 25.0, "tpfabric_settle_s": 30.0, "settle_ratio": 1.2},
+        {"baseline_settle_s": 20.0, "tpfabric_settle_s": 40.0, "settle_ratio": 2.0},
+    ]
+    assert round_ratios(rounds) == {"settle_ratios": [1.5, 1.2, 2.0], "settle_ratio_median": 1.5}
+    without_baseline = [{"baseline_settle_s": None, "tpfabric_settle_s": 9.0, "settle_ratio": None}]
+    assert round_ratios(without_baseline) == {"settle_ratios": [], "settle_ratio_median": None}
+
+
+def test_rounds_must_be_at_least_one() -> None:
+    assert parse_args(["--rounds", "3"]).rounds == 3
+    with pytest.raises(SystemExit):
+        parse_args(["--rounds", "0"])
 
 
 def test_twins_other_than_same_or_lean_are_refused() -> None:
