@@ -595,12 +595,12 @@ class GangPlacer:
             return not self._still_waiting(item, now, capacity_generation)
         if item.gated:
             return True  # checking a plan before releasing
-        released = _released_at(item)
-        return released is None or now - released >= self._first_bind_check()
+        released = _released_at(item)  # without a time, _watch_binding never looks
+        return released is not None and self._bind_check_due(released, now)
 
-    def _first_bind_check(self) -> float:
-        """Return the seconds after release before :meth:`_watch_binding` looks at a gang."""
-        return min(self.bind_timeout, TAKEN_SECONDS)
+    def _bind_check_due(self, released: float, now: float) -> bool:
+        """Return whether :meth:`_watch_binding` looks at a gang released at ``released``."""
+        return now - released >= min(self.bind_timeout, TAKEN_SECONDS)
 
     def _watch_binding(self, item: PlacementWork, cycle: _Cycle) -> bool:
         """Drop a plan whose released pods did not bind within the bound; True while it may.
@@ -611,7 +611,7 @@ class GangPlacer:
         """
         released = _released_at(item)
         now = self.clock()  # not the cycle's start: a busy cycle can run for seconds
-        if released is None or now - released < self._first_bind_check():
+        if released is None or not self._bind_check_due(released, now):
             return True
         with self.store.lock:  # what is bound now, not at the start of the cycle
             members = list(self.store.workers.get(item.job.key, {}).values())
