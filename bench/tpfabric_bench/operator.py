@@ -612,13 +612,10 @@ def _clear_jobs(api: Any, timeout: float, log: Callable[[str], None]) -> None:
     wait(gone, timeout, "the jobs, their pods and Services gone")
 
 
-def round_ratios(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Return the settle ratio of every round that had a baseline, and their median."""
+def median_ratio(rounds: list[dict[str, Any]]) -> float | None:
+    """Return the median settle ratio of the rounds that had a baseline (None: none had)."""
     ratios = [r["settle_ratio"] for r in rounds if r.get("settle_ratio") is not None]
-    return {
-        "settle_ratios": ratios,
-        "settle_ratio_median": statistics.median(ratios) if ratios else None,
-    }
+    return statistics.median(ratios) if ratios else None
 
 
 def run_operator(
@@ -674,7 +671,7 @@ def run_operator(
                 result["tpfabric"] |= phase.result
                 result["rounds"].append(_round(result, baseline))
                 log(f"round {n + 1} of {rounds}: {result['rounds'][-1]}")
-            result |= round_ratios(result["rounds"])
+            result["settle_ratio_median"] = median_ratio(result["rounds"])
             time.sleep(IDLE_SETTLE_S)  # the last status writes of the burst land
             log(f"idle: {IDLE_WINDOW_S:.0f} s with every job settled")
             with Phase(api, sampler) as phase:

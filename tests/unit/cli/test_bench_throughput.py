@@ -18,9 +18,9 @@ from tpfabric_bench.operator import (
     job_manifest,
     job_mix,
     last_stage_ends,
+    median_ratio,
     parse_args,
     plain_pods,
-    round_ratios,
     settled,
     stage_ends,
 )
@@ -88,9 +88,9 @@ def test_rounds_report_every_ratio_and_their_median() -> None:
         {"baseline_settle_s": 25.0, "tpfabric_settle_s": 30.0, "settle_ratio": 1.2},
         {"baseline_settle_s": 20.0, "tpfabric_settle_s": 40.0, "settle_ratio": 2.0},
     ]
-    assert round_ratios(rounds) == {"settle_ratios": [1.5, 1.2, 2.0], "settle_ratio_median": 1.5}
+    assert median_ratio(rounds) == 1.5
     without_baseline = [{"baseline_settle_s": None, "tpfabric_settle_s": 9.0, "settle_ratio": None}]
-    assert round_ratios(without_baseline) == {"settle_ratios": [], "settle_ratio_median": None}
+    assert median_ratio(without_baseline) is None
 
 
 def test_rounds_must_be_at_least_one() -> None:
