@@ -370,6 +370,22 @@ def test_a_quota_that_refuses_a_worker_shows_create_failed(tpj: Tpj) -> None:
         tpj.namespace, field_selector=f"involvedObject.name={name}"
     ).items
     assert [e for e in events if e.reason == "CreateFailed"]
+
+    def held_back() -> bool:
+        # gang semantics under a quota: while the rest cannot be created, no part of the gang
+        # may run or hold a node (one gated pod, no plan)
+        pods = tpj.pods(name)
+        placement = tpj.status(name).get("placement") or {}
+        return (
+            len(pods) == 1
+            and not pods[0].spec.node_name
+            and bool(pods[0].spec.scheduling_gates)
+            and placement.get("state") != "Planned"
+        )
+
+    wait_for(held_back, 60, what="the partial gang gated, unbound and unplanned")
+    time.sleep(3)  # a few placer cycles: it stays so while the quota refuses the rest
+    assert held_back(), tpj.status(name).get("placement")
     tpj.core.delete_namespaced_resource_quota("one-pod", tpj.namespace)
     tpj.wait_phase(name, "Running", timeout=90)
 
