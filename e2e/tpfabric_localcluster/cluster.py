@@ -465,6 +465,22 @@ class LocalCluster:
             state.stopped.add(name)
             state.save()
 
+    def restart_api_server(self, outage_seconds: float = 0.0, timeout: float = 60.0) -> None:
+        """Stop kube-apiserver, keep it down ``outage_seconds``, start it again with the same
+        arguments and wait until it is ready: an upgrade or a crash of a one-replica control
+        plane, as every client sees it (connections reset, watches end, requests refused)."""
+        state = self.state()
+        if state is None:
+            raise RuntimeError(f"cluster {self.name!r} is not up")
+        name = "kube-apiserver"
+        before = state.components[name]
+        before.stop()
+        time.sleep(outage_seconds)
+        self._log(f"starting {name} again")
+        state.components[name] = start_component(name, before.argv, Path(before.log), self.folder)
+        state.save()
+        self._wait(state, name, self._api_url(state) + "/readyz", time.monotonic() + timeout)
+
     def start_scheduler(self, name: str, config: dict[str, Any], timeout: float = 60.0) -> None:
         """Start another kube-scheduler (e.g. the tpfabric profile) with ``config``."""
         state = self.state()

@@ -207,6 +207,43 @@ def test_an_operator_killed_mid_creation_leaves_exactly_one_set_of_pods(
     assert status["workersCreated"] is True
 
 
+def test_an_api_server_restart_loses_no_job_no_plan_and_no_watch(
+    tpj: Tpj, operator: LocalCluster, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    """The API server goes away for longer than the placer's lease (6 s here) and comes back:
+    every watch ends, the placer loses its lease. Nothing running may be touched, and every
+    component must pick up again: a new job runs, and a worker lost afterwards is replaced."""
+    steady = tpj.apply(small_job("steady", workers=3))
+    before = tpj.wait_phase(steady, "Running")
+    pods_before = {p.metadata.name: (p.metadata.uid, p.spec.node_name) for p in tpj.pods(steady)}
+    operator.restart_api_server(outage_seconds=8)
+    assert not operator.crashed(), "\n".join(operator.crashed())
+
+    fresh = tpj.apply(small_job("fresh", workers=2))
+    tpj.wait_phase(fresh, "Running", timeout=120)
+    after = tpj.wait_phase(steady, "Running")
+    assert {p.metadata.name: (p.metadata.uid, p.spec.node_name) for p in tpj.pods(steady)} == (
+        pods_before
+    ), "the running gang was left as it was"
+    assert after["restarts"] == 0
+    assert after["placement"]["nodes"] == before["placement"]["nodes"]
+
+    # the operator's pod cache and the placer's watches resumed: a worker lost now is seen,
+    # replaced and placed again inside the job's leaf
+    lost = tpj.pods(steady)[1]
+    domain = fabric_nodes[lost.spec.node_name][labels.LEAF]
+    tpj.core.delete_namespaced_pod(lost.metadata.name, tpj.namespace)
+
+    def replaced() -> list[client.V1Pod] | None:
+        pods = tpj.pods(steady)
+        ok = len(pods) == 3 and all(p.status.phase == "Running" for p in pods)
+        return pods if ok and lost.metadata.uid not in {p.metadata.uid for p in pods} else None
+
+    pods = wait_for(replaced, 90, what="a Running replacement of worker 1 after the outage")
+    assert {fabric_nodes[p.spec.node_name][labels.LEAF] for p in pods} == {domain}
+    assert tpj.wait_phase(steady, "Running")["restarts"] == 1
+
+
 def test_deleting_the_job_garbage_collects_pods_and_service(tpj: Tpj) -> None:
     name = tpj.apply(small_job("doomed"))
     tpj.wait_phase(name, "Running")
