@@ -5,6 +5,12 @@ resource's allocatable amount minus what bound pods use (kube-scheduler's arithm
 store) minus what planned ranks that are not bound yet hold (their reservations, for every
 resource their pods request).
 
+``uplink_load`` turns the plans of the gangs that span domains into the planner's
+:class:`UplinkLoad`: each such gang's rank-ordered ring, one flow per rail on every edge between
+two domains, up the uplinks on one side and down those on the other (the simulation's flows at
+full duty: the placer cannot see when a job's collectives run). A gang that must span domains
+then goes first to children whose uplinks it does not push past saturation.
+
 Built under the store lock in O(nodes + planned ranks); the plans of a cycle are then computed
 on it outside the lock. Pure over the store's records: this module must never do I/O.
 """
@@ -15,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tpfabric_core import labels
+from tpfabric_core.placement.cost import UplinkLoad, edge_uplinks
 from tpfabric_core.placement.snapshot import CapacitySnapshot, NodeState, Taint, TaintEffect
 from tpfabric_core.placement.topology import ClusterTopology
 from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord
@@ -24,6 +31,7 @@ __all__ = [
     "build_snapshot",
     "rank_demands",
     "reservations_by_job",
+    "uplink_load",
 ]
 
 
@@ -62,6 +70,32 @@ def reservations_by_job(store: ClusterStore) -> dict[str, list[Reservation]]:
             held[key] = []
         held[key].append(Reservation(key, rank, node, rank_demands(store, job)))
     return held
+
+
+def uplink_load(store: ClusterStore, topology: ClusterTopology) -> UplinkLoad | None:
+    """Return how busy every uplink is with the planned gangs' rings (None: no gang spans).
+
+    Call with the lock held; O(planned ranks x levels).
+    """
+    flows: dict[tuple[int, int], float] = {}
+    for job in store.jobs.values():
+        if job.job is None or job.job.spec.suspend:
+            continue
+        if job.raw_status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        placement = store.placement_of(job)
+        if placement.get("state") != "Planned":
+            continue
+        names = [str(n) for n in placement.get("nodes") or []]
+        if len(names) < 2 or any(n not in topology.index_of for n in names):
+            continue  # a one-node gang, or a node left the fabric (the plan is re-checked)
+        ring = [topology.index_of[n] for n in names]
+        gpus = job.job.spec.gpus_per_worker
+        per_edge = float(max(1, min(gpus, topology.rails or gpus)))
+        for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+            for uplink in (*edge_uplinks(topology, a, b), *edge_uplinks(topology, b, a)):
+                flows[uplink] = flows.get(uplink, 0.0) + per_edge
+    return UplinkLoad.from_flows(topology, flows) if flows else None
 
 
 def _effect(text: str) -> TaintEffect:

@@ -3,7 +3,8 @@
 Each cycle (run by the lease holder only):
 
 1. under the store lock, build one capacity snapshot: every resource's allocatable amount minus
-   bound pods minus the reservations of planned ranks that are not bound yet (``capacity.py``);
+   bound pods minus the reservations of planned ranks that are not bound yet, and how busy the
+   planned gangs' rings make every uplink (``capacity.py``);
 2. outside the lock, walk the jobs in order — priority, then arrival (``creationTimestamp``) —
    and for each:
 
@@ -38,6 +39,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.errors import InputError
+from tpfabric_core.placement.cost import UplinkLoad
 from tpfabric_core.placement.planner import plan_gang
 from tpfabric_core.placement.replacement import replan_worker
 from tpfabric_core.placement.request import GangRequest
@@ -54,7 +56,12 @@ from tpfabric_core.placement.topology import (
     ClusterTopology,
     LevelSpec,
 )
-from tpfabric_scheduler.capacity import Reservation, build_snapshot, reservations_by_job
+from tpfabric_scheduler.capacity import (
+    Reservation,
+    build_snapshot,
+    reservations_by_job,
+    uplink_load,
+)
 from tpfabric_scheduler.gang_request import eligible_nodes, gang_request
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
@@ -121,6 +128,8 @@ class _Cycle:
 
     snapshot: CapacitySnapshot
     now: float
+    #: how busy the uplinks are with the planned gangs' rings (None: no gang spans domains)
+    uplinks: UplinkLoad | None = None
     held_for_hol: set[int] = field(default_factory=set)
 
 
@@ -156,6 +165,7 @@ class GangPlacer:
         self._attempts: dict[str, _Attempt] = {}  # job uid -> last attempt
         self._waiting_written: dict[str, float] = {}  # job uid -> when its wait was last written
         self._eligible: dict[tuple[str, str], tuple[int, frozenset[str] | None]] = {}
+        self._uplinks: tuple[tuple[int, int], UplinkLoad | None] | None = None
         #: pod uid -> monotonic time this placer ungated it (until the store sees it ungated)
         self._released: dict[str, float] = {}
         #: the cycle's persisting pool (None outside a cycle: persist inline)
@@ -173,6 +183,13 @@ class GangPlacer:
             )
             self._topology_generation = self.store.topology_generation
         return self._topology
+
+    def _uplinks_now(self, topology: ClusterTopology) -> UplinkLoad | None:
+        """Return the planned gangs' uplink load, cached while plans and topology stand."""
+        key = (self.store.capacity_generation, self.store.topology_generation)
+        if self._uplinks is None or self._uplinks[0] != key:
+            self._uplinks = (key, uplink_load(self.store, topology))
+        return self._uplinks[1]
 
     def _eligible_of(self, job: JobRecord, worker: PodRecord) -> frozenset[str] | None:
         """Return the nodes the job's workers may run on, cached per topology generation."""
@@ -254,9 +271,10 @@ class GangPlacer:
             # nothing
             needed = any(self._needs_snapshot(item, now, capacity_generation) for item in work)
             snapshot = build_snapshot(self.store, topology, reservations) if needed else None
+            uplinks = self._uplinks_now(topology) if needed else None
         for job in suspended:
             self._drop_suspended(job)
-        cycle = _Cycle(snapshot, now) if snapshot is not None else None
+        cycle = _Cycle(snapshot, now, uplinks) if snapshot is not None else None
         # released gangs first: their bind bound is checked every cycle, never behind planning
         work.sort(key=lambda w: not (w.planned and not w.gated))
         started = time.monotonic()
@@ -391,7 +409,12 @@ class GangPlacer:
         try:
             request = self._request(item)
             started = time.perf_counter()
-            result = plan_gang(self._without_held(cycle, item), request, waited_seconds=waited)
+            result = plan_gang(
+                self._without_held(cycle, item),
+                request,
+                waited_seconds=waited,
+                uplink_load=cycle.uplinks,
+            )
             self.metrics.plan_seconds.observe(time.perf_counter() - started)
         except InputError as err:
             self._write(job, previous, invalid_placement(f"{job.key}: {err}"), "InvalidTopology")

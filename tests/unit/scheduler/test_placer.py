@@ -14,6 +14,7 @@ from builders import a_job, a_node, a_worker
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core import labels
+from tpfabric_scheduler import capacity as capacity_module
 from tpfabric_scheduler import placer as placer_module
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placement_status import rfc3339
@@ -530,3 +531,77 @@ def test_a_cycle_plans_every_gang_before_its_writes_return_and_waits_for_them(wo
     assert placement(writer, "b")["state"] == "Planned"
     assert placement(writer, "a")["domain"] != placement(writer, "b")["domain"]
     assert len(writer.released) == 8
+
+
+def three_railed_leaves(store: ClusterStore) -> None:
+    """One spine of three leaves (4 nodes, 8 rails each): a leaf's uplink carries 28.8 flows."""
+    for leaf in ("leaf-a", "leaf-b", "leaf-c"):
+        for i in range(4):
+            node = a_node(f"{leaf}-n{i}", leaf)
+            for rail in range(8):
+                node["metadata"]["labels"][f"{labels.PREFIX}rail-{rail}"] = f"{leaf}-rail{rail}"
+            with store.lock:
+                store.upsert_node(node)
+
+
+def a_spanning_gang_runs_across_leaves_a_and_b(writer: RecordingWriter) -> None:
+    """A 4-worker ring a0 b0 a1 b1: four edges cross, 32 flows each way on both leaves' uplinks
+    (more than the 28.8 they carry), bound where it was planned."""
+    nodes = ["leaf-a-n0", "leaf-b-n0", "leaf-a-n1", "leaf-b-n1"]
+    job = a_job("busy", 4, plan=("spine", "su1", nodes))
+    job["status"]["placement"]["domainLabels"] = {labels.BLOCK: "b1", labels.SPINE: "su1"}
+    writer.add_job(job)
+    for index, node in enumerate(nodes):
+        writer.add_pod(a_worker("busy", index, node=node, gated=False))
+
+
+def test_the_uplink_load_counts_the_rings_of_planned_gangs_that_span_domains() -> None:
+    store = ClusterStore()
+    writer = RecordingWriter(store)
+    three_railed_leaves(store)
+    with store.lock:
+        topology = placer_module.ClusterTopology.from_node_labels(
+            {name: node.labels for name, node in store.nodes.items()}
+        )
+        assert capacity_module.uplink_load(store, topology) is None, "nothing planned spans"
+    a_spanning_gang_runs_across_leaves_a_and_b(writer)
+    with store.lock:
+        load = capacity_module.uplink_load(store, topology)
+    assert load is not None
+    leaves = {d.name: d.index for d in topology.domains[0]}
+    assert load.per_depth[0][leaves["leaf-a"]] == pytest.approx(32 / 28.8)
+    assert load.per_depth[0][leaves["leaf-b"]] == pytest.approx(32 / 28.8)
+    assert load.per_depth[0][leaves["leaf-c"]] == 0.0
+    # a finished job's plan loads nothing
+    writer.jobs["ns/busy"]["status"]["phase"] = "Succeeded"
+    writer.add_job(writer.jobs["ns/busy"])
+    with store.lock:
+        assert capacity_module.uplink_load(store, topology) is None
+
+
+@pytest.mark.parametrize("aware", [True, False])
+def test_a_gang_that_must_span_leaves_keeps_off_uplinks_running_gangs_saturate(
+    aware: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ClusterStore()
+    writer = RecordingWriter(store)
+    placer = GangPlacer(store, writer, Metrics(), clock=Clock(), bind_timeout=60)  # type: ignore[arg-type]
+    three_railed_leaves(store)
+    a_spanning_gang_runs_across_leaves_a_and_b(writer)
+    for node in ("leaf-c-n0", "leaf-c-n1"):  # another scheduler's pods: 2 free nodes per leaf
+        with store.lock:
+            store.upsert_pod(a_worker(f"plain-{node}", 0, node=node, gated=False))
+    if not aware:
+        monkeypatch.setattr(placer_module, "uplink_load", lambda store, topology: None)
+    job = a_job("next", 4)
+    job["spec"]["topology"] = {"mode": "required", "level": "spine"}
+    writer.add_job(job)
+    for index in range(4):
+        writer.add_pod(a_worker("next", index))
+    placer.run_cycle()
+    leaves = {node.rsplit("-", 1)[0] for node in placement(writer, "next")["nodes"]}
+    if aware:
+        # two leaves are unavoidable; leaf-c's uplink is idle, so it is one of them
+        assert "leaf-c" in leaves
+    else:
+        assert leaves == {"leaf-a", "leaf-b"}, "unaware, the first leaves in node order win"
