@@ -27,10 +27,14 @@ from tpfabric_core.placement.topology import ClusterTopology
 from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord
 
 __all__ = [
+    "PlannedRing",
     "Reservation",
     "build_snapshot",
+    "load_of",
+    "planned_rings",
     "rank_demands",
     "reservations_by_job",
+    "ring_flows",
     "uplink_load",
 ]
 
@@ -72,12 +76,13 @@ def reservations_by_job(store: ClusterStore) -> dict[str, list[Reservation]]:
     return held
 
 
-def uplink_load(store: ClusterStore, topology: ClusterTopology) -> UplinkLoad | None:
-    """Return how busy every uplink is with the planned gangs' rings (None: no gang spans).
+#: a planned gang's ring: (job uid, its nodes in rank order, GPUs per worker)
+PlannedRing = tuple[str, tuple[str, ...], int]
 
-    Call with the lock held; O(planned ranks x levels).
-    """
-    flows: dict[tuple[int, int], float] = {}
+
+def planned_rings(store: ClusterStore) -> list[PlannedRing]:
+    """Return the ring of every planned gang of more than one node (call with the lock held)."""
+    rings = []
     for job in store.jobs.values():
         if job.job is None or job.job.spec.suspend:
             continue
@@ -86,16 +91,48 @@ def uplink_load(store: ClusterStore, topology: ClusterTopology) -> UplinkLoad | 
         placement = store.placement_of(job)
         if placement.get("state") != "Planned":
             continue
-        names = [str(n) for n in placement.get("nodes") or []]
-        if len(names) < 2 or any(n not in topology.index_of for n in names):
-            continue  # a one-node gang, or a node left the fabric (the plan is re-checked)
-        ring = [topology.index_of[n] for n in names]
-        gpus = job.job.spec.gpus_per_worker
-        per_edge = float(max(1, min(gpus, topology.rails or gpus)))
-        for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
-            for uplink in (*edge_uplinks(topology, a, b), *edge_uplinks(topology, b, a)):
-                flows[uplink] = flows.get(uplink, 0.0) + per_edge
-    return UplinkLoad.from_flows(topology, flows) if flows else None
+        nodes = tuple(str(n) for n in placement.get("nodes") or [])
+        if len(set(nodes)) > 1:
+            rings.append((job.uid, nodes, job.job.spec.gpus_per_worker))
+    return rings
+
+
+def ring_flows(
+    topology: ClusterTopology, nodes: tuple[str, ...], gpus_per_worker: int
+) -> dict[tuple[int, int], float]:
+    """Return the flows one planned ring sends across uplinks: (depth, domain) -> flows.
+
+    Empty when a node left the fabric (the plan is checked again before anything else uses it).
+    """
+    if any(n not in topology.index_of for n in nodes):
+        return {}
+    ring = [topology.index_of[n] for n in nodes]
+    per_edge = float(max(1, min(gpus_per_worker, topology.rails or gpus_per_worker)))
+    flows: dict[tuple[int, int], float] = {}
+    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+        for uplink in (*edge_uplinks(topology, a, b), *edge_uplinks(topology, b, a)):
+            flows[uplink] = flows.get(uplink, 0.0) + per_edge
+    return flows
+
+
+def uplink_load(store: ClusterStore, topology: ClusterTopology) -> UplinkLoad | None:
+    """Return how busy every uplink is with the planned gangs' rings (None: no gang spans).
+
+    Call with the lock held; O(planned ranks x levels). The placer keeps each ring's flows
+    between cycles instead (:func:`planned_rings` under the lock, :func:`ring_flows` outside).
+    """
+    return load_of(topology, [ring_flows(topology, n, g) for _, n, g in planned_rings(store)])
+
+
+def load_of(
+    topology: ClusterTopology, per_ring: list[dict[tuple[int, int], float]]
+) -> UplinkLoad | None:
+    """Return the load of the rings' flows summed (None when none crosses an uplink)."""
+    total: dict[tuple[int, int], float] = {}
+    for flows in per_ring:
+        for uplink, amount in flows.items():
+            total[uplink] = total.get(uplink, 0.0) + amount
+    return UplinkLoad.from_flows(topology, total) if total else None
 
 
 def _effect(text: str) -> TaintEffect:

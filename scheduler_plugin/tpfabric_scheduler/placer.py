@@ -57,10 +57,13 @@ from tpfabric_core.placement.topology import (
     LevelSpec,
 )
 from tpfabric_scheduler.capacity import (
+    PlannedRing,
     Reservation,
     build_snapshot,
+    load_of,
+    planned_rings,
     reservations_by_job,
-    uplink_load,
+    ring_flows,
 )
 from tpfabric_scheduler.gang_request import eligible_nodes, gang_request
 from tpfabric_scheduler.kube import KubeWriter
@@ -165,7 +168,9 @@ class GangPlacer:
         self._attempts: dict[str, _Attempt] = {}  # job uid -> last attempt
         self._waiting_written: dict[str, float] = {}  # job uid -> when its wait was last written
         self._eligible: dict[tuple[str, str], tuple[int, frozenset[str] | None]] = {}
-        self._uplinks: tuple[tuple[int, int], UplinkLoad | None] | None = None
+        #: per planned ring (job uid, nodes): the flows it sends across uplinks
+        self._ring_flows: dict[tuple[str, tuple[str, ...]], dict[tuple[int, int], float]] = {}
+        self._ring_topology: ClusterTopology | None = None
         #: pod uid -> monotonic time this placer ungated it (until the store sees it ungated)
         self._released: dict[str, float] = {}
         #: the cycle's persisting pool (None outside a cycle: persist inline)
@@ -184,12 +189,19 @@ class GangPlacer:
             self._topology_generation = self.store.topology_generation
         return self._topology
 
-    def _uplinks_now(self, topology: ClusterTopology) -> UplinkLoad | None:
-        """Return the planned gangs' uplink load, cached while plans and topology stand."""
-        key = (self.store.capacity_generation, self.store.topology_generation)
-        if self._uplinks is None or self._uplinks[0] != key:
-            self._uplinks = (key, uplink_load(self.store, topology))
-        return self._uplinks[1]
+    def _uplink_load(
+        self, topology: ClusterTopology, rings: list[PlannedRing]
+    ) -> UplinkLoad | None:
+        """Return the planned gangs' uplink load; each ring's flows are kept while its plan and
+        the topology stand (a burst re-plans a few gangs per cycle, not all of them)."""
+        if self._ring_topology is not topology:
+            self._ring_flows, self._ring_topology = {}, topology
+        kept: dict[tuple[str, tuple[str, ...]], dict[tuple[int, int], float]] = {}
+        for uid, nodes, gpus in rings:
+            flows = self._ring_flows.get((uid, nodes))
+            kept[uid, nodes] = flows if flows is not None else ring_flows(topology, nodes, gpus)
+        self._ring_flows = kept
+        return load_of(topology, list(kept.values()))
 
     def _eligible_of(self, job: JobRecord, worker: PodRecord) -> frozenset[str] | None:
         """Return the nodes the job's workers may run on, cached per topology generation."""
@@ -271,7 +283,8 @@ class GangPlacer:
             # nothing
             needed = any(self._needs_snapshot(item, now, capacity_generation) for item in work)
             snapshot = build_snapshot(self.store, topology, reservations) if needed else None
-            uplinks = self._uplinks_now(topology) if needed else None
+            rings = planned_rings(self.store) if needed else []
+        uplinks = self._uplink_load(topology, rings) if needed else None
         for job in suspended:
             self._drop_suspended(job)
         cycle = _Cycle(snapshot, now, uplinks) if snapshot is not None else None

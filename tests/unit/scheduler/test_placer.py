@@ -592,7 +592,7 @@ def test_a_gang_that_must_span_leaves_keeps_off_uplinks_running_gangs_saturate(
         with store.lock:
             store.upsert_pod(a_worker(f"plain-{node}", 0, node=node, gated=False))
     if not aware:
-        monkeypatch.setattr(placer_module, "uplink_load", lambda store, topology: None)
+        monkeypatch.setattr(placer_module, "ring_flows", lambda topology, nodes, gpus: {})
     job = a_job("next", 4)
     job["spec"]["topology"] = {"mode": "required", "level": "spine"}
     writer.add_job(job)
