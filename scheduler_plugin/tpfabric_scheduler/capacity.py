@@ -5,11 +5,12 @@ resource's allocatable amount minus what bound pods use (kube-scheduler's arithm
 store) minus what planned ranks that are not bound yet hold (their reservations, for every
 resource their pods request).
 
-``uplink_load`` turns the plans of the gangs that span domains into the planner's
-:class:`UplinkLoad`: each such gang's rank-ordered ring, one flow per rail on every edge between
-two domains, up the uplinks on one side and down those on the other (the simulation's flows at
-full duty: the placer cannot see when a job's collectives run). A gang that must span domains
-then goes first to children whose uplinks it does not push past saturation.
+``planned_rings``, ``ring_flows`` and ``load_of`` turn the plans of the gangs that span domains
+into the planner's :class:`UplinkLoad`: each such gang's rank-ordered ring, one flow per rail on
+every edge between two domains, up the uplinks on one side and down those on the other (the
+simulation's flows at full duty: the placer cannot see when a job's collectives run). A gang
+that must span domains then goes first to children whose uplinks it does not push past
+saturation.
 
 Built under the store lock in O(nodes + planned ranks); the plans of a cycle are then computed
 on it outside the lock. Pure over the store's records: this module must never do I/O.
@@ -35,7 +36,6 @@ __all__ = [
     "rank_demands",
     "reservations_by_job",
     "ring_flows",
-    "uplink_load",
 ]
 
 
@@ -81,7 +81,8 @@ PlannedRing = tuple[str, tuple[str, ...], int]
 
 
 def planned_rings(store: ClusterStore) -> list[PlannedRing]:
-    """Return the ring of every planned gang of more than one node (call with the lock held)."""
+    """Return the ring of every planned gang of more than one node (call with the lock held;
+    O(planned jobs): the flows are worked out outside the lock, see :func:`ring_flows`)."""
     rings = []
     for job in store.jobs.values():
         if job.job is None or job.job.spec.suspend:
@@ -113,15 +114,6 @@ def ring_flows(
         for uplink in (*edge_uplinks(topology, a, b), *edge_uplinks(topology, b, a)):
             flows[uplink] = flows.get(uplink, 0.0) + per_edge
     return flows
-
-
-def uplink_load(store: ClusterStore, topology: ClusterTopology) -> UplinkLoad | None:
-    """Return how busy every uplink is with the planned gangs' rings (None: no gang spans).
-
-    Call with the lock held; O(planned ranks x levels). The placer keeps each ring's flows
-    between cycles instead (:func:`planned_rings` under the lock, :func:`ring_flows` outside).
-    """
-    return load_of(topology, [ring_flows(topology, n, g) for _, n, g in planned_rings(store)])
 
 
 def load_of(

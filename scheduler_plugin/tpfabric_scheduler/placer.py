@@ -3,8 +3,8 @@
 Each cycle (run by the lease holder only):
 
 1. under the store lock, build one capacity snapshot: every resource's allocatable amount minus
-   bound pods minus the reservations of planned ranks that are not bound yet, and how busy the
-   planned gangs' rings make every uplink (``capacity.py``);
+   bound pods minus the reservations of planned ranks that are not bound yet, and read the
+   planned gangs' rings, whose load on every uplink is summed after the lock (``capacity.py``);
 2. outside the lock, walk the jobs in order — priority, then arrival (``creationTimestamp``) —
    and for each:
 

@@ -544,6 +544,13 @@ def three_railed_leaves(store: ClusterStore) -> None:
                 store.upsert_node(node)
 
 
+def uplink_load(store: ClusterStore, topology: Any) -> Any:
+    """What the placer computes per cycle: every planned ring's flows, summed."""
+    rings = capacity_module.planned_rings(store)
+    flows = [capacity_module.ring_flows(topology, nodes, gpus) for _, nodes, gpus in rings]
+    return capacity_module.load_of(topology, flows)
+
+
 def a_spanning_gang_runs_across_leaves_a_and_b(writer: RecordingWriter) -> None:
     """A 4-worker ring a0 b0 a1 b1: four edges cross, 32 flows each way on both leaves' uplinks
     (more than the 28.8 they carry), bound where it was planned."""
@@ -563,10 +570,10 @@ def test_the_uplink_load_counts_the_rings_of_planned_gangs_that_span_domains() -
         topology = placer_module.ClusterTopology.from_node_labels(
             {name: node.labels for name, node in store.nodes.items()}
         )
-        assert capacity_module.uplink_load(store, topology) is None, "nothing planned spans"
+        assert uplink_load(store, topology) is None, "nothing planned spans"
     a_spanning_gang_runs_across_leaves_a_and_b(writer)
     with store.lock:
-        load = capacity_module.uplink_load(store, topology)
+        load = uplink_load(store, topology)
     assert load is not None
     leaves = {d.name: d.index for d in topology.domains[0]}
     assert load.per_depth[0][leaves["leaf-a"]] == pytest.approx(32 / 28.8)
@@ -576,7 +583,7 @@ def test_the_uplink_load_counts_the_rings_of_planned_gangs_that_span_domains() -
     writer.jobs["ns/busy"]["status"]["phase"] = "Succeeded"
     writer.add_job(writer.jobs["ns/busy"])
     with store.lock:
-        assert capacity_module.uplink_load(store, topology) is None
+        assert uplink_load(store, topology) is None
 
 
 @pytest.mark.parametrize("aware", [True, False])
