@@ -236,6 +236,8 @@ def plan_gang(
             policy_name=POLICY_NAME,
             reach=reach,
         )
+    if avoid is not None:
+        notes.extend(_uplink_notes(topology, choice, avoid))
     ranks = order_ranks(choice.picks)
     outside = sum(1 for i in set(ranks) if i in topology.outside)
     if outside:
@@ -261,6 +263,32 @@ def plan_gang(
         ),
     )
     return replace(plan, reasons=plan.reasons + extra)
+
+
+def _uplink_notes(
+    topology: ClusterTopology, choice: _Choice, avoid: Callable[[Domain], bool]
+) -> list[str]:
+    """Return what the running gangs' uplink load did to a plan that spans child domains."""
+    depth = choice.domain.depth
+    if depth == 0:
+        return []
+    lower = topology.domains[depth - 1]
+    used = {topology.node_domain[depth - 1][node] for node, _ in choice.picks}
+    if len(used) < 2:
+        return []  # inside one child: its uplink is not crossed
+    busy = [d for d in lower if d.labelled and avoid(d)]
+    if not busy:
+        return []
+    level = lower[0].level
+    crossed = [d.name for d in busy if d.index in used]
+    shown = ", ".join(d.name for d in busy[:5]) + (", ..." if len(busy) > 5 else "")
+    what = f"{level} uplink(s) the planned gangs' rings would push past capacity"
+    if not crossed:
+        return [f"kept off the {len(busy)} {what} ({shown})"]
+    named = ", ".join(crossed[:5])
+    return [
+        f"crosses {len(crossed)} of the {len(busy)} {what} ({named}): none crossing fewer had room"
+    ]
 
 
 def _search(

@@ -88,6 +88,7 @@ def test_a_spanning_gang_goes_where_the_leaf_uplinks_are_not_saturated() -> None
     plan = planned(plan_gang(snapshot, a_job(workers=6).build(), uplink_load=load))
     assert plan.domain == "spine-1"
     assert set(leaves_used(plan.nodes_by_rank)) == {"l02", "l03"}
+    assert any("kept off the 2 leaf uplink(s)" in r and "leaf-0, leaf-1" in r for r in plan.reasons)
 
 
 def test_uplink_load_never_changes_a_gang_that_fits_one_leaf() -> None:
@@ -95,10 +96,9 @@ def test_uplink_load_never_changes_a_gang_that_fits_one_leaf() -> None:
     topology = snapshot.topology
     load = UplinkLoad.from_flows(topology, {(0, 0): 10 * uplink_capacity(topology, 0, 0)})
     request = a_job(workers=4).build()
-    assert (
-        planned(plan_gang(snapshot, request, uplink_load=load)).nodes_by_rank
-        == planned(plan_gang(snapshot, request)).nodes_by_rank
-    )
+    aware = planned(plan_gang(snapshot, request, uplink_load=load))
+    assert aware.nodes_by_rank == planned(plan_gang(snapshot, request)).nodes_by_rank
+    assert not [r for r in aware.reasons if "uplink" in r], "no uplink crossed, none explained"
 
 
 def test_saturated_children_are_used_when_nothing_else_fits() -> None:
@@ -109,6 +109,7 @@ def test_saturated_children_are_used_when_nothing_else_fits() -> None:
     )
     plan = planned(plan_gang(snapshot, a_job(workers=8).build(), uplink_load=load))
     assert plan.leaves_spanned == 2
+    assert any(r.startswith("crosses 2 of the 2 leaf uplink(s)") for r in plan.reasons)
 
 
 def test_pieces_first_takes_small_items_whole_then_best_fits_the_rest() -> None:

@@ -610,5 +610,7 @@ def test_a_gang_that_must_span_leaves_keeps_off_uplinks_running_gangs_saturate(
     if aware:
         # two leaves are unavoidable; leaf-c's uplink is idle, so it is one of them
         assert "leaf-c" in leaves
+        reasons = [r["reason"] for r in placement(writer, "next")["reasons"]]
+        assert any(r.startswith("crosses 1 of the 2 leaf uplink(s)") for r in reasons), reasons
     else:
         assert leaves == {"leaf-a", "leaf-b"}, "unaware, the first leaves in node order win"
