@@ -473,12 +473,10 @@ class LocalCluster:
         if state is None:
             raise RuntimeError(f"cluster {self.name!r} is not up")
         name = "kube-apiserver"
-        before = state.components[name]
-        before.stop()
+        argv = state.components[name].argv
+        state.components[name].stop()
         time.sleep(outage_seconds)
-        self._log(f"starting {name} again")
-        state.components[name] = start_component(name, before.argv, Path(before.log), self.folder)
-        state.save()
+        self._start(state, name, argv)
         self._wait(state, name, self._api_url(state) + "/readyz", time.monotonic() + timeout)
 
     def start_scheduler(self, name: str, config: dict[str, Any], timeout: float = 60.0) -> None:
