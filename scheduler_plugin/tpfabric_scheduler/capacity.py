@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tpfabric_core import labels
-from tpfabric_core.placement.cost import UplinkLoad, edge_uplinks
+from tpfabric_core.placement.cost import UplinkLoad, edge_uplinks, ring_flows_per_edge
 from tpfabric_core.placement.snapshot import CapacitySnapshot, NodeState, Taint, TaintEffect
 from tpfabric_core.placement.topology import ClusterTopology
 from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord
@@ -84,14 +84,8 @@ def planned_rings(store: ClusterStore) -> list[PlannedRing]:
     """Return the ring of every planned gang of more than one node (call with the lock held;
     O(planned jobs): the flows are worked out outside the lock, see :func:`ring_flows`)."""
     rings = []
-    for job in store.jobs.values():
-        if job.job is None or job.job.spec.suspend:
-            continue
-        if job.raw_status.get("phase") in ("Succeeded", "Failed"):
-            continue
-        placement = store.placement_of(job)
-        if placement.get("state") != "Planned":
-            continue
+    for _, job, placement in store.holding_plans():
+        assert job.job is not None  # holding_plans yields valid jobs only
         nodes = tuple(str(n) for n in placement.get("nodes") or [])
         if len(set(nodes)) > 1:
             rings.append((job.uid, nodes, job.job.spec.gpus_per_worker))
@@ -108,7 +102,7 @@ def ring_flows(
     if any(n not in topology.index_of for n in nodes):
         return {}
     ring = [topology.index_of[n] for n in nodes]
-    per_edge = float(max(1, min(gpus_per_worker, topology.rails or gpus_per_worker)))
+    per_edge = ring_flows_per_edge(topology, gpus_per_worker)
     flows: dict[tuple[int, int], float] = {}
     for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
         for uplink in (*edge_uplinks(topology, a, b), *edge_uplinks(topology, b, a)):

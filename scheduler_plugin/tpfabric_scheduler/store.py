@@ -9,6 +9,7 @@ Pure data: no I/O here.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -332,6 +333,18 @@ class ClusterStore:
             return stored
         return fresh
 
+    def holding_plans(self) -> Iterator[tuple[str, JobRecord, dict[str, Any]]]:
+        """Yield (key, job, placement) of every job whose plan holds nodes: valid, not
+        suspended, not finished (a finished job holds nothing, whatever its plan says)."""
+        for key, job in self.jobs.items():
+            if job.job is None or job.job.spec.suspend:
+                continue
+            if job.raw_status.get("phase") in ("Succeeded", "Failed"):
+                continue
+            placement = self.placement_of(job)
+            if placement.get("state") == "Planned":
+                yield key, job, placement
+
     def reservations(self) -> dict[str, tuple[str, int]]:
         """Return node -> (job key, rank) for every rank of a planned job not bound yet.
 
@@ -343,14 +356,7 @@ class ClusterStore:
         if generation == self.capacity_generation:
             return cached
         held: dict[str, tuple[str, int]] = {}
-        for key, job in self.jobs.items():
-            if job.job is None or job.job.spec.suspend:
-                continue
-            if job.raw_status.get("phase") in ("Succeeded", "Failed"):
-                continue  # a finished job holds nothing, whatever its plan says
-            placement = self.placement_of(job)
-            if placement.get("state") != "Planned":
-                continue
+        for key, _, placement in self.holding_plans():
             # a rank holds its node unless its pod is bound there or has finished
             settled = {
                 pod.worker_index

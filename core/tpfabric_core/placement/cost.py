@@ -40,6 +40,7 @@ __all__ = [
     "edge_uplinks",
     "modelled_allreduce",
     "modelled_allreduce_by_index",
+    "ring_flows_per_edge",
     "uplink_capacity",
 ]
 
@@ -109,6 +110,11 @@ def uplink_capacity(
     rails = max(1, topology.rails)
     share = (1.0 - config.background_load.get(level, 0.0)) / config.oversubscription.get(level, 1.0)
     return max(1.0, size * rails * share)
+
+
+def ring_flows_per_edge(topology: ClusterTopology, gpus_per_worker: int) -> float:
+    """Return the full-rate flows one edge of a gang's ring sends: one per rail it uses."""
+    return float(max(1, min(gpus_per_worker, topology.rails or gpus_per_worker)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,12 @@ from tpfabric_core.placement._capacity import (
     level_free,
     worker_slots,
 )
-from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig, UplinkLoad
+from tpfabric_core.placement.cost import (
+    DEFAULT_COST,
+    CostModelConfig,
+    UplinkLoad,
+    ring_flows_per_edge,
+)
 from tpfabric_core.placement.rank_order import describe_rank_order, order_ranks
 from tpfabric_core.placement.request import GangRequest, TopologyPolicy
 from tpfabric_core.placement.results import GangPlan, Unschedulable
@@ -398,7 +403,7 @@ def _saturating(
     """
     if uplink_load is None:
         return None
-    flows = float(max(1, min(request.gpus_per_worker, topology.rails or request.gpus_per_worker)))
+    flows = ring_flows_per_edge(topology, request.gpus_per_worker)
 
     def saturating(child: Domain) -> bool:
         """Return whether ``child``'s uplink would carry more than it can at full rate."""
