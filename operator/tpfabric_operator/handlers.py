@@ -9,6 +9,11 @@ references let the garbage collector remove pods and the Service when the job go
 finalizer on every job because of the timer (kopf's timers and daemons always require one): while
 the operator is down, a deleted job waits for it (README: "Deleting jobs without the operator").
 
+Between ticks, a change of a job's workers that its status shows at once (a worker failed,
+finished or went away, the last one became ready) runs the job's reconcile right away, outside
+kopf (:mod:`.wakeups`): the same function on the job's latest body from a kopf index, with the
+status patch applied here instead of by kopf.
+
 One reconcile at a time per job: the timer skips a job whose reconcile is running, and a
 reconcile never acts on a body older than the status it patched last (kopf applies the patch
 after the handler returns; acting on the older body would charge one incident twice).
@@ -17,11 +22,12 @@ after the handler returns; acting on the older body would charge one incident tw
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -44,7 +50,7 @@ from tpfabric_operator.lifecycle import (
     honour_problem,
     job_status,
 )
-from tpfabric_operator.pod_cache import PodCache, owner_uid, worker_of
+from tpfabric_operator.pod_cache import JobKey, PodCache, owner_uid, worker_of
 from tpfabric_operator.queueing import (
     QUEUE_LABEL,
     Admission,
@@ -54,6 +60,7 @@ from tpfabric_operator.queueing import (
     workload_for,
     workload_name,
 )
+from tpfabric_operator.wakeups import Waker
 
 log = logging.getLogger("tpfabric.operator")
 
@@ -111,6 +118,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # are opt-in (TPFABRIC_HANDLER_THREADS) until they are proven under load
     if HANDLER_THREADS:
         settings.execution.max_workers = HANDLER_THREADS
+    if not _waker.is_alive():
+        _waker.start()
     cache = pods()
     if not cache.is_alive():
         cache.start()
@@ -125,8 +134,24 @@ def pods() -> PodCache:
     """Return the process's view of its worker pods (made on first use)."""
     global _pod_cache  # noqa: PLW0603 - one view per operator process
     if _pod_cache is None:
-        _pod_cache = PodCache(adapter().core)
+        _pod_cache = PodCache(adapter().core, on_change=_waker.wake)
     return _pod_cache
+
+
+@kopf.on.cleanup()
+def stop_background(**_: Any) -> None:
+    """Stop the pod cache and the waker with the operator."""
+    _waker.stop()
+    if _pod_cache is not None:
+        _pod_cache.stop()
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def job_objects(
+    *, namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], kopf.Body]:
+    """Index every job's latest object by (namespace, name): what a woken reconcile acts on."""
+    return {(namespace or "", name): body}
 
 
 @kopf.index("nodes")
@@ -229,18 +254,82 @@ class _Serial:
 _serial = _Serial()
 
 
-def reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -> None:
-    """Bring the job's children and status to what ``lifecycle`` says; idempotent."""
+def reconcile(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    indexes: Mapping[str, Any],
+    apply: Callable[[kopf.Body, kopf.Patch], None] | None = None,
+) -> bool:
+    """Bring the job's children and status to what ``lifecycle`` says; idempotent.
+
+    ``apply`` writes the patch (a woken reconcile; kopf applies it after its handlers return).
+    Returns False when it did not run: another reconcile of the job is running, the status it
+    patched last is not back yet, or the pods are not listed yet.
+    """
     uid = str(body.meta["uid"])
     version = str(body.meta.get("resourceVersion") or "")
-    if body.meta.get("deletionTimestamp") or not pods().synced.is_set():
-        return  # never act on an empty view of the pods: a second set would be created
+    if body.meta.get("deletionTimestamp"):
+        return True
+    if not pods().synced.is_set():
+        return False  # never act on an empty view of the pods: a second set would be created
     if not _serial.enter(uid, version):
-        return
+        return False
+    written = False
     try:
         _reconcile(body, patch, indexes)
+        if apply is not None and patch:
+            apply(body, patch)  # an error: nothing written
+        written = bool(patch)
     finally:
-        _serial.leave(uid, version, bool(patch))
+        # kopf writes its handlers' patch after they return, after an error too
+        _serial.leave(uid, version, written if apply is not None else bool(patch))
+    return True
+
+
+#: kopf's indexes (live objects) and context (its Event poster), kept from its first handler call
+_kopf_state: tuple[dict[str, Any], contextvars.Context] | None = None
+_INDEXES = ("node_resources", "job_services", "degraded_nodes", "job_objects")
+
+
+def _remember_kopf(kwargs: Mapping[str, Any]) -> None:
+    """Keep kopf's indexes (live objects) and context for reconciles run outside kopf."""
+    global _kopf_state  # noqa: PLW0603 - one per operator process
+    if _kopf_state is None:
+        indexes = {k: kwargs[k] for k in _INDEXES if k in kwargs}
+        _kopf_state = (indexes, contextvars.copy_context())
+
+
+def _apply_status(body: kopf.Body, patch: kopf.Patch) -> None:
+    """Write a woken reconcile's patch (the reconcile only ever patches the job's status), only
+    onto the job as the reconcile saw it: a 409 when it changed since."""
+    meta = body.meta
+    version = str(meta.get("resourceVersion") or "")
+    adapter().patch_job_status(meta["namespace"], meta["name"], version, patch.status)
+
+
+def reconcile_woken(job: JobKey) -> bool:
+    """Reconcile ``job`` now, outside kopf: its workers changed (see :mod:`.wakeups`).
+
+    Returns False when it must be tried again (see :func:`reconcile`); True when it ran or has
+    nothing to act on (no kopf handler ran yet, the job is gone or not indexed yet: its own
+    handlers cover it).
+    """
+    if _kopf_state is None:
+        return True
+    indexes, context = _kopf_state
+    store = indexes["job_objects"].get(job)
+    body = next(iter(store), None) if store is not None else None
+    if body is None:
+        return True
+    try:
+        return bool(context.copy().run(reconcile, body, kopf.Patch(), indexes, _apply_status))
+    except ApiException as err:
+        if err.status in (404, 409):  # changed since the index saw it (or gone): look again
+            return bool(err.status == 404)
+        raise
+
+
+_waker: Waker[JobKey] = Waker(reconcile_woken, give_up=RECONCILE_SECONDS + 1)
 
 
 def _memory(status: Mapping[str, Any], replanning: bool) -> Memory:
@@ -688,10 +777,12 @@ def _write_status(
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 def on_job_change(*, body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     """Reconcile at once when a job appears, changes, or the operator starts."""
+    _remember_kopf(kwargs)
     reconcile(body, patch, kwargs)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RECONCILE_SECONDS, initial_delay=RECONCILE_SECONDS)
 def on_tick(*, body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     """Reconcile every few seconds: pods and placement change without the job changing."""
+    _remember_kopf(kwargs)
     reconcile(body, patch, kwargs)

@@ -11,6 +11,12 @@ its own thread and keeps only what a reconcile reads: per job, its workers as
 
 ``synced`` is set after the first list; a reconcile waits for it (a restarted operator must
 never act on an empty view: it would create a second set of pods).
+
+``on_change`` is called (from the cache's thread) with a job whose workers changed in a way its
+status shows at once (:func:`shows_at_once`): a worker failed, finished or went away, or the last
+one became ready. The operator reconciles that job then instead of at its next tick
+(:mod:`.wakeups`); every other change (a worker created, scheduled, one of several ready) waits
+for the tick, so a gang of 256 costs no more status writes than before.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -41,7 +47,7 @@ from tpfabric_operator.children import (
 )
 from tpfabric_operator.lifecycle import WorkerPod
 
-__all__ = ["PodCache", "owner_uid", "worker_of"]
+__all__ = ["PodCache", "owner_uid", "shows_at_once", "worker_of"]
 
 log = logging.getLogger("tpfabric.operator.pods")
 
@@ -108,6 +114,31 @@ def worker_of(
         attempt=int(attempt) if attempt.isdigit() else 0,
         delete_deadline=parse_rfc3339(meta.get("deletionTimestamp")),
     )
+
+
+def _serving(pod: WorkerPod) -> bool:
+    return pod.ready and pod.phase == "Running" and not pod.deleting
+
+
+def shows_at_once(
+    old: WorkerPod | None, new: WorkerPod | None, others: Iterable[WorkerPod]
+) -> bool:
+    """Return whether a worker's change from ``old`` to ``new`` (None: absent) is one its job's
+    status should show at once: it failed or finished, was deleted or went away (a loss to charge,
+    a restart to begin, old pods gone so the next attempt can start), or it became ready and so
+    did every other worker of the job (``others``): the job runs.
+
+    A worker appearing is never one: the reconcile that created it is running.
+    """
+    if old is None:
+        return False
+    if new is None or (new.deleting and not old.deleting):
+        return True
+    if new.phase in ("Failed", "Succeeded") and new.phase != old.phase:
+        return True
+    if _serving(new) and not _serving(old):
+        return all(_serving(p) or p.phase == "Succeeded" for p in others if not p.deleting)
+    return False
 
 
 class _Entry:
@@ -187,8 +218,9 @@ class PodCache(threading.Thread):
         """Ask the loop to end (at the latest when the current watch ends)."""
         self._stop.set()
 
-    def _put(self, key: str, obj: Mapping[str, Any] | None) -> JobKey | None:
-        """Store (or with ``None`` forget) one pod; return the job it counted or counts for."""
+    def _put(self, key: str, obj: Mapping[str, Any] | None) -> tuple[JobKey | None, bool]:
+        """Store (or with ``None`` forget) one pod; return the job it counted or counts for, and
+        whether that job's status should show the change at once (:func:`shows_at_once`)."""
         entry = entry_of(obj) if obj is not None else None
         with self._lock:
             old = self._pods.pop(key, None)
@@ -201,7 +233,17 @@ class PodCache(threading.Thread):
             if entry is not None:
                 self._pods[key] = entry
                 self._by_job.setdefault(entry.job, set()).add(key)
-        return entry.job if entry is not None else (old.job if old is not None else None)
+            job = entry.job if entry is not None else (old.job if old is not None else None)
+            before = old.worker[1] if old is not None and old.worker is not None else None
+            after = entry.worker[1] if entry is not None and entry.worker is not None else None
+            if job is None or (before is None and after is None):
+                return job, False
+            others = (
+                e.worker[1]
+                for k in self._by_job.get(job, ())
+                if k != key and (e := self._pods[k]).worker is not None
+            )
+            return job, shows_at_once(before, after, others)
 
     def _replace(self, entries: list[tuple[str, _Entry | None]]) -> None:
         with self._lock:
@@ -253,8 +295,8 @@ class PodCache(threading.Thread):
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             if kind == "BOOKMARK":
                 continue
-            job = self._put(_key(obj), None if kind == "DELETED" else obj)
-            if job is not None and self.on_change is not None:
+            job, at_once = self._put(_key(obj), None if kind == "DELETED" else obj)
+            if job is not None and at_once and self.on_change is not None:
                 self.on_change(job)
         return version
 

@@ -12,7 +12,8 @@ from tpfabric_operator.children import (
     JOB_LABEL,
     WORKER_INDEX_LABEL,
 )
-from tpfabric_operator.pod_cache import PodCache, entry_of, keyed_entry
+from tpfabric_operator.lifecycle import WorkerPod
+from tpfabric_operator.pod_cache import PodCache, entry_of, keyed_entry, shows_at_once
 
 
 def pod(
@@ -48,16 +49,17 @@ def test_a_worker_kept_as_failed_moves_from_the_workers_to_the_kept_pods() -> No
     assert first.node == "n1"
 
     kept = pod("j-worker-1", {FAILED_WORKER_LABEL: "j", ATTEMPT_LABEL: "2"}, phase="Failed")
-    assert cache._put("ns/j-worker-1", kept) == ("ns", "j")
+    # out of the gang: the job's status shows that at once (the kept pod's own label change)
+    assert cache._put("ns/j-worker-1", kept) == (("ns", "j"), True)
     assert [w.name for _, w in cache.workers(("ns", "j"))] == ["j-worker-0"]
     assert cache.failed(("ns", "j")) == [("u1", "j-worker-1", 2)]
 
-    assert cache._put("ns/j-worker-1", None) == ("ns", "j")  # deleted
+    assert cache._put("ns/j-worker-1", None) == (("ns", "j"), False)  # a kept pod deleted
     assert cache.failed(("ns", "j")) == []
-    assert cache._put("ns/j-worker-0", None) == ("ns", "j")
+    assert cache._put("ns/j-worker-0", None) == (("ns", "j"), True)  # a worker gone
     assert cache.workers(("ns", "j")) == []
     assert cache._by_job == {}  # nothing left behind for a job that has no pods
-    assert cache._put("ns/never-seen", None) is None
+    assert cache._put("ns/never-seen", None) == (None, False)
 
 
 class _Response:
@@ -96,5 +98,32 @@ def test_watch_events_split_across_chunks_are_applied_in_order() -> None:
     cache = PodCache(_Core(response), on_change=changed.append)  # type: ignore[arg-type]
     assert cache._watch_from("1") == "9"
     assert [w.name for _, w in cache.workers(("ns", "j"))] == ["j-worker-0-a1"]
-    assert changed == [("ns", "j")] * 3  # not for the bookmark
+    # the deletion only: a worker created (twice) is its own reconcile's doing, and a bookmark
+    # is no change
+    assert changed == [("ns", "j")]
     assert response.released
+
+
+def _w(phase: str = "Running", ready: bool = True, deleting: bool = False) -> WorkerPod:
+    return WorkerPod("w", 0, phase, ready, "n1", deleting=deleting)
+
+
+def test_what_a_jobs_status_shows_at_once_and_what_waits_for_its_tick() -> None:
+    pending, running, ready = _w("Pending", False), _w(ready=False), _w()
+    # a worker created, scheduled or started: the tick reports it
+    assert not shows_at_once(None, pending, [])
+    assert not shows_at_once(pending, running, [])
+    # ready, but another worker is not yet: only the count changes, the tick reports it
+    assert not shows_at_once(running, ready, [ready, running])
+    # the last one ready (a worker that finished first counts, one being deleted does not
+    # hold the job back): the job runs now
+    assert shows_at_once(running, ready, [ready, _w("Succeeded", False)])
+    assert shows_at_once(running, ready, [ready, _w(ready=False, deleting=True)])
+    assert not shows_at_once(ready, ready, [ready])  # no change
+    # a loss or an end: charged or recorded now
+    assert shows_at_once(running, _w("Failed", False), [ready])
+    assert shows_at_once(ready, _w("Succeeded", False), [ready])
+    assert shows_at_once(ready, _w(deleting=True), [ready])
+    assert not shows_at_once(_w(deleting=True), _w(ready=False, deleting=True), [ready])
+    assert shows_at_once(_w(deleting=True), None, [ready])  # gone: the next attempt may start
+    assert not shows_at_once(_w("Failed", False), _w("Failed", False), [])
