@@ -300,11 +300,14 @@ def _remember_kopf(kwargs: Mapping[str, Any]) -> None:
 
 
 def _apply_status(body: kopf.Body, patch: kopf.Patch) -> None:
-    """Write a woken reconcile's patch (the reconcile only ever patches the job's status), only
-    onto the job as the reconcile saw it: a 409 when it changed since."""
+    """Write a woken reconcile's patch as kopf writes a tick's (the reconcile only ever patches
+    the job's status). Not guarded by the body's resourceVersion: the body is kopf's view, the
+    one every tick acts on, which lags the API server in a burst; a guarded write was refused
+    (409) 411 times in a 100-job burst and left the jobs' status 18 s behind their pods at the
+    median. The stale-body rule of :class:`_Serial` is what keeps a reconcile from acting twice
+    on one state, here as for the ticks."""
     meta = body.meta
-    version = str(meta.get("resourceVersion") or "")
-    adapter().patch_job_status(meta["namespace"], meta["name"], version, patch.status)
+    adapter().patch_job_status(meta["namespace"], meta["name"], patch.status)
 
 
 def reconcile_woken(job: JobKey) -> bool:
@@ -324,8 +327,8 @@ def reconcile_woken(job: JobKey) -> bool:
     try:
         return bool(context.copy().run(reconcile, body, kopf.Patch(), indexes, _apply_status))
     except ApiException as err:
-        if err.status in (404, 409):  # changed since the index saw it (or gone): look again
-            return bool(err.status == 404)
+        if err.status == 404:  # deleted meanwhile
+            return True
         raise
 
 

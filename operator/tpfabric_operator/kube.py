@@ -163,14 +163,17 @@ class KubeAdapter:
         result: dict[str, Any] = json.loads(response.data)
         return result
 
-    def patch_job_status(
-        self, namespace: str, name: str, resource_version: str, status: Mapping[str, Any]
-    ) -> None:
-        """Merge ``status`` into the job's status (None values remove keys), only if the job is
-        still at ``resource_version``: a 409 when it changed since (or is another job now)."""
-        body = {"metadata": {"resourceVersion": resource_version}, "status": dict(status)}
+    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge ``status`` into the job's status (None values remove keys), as kopf writes a
+        handler's patch."""
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, body, _preload_content=False
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"status": dict(status)},
+            _preload_content=False,
         ).read()
 
     def read_placement_state(self, namespace: str, name: str) -> str | None:
