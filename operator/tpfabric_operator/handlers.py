@@ -332,7 +332,9 @@ def reconcile_woken(job: JobKey) -> bool:
         raise
 
 
-_waker: Waker[JobKey] = Waker(reconcile_woken, give_up=RECONCILE_SECONDS + 1)
+#: a woken reconcile refused because kopf's view of the job is older than our last patch (it lags
+#: in a burst) is retried until that view may be stale no longer, and a tick has run after it
+_waker: Waker[JobKey] = Waker(reconcile_woken, give_up=STALE_BODY_SECONDS + RECONCILE_SECONDS)
 
 
 def _memory(status: Mapping[str, Any], replanning: bool) -> Memory:
