@@ -6,8 +6,11 @@ import threading
 import time
 from typing import Any
 
+import kopf
+import pytest
 from kubernetes.client.rest import ApiException
 
+from tpfabric_operator import handlers
 from tpfabric_operator.handlers import (
     CREATE_CONCURRENCY,
     SERVICE_MEMORY_SECONDS,
@@ -145,3 +148,33 @@ def test_a_service_made_here_counts_until_the_index_shows_it_or_the_memory_runs_
     later = time.monotonic() + SERVICE_MEMORY_SECONDS
     monkeypatch.setattr(time, "monotonic", lambda: later)
     assert not made.pending("v", shown=False)  # never shown: after the memory, post again
+
+
+def test_a_woken_reconcile_marks_its_body_patched_only_when_its_write_went_through(
+    monkeypatch: Any,
+) -> None:
+    class _Synced:
+        synced = threading.Event()
+
+    _Synced.synced.set()
+    monkeypatch.setattr(handlers, "pods", lambda: _Synced)
+    monkeypatch.setattr(handlers, "_serial", _Serial())
+
+    def decide(body: Any, patch: Any, indexes: Any) -> None:
+        patch.status["phase"] = "Running"
+
+    monkeypatch.setattr(handlers, "_reconcile", decide)
+    body = kopf.Body({"metadata": {"uid": "u", "resourceVersion": "7", "name": "j"}})
+    written: list[dict[str, Any]] = []
+
+    def refused(body: Any, patch: Any) -> None:
+        raise ApiException(status=500, reason="etcd timeout")
+
+    with pytest.raises(ApiException):
+        handlers.reconcile(body, kopf.Patch(), {}, refused)
+    # nothing was written: the same body may be acted on again at once
+    assert handlers.reconcile(body, kopf.Patch(), {}, lambda b, p: written.append(dict(p)))
+    assert written == [{"status": {"phase": "Running"}}]
+    # written: that body is stale now, until the watch brings the job as patched
+    assert not handlers.reconcile(body, kopf.Patch(), {}, lambda b, p: written.append(dict(p)))
+    assert len(written) == 1
