@@ -64,14 +64,32 @@ def test_a_pod_that_is_not_a_worker_may_land_on_a_reserved_node() -> None:
 # -- the planned domain ----------------------------------------------------------------------
 
 
-def test_a_worker_is_kept_inside_its_planned_domain_and_every_rejection_is_unresolvable() -> None:
+#: what kube-scheduler sends once its own filters rejected a worker's planned node a1
+WITHOUT_A1 = ["a2", "a3", "b1", "b2"]
+
+
+def test_a_worker_gets_its_planned_node_alone_and_every_rejection_is_unresolvable() -> None:
     store = a_store(["a1", "a2"])
     result, counts = filter_nodes(store, args_for(a_worker("job", 0, gated=False)))
-    assert sorted(result.node_names) == ["a1", "a3"]
+    # one feasible node: kube-scheduler scores nothing and does not call prioritize
+    assert result.node_names == ["a1"]
     assert result.failed == {}  # plain FailedNodes would let DefaultPreemption evict for us
-    assert set(result.failed_unresolvable) == {"a2", "b1", "b2"}
+    assert set(result.failed_unresolvable) == {"a2", "a3", "b1", "b2"}
     assert "outside the planned leaf leaf-a" in result.failed_unresolvable["b1"]
     assert result.failed_unresolvable["a2"] == "tpfabric: planned for rank 1 of job ns/job"
+    assert result.failed_unresolvable["a3"] == "tpfabric: rank 0 of job ns/job goes to a1"
+    assert counts == {
+        "outside-planned-domain": 2,
+        "planned-for-another-rank": 1,
+        "not-the-planned-node": 1,
+    }
+
+
+def test_a_worker_whose_planned_node_failed_is_kept_inside_its_planned_domain() -> None:
+    store = a_store(["a1", "a2"])
+    result, counts = filter_nodes(store, args_for(a_worker("job", 0, gated=False), WITHOUT_A1))
+    assert result.node_names == ["a3"]  # a2 holds rank 1; b1, b2 are outside leaf-a
+    assert set(result.failed_unresolvable) == {"a2", "b1", "b2"}
     assert counts == {"outside-planned-domain": 2, "planned-for-another-rank": 1}
 
 
@@ -82,9 +100,9 @@ def test_the_domain_is_matched_on_its_full_label_path() -> None:
         store.upsert_node(a_node(name, "leaf-1", spine))
     domain = {labels.BLOCK: "b1", labels.SPINE: "su1", labels.LEAF: "leaf-1"}
     store.upsert_job(a_planned_job("job", ["s1-n1"], domain))
-    names = ["s1-n1", "s1-n2", "s2-n1", "s2-n2"]
+    names = ["s1-n2", "s2-n1", "s2-n2"]  # its planned s1-n1 failed kube-scheduler's filters
     result, counts = filter_nodes(store, args_for(a_worker("job", 0), names))
-    assert result.node_names == ["s1-n1", "s1-n2"]
+    assert result.node_names == ["s1-n2"]
     assert set(result.failed_unresolvable) == {"s2-n1", "s2-n2"}
     assert counts == {"outside-planned-domain": 2}
     scores = dict(prioritize_nodes(store, args_for(a_worker("job", 0), names)))
@@ -94,22 +112,22 @@ def test_the_domain_is_matched_on_its_full_label_path() -> None:
 
 def test_a_plan_persisted_without_domain_labels_falls_back_to_the_level_key() -> None:
     store = a_store(["a1", "a2"])  # a_job's plan has no domainLabels
-    result, _ = filter_nodes(store, args_for(a_worker("job", 0)))
-    assert sorted(result.node_names) == ["a1", "a3"]
+    result, _ = filter_nodes(store, args_for(a_worker("job", 0), WITHOUT_A1))
+    assert result.node_names == ["a3"]
 
 
 def test_domain_labels_win_over_the_level_and_domain_fields() -> None:
     store = a_store()
     store.upsert_job(a_planned_job("job", ["b1", "b2"], {labels.SPINE: "su1"}, level="spine"))
-    result, _ = filter_nodes(store, args_for(a_worker("job", 0)))
-    assert sorted(result.node_names) == ["a1", "a2", "a3", "b1"]
+    result, _ = filter_nodes(store, args_for(a_worker("job", 0), ["a1", "a2", "a3", "b2"]))
+    assert sorted(result.node_names) == ["a1", "a2", "a3"]
 
 
 def test_a_plan_spread_over_the_whole_cluster_keeps_every_node_but_other_ranks() -> None:
     store = a_store()
     store.upsert_job(a_job("job", 2, plan=("cluster", "cluster", ["a1", "b2"])))
-    result, _ = filter_nodes(store, args_for(a_worker("job", 0, gated=False)))
-    assert sorted(result.node_names) == ["a1", "a2", "a3", "b1"]
+    result, _ = filter_nodes(store, args_for(a_worker("job", 0, gated=False), WITHOUT_A1))
+    assert sorted(result.node_names) == ["a2", "a3", "b1"]
     assert result.failed == {}
     assert set(result.failed_unresolvable) == {"b2"}
     scores = dict(prioritize_nodes(store, args_for(a_worker("job", 0, gated=False))))
@@ -169,8 +187,8 @@ def test_a_reservation_ends_when_its_rank_binds() -> None:
     store = a_store(["a1", "a2"])
     store.upsert_job(a_job("other", 1, plan=("leaf", "leaf-a", ["a3"])))
     store.upsert_pod(a_worker("other", 0, node="a3", gated=False))
-    result, _ = filter_nodes(store, args_for(a_worker("job", 0)))
-    assert result.node_names == ["a1", "a3"]  # a3's fit is kube-scheduler's own filter's call
+    result, _ = filter_nodes(store, args_for(a_worker("job", 0), WITHOUT_A1))
+    assert result.node_names == ["a3"]  # a3's fit is kube-scheduler's own filter's call
 
 
 def test_the_workers_own_planned_node_is_kept_though_it_is_reserved_for_it() -> None:
