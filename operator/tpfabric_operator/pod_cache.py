@@ -16,7 +16,7 @@ never act on an empty view: it would create a second set of pods).
 status shows at once (:func:`shows_at_once`): a worker failed, finished or went away, or the last
 one became ready. The operator reconciles that job then instead of at its next tick
 (:mod:`.wakeups`); every other change (a worker created, scheduled, one of several ready) waits
-for the tick, so a gang of 256 costs no more status writes than before.
+for the tick, so that a gang coming up is not written once per worker.
 """
 
 from __future__ import annotations
