@@ -184,11 +184,13 @@ def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult,
     kept: list[str] = []
     rejected: dict[str, str] = {}
     counts: dict[str, int] = {}
+    planned_kept = False
     for name in args.node_names:
         if name not in members:
             reason, rejected[name] = FilterReason.OUTSIDE_DOMAIN, outside
         elif name == view.planned_node:  # its own reservation
             kept.append(name)
+            planned_kept = True
             continue
         elif name in view.other_ranks:
             reason = FilterReason.OTHER_RANK
@@ -203,16 +205,17 @@ def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult,
             kept.append(name)
             continue
         counts[reason] = counts.get(reason, 0) + 1
-    kept = _planned_alone(view, kept, rejected, counts)
+    if planned_kept:
+        kept = _planned_alone(view, kept, rejected, counts)
     return FilterResult(node_names=kept, failed_unresolvable=rejected), counts
 
 
 def _planned_alone(
     view: WorkerView, kept: list[str], rejected: dict[str, str], counts: dict[str, int]
 ) -> list[str]:
-    """Return ``[planned node]`` when it is among ``kept`` (the others go to ``rejected``)."""
+    """Return ``[planned node]``, which the filter loop kept (the others go to ``rejected``)."""
     planned = view.planned_node
-    if planned is None or len(kept) < 2 or planned not in kept:
+    if planned is None or len(kept) < 2:
         return kept
     elsewhere = f"tpfabric: rank {view.index} of job {view.job_key} goes to {planned}"
     for name in kept:
