@@ -246,6 +246,7 @@ class BoundPod:
     name: str  # namespace/name
     scheduler: str
     scheduled: float | None
+    demand: Mapping[str, int] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -258,19 +259,35 @@ class Overcommit:
     allocatable: int
     pods: tuple[BoundPod, ...]
 
-    def scheduler_race(self, window: float) -> bool:
-        """Return whether two schedulers bound these pods within ``window`` seconds.
+    def scheduler_race(self, window: float, ours: str) -> bool:
+        """Return whether this is a race of two schedulers' caches, not a wrong binding of ``ours``.
 
         Two kube-schedulers (the default one and tpfabric's) keep two caches: each may bind to
         a node the other has just filled, before its watch shows the other's binding. On a real
         node the kubelet's admission rejects the later pod (``OutOf<resource>``); kwok admits
-        everything, so the race shows here as an overcommitted node.
+        everything, so the race shows here as an overcommitted node. It is a race when pods of
+        two schedulers hold the node and either
+
+        - they were bound within ``window`` seconds of each other (either cache may have been
+          behind), or
+        - ``ours`` did not overcommit: its pods alone fit, and none of them was bound more than
+          ``window`` after a pod of the other scheduler (the other scheduler bound onto a node
+          ``ours`` had filled; its cache lagged, by however long a loaded machine makes it).
+
+        ``ours`` binding beyond the window onto a node another scheduler had filled, or its
+        pods alone asking for more than the node has, is never a race.
         """
         times = [p.scheduled for p in self.pods]
         if len({p.scheduler for p in self.pods}) < 2 or None in times:
             return False
         known = [t for t in times if t is not None]
-        return max(known) - min(known) <= window
+        if max(known) - min(known) <= window:
+            return True
+        mine = [p for p in self.pods if p.scheduler == ours]
+        if sum(p.demand.get(self.resource, 0) for p in mine) > self.allocatable:
+            return False
+        others = [p.scheduled for p in self.pods if p.scheduler != ours and p.scheduled is not None]
+        return all(p.scheduled is not None and p.scheduled <= min(others) + window for p in mine)
 
     def __str__(self) -> str:
         holders = ", ".join(f"{p.name} by {p.scheduler}" for p in self.pods)
@@ -310,6 +327,7 @@ def overcommits(
                 f"{meta['namespace']}/{meta['name']}",
                 str(spec.get("schedulerName") or "default-scheduler"),
                 scheduled_at(pod),
+                pod_demand(pod),
             )
         )
     return [
