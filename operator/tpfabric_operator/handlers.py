@@ -535,8 +535,8 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
             kube.delete_pod(namespace, pod_name)
     if intent.fail or intent.succeed or job.spec.suspend:
         return error
-    services = indexes["job_services"].get((namespace, name), [])
-    if intent.create or (memory.created_before and uid not in services):
+    if intent.create or memory.created_before:
+        services = indexes["job_services"].get((namespace, name), [])
         error = _ensure_service(kube, body, services) or error
     manifests = []
     for index in intent.create:
@@ -555,7 +555,12 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
 
 def _ensure_service(kube: KubeAdapter, body: kopf.Body, services: list[str]) -> str | None:
     """Create the job's headless Service unless the index (``services``: owners' uids of the
-    Service of that name) or this operator's memory has it; return why it failed, if it did."""
+    Service of that name) or this operator's memory has it; return why it failed, if it did.
+
+    Called on every reconcile of a job whose pods exist: the index showing the Service is what
+    ends this operator's memory of creating it, so that a later deletion is repaired at the next
+    reconcile (not once the memory runs out).
+    """
     namespace, name, uid = body.meta["namespace"], body.meta["name"], body.meta["uid"]
     if _services_made.pending(uid, shown=uid in services):
         return None

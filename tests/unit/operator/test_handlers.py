@@ -15,6 +15,7 @@ from tpfabric_operator.handlers import (
     CREATE_CONCURRENCY,
     SERVICE_MEMORY_SECONDS,
     _create_pods,
+    _ensure_service,
     _Made,
     _Serial,
 )
@@ -148,6 +149,36 @@ def test_a_service_made_here_counts_until_the_index_shows_it_or_the_memory_runs_
     later = time.monotonic() + SERVICE_MEMORY_SECONDS
     monkeypatch.setattr(time, "monotonic", lambda: later)
     assert not made.pending("v", shown=False)  # never shown: after the memory, post again
+
+
+def test_a_service_deleted_after_the_index_showed_it_is_made_again_at_once(
+    monkeypatch: Any,
+) -> None:
+    # what every reconcile of a job with pods goes through (the regression itself, _apply not
+    # calling this once the index showed the Service, is caught on the real control plane by
+    # test_a_deleted_headless_service_is_made_again)
+    monkeypatch.setattr(handlers, "_services_made", _Made())
+    created: list[str] = []
+
+    class _Kube:
+        def create(self, manifest: dict[str, Any]) -> bool:
+            created.append(manifest["metadata"]["name"])
+            return True
+
+        def delete_service(self, namespace: str, name: str) -> None:
+            raise AssertionError("no older job's Service here")
+
+    meta = {"namespace": "ns", "name": "j", "uid": "u"}
+    body = kopf.Body(
+        {"apiVersion": "tpfabric.io/v1alpha1", "kind": "TensorParallelJob", "metadata": meta}
+    )
+    kube: Any = _Kube()
+    assert _ensure_service(kube, body, []) is None  # the job's first reconcile
+    assert _ensure_service(kube, body, []) is None  # the index lags: not posted again
+    assert _ensure_service(kube, body, ["u"]) is None  # the index shows it
+    assert created == ["j-workers"]
+    assert _ensure_service(kube, body, []) is None  # someone deleted it: made again now
+    assert created == ["j-workers", "j-workers"]
 
 
 def test_a_woken_reconcile_marks_its_body_patched_only_when_its_write_went_through(
