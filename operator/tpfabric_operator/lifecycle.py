@@ -43,6 +43,9 @@ FORCE_DELETE_AFTER_SECONDS = 30.0
 
 Action = Literal["FailJob", "Restart", "RestartIgnoreLimit", "Ignore"]
 
+#: how the kubelet's message starts when its admission refused a pod (it never started)
+KUBELET_REJECTED = "Pod was rejected:"
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerPod:
@@ -145,8 +148,9 @@ def honour_problem(job: TensorParallelJob, nodes: list[dict[str, int]]) -> str |
 def rule_action(rules: list[FailureRule], failure: Failure, conditions: frozenset[str]) -> Action:
     """Return the action of the first rule that matches ``failure``, else the default one.
 
-    Defaults: a ``DisruptionTarget`` pod (preempted, evicted, drained) restarts without charge;
-    anything else restarts, charged.
+    Defaults: a ``DisruptionTarget`` pod (preempted, evicted, drained) and a worker the kubelet
+    refused for want of a device another pod took first (:func:`lost_admission_race`) restart
+    without charge; anything else restarts, charged.
     """
     for rule in rules:
         if rule.on_exit_codes and failure.exit_code not in rule.on_exit_codes:
@@ -156,7 +160,28 @@ def rule_action(rules: list[FailureRule], failure: Failure, conditions: frozense
         if rule.on_reasons and failure.reason not in rule.on_reasons:
             continue
         return rule.action
-    return "RestartIgnoreLimit" if "DisruptionTarget" in conditions else "Restart"
+    if "DisruptionTarget" in conditions or lost_admission_race(failure):
+        return "RestartIgnoreLimit"
+    return "Restart"
+
+
+def lost_admission_race(failure: Failure) -> bool:
+    """Return whether the kubelet refused the worker because the node was already full.
+
+    Two schedulers (or a pod bound by ``nodeName``) can bind to one node from caches that do not
+    yet show each other's pods; the kubelet admits the first and fails the later one before it
+    starts: phase Failed, reason ``OutOf<resource>`` (``OutOfnvidia.com/gpu``), message
+    ``Pod was rejected: Node didn't have enough resource: ...``. Nothing of the job ran, and the
+    new attempt is planned with the other pod in view, so it is a disruption, not a failure of
+    the job (Kubernetes Jobs charge it to ``backoffLimit``: KEP-3329 left admission failures
+    without a ``DisruptionTarget``). Other admission refusals (``UnexpectedAdmissionError``,
+    ``TopologyAffinityError``, ...) can repeat on the same node and stay charged.
+    """
+    return (
+        failure.exit_code is None
+        and failure.reason.startswith("OutOf")
+        and failure.message.startswith(KUBELET_REJECTED)
+    )
 
 
 def _success(policy: str, done: set[int], workers: int, ignored: set[int]) -> str | None:

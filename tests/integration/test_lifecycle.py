@@ -204,6 +204,47 @@ def test_the_status_follows_the_workers_at_once_not_at_the_next_tick(tpj: Tpj) -
         start_operator(cluster)
 
 
+def refuse_worker(tpj: Tpj, pod_name: str, resource: str) -> None:
+    """Write the status a kubelet writes when its admission refuses a pod bound to a full node:
+    Failed before any container started, ``OutOf<resource>``, ``Pod was rejected: ...``."""
+    ops = [
+        {"op": "replace", "path": "/status/phase", "value": "Failed"},
+        {"op": "add", "path": "/status/reason", "value": f"OutOf{resource}"},
+        {
+            "op": "add",
+            "path": "/status/message",
+            "value": f"Pod was rejected: Node didn't have enough resource: {resource}, "
+            "requested: 8, used: 8, capacity: 8",
+        },
+        {"op": "remove", "path": "/status/containerStatuses"},
+    ]
+    tpj.core.patch_namespaced_pod_status(pod_name, tpj.namespace, ops)
+
+
+def test_a_worker_the_kubelet_refuses_on_a_full_node_restarts_without_a_charge(tpj: Tpj) -> None:
+    # another scheduler bound a pod to the same node from a cache that did not show ours yet,
+    # and the kubelet admitted that one first: not the job's failure, even with no restart left
+    name = tpj.apply(
+        small_job("refused", workers=3, failurePolicy={"maxRestarts": 0, "backoffSeconds": 1})
+    )
+    tpj.wait_phase(name, "Running")
+    before = {p.metadata.uid for p in tpj.pods(name)}
+    refuse_worker(tpj, f"{name}-worker-1", "nvidia.com/gpu")
+
+    def restarted() -> list[client.V1Pod] | None:
+        pods = tpj.pods(name)
+        ok = len(pods) == 3 and all(p.status.phase == "Running" for p in pods)
+        return pods if ok and not {p.metadata.uid for p in pods} & before else None
+
+    wait_for(restarted, 90, what="a Running second attempt of the whole gang")
+    status = tpj.wait_phase(name, "Running")
+    assert (status["restarts"], status["attempt"]) == (0, 1)  # restarted, not charged
+    failure = status["lastFailure"]
+    assert (failure["worker"], failure["reason"]) == (1, "OutOfnvidia.com/gpu")
+    assert failure["message"].startswith("Pod was rejected: Node didn't have enough resource")
+    assert failure.get("exitCode") is None
+
+
 def test_an_init_container_failure_is_the_reason_shown(tpj: Tpj) -> None:
     name = tpj.apply(small_job("noinit", failurePolicy={"maxRestarts": 0}))
     tpj.wait_phase(name, "Running")

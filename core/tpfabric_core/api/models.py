@@ -161,7 +161,8 @@ class FailureRule(_Model):
     )
     """Matches the failure's reason: `OOMKilled`, `InitContainerFailed`, `Error`, `Evicted` (a
     running pod deleted with a `DisruptionTarget` condition), `Deleted` (a running pod deleted),
-    `Lost` (the pod disappeared)."""
+    `Lost` (the pod disappeared), or the kubelet's own (`OutOfnvidia.com/gpu`,
+    `UnexpectedAdmissionError`, ... when it refused the pod)."""
 
     @model_validator(mode="after")
     def _matches_something(self) -> FailureRule:
@@ -187,7 +188,9 @@ class FailurePolicy(_Model):
     """Delay after every loss before the restart is created."""
     rules: list[FailureRule] = Field(default_factory=list, max_length=32)
     """Ordered rules; the first that matches a failed worker decides. Without a match:
-    `DisruptionTarget` -> `RestartIgnoreLimit`, anything else -> `Restart`."""
+    `DisruptionTarget` -> `RestartIgnoreLimit`, a worker the kubelet refused because another
+    pod had taken the node's devices first (reason `OutOf<resource>`, e.g.
+    `OutOfnvidia.com/gpu`) -> `RestartIgnoreLimit`, anything else -> `Restart`."""
     keep_failed_pods: bool = True
     """Keep the failed pods of the last failed attempt (renamed out of the gang) for
     `kubectl logs`; older ones are deleted."""

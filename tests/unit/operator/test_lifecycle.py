@@ -4,6 +4,7 @@ from dataclasses import replace
 from typing import Any
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_operator.children import WORKER_INDEX_LABEL
 from tpfabric_operator.lifecycle import (
     FORCE_DELETE_AFTER_SECONDS,
     Failure,
@@ -15,6 +16,7 @@ from tpfabric_operator.lifecycle import (
     job_status,
     rule_action,
 )
+from tpfabric_operator.pod_cache import worker_of
 
 NOW = 1_000_000.0
 RUNNING = Memory(created_before=True)
@@ -226,6 +228,53 @@ def test_rules_pick_the_first_match_and_default_by_disruption() -> None:
     assert rule_action([], Failure(0, "Evicted", ""), frozenset({"DisruptionTarget"})) == (
         "RestartIgnoreLimit"
     )
+
+
+#: a pod status as the kubelet writes it when its admission refuses a pod bound to a full node
+KUBELET_OUT_OF_GPU = {
+    "phase": "Failed",
+    "reason": "OutOfnvidia.com/gpu",
+    "message": "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, "
+    "requested: 8, used: 8, capacity: 8",
+}
+
+
+def _refused(index: int, status: dict[str, Any]) -> WorkerPod:
+    labels = {WORKER_INDEX_LABEL: str(index)}
+    meta = {"name": f"j-worker-{index}", "uid": "p"}
+    _, worker = worker_of(meta["name"], labels, meta, {"nodeName": "n1"}, status)
+    return worker
+
+
+def test_a_worker_the_kubelet_refused_for_a_full_node_restarts_without_a_charge() -> None:
+    # two schedulers bound to one node from caches that did not show each other's pods: the
+    # kubelet admitted the other pod first; nothing of the job ran
+    refused = _refused(1, KUBELET_OUT_OF_GPU)
+    intent = decide(a_job(), [pod(0), refused, pod(2)], replace(RUNNING, restarts=3), now=NOW)
+    assert intent.fail is None  # maxRestarts 3 is spent, and yet the job goes on
+    assert intent.charged == 0
+    assert intent.attempt == 1
+    assert intent.failure is not None
+    assert (intent.failure.reason, intent.failure.exit_code) == ("OutOfnvidia.com/gpu", None)
+    assert intent.failure.message.startswith("Pod was rejected: Node didn't have enough")
+
+
+def test_other_kubelet_refusals_and_a_user_rule_stay_charged() -> None:
+    # a device plugin that fails to allocate, or a topology manager that can never align, may
+    # refuse again on the same node: the restart limit bounds those
+    for reason in ("UnexpectedAdmissionError", "TopologyAffinityError"):
+        status = {**KUBELET_OUT_OF_GPU, "reason": reason}
+        intent = decide(a_job(), [pod(0), _refused(1, status), pod(2)], RUNNING, now=NOW)
+        assert intent.charged == 1, reason
+    # an OutOf reason the container gave itself (it ran) is the job's own failure
+    ran = Failure(1, "OutOfnvidia.com/gpu", "container w exited 1 (Error)", 1)
+    assert rule_action([], ran, frozenset()) == "Restart"
+    # a rule comes first: a user may fail the job on it
+    job = a_job(
+        failurePolicy={"rules": [{"action": "FailJob", "onReasons": ["OutOfnvidia.com/gpu"]}]}
+    )
+    intent = decide(job, [pod(0), _refused(1, KUBELET_OUT_OF_GPU), pod(2)], RUNNING, now=NOW)
+    assert intent.fail_reason == "FailJob"
 
 
 def test_a_fail_job_rule_fails_at_once_and_keeps_the_evidence() -> None:
