@@ -73,7 +73,7 @@ CREATE_CONCURRENCY = int(os.environ.get("TPFABRIC_CREATE_CONCURRENCY", "16"))
 #: reconciles (kopf's synchronous handlers) running at the same time; 0: kopf's default
 HANDLER_THREADS = int(os.environ.get("TPFABRIC_HANDLER_THREADS", "0"))
 #: how long a reconcile waits for the watch to deliver the status it patched
-STALE_BODY_SECONDS = 10.0
+STALE_BODY_SECONDS = 30.0
 #: how long a Service created here counts as there while the index does not show it yet
 SERVICE_MEMORY_SECONDS = 30.0
 #: how long start-up waits for the first list of worker pods (reconciles wait for it too)
@@ -225,28 +225,40 @@ def _fail_invalid(body: kopf.Body, patch: kopf.Patch, message: str) -> None:
 
 
 class _Serial:
-    """One reconcile at a time per job, never on a body older than our last status patch."""
+    """One reconcile at a time per job, never on a body older than our last status patch.
+
+    A body is older than the patch when it is the very version the patch was computed from, or
+    when its status does not show what the patch wrote: kopf's view of a job lagged 25 s behind
+    the API server in a burst of 100 jobs (its handler threads busy creating pods), so a tick
+    could meet a body older than the one the last patch was computed from, and write the same
+    status again (or charge one incident twice). Past ``STALE_BODY_SECONDS`` the body is trusted
+    anyway: a patch that never landed must not hold the job forever.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running: set[str] = set()
-        self._patched: dict[str, tuple[str, float]] = {}  # uid -> (resourceVersion, when)
+        # uid -> (resourceVersion patched from, when, the status it wrote)
+        self._patched: dict[str, tuple[str, float, dict[str, Any]]] = {}
 
-    def enter(self, uid: str, version: str) -> bool:
+    def enter(self, uid: str, version: str, status: Mapping[str, Any]) -> bool:
         with self._lock:
             if uid in self._running:
                 return False
             seen = self._patched.get(uid)
-            if seen and seen[0] == version and time.monotonic() - seen[1] < STALE_BODY_SECONDS:
-                return False  # our last patch has not come back through the watch yet
+            if seen and time.monotonic() - seen[1] < STALE_BODY_SECONDS:
+                shown = all(status.get(key) == value for key, value in seen[2].items())
+                if seen[0] == version or not shown:
+                    return False  # our last patch has not come back through the watch yet
             self._running.add(uid)
             return True
 
-    def leave(self, uid: str, version: str, patched: bool) -> None:
+    def leave(self, uid: str, version: str, written: Mapping[str, Any] | None) -> None:
+        """End the reconcile; ``written``: the status it patched (None or empty: nothing)."""
         with self._lock:
             self._running.discard(uid)
-            if patched:
-                self._patched[uid] = (version, time.monotonic())
+            if written:
+                self._patched[uid] = (version, time.monotonic(), dict(written))
             else:
                 self._patched.pop(uid, None)
 
@@ -272,7 +284,7 @@ def reconcile(
         return True
     if not pods().synced.is_set():
         return False  # never act on an empty view of the pods: a second set would be created
-    if not _serial.enter(uid, version):
+    if not _serial.enter(uid, version, body.get("status") or {}):
         return False
     written = False
     try:
@@ -282,7 +294,8 @@ def reconcile(
         written = bool(patch)
     finally:
         # kopf writes its handlers' patch after they return, after an error too
-        _serial.leave(uid, version, written if apply is not None else bool(patch))
+        landed = written if apply is not None else bool(patch)
+        _serial.leave(uid, version, dict(patch.status) if landed else None)
     return True
 
 

@@ -61,15 +61,25 @@ def test_an_eviction_without_container_states_keeps_the_pods_reason() -> None:
     )
 
 
-def test_one_reconcile_at_a_time_and_never_on_a_body_older_than_our_patch() -> None:
+def test_one_reconcile_at_a_time_and_never_on_a_body_older_than_our_patch(
+    monkeypatch: Any,
+) -> None:
     serial = _Serial()
-    assert serial.enter("uid", "10")
-    assert not serial.enter("uid", "10")  # the timer while the change handler runs
-    serial.leave("uid", "10", patched=True)
-    assert not serial.enter("uid", "10")  # our patch has not come back yet
-    assert serial.enter("uid", "11")
-    serial.leave("uid", "11", patched=False)
-    assert serial.enter("uid", "11")
+    old = {"phase": "Pending"}
+    assert serial.enter("uid", "10", old)
+    assert not serial.enter("uid", "10", old)  # the timer while the change handler runs
+    serial.leave("uid", "10", {"phase": "Running", "lastFailure": None})
+    assert not serial.enter("uid", "10", old)  # our patch has not come back yet
+    # a body older still (kopf's view lags): its status does not show the patch either
+    assert not serial.enter("uid", "9", {})
+    assert serial.enter("uid", "12", {"phase": "Running"})  # shows it (a removed key: absent)
+    serial.leave("uid", "12", None)
+    assert serial.enter("uid", "11", old)  # nothing patched since: any body will do
+    serial.leave("uid", "11", {"phase": "Failed"})
+    # a patch that never shows (it did not land) holds the job back for a bounded time only
+    later = time.monotonic() + handlers.STALE_BODY_SECONDS
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    assert serial.enter("uid", "11", old)
 
 
 def test_the_same_warning_is_posted_once_per_interval(monkeypatch: Any) -> None:
