@@ -224,6 +224,20 @@ def _fail_invalid(body: kopf.Body, patch: kopf.Patch, message: str) -> None:
     _warn(body, "InvalidSpec", message)
 
 
+def _shows(stored: Any, written: Any) -> bool:
+    """Return whether ``stored`` shows the merge patch ``written`` (RFC 7386, as kopf and
+    :meth:`KubeAdapter.patch_job_status` write a status): a None removes its key, an object is
+    merged key by key (keys it leaves out keep what they had), anything else replaces."""
+    if not isinstance(written, Mapping):
+        return bool(stored == written)
+    if not isinstance(stored, Mapping):
+        return False
+    return all(
+        stored.get(key) is None if value is None else _shows(stored.get(key), value)
+        for key, value in written.items()
+    )
+
+
 class _Serial:
     """One reconcile at a time per job, never on a body older than our last status patch.
 
@@ -246,10 +260,9 @@ class _Serial:
             if uid in self._running:
                 return False
             seen = self._patched.get(uid)
-            if seen and time.monotonic() - seen[1] < STALE_BODY_SECONDS:
-                shown = all(status.get(key) == value for key, value in seen[2].items())
-                if seen[0] == version or not shown:
-                    return False  # our last patch has not come back through the watch yet
+            fresh = seen is not None and time.monotonic() - seen[1] < STALE_BODY_SECONDS
+            if fresh and seen and (seen[0] == version or not _shows(status, seen[2])):
+                return False  # our last patch has not come back through the watch yet
             self._running.add(uid)
             return True
 

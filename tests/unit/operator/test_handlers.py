@@ -82,6 +82,22 @@ def test_one_reconcile_at_a_time_and_never_on_a_body_older_than_our_patch(
     assert serial.enter("uid", "11", old)
 
 
+def test_a_patch_counts_as_shown_as_the_api_server_stores_a_merge_patch() -> None:
+    # the status is written as a merge patch: a None removes its key, also inside an object
+    # (lastFailure.exitCode of a lost or refused worker), so the stored status never holds it;
+    # compared as plain values the patch never showed, and the job's reconciles waited the
+    # full STALE_BODY_SECONDS after every incident without an exit code
+    serial = _Serial()
+    assert serial.enter("uid", "1", {})
+    failure = {"worker": 1, "reason": "OutOfnvidia.com/gpu", "exitCode": None, "pod": "p"}
+    serial.leave("uid", "1", {"lastFailure": failure, "restarts": 0, "startTime": None})
+    stored = {"worker": 1, "reason": "OutOfnvidia.com/gpu", "pod": "p"}
+    assert not serial.enter("uid", "2", {"restarts": 0})  # lastFailure not there yet
+    assert not serial.enter("uid", "2", {"lastFailure": {**stored, "pod": "q"}, "restarts": 0})
+    # keys the patch left out keep what they had (merged, not replaced): still shown
+    assert serial.enter("uid", "2", {"lastFailure": {**stored, "node": "n1"}, "restarts": 0})
+
+
 def test_the_same_warning_is_posted_once_per_interval(monkeypatch: Any) -> None:
     from types import SimpleNamespace  # noqa: PLC0415
 
