@@ -260,8 +260,11 @@ class _Serial:
             if uid in self._running:
                 return False
             seen = self._patched.get(uid)
-            fresh = seen is not None and time.monotonic() - seen[1] < STALE_BODY_SECONDS
-            if fresh and seen and (seen[0] == version or not _shows(status, seen[2])):
+            if (
+                seen is not None
+                and time.monotonic() - seen[1] < STALE_BODY_SECONDS
+                and (seen[0] == version or not _shows(status, seen[2]))
+            ):
                 return False  # our last patch has not come back through the watch yet
             self._running.add(uid)
             return True
