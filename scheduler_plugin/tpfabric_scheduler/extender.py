@@ -184,13 +184,13 @@ def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult,
     kept: list[str] = []
     rejected: dict[str, str] = {}
     counts: dict[str, int] = {}
-    planned_kept = False
+    planned: str | None = None  # the planned node, once the loop has kept it
     for name in args.node_names:
         if name not in members:
             reason, rejected[name] = FilterReason.OUTSIDE_DOMAIN, outside
         elif name == view.planned_node:  # its own reservation
             kept.append(name)
-            planned_kept = True
+            planned = name
             continue
         elif name in view.other_ranks:
             reason = FilterReason.OTHER_RANK
@@ -205,18 +205,19 @@ def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult,
             kept.append(name)
             continue
         counts[reason] = counts.get(reason, 0) + 1
-    if planned_kept:
-        kept = _planned_alone(view, kept, rejected, counts)
+    if planned is not None and len(kept) > 1:
+        kept = _planned_alone(planned, view, kept, rejected, counts)
     return FilterResult(node_names=kept, failed_unresolvable=rejected), counts
 
 
 def _planned_alone(
-    view: WorkerView, kept: list[str], rejected: dict[str, str], counts: dict[str, int]
+    planned: str,
+    view: WorkerView,
+    kept: list[str],
+    rejected: dict[str, str],
+    counts: dict[str, int],
 ) -> list[str]:
-    """Return ``[planned node]``, which the filter loop kept (the others go to ``rejected``)."""
-    planned = view.planned_node
-    if planned is None or len(kept) < 2:
-        return kept
+    """Return ``[planned]``, one of ``kept`` (the others go to ``rejected``)."""
     elsewhere = f"tpfabric: rank {view.index} of job {view.job_key} goes to {planned}"
     for name in kept:
         if name != planned:
