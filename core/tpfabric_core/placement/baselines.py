@@ -293,8 +293,8 @@ def optimal(
     """Return the exact best placement under the cost model; SearchTooLargeError if too big.
 
     Same policy bounds as :func:`~tpfabric_core.placement.planner.plan_gang` (level, wait,
-    degraded handling); the objective is (modelled all-reduce time, level, leaves spanned,
-    room left in the domain, node order).
+    degraded handling); the objective is (modelled all-reduce time, degraded or miscabled nodes
+    used under ``penalize``, level, leaves spanned, room left in the domain, node order).
     """
     topology = snapshot.topology
     policy = request.policy
@@ -306,7 +306,8 @@ def optimal(
         penalty[i] = True
     leaf_free = domain_free(slots, topology.domains[0])
     budget = [max_allocations]
-    best: tuple[tuple[float, int, int, int, tuple[int, ...]], list[int]] | None = None
+    penalize = policy.avoid_degraded == "penalize"
+    best: tuple[tuple[float, int, int, int, int, tuple[int, ...]], list[int]] | None = None
     monotone = _cost_grows_with_level(topology, cost_config)
     for depth in range(max_depth + 1):
         for domain in topology.domains[depth]:
@@ -340,7 +341,9 @@ def optimal(
                 cost = modelled_allreduce_by_index(
                     topology, ranks, request.gpus_per_worker, degraded=degraded, config=cost_config
                 )
-                key = (cost.best_s, depth, len(used), room, tuple(ranks))
+                # as the planner's penalize: a sick node only where it is strictly cheaper
+                sick = sum(1 for i in set(ranks) if penalty[i]) if penalize else 0
+                key = (cost.best_s, sick, depth, len(used), room, tuple(ranks))
                 if best is None or key < best[0]:
                     best = (key, ranks)
         if best is not None and monotone and not any(penalty[i] for i in best[1]):
