@@ -49,6 +49,8 @@ TRACES = Path(__file__).parent / "traces"
 POLICIES = ("tpfabric", "tpfabric-static", "kueue_bestfit", "first_fit", "spread", "optimal")
 ORACLE_BUDGET = 20_000
 """Allocations the oracle (exact search) may enumerate per gang before it is called intractable."""
+SCALE_TYPICAL_GPUS = 64
+"""The typical gang the timed plans are given (8 workers x 8 GPUs: the fragment rule is on)."""
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -63,18 +65,24 @@ def placer(name: str) -> tuple[PlaceFn, bool]:
     """Return the simulation's call of placer ``name`` and whether it reads uplink load.
 
     ``tpfabric`` is the planner given the running jobs' uplink load; ``tpfabric-static`` the
-    same planner without it (what the live placer does today).
+    same planner without it.
     """
     if name == "tpfabric":
-        return (lambda s, r, w, u: plan_gang(s, r, waited_seconds=w, uplink_load=u)), True
+        return (
+            lambda s, r, w, u, t: plan_gang(
+                s, r, waited_seconds=w, uplink_load=u, typical_gang_gpus=t
+            )
+        ), True
     if name == "tpfabric-static":
-        return (lambda s, r, w, _u: plan_gang(s, r, waited_seconds=w)), False
+        return (
+            lambda s, r, w, _u, t: plan_gang(s, r, waited_seconds=w, typical_gang_gpus=t)
+        ), False
     if name == "optimal":
         return (
-            lambda s, r, w, _u: optimal(s, r, waited_seconds=w, max_allocations=ORACLE_BUDGET)
+            lambda s, r, w, _u, _t: optimal(s, r, waited_seconds=w, max_allocations=ORACLE_BUDGET)
         ), False
     base = PLACERS[name]
-    return (lambda s, r, w, _u: base(s, r, waited_seconds=w)), False
+    return (lambda s, r, w, _u, _t: base(s, r, waited_seconds=w)), False
 
 
 def metrics(run: SimRun, cluster: Cluster) -> dict[str, Any]:
@@ -154,7 +162,7 @@ def scale_benchmark(nodes: int, samples: int, seed: int) -> dict[str, Any]:
                 name=f"big-{k}", workers=32, tp_size=8, pp_size=rng.choice((1, 2, 4))
             )
             start = time.perf_counter()
-            place(snapshot, request, 0.0, None)
+            place(snapshot, request, 0.0, None, SCALE_TYPICAL_GPUS)
             times.append((time.perf_counter() - start) * 1e3)
         result[name] = {
             "workers": 32,

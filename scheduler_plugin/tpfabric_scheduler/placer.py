@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -133,6 +133,8 @@ class _Cycle:
     now: float
     #: how busy the uplinks are with the planned gangs' rings (None: no gang spans domains)
     uplinks: UplinkLoad | None = None
+    #: GPUs of a typical gang: the median of the jobs the store knows (None: none yet)
+    typical_gpus: int | None = None
     held_for_hol: set[int] = field(default_factory=set)
 
 
@@ -284,10 +286,11 @@ class GangPlacer:
             needed = any(self._needs_snapshot(item, now, capacity_generation) for item in work)
             snapshot = build_snapshot(self.store, topology, reservations) if needed else None
             rings = planned_rings(self.store) if needed else []
+            typical = typical_gang_gpus(self.store.jobs.values()) if needed else None
         uplinks = self._uplink_load(topology, rings) if needed else None
         for job in suspended:
             self._drop_suspended(job)
-        cycle = _Cycle(snapshot, now, uplinks) if snapshot is not None else None
+        cycle = _Cycle(snapshot, now, uplinks, typical) if snapshot is not None else None
         # released gangs first: their bind bound is checked every cycle, never behind planning
         work.sort(key=lambda w: not (w.planned and not w.gated))
         started = time.monotonic()
@@ -427,6 +430,7 @@ class GangPlacer:
                 request,
                 waited_seconds=waited,
                 uplink_load=cycle.uplinks,
+                typical_gang_gpus=cycle.typical_gpus,
             )
             self.metrics.plan_seconds.observe(time.perf_counter() - started)
         except InputError as err:
@@ -755,6 +759,21 @@ class GangPlacer:
             for _ in self._releasing.map(release, pods):
                 pass  # re-raises the first error
         log.info("job %s: released %d worker pod(s)", item.job.key, len(pods))
+
+
+def typical_gang_gpus(jobs: Iterable[JobRecord]) -> int | None:
+    """Return the median GPUs (workers x GPUs per worker) of the valid ``jobs`` (``None``: none).
+
+    The planner keeps leaves from being cut below what such a gang needs (see
+    :func:`~tpfabric_core.placement.planner.plan_gang`); every job the store knows counts, running
+    or finished, as the mix of gangs this cluster sees.
+    """
+    sizes = sorted(
+        j.job.spec.workers * j.job.spec.gpus_per_worker for j in jobs if j.job is not None
+    )
+    if not sizes:
+        return None
+    return (sizes[(len(sizes) - 1) // 2] + sizes[len(sizes) // 2]) // 2
 
 
 def _adjust(snapshot: CapacitySnapshot, node: str, demand: Mapping[str, int], sign: int) -> None:

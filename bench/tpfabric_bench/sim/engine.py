@@ -15,6 +15,7 @@ timing the placer, and never depends on the order of a set.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import statistics
 import time
@@ -38,9 +39,11 @@ from tpfabric_core.placement.cost import UplinkLoad
 __all__ = ["JobOutcome", "PlaceFn", "SimRun", "simulate"]
 
 PlaceFn = Callable[
-    [CapacitySnapshot, GangRequest, float, UplinkLoad | None], GangPlan | Unschedulable
+    [CapacitySnapshot, GangRequest, float, UplinkLoad | None, int | None],
+    GangPlan | Unschedulable,
 ]
-"""A placer as the simulation calls it: (snapshot, request, waited seconds, uplink load)."""
+"""A placer as the simulation calls it: (snapshot, request, waited seconds, uplink load, GPUs of
+a typical gang: the median of the jobs arrived so far, what a live placer knows too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,8 @@ class _Simulation:
         self.median = int(statistics.median(job.workers for job in trace)) if trace else 1
         self.running: dict[str, _Running] = {}
         self.queue: list[str] = []
+        #: GPUs of every job arrived so far, sorted (the typical gang is their median)
+        self.arrived_gpus: list[int] = []
         self.events: list[tuple[float, int, str, str, int]] = []
         self.seq = 0
         self.allocated_gpus = 0
@@ -194,13 +199,26 @@ class _Simulation:
             self.load = UplinkLoad.from_flows(self.topology, self.flows, self.constants.cost)
         return self.load
 
+    def _typical_gpus(self) -> int | None:
+        """Return the median GPUs of the jobs arrived so far (``None`` before the first)."""
+        seen = self.arrived_gpus
+        if not seen:
+            return None
+        return (seen[(len(seen) - 1) // 2] + seen[len(seen) // 2]) // 2
+
     def _attempt(self, name: str, now: float) -> bool:
         """Return whether job ``name`` started at ``now``."""
         job = self.jobs[name]
         if self.free_slots[job.gpus_per_worker] < job.workers:
             return False
         started = time.perf_counter()
-        result = self.place(self.snapshot, job.request(), now - job.arrival_s, self._uplink_load())
+        result = self.place(
+            self.snapshot,
+            job.request(),
+            now - job.arrival_s,
+            self._uplink_load(),
+            self._typical_gpus(),
+        )
         self.run.plan_ms.append((time.perf_counter() - started) * 1e3)
         if not isinstance(result, GangPlan):
             return False
@@ -288,6 +306,7 @@ class _Simulation:
                 run.fragmentation.append(
                     stranded_fraction(self.cluster, self.snapshot, self.median)
                 )
+                bisect.insort(self.arrived_gpus, self.jobs[name].gpus)
                 self.queue.append(name)
             else:
                 self._finish(name, now)

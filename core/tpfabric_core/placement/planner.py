@@ -2,7 +2,12 @@
 
 ``plan_gang`` climbs the topology from the bottom: at each level it looks for labelled domains
 with room for every worker, takes the one that needs the fewest child domains, then the least
-room left over (best fit, so whole leaves stay free for the next big job), and fills it smallest
+room left over (best fit, so whole leaves stay free for the next big job). Given the size of a
+typical gang (``typical_gang_gpus``, e.g. the median of the jobs the caller knows), a leaf is not
+cut down to a *fragment* (fewer free worker slots than a typical gang needs, but not none) while
+another leaf can take the gang without that: a leaf with one sick node holds 31 healthy nodes, and
+best fit alone puts a 24-worker gang there, stranding 7 nodes no 8-worker gang can use; leaves
+that are fragments already still go first (they leave the least room). It fills the domain smallest
 pieces first: children too small to hold what remains are used up whole before the best-fitting
 one takes the rest, so a gang that must span domains eats the fragments others cannot use
 rather than cutting into whole leaves; whole tensor-parallel groups per leaf when it can
@@ -74,6 +79,8 @@ class _Choice:
     picks: list[Pick]
     fitting_domains: int
     leftover: int
+    #: (best fit's leaf, slots it would have left) when the fragment rule chose another leaf
+    spared: tuple[Domain, int] | None = None
 
 
 def policy_depth(topology: ClusterTopology, policy: TopologyPolicy) -> int:
@@ -191,12 +198,15 @@ def plan_gang(
     waited_seconds: float = 0.0,
     cost_config: CostModelConfig = DEFAULT_COST,
     uplink_load: UplinkLoad | None = None,
+    typical_gang_gpus: int | None = None,
 ) -> GangPlan | Unschedulable:
     """Return a plan for every rank of ``request`` on ``snapshot``, or why none exists now.
 
     ``waited_seconds`` is how long the gang has waited so far (the clock stays with the caller).
     ``uplink_load``: how busy every domain's uplink is with running jobs (``None``: unknown,
-    every uplink counts as free).
+    every uplink counts as free). ``typical_gang_gpus``: the GPUs of a typical gang (``None``:
+    plain best fit inside the leaves); a leaf left with fewer free worker slots than that many
+    GPUs fill is a fragment, made only when no leaf that fits avoids it.
     """
     topology = snapshot.topology
     policy = request.policy
@@ -212,8 +222,15 @@ def plan_gang(
     else:
         healthy = all_slots
     avoid = _saturating(topology, request, uplink_load, cost_config)
+    fragment = _fragment_slots(request, typical_gang_gpus)
     choice = _search(
-        topology, healthy, request.workers, max_depth=max_depth, quantum=quantum, avoid_child=avoid
+        topology,
+        healthy,
+        request.workers,
+        max_depth=max_depth,
+        quantum=quantum,
+        avoid_child=avoid,
+        fragment_below=fragment,
     )
     notes: list[str] = []
     if choice is not None and bad and policy.avoid_degraded == "avoid":
@@ -229,6 +246,7 @@ def plan_gang(
             cost_config=cost_config,
             notes=notes,
             avoid_child=avoid,
+            fragment_below=fragment,
         )
     if choice is None:
         explain_slots = healthy if policy.avoid_degraded == "avoid" else all_slots
@@ -243,6 +261,13 @@ def plan_gang(
         )
     if avoid is not None:
         notes.extend(_uplink_notes(topology, choice, avoid))
+    if choice.spared is not None:
+        leaf, left = choice.spared
+        notes.append(
+            f"kept {leaf.level} {leaf.name!r} from becoming a fragment: best fit there would "
+            f"leave {left} worker slot(s), fewer than a typical gang of {typical_gang_gpus} "
+            f"GPUs needs ({fragment})"
+        )
     ranks = order_ranks(choice.picks)
     outside = sum(1 for i in set(ranks) if i in topology.outside)
     if outside:
@@ -296,6 +321,14 @@ def _uplink_notes(
     ]
 
 
+def _fragment_slots(request: GangRequest, typical_gang_gpus: int | None) -> int | None:
+    """Return the free worker slots below which a leaf is a fragment (``None``: no rule)."""
+    if not typical_gang_gpus or typical_gang_gpus <= 0:
+        return None
+    slots = typical_gang_gpus // max(1, request.gpus_per_worker)
+    return slots if slots > 1 else None
+
+
 def _search(
     topology: ClusterTopology,
     slots: Sequence[int],
@@ -305,11 +338,14 @@ def _search(
     quantum: int,
     penalty: Sequence[bool] | None = None,
     avoid_child: Callable[[Domain], bool] | None = None,
+    fragment_below: int | None = None,
 ) -> _Choice | None:
     """Return the smallest, best-fitting labelled domain up to ``max_depth`` and its picks.
 
-    Above the leaves, the domain needing the fewest children wins, then the one needing the
-    fewest children ``avoid_child`` flags, then the best fit.
+    Among leaves, best fit, except that one left a fragment (fewer than ``fragment_below`` free
+    slots but not none) goes after every leaf that is not cut down to one. Above the leaves, the
+    domain needing the fewest children wins, then the one needing the fewest children
+    ``avoid_child`` flags, then the best fit.
     """
     levels = level_free(topology, slots, quantum=quantum, up_to=max_depth)
     cluster = topology.cluster_depth
@@ -323,8 +359,21 @@ def _search(
         ]
         if not fits:
             continue
+        spared: tuple[Domain, int] | None = None
         if depth == 0:
             best = min(fits, key=lambda i: (free[i] - workers, i))
+            if fragment_below is not None:
+                plain = best
+                best = min(
+                    fits,
+                    key=lambda i: (
+                        free[i] >= fragment_below and 0 < free[i] - workers < fragment_below,
+                        free[i] - workers,
+                        i,
+                    ),
+                )
+                if best != plain:
+                    spared = (domains[plain], free[plain] - workers)
         else:
             below = levels[depth - 1]
             lower = topology.domains[depth - 1]
@@ -347,7 +396,7 @@ def _search(
             avoid_child=avoid_child,
             pieces_first=True,
         )
-        return _Choice(domain, picks, len(fits), free[best] - workers)
+        return _Choice(domain, picks, len(fits), free[best] - workers, spared)
     return None
 
 
@@ -424,6 +473,7 @@ def _cheaper_with_degraded(
     cost_config: CostModelConfig,
     notes: list[str],
     avoid_child: Callable[[Domain], bool] | None = None,
+    fragment_below: int | None = None,
 ) -> _Choice | None:
     """Return the healthy choice, or one using degraded nodes at a lower level if cheaper."""
     topology = snapshot.topology
@@ -442,6 +492,7 @@ def _cheaper_with_degraded(
         quantum=quantum,
         penalty=penalty,
         avoid_child=avoid_child,
+        fragment_below=fragment_below,
     )
     if degraded_choice is None:
         return healthy_choice

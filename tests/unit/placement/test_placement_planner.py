@@ -5,6 +5,7 @@ from placement_builders import a_cluster, a_job, node_name, planned, waiting
 
 from tpfabric_core.errors import InputError
 from tpfabric_core.placement import (
+    CapacitySnapshot,
     GangPlan,
     GangRequest,
     Taint,
@@ -220,3 +221,60 @@ def test_a_plan_names_the_label_of_every_level_down_to_its_own() -> None:
         "block",
         (("topology.tpfabric.io/block", "block-0"),),
     )
+
+
+# -- fragments: leaves cut below what a typical gang needs -------------------------------------
+
+
+def leaves_of_seven_and_eight() -> CapacitySnapshot:
+    """leaf-0 has a cordoned node (7 usable), leaf-1 is whole (8)."""
+    return a_cluster().with_leaves(2, nodes=8).cordoned(node_name(0, 7)).snapshot()
+
+
+def test_best_fit_alone_cuts_the_smaller_leaf_down_to_a_fragment() -> None:
+    plan = planned(plan_gang(leaves_of_seven_and_eight(), a_job(workers=6).build()))
+    assert plan.domain == "leaf-0"  # 1 slot left there: no 2-worker gang can use it
+
+
+def test_a_leaf_is_not_cut_below_a_typical_gang_while_another_leaf_fits_without_that() -> None:
+    plan = planned(
+        plan_gang(leaves_of_seven_and_eight(), a_job(workers=6).build(), typical_gang_gpus=16)
+    )
+    assert plan.domain == "leaf-1"  # leaves 2 slots: a typical 2 x 8-GPU gang still fits
+    note = next(r for r in plan.reasons if "fragment" in r)
+    assert "leaf 'leaf-0'" in note
+    assert "leave 1 worker slot(s)" in note
+    assert "typical gang of 16 GPUs" in note
+
+
+def test_when_every_fitting_leaf_becomes_a_fragment_best_fit_decides() -> None:
+    plan = planned(
+        plan_gang(leaves_of_seven_and_eight(), a_job(workers=6).build(), typical_gang_gpus=24)
+    )
+    assert plan.domain == "leaf-0"  # 1 or 2 slots left: both below 3
+    assert not any("fragment" in r for r in plan.reasons)
+
+
+def test_a_leaf_that_is_a_fragment_already_is_filled_first() -> None:
+    snapshot = (
+        a_cluster()
+        .with_leaves(2, nodes=4)
+        .busy(node_name(0, 0))  # leaf-0: 3 free, below a typical 4-worker gang
+        .snapshot()
+    )
+    plan = planned(plan_gang(snapshot, a_job(workers=2).build(), typical_gang_gpus=32))
+    assert plan.domain == "leaf-0"  # cutting leaf-1 to 2 would make a second fragment
+
+
+def test_a_gang_that_fills_a_leaf_exactly_leaves_no_fragment() -> None:
+    snapshot = a_cluster().with_leaves(2, nodes=8).busy_leaf(0, nodes=2).snapshot()
+    plan = planned(plan_gang(snapshot, a_job(workers=6).build(), typical_gang_gpus=16))
+    assert plan.domain == "leaf-0"
+
+
+def test_the_typical_gang_is_counted_in_this_gangs_worker_slots() -> None:
+    # 4-GPU workers: 2 per node; a typical gang of 16 GPUs needs 4 such slots
+    snapshot = a_cluster().with_leaves(2, nodes=4).cordoned(node_name(0, 3)).snapshot()
+    job = a_job(workers=4).with_gpus(4, rdma=4).build()
+    assert planned(plan_gang(snapshot, job)).domain == "leaf-0"  # 6 slots - 4 = 2 left
+    assert planned(plan_gang(snapshot, job, typical_gang_gpus=16)).domain == "leaf-1"  # 4 left

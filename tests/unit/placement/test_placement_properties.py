@@ -353,3 +353,17 @@ def test_an_nvlink_level_never_splits_a_tensor_parallel_group(
             assert len({topology.domain_of(n, "nvlink").path for n in group}) == 1
     elif level == "cluster" or mode == "preferred":
         assert free_groups < groups
+
+
+@SETTINGS
+@given(cases(), st.sampled_from([8, 16, 32, 64, 128]))
+def test_the_fragment_rule_only_chooses_among_leaves_that_fit(case: Case, typical: int) -> None:
+    snapshot = case.cluster.snapshot()
+    plain = plan_gang(snapshot, case.request, waited_seconds=case.waited)
+    ruled = plan_gang(snapshot, case.request, waited_seconds=case.waited, typical_gang_gpus=typical)
+    assert isinstance(ruled, GangPlan) == isinstance(plain, GangPlan)
+    if isinstance(plain, GangPlan) and isinstance(ruled, GangPlan):
+        assert ruled.level == plain.level  # never a higher level to spare a leaf
+        slots = usable_slots(case, snapshot)
+        for node, workers in Counter(ruled.nodes_by_rank).items():
+            assert workers <= slots[snapshot.topology.index_of[node]]

@@ -125,13 +125,13 @@ def job(name: str, arrival: float, workers: int, steps: int = 100) -> SimJob:
 
 
 def tpfabric(
-    s: CapacitySnapshot, r: GangRequest, w: float, u: UplinkLoad | None
+    s: CapacitySnapshot, r: GangRequest, w: float, u: UplinkLoad | None, t: int | None
 ) -> GangPlan | Unschedulable:
-    return plan_gang(s, r, waited_seconds=w, uplink_load=u)
+    return plan_gang(s, r, waited_seconds=w, uplink_load=u, typical_gang_gpus=t)
 
 
 def spreading(
-    s: CapacitySnapshot, r: GangRequest, w: float, _u: UplinkLoad | None
+    s: CapacitySnapshot, r: GangRequest, w: float, _u: UplinkLoad | None, _t: int | None
 ) -> GangPlan | Unschedulable:
     return spread(s, r, waited_seconds=w)
 
@@ -225,3 +225,19 @@ def test_the_shipped_traces_are_what_the_generator_makes(kind: str, nodes: int, 
         f"regenerate: tpfabric bench placement --kind {kind} --nodes {nodes} --jobs {jobs} "
         f"--write-trace {shipped}"
     )
+
+
+def test_the_placer_is_told_the_median_gpus_of_the_jobs_arrived_so_far() -> None:
+    cluster = small_cluster()
+    told: dict[str, int | None] = {}
+
+    def recording(
+        s: CapacitySnapshot, r: GangRequest, w: float, u: UplinkLoad | None, t: int | None
+    ) -> GangPlan | Unschedulable:
+        told.setdefault(r.name, t)
+        return tpfabric(s, r, w, u, t)
+
+    trace = [job("a", 0.0, 2), job("b", 10.0, 8), job("c", 20.0, 4), job("d", 30.0, 16)]
+    simulate(cluster, trace, recording)
+    # GPUs 16, 64, 32, 128: the median of what has arrived when each job is first tried
+    assert told == {"a": 16, "b": 40, "c": 32, "d": 48}

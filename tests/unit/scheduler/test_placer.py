@@ -18,8 +18,8 @@ from tpfabric_scheduler import capacity as capacity_module
 from tpfabric_scheduler import placer as placer_module
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placement_status import rfc3339
-from tpfabric_scheduler.placer import GangPlacer
-from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, ClusterStore
+from tpfabric_scheduler.placer import GangPlacer, typical_gang_gpus
+from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, ClusterStore, JobRecord
 
 NOW = 1_800_000_000.0
 
@@ -614,3 +614,56 @@ def test_a_gang_that_must_span_leaves_keeps_off_uplinks_running_gangs_saturate(
         assert any(r.startswith("crosses 1 of the 2 leaf uplink(s)") for r in reasons), reasons
     else:
         assert leaves == {"leaf-a", "leaf-b"}, "unaware, the first leaves in node order win"
+
+
+def test_the_median_gang_of_the_jobs_known_keeps_leaves_from_becoming_fragments(
+    world: Any,
+) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store)
+    node = a_node("leaf-a-n3", "leaf-a")
+    node["spec"]["unschedulable"] = True  # leaf-a: 3 usable nodes, leaf-b: 4
+    with store.lock:
+        store.upsert_node(node)
+    for k in range(3):  # finished or not: every job the store knows shows the mix of gangs
+        writer.add_job(a_job(f"earlier-{k}", 2))
+    gang(writer, "job", 2)
+    placer.run_cycle()
+    plan = placement(writer, "job")
+    # best fit alone would take leaf-a and leave 1 node, too few for the typical 2-node gang
+    assert plan["domain"] == "leaf-b"
+    reasons = [r["reason"] for r in plan["reasons"]]
+    assert any("kept leaf 'leaf-a' from becoming a fragment" in r for r in reasons)
+
+
+def test_gangs_of_one_node_make_no_leaf_a_fragment(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store)
+    node = a_node("leaf-a-n3", "leaf-a")
+    node["spec"]["unschedulable"] = True
+    with store.lock:
+        store.upsert_node(node)
+    for k in range(3):
+        writer.add_job(a_job(f"earlier-{k}", 1))
+    gang(writer, "job", 2)
+    placer.run_cycle()
+    assert placement(writer, "job")["domain"] == "leaf-a"  # plain best fit
+
+
+def test_the_typical_gang_is_the_median_of_valid_jobs() -> None:
+    def record(workers: int, gpus: int | None = None) -> JobRecord:
+        job = a_job(f"j{workers}-{gpus}", workers)
+        if gpus is not None:
+            job["spec"]["gpusPerWorker"] = gpus
+            job["spec"]["tensorParallelSize"] = gpus
+        return JobRecord.from_object(job)
+
+    invalid = a_job("bad", 2)
+    invalid["spec"]["workers"] = -1
+    bad = JobRecord.from_object(invalid)
+    assert bad.job is None
+    assert typical_gang_gpus([]) is None
+    assert typical_gang_gpus([bad]) is None
+    assert typical_gang_gpus([record(2), bad]) == 16
+    assert typical_gang_gpus([record(2), record(4, gpus=4), record(32)]) == 16
+    assert typical_gang_gpus([record(1), record(4)]) == 20
