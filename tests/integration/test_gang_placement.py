@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from kubernetes import client
 
 from conftest import Jobs, clear_jobs_and_pods, wait_for
 from tpfabric_core import labels
+from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import KWOK_NODE_ANNOTATION, LocalCluster
 from tpfabric_localcluster.nodes import wait_ready
 from tpfabric_localcluster.tpfabric import EXTENDER, start_extender
@@ -36,6 +37,29 @@ def filler_pod(name: str, node: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+def fill_leaves(
+    api: client.ApiClient,
+    namespace: str,
+    fabric_nodes: dict[str, dict[str, str]],
+    keep_free: Callable[[str], int],
+) -> None:
+    """Fill every leaf but its first ``keep_free(leaf)`` nodes (by name) with filler pods."""
+    core = client.CoreV1Api(api)
+    by_leaf: dict[str, list[str]] = {}
+    for node, node_labels in sorted(fabric_nodes.items()):
+        by_leaf.setdefault(node_labels[labels.LEAF], []).append(node)
+    for leaf, nodes in by_leaf.items():
+        for node in nodes[keep_free(leaf) :]:
+            core.create_namespaced_pod(namespace, filler_pod(f"fill-{node}", node))
+    wait_for(
+        lambda: all(
+            p.status.phase == "Running"
+            for p in core.list_namespaced_pod(namespace, label_selector="role=filler").items
+        ),
+        what="filler pods Running",
+    )
 
 
 @pytest.fixture
@@ -83,25 +107,46 @@ def test_a_16_worker_job_lands_in_the_smallest_domain_that_fits(
 def test_with_fragmented_leaves_a_job_goes_to_the_only_leaf_it_fits(
     api: client.ApiClient, jobs: Jobs, namespace: str, fabric_nodes: dict[str, dict[str, str]]
 ) -> None:
-    core = client.CoreV1Api(api)
-    by_leaf: dict[str, list[str]] = {}
-    for node, node_labels in sorted(fabric_nodes.items()):
-        by_leaf.setdefault(node_labels[labels.LEAF], []).append(node)
     target = "su2-leaf3"
-    for leaf, nodes in by_leaf.items():
-        keep_free = 4 if leaf == target else 3  # every other leaf keeps only 3 free nodes
-        for node in nodes[keep_free:]:
-            core.create_namespaced_pod(namespace, filler_pod(f"fill-{node}", node))
-    wait_for(
-        lambda: all(
-            p.status.phase == "Running"
-            for p in core.list_namespaced_pod(namespace, label_selector="role=filler").items
-        ),
-        what="filler pods Running",
-    )
+    # every other leaf keeps only 3 free nodes
+    fill_leaves(api, namespace, fabric_nodes, lambda leaf: 4 if leaf == target else 3)
     jobs.create("squeezed", 4)
     jobs.wait_running("squeezed")
     assert leaves_of(jobs.nodes("squeezed"), fabric_nodes) == {target}
+
+
+def test_a_leaf_is_not_cut_down_to_a_fragment_the_typical_gang_could_not_use(
+    api: client.ApiClient, jobs: Jobs, namespace: str, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    custom = client.CustomObjectsApi(api)
+    seven, eight = sorted({node_labels[labels.LEAF] for node_labels in fabric_nodes.values()})[:2]
+    # every other leaf full
+    fill_leaves(api, namespace, fabric_nodes, lambda leaf: {seven: 7, eight: 8}.get(leaf, 0))
+    # the jobs this cluster ran before: 2-worker gangs (a TensorParallelJob the placer knows,
+    # its pods long gone); created before the new job, so the placer's watch shows them first
+    for k in range(3):
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "TensorParallelJob",
+                "metadata": {"name": f"earlier-{k}"},
+                "spec": {
+                    "workers": 2,
+                    "tensorParallelSize": 8,
+                    "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+                },
+            },
+        )
+    jobs.create("six", 6)
+    jobs.wait_running("six")
+    # best fit alone takes the 7-node leaf and strands 1 node no 2-node gang can use
+    assert leaves_of(jobs.nodes("six"), fabric_nodes) == {eight}
+    reasons = [r["reason"] for r in jobs.placement("six")["reasons"]]
+    assert any(f"kept leaf {seven!r} from becoming a fragment" in r for r in reasons), reasons
 
 
 def test_a_job_that_cannot_fit_waits_gated_with_the_reason_then_runs_when_capacity_frees(
