@@ -30,6 +30,7 @@ their meaning changes. The placer owns ``status.placement`` and nothing else of 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -88,6 +89,8 @@ BIND_TIMEOUT_SECONDS = 120.0
 HEAD_OF_LINE_SECONDS = 300.0
 MAX_CYCLE_SECONDS = 10.0
 TAKEN_SECONDS = 10.0
+#: the pods of a dropped plan are deleted again at most this often while they remain
+REPLAN_DELETE_RETRY_SECONDS = 10.0
 WAITING_REWRITE_SECONDS = 30.0
 #: a gang's release writes in flight at once (the API client's pool holds as many connections)
 RELEASE_CONCURRENCY = 16
@@ -173,6 +176,8 @@ class GangPlacer:
         #: per planned ring (job uid, nodes): the flows it sends across uplinks
         self._ring_flows: dict[tuple[str, tuple[str, ...]], dict[tuple[int, int], float]] = {}
         self._ring_topology: ClusterTopology | None = None
+        #: job uid -> clock time this placer last deleted the pods of its dropped plan
+        self._replan_deleted: dict[str, float] = {}
         #: pod uid -> monotonic time this placer ungated it (until the store sees it ungated)
         self._released: dict[str, float] = {}
         #: the cycle's persisting pool (None outside a cycle: persist inline)
@@ -255,6 +260,31 @@ class GangPlacer:
         work.sort(key=lambda w: (-w.priority, w.job.created, w.job.key))
         return work
 
+    def unfinished_replans(self, now: float) -> list[JobRecord]:
+        """Return jobs whose plan was dropped (``Replanning``) while pods of that plan remain.
+
+        Dropping a plan writes ``Replanning`` first (so the operator charges no restart for the
+        pods that go) and then deletes the job's pods; a placer stopped between the two leaves
+        released pods that nobody deletes, the gang half-bound for ever. Pods the operator makes
+        again are gated until a new plan, so a live released pod under ``Replanning`` is left
+        from the dropped plan. A deletion is asked again after REPLAN_DELETE_RETRY_SECONDS at
+        the earliest (the store shows a deleted pod only once the watch does).
+        """
+        left = []
+        replanning = set()
+        for key, job in self.store.jobs.items():
+            if self.store.placement_of(job).get("state") != "Replanning":
+                continue
+            replanning.add(job.uid)
+            if now - self._replan_deleted.get(job.uid, -math.inf) < REPLAN_DELETE_RETRY_SECONDS:
+                continue
+            pods = self.store.workers.get(key, {}).values()
+            if any(not p.gated and not p.terminal and not p.deleting for p in pods):
+                left.append(job)
+        for uid in [u for u in self._replan_deleted if u not in replanning]:
+            del self._replan_deleted[uid]  # planned again, or gone
+        return left
+
     def suspended_with_plan(self) -> list[JobRecord]:
         """Return suspended jobs that still carry a placement (to be dropped)."""
         return [
@@ -277,6 +307,7 @@ class GangPlacer:
             reservations = reservations_by_job(self.store)
             work = self.pending_work(reservations)
             suspended = self.suspended_with_plan()
+            unfinished = self.unfinished_replans(now)
             capacity_generation = self.store.capacity_generation
             # a cycle that only watches released gangs bind (none due for the bind check) and
             # meets waiting gangs whose inputs did not change needs no snapshot: every bind and
@@ -290,6 +321,8 @@ class GangPlacer:
         uplinks = self._uplink_load(topology, rings) if needed else None
         for job in suspended:
             self._drop_suspended(job)
+        for job in unfinished:
+            self._finish_replan(job, now)
         cycle = _Cycle(snapshot, now, uplinks, typical) if snapshot is not None else None
         # released gangs first: their bind bound is checked every cycle, never behind planning
         work.sort(key=lambda w: not (w.planned and not w.gated))
@@ -396,6 +429,20 @@ class GangPlacer:
         if item.gated:
             return self._release_checked(item, cycle)
         return self._watch_binding(item, cycle)
+
+    def _finish_replan(self, job: JobRecord, now: float) -> None:
+        """Delete the pods a dropped plan left (see :meth:`unfinished_replans`)."""
+        self._replan_deleted[job.uid] = now
+        try:
+            self.writer.delete_job_pods(job.namespace, job.name)
+        except ApiException as err:
+            log.warning("job %s: deleting the dropped plan's pods failed: %s", job.key, err.reason)
+            return
+        log.warning(
+            "job %s: its plan was dropped (Replanning) but released pods remained; deleted them "
+            "so the gang is made again and planned afresh",
+            job.key,
+        )
 
     def _drop_suspended(self, job: JobRecord) -> None:
         try:
@@ -687,6 +734,7 @@ class GangPlacer:
         job = item.job
         self._write(job, item.placement, replanning_placement(why, now), "GangReplanning")
         # one call for the whole gang: a 32-worker gang must not take 32 round trips to drop
+        self._replan_deleted[job.uid] = now
         self.writer.delete_job_pods(job.namespace, job.name)
         log.warning("%s", why)
 

@@ -149,6 +149,28 @@ def test_a_leaf_is_not_cut_down_to_a_fragment_the_typical_gang_could_not_use(
     assert any(f"kept leaf {seven!r} from becoming a fragment" in r for r in reasons), reasons
 
 
+def test_the_pods_of_a_plan_dropped_by_a_placer_that_stopped_midway_are_deleted(
+    api: client.ApiClient, jobs: Jobs, namespace: str
+) -> None:
+    jobs.create("dropped", 2)
+    jobs.wait_running("dropped")
+    # what a placer killed between its two steps leaves: the plan dropped (Replanning written,
+    # so the operator charges nothing) but the released pods never deleted
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        "dropped",
+        {"status": {"placement": {"state": "Replanning", "nodes": [], "message": "taken"}}},
+    )
+    wait_for(
+        lambda: all(p.metadata.deletion_timestamp for p in jobs.pods("dropped")),
+        timeout=30,
+        what="the dropped plan's pods deleted",
+    )
+
+
 def test_a_job_that_cannot_fit_waits_gated_with_the_reason_then_runs_when_capacity_frees(
     api: client.ApiClient, jobs: Jobs, namespace: str, fabric_nodes: dict[str, dict[str, str]]
 ) -> None:

@@ -667,3 +667,63 @@ def test_the_typical_gang_is_the_median_of_valid_jobs() -> None:
     assert typical_gang_gpus([record(2), bad]) == 16
     assert typical_gang_gpus([record(2), record(4, gpus=4), record(32)]) == 16
     assert typical_gang_gpus([record(1), record(4)]) == 20
+
+
+def released_with_one_bound(world: Any, name: str) -> None:
+    """Plan and release a 2-worker gang on two leaves; bind its worker 0 only."""
+    store, writer, placer, _ = world
+    two_leaves(store)
+    gang(writer, name, 2)
+    placer.run_cycle()
+    writer.bind(f"{name}-worker-0", placement(writer, name)["nodes"][0])
+
+
+def test_pods_a_dropped_plan_left_behind_are_deleted_by_the_next_leader(world: Any) -> None:
+    store, writer, _, clock = world
+    released_with_one_bound(world, "dropped")
+    # the leader wrote Replanning and stopped before it deleted the pods
+    writer.patch_job_status(
+        "ns", "dropped", {"placement": {"state": "Replanning", "nodes": [], "message": "taken"}}
+    )
+    store.fresh_plans.clear()  # the next leader's store knows what its watches show
+    successor = GangPlacer(store, writer, Metrics(), clock=clock, bind_timeout=60)  # type: ignore[arg-type]
+    successor.run_cycle()
+    assert sorted(writer.deleted) == ["dropped-worker-0", "dropped-worker-1"]
+    # the operator makes them again, gated: they wait for a new plan, never deleted again
+    for index in range(2):
+        pod = a_worker("dropped", index)
+        pod["metadata"]["uid"] += "-again"
+        pod["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "8"
+        writer.add_pod(pod)
+    clock.now += 60
+    successor.run_cycle()
+    assert len(writer.deleted) == 2
+    assert placement(writer, "dropped")["state"] == "Planned"
+
+
+def test_a_failed_deletion_of_a_dropped_plans_pods_is_tried_again_after_a_while(
+    world: Any,
+) -> None:
+    _, writer, placer, clock = world
+    released_with_one_bound(world, "stuck")
+    delete = writer.delete_job_pods
+    calls: list[str] = []
+
+    def failing_once(namespace: str, name: str) -> None:
+        calls.append(name)
+        if len(calls) == 1:
+            raise ApiException(status=500, reason="etcd timed out")
+        delete(namespace, name)
+
+    writer.delete_job_pods = failing_once  # type: ignore[method-assign]
+    clock.now += 61  # worker-1 never bound: the plan is dropped, its deletion fails
+    placer.run_cycle()
+    assert placement(writer, "stuck")["state"] == "Replanning"
+    assert calls == ["stuck"]
+    assert writer.deleted == []
+    placer.run_cycle()  # not at once again
+    assert calls == ["stuck"]
+    clock.now += 11
+    placer.run_cycle()
+    assert calls == ["stuck", "stuck"]
+    assert sorted(writer.deleted) == ["stuck-worker-0", "stuck-worker-1"]
