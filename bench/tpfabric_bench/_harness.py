@@ -36,11 +36,14 @@ from tpfabric_core.fabric_description import FabricDescription
 __all__ = [
     "EventClock",
     "ProcessSampler",
+    "apiserver_metrics",
     "apiserver_requests",
     "environment",
     "grown",
     "local_cluster",
+    "mean_ms_grown",
     "request_counts",
+    "request_seconds",
     "start_placer",
     "summary",
     "tail",
@@ -167,15 +170,32 @@ class ProcessSampler:
 # -- the API server -------------------------------------------------------------------------------
 
 _REQUEST_PREFIX = "apiserver_request_total{"
+_DURATION_PREFIX = "apiserver_request_duration_seconds_"
+
+
+def apiserver_metrics(api: Any) -> str:
+    """Return the API server's /metrics text."""
+    response = api.call_api("GET", api.configuration.host + "/metrics")
+    text: str = response.read().decode()
+    if response.status != 200:
+        raise RuntimeError(f"the API server's /metrics answered {response.status}: {text[:200]}")
+    return text
 
 
 def apiserver_requests(api: Any) -> Counter[str]:
     """Return the API server's ``apiserver_request_total`` (see ``request_counts``)."""
-    response = api.call_api("GET", api.configuration.host + "/metrics")
-    text = response.read().decode()
-    if response.status != 200:
-        raise RuntimeError(f"the API server's /metrics answered {response.status}: {text[:200]}")
-    return request_counts(text)
+    return request_counts(apiserver_metrics(api))
+
+
+def _labels(text: str) -> dict[str, str]:
+    return dict(pair.split("=", 1) for pair in text.replace('"', "").split(",") if "=" in pair)
+
+
+def _kind(found: dict[str, str]) -> str:
+    resource = found.get("resource", "")
+    if found.get("subresource"):
+        resource += "/" + found["subresource"]
+    return f"{found.get('verb', '')} {resource}"
 
 
 def request_counts(metrics: str) -> Counter[str]:
@@ -186,14 +206,44 @@ def request_counts(metrics: str) -> Counter[str]:
         if not line.startswith(_REQUEST_PREFIX):
             continue
         labels_text, _, value = line[len(_REQUEST_PREFIX) :].rpartition("} ")
-        found = dict(
-            pair.split("=", 1) for pair in labels_text.replace('"', "").split(",") if "=" in pair
-        )
-        resource = found.get("resource", "")
-        if found.get("subresource"):
-            resource += "/" + found["subresource"]
-        counts[f"{found.get('verb', '')} {resource} {found.get('code', '')}"] += int(float(value))
+        found = _labels(labels_text)
+        counts[f"{_kind(found)} {found.get('code', '')}"] += int(float(value))
     return counts
+
+
+def request_seconds(metrics: str) -> dict[str, tuple[float, int]]:
+    """Return ``apiserver_request_duration_seconds`` of a /metrics text as ``VERB
+    resource[/sub]`` -> (seconds, requests), summed over the other labels; watches left out
+    (their duration is the watch's life, not the server's work)."""
+    found_sums: dict[str, list[float]] = {}
+    for line in metrics.splitlines():
+        if not line.startswith(_DURATION_PREFIX):
+            continue
+        series, _, rest = line[len(_DURATION_PREFIX) :].partition("{")
+        if series not in ("sum", "count"):
+            continue
+        labels_text, _, value = rest.rpartition("} ")
+        found = _labels(labels_text)
+        if found.get("verb") in ("WATCH", "CONNECT"):
+            continue
+        pair = found_sums.setdefault(_kind(found), [0.0, 0.0])
+        pair[0 if series == "sum" else 1] += float(value)
+    return {kind: (total, int(count)) for kind, (total, count) in found_sums.items()}
+
+
+def mean_ms_grown(
+    after: dict[str, tuple[float, int]], before: dict[str, tuple[float, int]]
+) -> dict[str, dict[str, float]]:
+    """Return, per request kind that grew, its count and the mean server time of the new ones."""
+    out: dict[str, dict[str, float]] = {}
+    for kind, (seconds, count) in after.items():
+        old_seconds, old_count = before.get(kind, (0.0, 0))
+        if count > old_count:
+            out[kind] = {
+                "requests": count - old_count,
+                "mean_ms": round((seconds - old_seconds) / (count - old_count) * 1e3, 2),
+            }
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["requests"]))
 
 
 def grown(after: Counter[str], before: Counter[str]) -> dict[str, int]:

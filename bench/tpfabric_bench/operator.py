@@ -40,6 +40,7 @@ import os
 import random
 import statistics
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,10 +52,13 @@ from rich.table import Table
 from tpfabric_bench._harness import (
     EventClock,
     ProcessSampler,
-    apiserver_requests,
+    apiserver_metrics,
     environment,
     grown,
     local_cluster,
+    mean_ms_grown,
+    request_counts,
+    request_seconds,
     start_placer,
     summary,
     vm_hwm_mib,
@@ -354,9 +358,10 @@ def last_stage_ends(ends: dict[str, dict[str, float]], t0: float) -> dict[str, f
 # -- the phases -----------------------------------------------------------------------------------
 
 
-def _start_components(cluster: Any) -> None:
+def _start_components(cluster: Any) -> int:
     """Start the extender/placer, the tpfabric kube-scheduler (the chart's configuration, its
-    client QPS/burst included) and the operator (its default reconcile interval)."""
+    client QPS/burst included) and the operator (its default reconcile interval); return the
+    extender's port."""
     from tpfabric_localcluster.tpfabric import TPFABRIC_SCHEDULER, start_operator  # noqa: PLC0415
     from tpfabric_operator.handlers import RECONCILE_SECONDS  # noqa: PLC0415
 
@@ -365,6 +370,27 @@ def _start_components(cluster: Any) -> None:
         TPFABRIC_SCHEDULER, scheduler_configuration(f"http://127.0.0.1:{port}"), timeout=120
     )
     start_operator(cluster, reconcile_seconds=RECONCILE_SECONDS)
+    return port
+
+
+RELEASE_WRITE = "tpfabric_placer_release_write_seconds"
+
+
+def release_writes(port: int) -> tuple[float, int]:
+    """Return (seconds, writes) of the placer's release writes so far (its /metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return release_write_totals(response.read().decode())
+
+
+def release_write_totals(text: str) -> tuple[float, int]:
+    """Return (seconds, writes) of ``RELEASE_WRITE`` in a Prometheus text exposition."""
+    seconds, count = 0.0, 0
+    for line in text.splitlines():
+        if line.startswith(RELEASE_WRITE + "_sum "):
+            seconds = float(line.split()[-1])
+        elif line.startswith(RELEASE_WRITE + "_count "):
+            count = int(float(line.split()[-1]))
+    return seconds, count
 
 
 def _create(
@@ -398,19 +424,23 @@ def idle_writes(requests: dict[str, int], seconds: float) -> dict[str, Any]:
 class Phase:
     """One measured phase: CPU and peak RSS of every component, API requests, wall time."""
 
-    def __init__(self, api: Any, sampler: ProcessSampler) -> None:
-        self.api, self.sampler = api, sampler
+    def __init__(self, api: Any, sampler: ProcessSampler, placer_port: int | None = None) -> None:
+        self.api, self.sampler, self.placer_port = api, sampler, placer_port
 
     def __enter__(self) -> Phase:
         self.sampler.reset_peaks()
         self.cpu = self.sampler.cpu()
-        self.requests = apiserver_requests(self.api)
+        if self.placer_port is not None:
+            self.released = release_writes(self.placer_port)
+        metrics = apiserver_metrics(self.api)
+        self.requests, self.request_time = request_counts(metrics), request_seconds(metrics)
         self.t0 = time.perf_counter()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.seconds = time.perf_counter() - self.t0
         cpu = self.sampler.cpu()
+        metrics = apiserver_metrics(self.api)
         self.result: dict[str, Any] = {
             "processes": {
                 name: {
@@ -419,8 +449,17 @@ class Phase:
                 }
                 for name, peak in self.sampler.peak_rss.items()
             },
-            "api_requests": grown(apiserver_requests(self.api), self.requests),
+            "api_requests": grown(request_counts(metrics), self.requests),
+            # the API server's own time per request (its handler, not the client's wait)
+            "api_server_ms": mean_ms_grown(request_seconds(metrics), self.request_time),
         }
+        if self.placer_port is not None:
+            seconds, count = release_writes(self.placer_port)
+            n = count - self.released[1]
+            self.result["placer_release_write"] = {
+                "requests": n,
+                "mean_ms": round((seconds - self.released[0]) / n * 1e3, 2) if n else 0.0,
+            }
 
 
 def _baseline(
@@ -648,7 +687,7 @@ def run_operator(
         "tpfabric_scheduler_client": scheduler_configuration("http://x")["clientConnection"],
     }
     with local_cluster(fabric, NAMESPACE, log, result) as (cluster, api):
-        _start_components(cluster)
+        port = _start_components(cluster)
         state = cluster.state()
         assert state is not None
         pids = {name: state.components[name].pid for name in COMPONENTS}
@@ -666,7 +705,7 @@ def run_operator(
                         )
                     result["baseline"] |= phase.result | {"twins": twins}
                     time.sleep(3)
-                with Phase(api, sampler) as phase:
+                with Phase(api, sampler, placer_port=port) as phase:
                     result["tpfabric"] = _gangs(api, fabric, shapes, timeout, log)
                 result["tpfabric"] |= phase.result
                 result["rounds"].append(_round(result, baseline))
@@ -830,6 +869,33 @@ def requests_table(result: dict[str, Any], top: int = 10) -> Table:
     return table
 
 
+def server_time_table(result: dict[str, Any], top: int = 8) -> Table:
+    """Return the rich table of the API server's mean time per request of the busiest kinds."""
+    phases = [p for p in ("baseline", "tpfabric") if p in result]
+    table = Table(
+        "request (verb resource)",
+        *(f"{p}: count / mean ms" for p in phases),
+        title="API server time per request (server side)",
+    )
+    times = [result[p].get("api_server_ms", {}) for p in phases]
+    keys = sorted(
+        set().union(*times), key=lambda k: -sum(t.get(k, {}).get("requests", 0) for t in times)
+    )
+    for key in keys[:top]:
+        cells = []
+        for t in times:
+            row = t.get(key)
+            cells.append("-" if row is None else f"{row['requests']:.0f} / {row['mean_ms']:.1f}")
+        table.add_row(key, *cells)
+    client = [result[p].get("placer_release_write") for p in phases]
+    if any(client):
+        table.add_row(
+            "placer's wait per release write (client side)",
+            *("-" if c is None else f"{c['requests']:.0f} / {c['mean_ms']:.1f}" for c in client),
+        )
+    return table
+
+
 def idle_table(result: dict[str, Any]) -> Table:
     """Return the rich table of the writes while every job sat settled (leases left out)."""
     idle = result.get("idle") or {"window_s": 0, "writes": {}, "writes_per_s": 0}
@@ -918,7 +984,14 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]operator benchmark failed:[/red] {err}")
         return 1
     result = output["result"]
-    for table in (summary_table, breakdown_table, process_table, requests_table, idle_table):
+    for table in (
+        summary_table,
+        breakdown_table,
+        process_table,
+        requests_table,
+        server_time_table,
+        idle_table,
+    ):
         console.print(table(result))
     output["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.json is not None:

@@ -43,6 +43,13 @@ class Metrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0),
             registry=self.registry,
         )
+        self.release_write_seconds = Histogram(
+            "tpfabric_placer_release_write_seconds",
+            "Time the placer waited for one pod's release write (affinity + gate), as the API "
+            "server answered it.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=self.registry,
+        )
         self.jobs_waiting = Gauge(
             "tpfabric_placer_jobs_waiting",
             "Jobs whose whole gang waits for a domain.",

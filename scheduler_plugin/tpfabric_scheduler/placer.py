@@ -771,12 +771,14 @@ class GangPlacer:
                 # one write, from what the store knows; refused if the pod changed meanwhile
                 before = pod.scheduling.get("affinity")
                 affinity = narrow_affinity(before, expressions) if expressions else None
+                started = time.perf_counter()
                 try:
                     self.writer.release_known_pod(pod, affinity, remaining_gates(list(pod.gates)))
                 except ApiException as err:
                     if err.status not in (409, 422):
                         raise
                 else:
+                    self.metrics.release_write_seconds.observe(time.perf_counter() - started)
                     self._released[pod.uid] = time.monotonic()
                     return
             current = self.writer.read_pod(pod.namespace, pod.name)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tpfabric_bench._harness import request_counts, summary
+from tpfabric_bench._harness import mean_ms_grown, request_counts, request_seconds, summary
 from tpfabric_bench.operator import (
     NEVER_FIT,
     OVERCOMMIT,
@@ -21,6 +21,7 @@ from tpfabric_bench.operator import (
     median_ratio,
     parse_args,
     plain_pods,
+    release_write_totals,
     settled,
     stage_ends,
 )
@@ -177,6 +178,38 @@ def test_the_api_servers_request_counters_are_summed_per_verb_resource_and_code(
     assert request_counts(text) == {"POST pods 201": 7, "POST pods/binding 201": 3}
 
 
+def test_the_api_servers_time_per_request_is_the_mean_of_the_requests_in_between() -> None:
+    def metrics(patch_sum: float, patch_count: int) -> str:
+        labels = 'component="apiserver",dry_run="",group="",resource="pods",scope="resource",'
+        return "\n".join(
+            [
+                "# HELP apiserver_request_duration_seconds histogram",
+                "apiserver_request_duration_seconds_bucket{"
+                + labels
+                + f'subresource="",verb="PATCH",version="v1",le="0.1"}} {patch_count}',
+                "apiserver_request_duration_seconds_sum{"
+                + labels
+                + f'subresource="",verb="PATCH",version="v1"}} {patch_sum}',
+                "apiserver_request_duration_seconds_count{"
+                + labels
+                + f'subresource="",verb="PATCH",version="v1"}} {patch_count}',
+                "apiserver_request_duration_seconds_sum{"
+                + labels
+                + 'subresource="",verb="WATCH",version="v1"} 900',
+                "apiserver_request_duration_seconds_count{"
+                + labels
+                + 'subresource="",verb="WATCH",version="v1"} 3',
+                'apiserver_request_sli_duration_seconds_sum{verb="PATCH"} 7',
+            ]
+        )
+
+    before = request_seconds(metrics(1.0, 10))
+    assert before == {"PATCH pods": (1.0, 10)}
+    after = request_seconds(metrics(3.5, 60))
+    assert mean_ms_grown(after, before) == {"PATCH pods": {"requests": 50, "mean_ms": 50.0}}
+    assert mean_ms_grown(after, after) == {}
+
+
 def test_idle_writes_leave_out_reads_and_leases_and_give_a_rate() -> None:
     requests = {
         "PUT leases 200": 300,
@@ -188,3 +221,15 @@ def test_idle_writes_leave_out_reads_and_leases_and_give_a_rate() -> None:
     idle = idle_writes(requests, 30.0)
     assert idle["writes"] == {"PATCH tensorparalleljobs/status 200": 3, "POST events 201": 3}
     assert idle["writes_per_s"] == 0.2
+
+
+def test_the_placers_release_writes_are_read_from_its_own_metrics() -> None:
+    from prometheus_client import generate_latest  # noqa: PLC0415
+
+    from tpfabric_scheduler.metrics import Metrics  # noqa: PLC0415
+
+    metrics = Metrics()
+    assert release_write_totals(generate_latest(metrics.registry).decode()) == (0.0, 0)
+    for seconds in (0.25, 0.5):
+        metrics.release_write_seconds.observe(seconds)
+    assert release_write_totals(generate_latest(metrics.registry).decode()) == (0.75, 2)
