@@ -40,6 +40,7 @@ __all__ = [
     "apiserver_requests",
     "environment",
     "grown",
+    "histogram_totals",
     "local_cluster",
     "mean_ms_grown",
     "request_counts",
@@ -170,7 +171,6 @@ class ProcessSampler:
 # -- the API server -------------------------------------------------------------------------------
 
 _REQUEST_PREFIX = "apiserver_request_total{"
-_DURATION_PREFIX = "apiserver_request_duration_seconds_"
 
 
 def apiserver_metrics(api: Any) -> str:
@@ -211,24 +211,37 @@ def request_counts(metrics: str) -> Counter[str]:
     return counts
 
 
+def histogram_totals(
+    metrics: str, name: str, key: Callable[[dict[str, str]], str | None]
+) -> dict[str, tuple[float, int]]:
+    """Return the histogram ``name`` of a /metrics text as ``key(labels)`` -> (sum, count),
+    summed over the series that share a key; a series whose key is ``None`` is left out."""
+    totals: dict[str, list[float]] = {}
+    for line in metrics.splitlines():
+        if not line.startswith(name + "_"):
+            continue
+        series, _, value = line.rpartition(" ")
+        head, _, labels_text = series.partition("{")
+        part = head[len(name) + 1 :]
+        if part not in ("sum", "count"):
+            continue
+        kind = key(_labels(labels_text.removesuffix("}")))
+        if kind is None:
+            continue
+        pair = totals.setdefault(kind, [0.0, 0.0])
+        pair[0 if part == "sum" else 1] += float(value)
+    return {kind: (total, int(count)) for kind, (total, count) in totals.items()}
+
+
 def request_seconds(metrics: str) -> dict[str, tuple[float, int]]:
     """Return ``apiserver_request_duration_seconds`` of a /metrics text as ``VERB
     resource[/sub]`` -> (seconds, requests), summed over the other labels; watches left out
     (their duration is the watch's life, not the server's work)."""
-    found_sums: dict[str, list[float]] = {}
-    for line in metrics.splitlines():
-        if not line.startswith(_DURATION_PREFIX):
-            continue
-        series, _, rest = line[len(_DURATION_PREFIX) :].partition("{")
-        if series not in ("sum", "count"):
-            continue
-        labels_text, _, value = rest.rpartition("} ")
-        found = _labels(labels_text)
-        if found.get("verb") in ("WATCH", "CONNECT"):
-            continue
-        pair = found_sums.setdefault(_kind(found), [0.0, 0.0])
-        pair[0 if series == "sum" else 1] += float(value)
-    return {kind: (total, int(count)) for kind, (total, count) in found_sums.items()}
+    return histogram_totals(
+        metrics,
+        "apiserver_request_duration_seconds",
+        lambda found: None if found.get("verb") in ("WATCH", "CONNECT") else _kind(found),
+    )
 
 
 def mean_ms_grown(

@@ -55,6 +55,7 @@ from tpfabric_bench._harness import (
     apiserver_metrics,
     environment,
     grown,
+    histogram_totals,
     local_cluster,
     mean_ms_grown,
     request_counts,
@@ -384,13 +385,9 @@ def release_writes(port: int) -> tuple[float, int]:
 
 def release_write_totals(text: str) -> tuple[float, int]:
     """Return (seconds, writes) of ``RELEASE_WRITE`` in a Prometheus text exposition."""
-    seconds, count = 0.0, 0
-    for line in text.splitlines():
-        if line.startswith(RELEASE_WRITE + "_sum "):
-            seconds = float(line.split()[-1])
-        elif line.startswith(RELEASE_WRITE + "_count "):
-            count = int(float(line.split()[-1]))
-    return seconds, count
+    return histogram_totals(text, RELEASE_WRITE, lambda _: RELEASE_WRITE).get(
+        RELEASE_WRITE, (0.0, 0)
+    )
 
 
 def _create(
@@ -454,12 +451,12 @@ class Phase:
             "api_server_ms": mean_ms_grown(request_seconds(metrics), self.request_time),
         }
         if self.placer_port is not None:
-            seconds, count = release_writes(self.placer_port)
-            n = count - self.released[1]
-            self.result["placer_release_write"] = {
-                "requests": n,
-                "mean_ms": round((seconds - self.released[0]) / n * 1e3, 2) if n else 0.0,
-            }
+            grew = mean_ms_grown(
+                {RELEASE_WRITE: release_writes(self.placer_port)}, {RELEASE_WRITE: self.released}
+            )
+            self.result["placer_release_write"] = grew.get(
+                RELEASE_WRITE, {"requests": 0, "mean_ms": 0.0}
+            )
 
 
 def _baseline(
