@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -818,12 +819,8 @@ def typical_gang_gpus(jobs: Iterable[JobRecord]) -> int | None:
     :func:`~tpfabric_core.placement.planner.plan_gang`); every job the store knows counts, running
     or finished, as the mix of gangs this cluster sees.
     """
-    sizes = sorted(
-        j.job.spec.workers * j.job.spec.gpus_per_worker for j in jobs if j.job is not None
-    )
-    if not sizes:
-        return None
-    return (sizes[(len(sizes) - 1) // 2] + sizes[len(sizes) // 2]) // 2
+    sizes = [j.job.spec.workers * j.job.spec.gpus_per_worker for j in jobs if j.job is not None]
+    return int(statistics.median(sizes)) if sizes else None
 
 
 def _adjust(snapshot: CapacitySnapshot, node: str, demand: Mapping[str, int], sign: int) -> None:

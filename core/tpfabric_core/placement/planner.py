@@ -323,7 +323,7 @@ def _uplink_notes(
 
 def _fragment_slots(request: GangRequest, typical_gang_gpus: int | None) -> int | None:
     """Return the free worker slots below which a leaf is a fragment (``None``: no rule)."""
-    if not typical_gang_gpus or typical_gang_gpus <= 0:
+    if typical_gang_gpus is None:
         return None
     slots = typical_gang_gpus // max(1, request.gpus_per_worker)
     return slots if slots > 1 else None
