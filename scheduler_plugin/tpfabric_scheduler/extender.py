@@ -5,13 +5,15 @@ filter: each worker index lands where the plan's rank order wants it, and with o
 kube-scheduler skips scoring and the prioritize call. That matters for a gang that spans the
 cluster: a worker of a 256-worker gang on 1,000 nodes had every free node of the cluster scored,
 by kube-scheduler's plugins and by prioritize, 24 ms of kube-scheduler CPU a worker (issue 15).
+That answer names no reasons for the other nodes: kube-scheduler shows them only when no node is
+feasible, and ~1,000 worded reasons a worker were encoded here and decoded there for nothing.
 Otherwise (the planned node is gone, cordoned or taken) the worker is kept inside its job's
 planned domain: nodes that hold a not-yet-bound rank of any gang (``store.reservations()``:
 another rank of the same job, or a rank of another job) are filtered out, so it never lands on a
 node another gang was promised, and prioritize ranks the rest by health and best fit.
 
-Every rejection is *failed and unresolvable*: no preemption on a node could make us accept it, so
-kube-scheduler's DefaultPreemption must never evict pods for it. The plan read is
+Every rejection answered is *failed and unresolvable*: no preemption on a node could make us
+accept it, so kube-scheduler's DefaultPreemption must never evict pods for it. The plan read is
 ``store.placement_of(job)``: a plan the placer has just written counts at once, and a job deleted
 and created again under the same name never sees the old job's plan.
 
@@ -180,50 +182,49 @@ def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult,
         return FilterResult(node_names=[], error=message), {reason: len(args.node_names)}
     members = domain_members(store, view.domain_path)
     reserved = store.reservations()
-    outside = f"tpfabric: outside the planned {view.level} {view.domain} of job {view.job_key}"
     kept: list[str] = []
-    rejected: dict[str, str] = {}
+    refused: list[tuple[str, str]] = []  # (node, reason), worded only when they are answered
     counts: dict[str, int] = {}
     planned: str | None = None  # the planned node, once the loop has kept it
     for name in args.node_names:
         if name not in members:
-            reason, rejected[name] = FilterReason.OUTSIDE_DOMAIN, outside
+            reason = FilterReason.OUTSIDE_DOMAIN
         elif name == view.planned_node:  # its own reservation
             kept.append(name)
             planned = name
             continue
         elif name in view.other_ranks:
             reason = FilterReason.OTHER_RANK
-            rejected[name] = (
-                f"tpfabric: planned for rank {view.other_ranks[name]} of job {view.job_key}"
-            )
         elif (holder := reserved.get(name)) is not None:
-            job_key, rank = holder
-            reason = FilterReason.OTHER_RANK if job_key == view.job_key else FilterReason.RESERVED
-            rejected[name] = f"tpfabric: reserved for rank {rank} of job {job_key}"
+            reason = FilterReason.OTHER_RANK if holder[0] == view.job_key else FilterReason.RESERVED
         else:
             kept.append(name)
             continue
         counts[reason] = counts.get(reason, 0) + 1
-    if planned is not None and len(kept) > 1:
-        kept = _planned_alone(planned, view, kept, rejected, counts)
+        refused.append((name, reason))
+    if planned is not None:
+        # The planned node passed kube-scheduler's own filters: it is the one feasible node, so
+        # kube-scheduler neither scores nor calls prioritize, and the pod is bound there. Why
+        # the other nodes were left out is never read then (kube-scheduler shows it only when
+        # no node is feasible), so it is not sent: for a gang spanning the cluster that was
+        # ~1,000 worded reasons a worker, encoded here and decoded by kube-scheduler.
+        if len(kept) > 1:
+            counts[FilterReason.NOT_PLANNED] = len(kept) - 1
+        return FilterResult(node_names=[planned]), counts
+    outside = f"tpfabric: outside the planned {view.level} {view.domain} of job {view.job_key}"
+    rejected = {
+        name: outside if reason == FilterReason.OUTSIDE_DOMAIN else _held(view, name, reserved)
+        for name, reason in refused
+    }
     return FilterResult(node_names=kept, failed_unresolvable=rejected), counts
 
 
-def _planned_alone(
-    planned: str,
-    view: WorkerView,
-    kept: list[str],
-    rejected: dict[str, str],
-    counts: dict[str, int],
-) -> list[str]:
-    """Return ``[planned]``, one of ``kept`` (the others go to ``rejected``)."""
-    elsewhere = f"tpfabric: rank {view.index} of job {view.job_key} goes to {planned}"
-    for name in kept:
-        if name != planned:
-            rejected[name] = elsewhere
-    counts[FilterReason.NOT_PLANNED] = len(kept) - 1
-    return [planned]
+def _held(view: WorkerView, name: str, reserved: dict[str, tuple[str, int]]) -> str:
+    """Return the words kube-scheduler shows for ``name``, held by a rank of a gang."""
+    if name in view.other_ranks:
+        return f"tpfabric: planned for rank {view.other_ranks[name]} of job {view.job_key}"
+    job_key, rank = reserved[name]
+    return f"tpfabric: reserved for rank {rank} of job {job_key}"
 
 
 def prioritize_nodes(store: ClusterStore, args: ExtenderArgs) -> list[tuple[str, int]]:

@@ -68,16 +68,16 @@ def test_a_pod_that_is_not_a_worker_may_land_on_a_reserved_node() -> None:
 WITHOUT_A1 = ["a2", "a3", "b1", "b2"]
 
 
-def test_a_worker_gets_its_planned_node_alone_and_every_rejection_is_unresolvable() -> None:
+def test_a_worker_gets_its_planned_node_alone_and_no_reasons_for_the_others() -> None:
     store = a_store(["a1", "a2"])
     result, counts = filter_nodes(store, args_for(a_worker("job", 0, gated=False)))
-    # one feasible node: kube-scheduler scores nothing and does not call prioritize
+    # one feasible node: kube-scheduler scores nothing, does not call prioritize and binds the
+    # pod there, so it never shows why the other nodes were left out: none are worded
     assert result.node_names == ["a1"]
-    assert result.failed == {}  # plain FailedNodes would let DefaultPreemption evict for us
-    assert set(result.failed_unresolvable) == {"a2", "a3", "b1", "b2"}
-    assert "outside the planned leaf leaf-a" in result.failed_unresolvable["b1"]
-    assert result.failed_unresolvable["a2"] == "tpfabric: planned for rank 1 of job ns/job"
-    assert result.failed_unresolvable["a3"] == "tpfabric: rank 0 of job ns/job goes to a1"
+    assert result.failed == {}
+    assert result.failed_unresolvable == {}
+    assert result.error == ""
+    # the filter metric still counts every node left out, by its reason
     assert counts == {
         "outside-planned-domain": 2,
         "planned-for-another-rank": 1,
@@ -90,6 +90,8 @@ def test_a_worker_whose_planned_node_failed_is_kept_inside_its_planned_domain() 
     result, counts = filter_nodes(store, args_for(a_worker("job", 0, gated=False), WITHOUT_A1))
     assert result.node_names == ["a3"]  # a2 holds rank 1; b1, b2 are outside leaf-a
     assert set(result.failed_unresolvable) == {"a2", "b1", "b2"}
+    assert "outside the planned leaf leaf-a" in result.failed_unresolvable["b1"]
+    assert result.failed_unresolvable["a2"] == "tpfabric: planned for rank 1 of job ns/job"
     assert counts == {"outside-planned-domain": 2, "planned-for-another-rank": 1}
 
 
@@ -172,6 +174,15 @@ def test_a_node_reserved_for_another_gang_is_filtered_out_unresolvably() -> None
     store.upsert_job(a_job("other", 2, plan=("leaf", "leaf-a", ["a3", "b1"])))
     result, counts = filter_nodes(store, args_for(a_worker("job", 0)))
     assert result.node_names == ["a1"]
+    assert counts == {
+        "outside-planned-domain": 2,
+        "planned-for-another-rank": 1,
+        "reserved-by-another-gang": 1,
+    }
+    # the reasons are worded when they are answered: the planned node failed kube-scheduler's
+    # own filters
+    result, counts = filter_nodes(store, args_for(a_worker("job", 0), WITHOUT_A1))
+    assert result.node_names == []
     assert result.failed_unresolvable["a3"] == "tpfabric: reserved for rank 0 of job ns/other"
     assert counts == {
         "outside-planned-domain": 2,
@@ -201,7 +212,9 @@ def test_the_workers_own_planned_node_is_kept_though_it_is_reserved_for_it() -> 
 def test_another_ranks_reservation_names_the_rank() -> None:
     store = a_store()
     store.upsert_job(a_planned_job("job", ["a1", "a2"], LEAF_A))
-    result, _ = filter_nodes(store, args_for(a_worker("job", 1)))
+    # what kube-scheduler sends once its own filters rejected rank 1's planned node a2
+    result, _ = filter_nodes(store, args_for(a_worker("job", 1), ["a1", "a3", "b1", "b2"]))
+    assert result.node_names == ["a3"]
     assert result.failed_unresolvable["a1"] == "tpfabric: planned for rank 0 of job ns/job"
 
 

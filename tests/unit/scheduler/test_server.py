@@ -62,11 +62,17 @@ def test_filter_answers_in_the_extender_protocol() -> None:
         response = await client.post("/filter", data=body)
         assert response.status == 200
         got = await response.json()
-        assert got["NodeNames"] == ["a1"]
+        assert got["NodeNames"] == ["a1"]  # the planned node, alone: no reasons for the rest
         assert got["Nodes"] is None
-        assert set(got["FailedAndUnresolvableNodes"]) == {"a2", "b1"}
+        assert got["FailedAndUnresolvableNodes"] == {}
         assert got["FailedNodes"] == {}
         assert got["Error"] == ""
+        # kube-scheduler's own filters rejected the planned node a1: the others' reasons
+        body = orjson.dumps(extender_args(a_worker("job", 0, gated=False), ["a2", "b1"]))
+        got = await (await client.post("/filter", data=body)).json()
+        assert got["NodeNames"] == []
+        assert set(got["FailedAndUnresolvableNodes"]) == {"a2", "b1"}
+        assert got["FailedNodes"] == {}
 
     with_client(test)
 
@@ -125,7 +131,7 @@ def test_a_scheduler_without_node_cache_gets_the_kept_node_objects_back() -> Non
         got = await (await client.post("/filter", data=body)).json()
         assert got["Nodes"] == {"items": [nodes["items"][0]]}
         assert got["NodeNames"] is None
-        assert set(got["FailedAndUnresolvableNodes"]) == {"a2", "b1"}
+        assert got["FailedAndUnresolvableNodes"] == {}
         # prioritize works by name on Node objects too
         body = orjson.dumps({"Pod": a_worker("job", 1, gated=False), "Nodes": nodes})
         scores = {
