@@ -15,11 +15,13 @@ import os
 import platform
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -45,6 +47,8 @@ __all__ = [
     "mean_ms_grown",
     "request_counts",
     "request_seconds",
+    "scheduler_metrics",
+    "scheduling_seconds",
     "start_placer",
     "summary",
     "tail",
@@ -242,6 +246,51 @@ def request_seconds(metrics: str) -> dict[str, tuple[float, int]]:
         "apiserver_request_duration_seconds",
         lambda found: None if found.get("verb") in ("WATCH", "CONNECT") else _kind(found),
     )
+
+
+def scheduler_metrics(cluster: Any, name: str) -> str:
+    """Return the /metrics text of the cluster's kube-scheduler ``name`` (its secure port).
+
+    The admin client certificate authenticates the scrape (kube-scheduler delegates to the API
+    server); the scheduler's serving certificate is the self-signed one it made for itself on
+    127.0.0.1, so it is not verified.
+    """
+    state = cluster.state()
+    argv = state.components[name].argv
+    port = next(a.split("=", 1)[1] for a in argv if a.startswith("--secure-port="))
+    pki = Path(cluster.folder) / "pki"
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    url = f"https://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, context=context, timeout=30) as response:
+        text: str = response.read().decode()
+    return text
+
+
+#: kube-scheduler's extension points whose time the benchmarks show, and their row names
+_EXTENSION_POINTS = {
+    "Filter": "Filter plugins (every node)",
+    "Score": "Score plugins",
+    "Bind": "Bind (the binding API call)",
+}
+SCHEDULING_ALGORITHM = "algorithm: filters, extender, scores"
+
+
+def scheduling_seconds(metrics: str) -> dict[str, tuple[float, int]]:
+    """Return kube-scheduler's own time of a /metrics text as what it timed -> (seconds,
+    pods): its scheduling algorithm (the serial part of a pod's cycle: filter plugins over the
+    nodes, the extender's filter, scoring) and the Filter, Score and Bind extension points."""
+    algorithm = histogram_totals(
+        metrics, "scheduler_scheduling_algorithm_duration_seconds", lambda _: SCHEDULING_ALGORITHM
+    )
+    points = histogram_totals(
+        metrics,
+        "scheduler_framework_extension_point_duration_seconds",
+        lambda found: _EXTENSION_POINTS.get(found.get("extension_point", "")),
+    )
+    return algorithm | points
 
 
 def mean_ms_grown(

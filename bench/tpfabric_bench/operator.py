@@ -60,6 +60,8 @@ from tpfabric_bench._harness import (
     mean_ms_grown,
     request_counts,
     request_seconds,
+    scheduler_metrics,
+    scheduling_seconds,
     start_placer,
     summary,
     vm_hwm_mib,
@@ -375,19 +377,28 @@ def _start_components(cluster: Any) -> int:
 
 
 RELEASE_WRITE = "tpfabric_placer_release_write_seconds"
+EXTENDER_FILTER = "extender /filter: its handler (tpfabric's metrics)"
 
 
-def release_writes(port: int) -> tuple[float, int]:
-    """Return (seconds, writes) of the placer's release writes so far (its /metrics)."""
+def placer_times(port: int) -> dict[str, tuple[float, int]]:
+    """Return the placer's release writes and the extender's filter answers so far, as
+    (seconds, count) each (its /metrics)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        return release_write_totals(response.read().decode())
+        return placer_time_totals(response.read().decode())
 
 
-def release_write_totals(text: str) -> tuple[float, int]:
-    """Return (seconds, writes) of ``RELEASE_WRITE`` in a Prometheus text exposition."""
-    return histogram_totals(text, RELEASE_WRITE, lambda _: RELEASE_WRITE).get(
-        RELEASE_WRITE, (0.0, 0)
+def placer_time_totals(text: str) -> dict[str, tuple[float, int]]:
+    """Return ``RELEASE_WRITE`` and ``EXTENDER_FILTER`` of a Prometheus text exposition."""
+    release = histogram_totals(text, RELEASE_WRITE, lambda _: RELEASE_WRITE)
+    answers = histogram_totals(
+        text,
+        "tpfabric_extender_request_seconds",
+        lambda found: EXTENDER_FILTER if found.get("verb") == "filter" else None,
     )
+    return {
+        RELEASE_WRITE: release.get(RELEASE_WRITE, (0.0, 0)),
+        EXTENDER_FILTER: answers.get(EXTENDER_FILTER, (0.0, 0)),
+    }
 
 
 def _create(
@@ -418,17 +429,33 @@ def idle_writes(requests: dict[str, int], seconds: float) -> dict[str, Any]:
     return {"window_s": seconds, "writes": writes, "writes_per_s": round(total / seconds, 3)}
 
 
-class Phase:
-    """One measured phase: CPU and peak RSS of every component, API requests, wall time."""
+#: the phase's scheduler: the default one schedules the plain pods, tpfabric's the workers
+SCHEDULER = {"baseline": "kube-scheduler", "tpfabric": "kube-scheduler-tpfabric"}
 
-    def __init__(self, api: Any, sampler: ProcessSampler, placer_port: int | None = None) -> None:
+
+class Phase:
+    """One measured phase: CPU and peak RSS of every component, API requests, wall time, and
+    the own time of ``scheduler`` (a kube-scheduler component of ``cluster``) when given."""
+
+    def __init__(
+        self,
+        api: Any,
+        sampler: ProcessSampler,
+        placer_port: int | None = None,
+        *,
+        cluster: Any = None,
+        scheduler: str | None = None,
+    ) -> None:
         self.api, self.sampler, self.placer_port = api, sampler, placer_port
+        self.cluster, self.scheduler = cluster, scheduler
 
     def __enter__(self) -> Phase:
         self.sampler.reset_peaks()
         self.cpu = self.sampler.cpu()
         if self.placer_port is not None:
-            self.released = release_writes(self.placer_port)
+            self.placer = placer_times(self.placer_port)
+        if self.scheduler is not None:
+            self.scheduling = scheduling_seconds(scheduler_metrics(self.cluster, self.scheduler))
         metrics = apiserver_metrics(self.api)
         self.requests, self.request_time = request_counts(metrics), request_seconds(metrics)
         self.t0 = time.perf_counter()
@@ -450,13 +477,17 @@ class Phase:
             # the API server's own time per request (its handler, not the client's wait)
             "api_server_ms": mean_ms_grown(request_seconds(metrics), self.request_time),
         }
+        if self.scheduler is not None:
+            after = scheduling_seconds(scheduler_metrics(self.cluster, self.scheduler))
+            self.result["scheduler_ms"] = mean_ms_grown(after, self.scheduling)
         if self.placer_port is not None:
-            grew = mean_ms_grown(
-                {RELEASE_WRITE: release_writes(self.placer_port)}, {RELEASE_WRITE: self.released}
-            )
+            grew = mean_ms_grown(placer_times(self.placer_port), self.placer)
             self.result["placer_release_write"] = grew.get(
                 RELEASE_WRITE, {"requests": 0, "mean_ms": 0.0}
             )
+            if EXTENDER_FILTER in grew and "scheduler_ms" in self.result:
+                # the part of kube-scheduler's algorithm time the extender spent answering
+                self.result["scheduler_ms"][EXTENDER_FILTER] = grew[EXTENDER_FILTER]
 
 
 def _baseline(
@@ -696,13 +727,17 @@ def run_operator(
                     _clear_jobs(api, timeout, log)
                     time.sleep(3)
                 if baseline:
-                    with Phase(api, sampler) as phase:
+                    with Phase(
+                        api, sampler, cluster=cluster, scheduler=SCHEDULER["baseline"]
+                    ) as phase:
                         result["baseline"] = _baseline(
                             api, fabric, shapes, timeout, log, twins=twins
                         )
                     result["baseline"] |= phase.result | {"twins": twins}
                     time.sleep(3)
-                with Phase(api, sampler, placer_port=port) as phase:
+                with Phase(
+                    api, sampler, port, cluster=cluster, scheduler=SCHEDULER["tpfabric"]
+                ) as phase:
                     result["tpfabric"] = _gangs(api, fabric, shapes, timeout, log)
                 result["tpfabric"] |= phase.result
                 result["rounds"].append(_round(result, baseline))
@@ -893,6 +928,24 @@ def server_time_table(result: dict[str, Any], top: int = 8) -> Table:
     return table
 
 
+def scheduler_time_table(result: dict[str, Any]) -> Table:
+    """Return the rich table of each phase's kube-scheduler's own mean time per pod."""
+    phases = [p for p in ("baseline", "tpfabric") if p in result]
+    table = Table(
+        "kube-scheduler's own time",
+        *(f"{p} ({SCHEDULER[p]}): pods / mean ms" for p in phases),
+        title="kube-scheduler time per pod (its own metrics)",
+    )
+    times = [result[p].get("scheduler_ms", {}) for p in phases]
+    for key in dict.fromkeys(k for t in times for k in t):
+        cells = []
+        for t in times:
+            row = t.get(key)
+            cells.append("-" if row is None else f"{row['requests']:.0f} / {row['mean_ms']:.2f}")
+        table.add_row(key, *cells)
+    return table
+
+
 def idle_table(result: dict[str, Any]) -> Table:
     """Return the rich table of the writes while every job sat settled (leases left out)."""
     idle = result.get("idle") or {"window_s": 0, "writes": {}, "writes_per_s": 0}
@@ -987,6 +1040,7 @@ def main(argv: list[str] | None = None) -> int:
         process_table,
         requests_table,
         server_time_table,
+        scheduler_time_table,
         idle_table,
     ):
         console.print(table(result))

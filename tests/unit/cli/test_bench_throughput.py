@@ -6,11 +6,19 @@ import math
 
 import pytest
 
-from tpfabric_bench._harness import mean_ms_grown, request_counts, request_seconds, summary
+from tpfabric_bench._harness import (
+    mean_ms_grown,
+    request_counts,
+    request_seconds,
+    scheduling_seconds,
+    summary,
+)
 from tpfabric_bench.operator import (
+    EXTENDER_FILTER,
     NEVER_FIT,
     OVERCOMMIT,
     PLAIN_LABEL,
+    RELEASE_WRITE,
     TWIN_INIT_IMAGE,
     JobShape,
     gang_breakdown,
@@ -20,8 +28,8 @@ from tpfabric_bench.operator import (
     last_stage_ends,
     median_ratio,
     parse_args,
+    placer_time_totals,
     plain_pods,
-    release_write_totals,
     settled,
     stage_ends,
 )
@@ -210,6 +218,45 @@ def test_the_api_servers_time_per_request_is_the_mean_of_the_requests_in_between
     assert mean_ms_grown(after, after) == {}
 
 
+def test_kube_schedulers_own_time_is_its_algorithm_and_three_extension_points() -> None:
+    def metrics(filter_sum: float, pods: int) -> str:
+        point = 'scheduler_framework_extension_point_duration_seconds_{}{{extension_point="{}",'
+        point += 'profile="tpfabric-scheduler",status="{}"}} {}'
+        return "\n".join(
+            [
+                "# TYPE scheduler_scheduling_algorithm_duration_seconds histogram",
+                'scheduler_scheduling_algorithm_duration_seconds_bucket{le="0.001"} 3',
+                f"scheduler_scheduling_algorithm_duration_seconds_sum {filter_sum * 2}",
+                f"scheduler_scheduling_algorithm_duration_seconds_count {pods}",
+                point.format("sum", "Filter", "Success", filter_sum),
+                point.format("count", "Filter", "Success", pods),
+                point.format("sum", "Filter", "Unschedulable", 0.5),
+                point.format("count", "Filter", "Unschedulable", 2),
+                point.format("sum", "PreFilter", "Success", 0.04),
+                point.format("count", "PreFilter", "Success", pods),
+                point.format("sum", "Bind", "Success", 0.09 * pods),
+                point.format("count", "Bind", "Success", pods),
+                (
+                    'scheduler_plugin_execution_duration_seconds_sum{extension_point="Filter",'
+                    'plugin="NodeResourcesFit",status="Success"} 0.3'
+                ),
+            ]
+        )
+
+    before = scheduling_seconds(metrics(1.0, 100))
+    assert before == {
+        "algorithm: filters, extender, scores": (2.0, 100),
+        "Filter plugins (every node)": (1.5, 102),  # every status of the point, summed
+        "Bind (the binding API call)": (9.0, 100),
+    }
+    after = scheduling_seconds(metrics(2.0, 300))
+    assert mean_ms_grown(after, before) == {
+        "algorithm: filters, extender, scores": {"requests": 200, "mean_ms": 10.0},
+        "Filter plugins (every node)": {"requests": 200, "mean_ms": 5.0},
+        "Bind (the binding API call)": {"requests": 200, "mean_ms": 90.0},
+    }
+
+
 def test_idle_writes_leave_out_reads_and_leases_and_give_a_rate() -> None:
     requests = {
         "PUT leases 200": 300,
@@ -229,7 +276,15 @@ def test_the_placers_release_writes_are_read_from_its_own_metrics() -> None:
     from tpfabric_scheduler.metrics import Metrics  # noqa: PLC0415
 
     metrics = Metrics()
-    assert release_write_totals(generate_latest(metrics.registry).decode()) == (0.0, 0)
+    assert placer_time_totals(generate_latest(metrics.registry).decode()) == {
+        RELEASE_WRITE: (0.0, 0),
+        EXTENDER_FILTER: (0.0, 0),
+    }
     for seconds in (0.25, 0.5):
         metrics.release_write_seconds.observe(seconds)
-    assert release_write_totals(generate_latest(metrics.registry).decode()) == (0.75, 2)
+    metrics.request_seconds.labels("filter").observe(0.004)
+    metrics.request_seconds.labels("prioritize").observe(0.5)  # not a filter answer
+    assert placer_time_totals(generate_latest(metrics.registry).decode()) == {
+        RELEASE_WRITE: (0.75, 2),
+        EXTENDER_FILTER: (0.004, 1),
+    }
