@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import math
 
 import pytest
+from rich.console import Console
 
 from tpfabric_bench._harness import (
     mean_ms_grown,
@@ -30,6 +32,7 @@ from tpfabric_bench.operator import (
     parse_args,
     placer_time_totals,
     plain_pods,
+    scheduler_time_table,
     settled,
     stage_ends,
 )
@@ -255,6 +258,28 @@ def test_kube_schedulers_own_time_is_its_algorithm_and_three_extension_points() 
         "Filter plugins (every node)": {"requests": 200, "mean_ms": 5.0},
         "Bind (the binding API call)": {"requests": 200, "mean_ms": 90.0},
     }
+
+
+def test_the_scheduler_table_has_a_row_per_time_and_a_dash_where_a_phase_has_none() -> None:
+    result = {
+        "baseline": {"scheduler_ms": {"Score plugins": {"requests": 256, "mean_ms": 0.95}}},
+        "tpfabric": {
+            "scheduler_ms": {
+                "Filter plugins (every node)": {"requests": 256, "mean_ms": 7.456},
+                EXTENDER_FILTER: {"requests": 256, "mean_ms": 1.09},
+            }
+        },
+    }
+    text = io.StringIO()
+    Console(file=text, width=200, highlight=False).print(scheduler_time_table(result))
+    rows = {
+        cells[0]: cells[1:]
+        for line in text.getvalue().splitlines()
+        if len(cells := [c.strip() for c in line.strip("│ ").split("│")]) == 3
+    }
+    assert rows["Score plugins"] == ["256 / 0.95", "-"]
+    assert rows["Filter plugins (every node)"] == ["-", "256 / 7.46"]
+    assert rows[EXTENDER_FILTER] == ["-", "256 / 1.09"]
 
 
 def test_idle_writes_leave_out_reads_and_leases_and_give_a_rate() -> None:
