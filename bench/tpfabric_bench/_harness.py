@@ -255,9 +255,7 @@ def scheduler_metrics(cluster: Any, name: str) -> str:
     server); the scheduler's serving certificate is the self-signed one it made for itself on
     127.0.0.1, so it is not verified.
     """
-    state = cluster.state()
-    argv = state.components[name].argv
-    port = next(a.split("=", 1)[1] for a in argv if a.startswith("--secure-port="))
+    port = cluster.state().components[name].port("--secure-port")
     pki = Path(cluster.folder) / "pki"
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False

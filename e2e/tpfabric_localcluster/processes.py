@@ -61,6 +61,10 @@ class ComponentProcess:
         """Return the component described by ``to_json`` output."""
         return cls(**data)
 
+    def port(self, flag: str = "--port") -> int:
+        """Return the port the component was started with (``flag=N`` in its argv)."""
+        return next(int(a.split("=", 1)[1]) for a in self.argv if a.startswith(f"{flag}="))
+
     def _process(self) -> psutil.Process | None:
         try:
             proc = psutil.Process(self.pid)

@@ -175,7 +175,7 @@ def start_extender(
     previous = state.components.get(name) if state else None
     if previous is not None and port is None and not extra_args and run_as is None:
         argv = list(previous.argv)
-        port = next(int(a.split("=", 1)[1]) for a in argv if a.startswith("--port="))
+        port = previous.port()
     else:
         (port,) = (port,) if port else free_ports(1)
         argv = [

@@ -40,9 +40,7 @@ def as_chart(
     cluster = tpfabric_scheduling
     state = cluster.state()
     assert state is not None
-    port = next(
-        int(a.split("=", 1)[1]) for a in state.components[EXTENDER].argv if a.startswith("--port=")
-    )
+    port = state.components[EXTENDER].port()
     cluster.stop_component(EXTENDER)
     try:
         start_extender(

@@ -289,8 +289,7 @@ def test_the_extender_rejects_nodes_reserved_by_another_gang_as_unresolvable(
     pod = gangs.core.read_namespaced_pod("other-worker-0", gangs.namespace)
     state = tpfabric_scheduling.state()
     assert state is not None
-    argv = state.components[EXTENDER].argv
-    port = next(int(a.split("=")[1]) for a in argv if a.startswith("--port"))
+    port = state.components[EXTENDER].port()
     # what kube-scheduler sends when its own filters rejected the worker's planned node (rank
     # 0's, first in the plan): with the planned node among them filter keeps it alone and
     # words no reasons for the rest

@@ -298,8 +298,7 @@ def test_the_extender_refuses_a_malformed_request_with_400(scheduling: LocalClus
 
     state = scheduling.state()
     assert state is not None
-    argv = state.components[EXTENDER].argv
-    port = next(int(arg.split("=")[1]) for arg in argv if arg.startswith("--port"))
+    port = state.components[EXTENDER].port()
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/filter", data=b"{oops", method="POST"
     )
