@@ -39,7 +39,13 @@ from tpfabric_core.fabric_description import pydantic_error_path
 from tpfabric_core.list_watch import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_S
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 from tpfabric_operator import fabric_health
-from tpfabric_operator.children import JOB_LABEL, headless_service, worker_pod
+from tpfabric_operator.children import (
+    ATTEMPT_LABEL,
+    JOB_LABEL,
+    born_released,
+    headless_service,
+    worker_pod,
+)
 from tpfabric_operator.kube import KubeAdapter, extended_resources
 from tpfabric_operator.lifecycle import (
     Intent,
@@ -70,6 +76,10 @@ INIT_IMAGE = os.environ.get("TPFABRIC_RDMA_INIT_IMAGE", "tpfabric/rdma-init:0.1.
 WARNING_INTERVAL_SECONDS = 300.0
 #: worker pods created at the same time, over every job (bounded: the API server is shared)
 CREATE_CONCURRENCY = int(os.environ.get("TPFABRIC_CREATE_CONCURRENCY", "16"))
+#: how long a gang larger than CREATE_CONCURRENCY waits for its plan after its first worker
+#: exists, so that its other workers are born released (see :func:`_create_pods`)
+PLAN_WAIT_SECONDS = float(os.environ.get("TPFABRIC_PLAN_WAIT_SECONDS", "2"))
+PLAN_POLL_SECONDS = 0.05
 #: reconciles (kopf's synchronous handlers) running at the same time; 0: kopf's default
 HANDLER_THREADS = int(os.environ.get("TPFABRIC_HANDLER_THREADS", "0"))
 #: how long a reconcile waits for the watch to deliver the status it patched
@@ -572,7 +582,8 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
         manifest = worker_pod(job, name, namespace, index, INIT_IMAGE, attempt=intent.attempt)
         kopf.adopt(manifest, owner=body)
         manifests.append(manifest)
-    outcomes = _create_pods(kube, manifests, uid)
+    placement = (body.get("status") or {}).get("placement")
+    outcomes = _create_pods(kube, manifests, uid, placement)
     intent.create = [index for index, (ok, _) in zip(intent.create, outcomes, strict=True) if ok]
     if intent.create:
         log.info("job %s/%s: created worker pod(s) %s", namespace, name, _ranges(intent.create))
@@ -642,18 +653,55 @@ class _Made:
 _services_made = _Made()
 
 
+def _wait_for_plan(
+    kube: KubeAdapter, namespace: str, name: str, uid: str, attempt: str
+) -> Mapping[str, Any] | None:
+    """Return the placer's plan of ``attempt`` once the API server has it, or None when none
+    comes within PLAN_WAIT_SECONDS (read from the API server: kopf delivers no event of a job
+    to the index while a handler of that job runs, and this runs inside one)."""
+    deadline = time.monotonic() + PLAN_WAIT_SECONDS
+    while True:
+        placement = kube.read_placement(namespace, name, uid)
+        if placement is None:
+            return None  # the job is gone
+        if placement.get("state") == "Planned" and str(placement.get("attempt")) == attempt:
+            return placement
+        if placement.get("state") in ("Waiting", "Invalid") or time.monotonic() >= deadline:
+            return None  # no plan soon: the rest is created gated, released when planned
+        time.sleep(PLAN_POLL_SECONDS)
+
+
 def _create_pods(
-    kube: KubeAdapter, manifests: list[dict[str, Any]], uid: str
+    kube: KubeAdapter,
+    manifests: list[dict[str, Any]],
+    uid: str,
+    placement: Mapping[str, Any] | None = None,
 ) -> list[tuple[bool, str | None]]:
     """Return, per manifest in order, (the pod is ours now, the error that stopped it).
 
     A gang's pods are created together (``CREATE_CONCURRENCY`` at a time over every job): one at
     a time, a 256-worker gang spends seconds in round trips before the placer can plan it. A 409
     is ours when the existing pod belongs to this job (an earlier reconcile) or to nobody.
+
+    The placer plans a gang once its first worker exists. A worker created under a plan of its
+    attempt (``placement``: the job's as the reconcile saw it) is born released
+    (:func:`born_released`): no release write for it. A gang larger than one batch of creations
+    with no such plan yet makes its first worker alone and waits up to PLAN_WAIT_SECONDS for the
+    plan, so that the rest of it is created released; smaller gangs never wait (in a burst the
+    placer's answer takes longer than their creation).
     """
+    if not manifests:
+        return []
+    meta = manifests[0]["metadata"]
+    labels = meta.get("labels") or {}
+    namespace, name = meta["namespace"], str(labels.get(JOB_LABEL, ""))
+    plan = placement
 
     def create(manifest: dict[str, Any]) -> tuple[bool, str | None]:
         metadata = manifest["metadata"]
+        released = born_released(manifest, plan)
+        if released is not None:
+            manifest = released
         try:
             if kube.create(manifest):
                 log.debug("job %s: created worker pod %s", metadata["namespace"], metadata["name"])
@@ -666,7 +714,18 @@ def _create_pods(
 
     if len(manifests) <= 1:
         return [create(m) for m in manifests]
-    return list(_creator().map(create, manifests))
+    first: list[tuple[bool, str | None]] = []
+    if len(manifests) > CREATE_CONCURRENCY and born_released(manifests[0], plan) is None:
+        first = [create(manifests[0])]
+        if first[0][0]:
+            attempt = str(labels.get(ATTEMPT_LABEL, ""))
+            plan = _wait_for_plan(kube, namespace, name, uid, attempt)
+            if plan is not None:
+                log.info(
+                    "job %s/%s: planned; the other workers are created released", namespace, name
+                )
+        manifests = manifests[1:]
+    return first + list(_creator().map(create, manifests))
 
 
 _creating: concurrent.futures.ThreadPoolExecutor | None = None

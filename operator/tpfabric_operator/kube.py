@@ -178,14 +178,23 @@ class KubeAdapter:
 
     def read_placement_state(self, namespace: str, name: str) -> str | None:
         """Return the job's ``status.placement.state`` as the API server has it now."""
+        state = (self.read_placement(namespace, name) or {}).get("state")
+        return str(state) if state else None
+
+    def read_placement(
+        self, namespace: str, name: str, uid: str | None = None
+    ) -> dict[str, Any] | None:
+        """Return the job's ``status.placement`` as the API server has it now (None: the job, or
+        the job of that ``uid``, is gone)."""
         try:
             job = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
-        state = ((job.get("status") or {}).get("placement") or {}).get("state")
-        return str(state) if state else None
+        if uid is not None and job["metadata"].get("uid") != uid:
+            return None
+        return dict((job.get("status") or {}).get("placement") or {})
 
 
 def extended_resources(allocatable: Mapping[str, Any]) -> dict[str, int]:

@@ -546,7 +546,8 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
             "Placed",
             False,
             "NotPlanned",
-            "waiting for every worker pod to exist before the gang is planned",
+            "not planned yet: the placer plans the gang once its first worker exists (once every"
+            " worker exists, after the API server refused one)",
         )
     if outcome.create_error:
         created = cond("WorkersCreated", False, "CreateFailed", outcome.create_error)

@@ -28,8 +28,9 @@ MAX_REASONS = 5
 """Candidate domains listed while a job waits; the rest are counted in the message."""
 
 
-def planned_placement(plan: GangPlan, now: float) -> dict[str, Any]:
-    """Return the placement of a fresh plan (released at once after it is persisted)."""
+def planned_placement(plan: GangPlan, now: float, attempt: int | None = None) -> dict[str, Any]:
+    """Return the placement of a fresh plan (released at once after it is persisted) for the
+    worker pods of ``attempt`` (None: pods without the attempt label)."""
     return {
         "state": "Planned",
         "message": plan.explain().splitlines()[0],
@@ -41,6 +42,7 @@ def planned_placement(plan: GangPlan, now: float) -> dict[str, Any]:
         "modelledAllreduceUs": round(plan.cost.best_s * 1e6, 3),
         "plannedAt": rfc3339(now),
         "releasedAt": rfc3339(now),
+        "attempt": attempt,
         "waitingSince": None,
         "replacedRanks": None,
         "reasons": [
@@ -63,6 +65,7 @@ def _unplanned(state: str, message: str, **fields: Any) -> dict[str, Any]:
         "modelledAllreduceUs": None,
         "plannedAt": None,
         "releasedAt": None,
+        "attempt": None,
         "replacedRanks": None,
         "waitingSince": None,
         "reasons": [],

@@ -8,17 +8,28 @@ Each cycle (run by the lease holder only):
 2. outside the lock, walk the jobs in order — priority, then arrival (``creationTimestamp``) —
    and for each:
 
-   - a whole, gated gang without a plan: ask the engine for a plan on the snapshot (the plan's
-     demands are then taken off the snapshot, so later gangs of the cycle see them), persist it
-     in ``status.placement``, then release each pod: narrow its required node affinity to the
-     planned domain (every level's label, top down) and drop our gate, in one patch per pod;
-   - a planned job with gated pods (a restart mid-release, a resume, a replacement worker):
-     check the plan again before releasing; a replacement worker goes through ``replan_worker``
-     (a new node in the planned domain, never the node it failed on); a plan that can no longer
-     be honoured is dropped and planned afresh;
-   - a planned job whose released pods have not bound within ``bind_timeout`` seconds: the plan
-     is dropped (``state: Replanning``) and the job's released pods are deleted, so the operator
-     recreates them gated and the whole gang is planned again. No gang stays half-bound longer.
+   - a gated gang without a plan, as soon as its first worker exists: ask the engine for a plan
+     of the whole gang (every rank, from the job's spec) on the snapshot (the plan's demands are
+     then taken off the snapshot, so later gangs of the cycle see them), persist it in
+     ``status.placement`` with the attempt of its pods, then release each pod: narrow its
+     required node affinity to the planned domain (every level's label, top down) and drop our
+     gate, in one patch per pod. Planning does not wait for the last worker: the plan reserves
+     every rank's node, and the workers the operator creates later are released onto it as they
+     come (or are created released by the operator, which waits for the plan of a gang larger
+     than one batch of its creations), so a big gang's binds overlap its creation as plain
+     pods' binds do.
+     Once the API server refuses a worker (``WorkersCreated`` ``False``, ``CreateFailed``: a
+     quota), a plan made early is dropped at once and the gang is planned only when whole, so
+     no part of a gang that cannot be created holds a node;
+   - a planned job with gated pods (the rest of its attempt, a restart mid-release, a resume, a
+     replacement worker): check the plan again before releasing; a replacement worker (a pod of
+     a later attempt) goes through ``replan_worker`` (a new node in the planned domain, never the
+     node it failed on); a plan that can no longer be honoured is dropped and planned afresh;
+   - a planned job whose released pods have not bound, or whose other workers of the plan's
+     attempt were never created (a quota), within ``bind_timeout`` seconds of its last release
+     or worker: the plan is dropped (``state: Replanning``) and the job's pods are deleted, so
+     the operator recreates them gated and the whole gang is planned again. No gang stays
+     half-bound longer.
 
 A gang that has waited longer than ``head_of_line_seconds`` holds the best domain it would take
 for the rest of the cycle: younger or lower-priority gangs cannot fill it, so small gangs cannot
@@ -52,6 +63,7 @@ from tpfabric_core.placement.results import (
     Unschedulable,
 )
 from tpfabric_core.placement.snapshot import CapacitySnapshot
+from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
 from tpfabric_core.placement.topology import (
     CLUSTER_LEVEL,
     DEFAULT_LEVELS,
@@ -79,7 +91,6 @@ from tpfabric_scheduler.placement_status import (
     rfc3339,
     waiting_placement,
 )
-from tpfabric_scheduler.steering import narrow_affinity, remaining_gates
 from tpfabric_scheduler.store import GANG_GATE, GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
 
 __all__ = ["GangPlacer", "PlacementWork"]
@@ -237,16 +248,16 @@ class GangPlacer:
             live = [p for p in members if not p.terminal and not p.deleting]
             gated = [p for p in live if p.gated and p.uid not in self._released]
             unbound = [p for p in live if p.node is None and not p.gated]
-            if not gated and not unbound:
-                continue
             placement = self.store.placement_of(job)
             planned = placement.get("state") == "Planned"
-            if not planned and (
-                len(gated) < job.job.spec.workers
-                or len(gated) < len([p for p in live if p.uid not in self._released])
-            ):
-                continue  # the gang is not whole (yet, or pods of a dropped plan are going)
-            worker = (gated or live)[0]
+            missing = planned and bool(_missing_ranks(job, placement, members))
+            if not members or (not gated and not unbound and not missing):
+                continue
+            if not planned and len(gated) < len([p for p in live if p.uid not in self._released]):
+                continue  # pods of a dropped plan are still going
+            if not planned and len(gated) < job.job.spec.workers and _create_refused(job):
+                continue  # the API server refuses workers (a quota): plan once all exist
+            worker = (gated or live or members)[0]
             work.append(
                 PlacementWork(
                     job=job,
@@ -510,7 +521,8 @@ class GangPlacer:
             return False
         self._attempts.pop(job.uid, None)
         cycle.snapshot.allocate(result)
-        placement = planned_placement(result, self.clock())
+        attempts = [p.attempt for p in item.gated if p.attempt is not None]
+        placement = planned_placement(result, self.clock(), max(attempts, default=None))
         self.metrics.plans.labels("planned").inc()
         summary = result.explain().splitlines()[0]
 
@@ -564,19 +576,21 @@ class GangPlacer:
         nodes = [str(n) for n in placement.get("nodes") or []]
         planned_at = parse_rfc3339(placement.get("plannedAt"))
         replaced = dict(placement.get("replacedRanks") or {})
+        plan_attempt = placement.get("attempt")
         bound = [p for p in item.members if p.node is not None and not p.terminal]
         moves: list[PodRecord] = []
         for pod in item.gated:
             rank = pod.worker_index
             if rank is None or rank >= len(nodes):
                 continue
-            created = parse_rfc3339(pod.created)
-            replacement = (
-                planned_at is not None
-                and created is not None
-                and created > planned_at
-                and replaced.get(str(rank)) != pod.uid
-            )
+            if isinstance(plan_attempt, int) and pod.attempt is not None:
+                # planned from the gang's first worker: the rest of its attempt is released onto
+                # the plan as the operator creates it; a later attempt's pod is a replacement
+                later = pod.attempt > plan_attempt
+            else:  # a plan persisted without its attempt: made once the whole gang existed
+                created = parse_rfc3339(pod.created)
+                later = planned_at is not None and created is not None and created > planned_at
+            replacement = later and replaced.get(str(rank)) != pod.uid
             if replacement or not self._fits_reserved(cycle.snapshot, nodes[rank]):
                 moves.append(pod)
         if moves:
@@ -684,6 +698,12 @@ class GangPlacer:
         if item.gated:
             return True  # checking a plan before releasing
         released = _released_at(item)  # without a time, _watch_binding never looks
+        if (
+            released is not None
+            and _create_refused(item.job)
+            and _missing_ranks(item.job, item.placement, item.members)
+        ):
+            return True  # a refused worker drops a plan made before the gang was whole
         return released is not None and self._bind_check_due(released, now)
 
     def _bind_check_due(self, released: float, now: float) -> bool:
@@ -699,10 +719,28 @@ class GangPlacer:
         """
         released = _released_at(item)
         now = self.clock()  # not the cycle's start: a busy cycle can run for seconds
-        if released is None or not self._bind_check_due(released, now):
+        refused = _create_refused(item.job)
+        if released is None or not (refused or self._bind_check_due(released, now)):
             return True
         with self.store.lock:  # what is bound now, not at the start of the cycle
             members = list(self.store.workers.get(item.job.key, {}).values())
+        missing = _missing_ranks(item.job, item.placement, members)
+        why = ""
+        if missing and refused:
+            why = (
+                f"{item.job.key}: the API server refused worker pod(s) of the gang ({refused}), "
+                f"rank(s) {missing} do not exist: the plan is dropped so that no part of the gang "
+                "holds a node, and the gang is planned again once every worker exists"
+            )
+        elif missing and now - released >= self.bind_timeout:
+            why = (
+                f"{item.job.key}: no worker pod for rank(s) {missing} {now - released:.0f} s after "
+                f"the plan and its last worker (bound {self.bind_timeout:g} s): the gang cannot "
+                "start whole, so the plan is dropped and the gang is recreated and planned again"
+            )
+        if why:
+            self._replan_whole(replace(item, members=members), why, now)
+            return False
         unbound = sorted(
             p.worker_index
             for p in members
@@ -765,7 +803,7 @@ class GangPlacer:
         self, item: PlacementWork, placement: dict[str, Any], pods: list[PodRecord]
     ) -> None:
         """Constrain every gated pod to the planned domain (every level's label) and ungate it."""
-        expressions = _domain_expressions(placement, self.levels)
+        expressions = plan_expressions(placement, self.levels) or []
 
         def release(pod: PodRecord) -> None:
             if pod.gates and any(g.get("name") == GANG_GATE for g in pod.gates):
@@ -836,28 +874,57 @@ def _adjust(snapshot: CapacitySnapshot, node: str, demand: Mapping[str, int], si
 
 
 def _released_at(item: PlacementWork) -> float | None:
-    """Return when ``item``'s gang was (last) released, as clock time."""
-    return parse_rfc3339(item.placement.get("releasedAt") or item.placement.get("plannedAt"))
+    """Return when ``item``'s gang was (last) released, as clock time.
+
+    A gang is planned once its first worker exists and the rest are released as the operator
+    creates them, so the newest worker's creation counts as a release too.
+    """
+    released = parse_rfc3339(item.placement.get("releasedAt") or item.placement.get("plannedAt"))
+    if released is None:
+        return None
+    # creationTimestamps are RFC 3339 in UTC: the newest sorts last as text
+    newest = parse_rfc3339(max((p.created for p in item.members), default=""))
+    return released if newest is None else max(released, newest)
+
+
+def _create_refused(job: JobRecord) -> str:
+    """Return why the API server refused to create a worker of ``job`` (its ``WorkersCreated``
+    condition, ``False`` with reason ``CreateFailed``: a quota, an admission policy), or ""."""
+    for condition in job.raw_status.get("conditions") or []:
+        if (
+            isinstance(condition, dict)
+            and condition.get("type") == "WorkersCreated"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "CreateFailed"
+        ):
+            return str(condition.get("message") or "CreateFailed")
+    return ""
+
+
+def _missing_ranks(
+    job: JobRecord, placement: Mapping[str, Any], members: Iterable[PodRecord]
+) -> list[int]:
+    """Return the ranks of a planned gang that have no worker pod of the plan's own attempt yet.
+
+    Only while the job is still in the attempt the plan was made for (``status.attempt``): after
+    an incident the operator replaces workers after a backoff and their ranks are missing on
+    purpose. A finished job, or a plan persisted without its attempt, has none.
+    """
+    plan_attempt = placement.get("attempt")
+    if job.job is None or not isinstance(plan_attempt, int):
+        return []
+    status = job.raw_status
+    if status.get("phase") in ("Succeeded", "Failed") or int(status.get("attempt") or 0) != (
+        plan_attempt
+    ):
+        return []
+    present = {p.worker_index for p in members}
+    return [rank for rank in range(job.job.spec.workers) if rank not in present]
 
 
 def _others(item: PlacementWork, ranks: set[int]) -> set[int]:
     """Return the ranks of ``item``'s reservations that are not in ``ranks``."""
     return {r.rank for r in item.reservations} - ranks
-
-
-def _domain_expressions(
-    placement: dict[str, Any], levels: tuple[LevelSpec, ...]
-) -> list[dict[str, Any]]:
-    """Return node-selector expressions naming the planned domain by every level's label."""
-    if placement.get("level") == CLUSTER_LEVEL:
-        return []
-    labels = placement.get("domainLabels") or {}
-    if not labels:  # a plan persisted by an older placer: its level's label only
-        key = next((s.label_key for s in levels if s.name == placement.get("level")), None)
-        if key is None or not placement.get("domain"):
-            return []
-        labels = {key: placement["domain"]}
-    return [{"key": k, "operator": "In", "values": [str(v)]} for k, v in labels.items()]
 
 
 def _plan_of(

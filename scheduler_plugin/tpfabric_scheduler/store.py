@@ -15,7 +15,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tpfabric_core.api import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL, TensorParallelJob
+from tpfabric_core.api import (
+    ATTEMPT_LABEL,
+    GANG_GATE,
+    JOB_LABEL,
+    WORKER_INDEX_LABEL,
+    TensorParallelJob,
+)
 from tpfabric_core.placement.pod_fit import pod_requests, resource_amount
 
 __all__ = [
@@ -101,6 +107,8 @@ class PodRecord:
     scheduling: dict[str, Any] = field(default_factory=dict)
     #: a worker's scheduling gates as the API server has them (to release it in one write)
     gates: tuple[dict[str, Any], ...] = ()
+    #: the gang attempt a worker was created for (its ``tpfabric.io/attempt`` label)
+    attempt: int | None = None
 
     @property
     def key(self) -> str:
@@ -123,6 +131,7 @@ class PodRecord:
             else {}
         )
         index = labels.get(WORKER_INDEX_LABEL, "")
+        attempt = labels.get(ATTEMPT_LABEL, "")
         return cls(
             namespace=meta.get("namespace", "default"),
             name=meta["name"],
@@ -138,6 +147,7 @@ class PodRecord:
             created=str(meta.get("creationTimestamp") or ""),
             scheduling=scheduling,
             gates=tuple(spec.get("schedulingGates") or ()) if job_name else (),
+            attempt=int(attempt) if job_name and attempt.isdigit() else None,
         )
 
 

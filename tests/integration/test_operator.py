@@ -6,10 +6,12 @@ collection) and kwok nodes; the operator runs as its own process, as in a cluste
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import kubernetes.watch
 import pytest
 import yaml
 from kubernetes import client
@@ -147,6 +149,46 @@ def test_a_4_worker_job_runs_in_one_leaf_with_ranks_following_the_plan(
     placed = [e for e in events if e.reason == "GangPlaced"]
     assert placed, [e.reason for e in events]
     assert placed[0].message == status["placement"]["message"]  # the event says what status says
+
+
+def test_a_gang_larger_than_a_batch_of_creations_is_born_released_onto_its_plan(
+    tpj: Tpj, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    """24 workers, more than the operator creates at once (16): worker 0 is created gated, the
+    placer plans the whole gang from it, and the other 23 are created already released onto the
+    plan (narrowed affinity, no gate): no release write for them."""
+    added: dict[str, client.V1Pod] = {}
+    watch = kubernetes.watch.Watch()
+    version = tpj.core.list_namespaced_pod(tpj.namespace).metadata.resource_version
+
+    def collect() -> None:
+        for event in watch.stream(
+            tpj.core.list_namespaced_pod,
+            tpj.namespace,
+            resource_version=version,
+            timeout_seconds=120,
+        ):
+            if event["type"] == "ADDED":
+                added.setdefault(event["object"].metadata.name, event["object"])
+            if len(added) >= 24:
+                watch.stop()  # ends the stream after this event
+
+    watcher = threading.Thread(target=collect, daemon=True)
+    watcher.start()
+    name = tpj.apply(small_job("wide", 24, topology={"mode": "required", "level": "spine"}))
+    status = tpj.wait_phase(name, "Running", timeout=120)
+    watcher.join(30)
+    assert len(added) == 24, f"the watch showed {len(added)} of 24 workers' creation"
+    pods = tpj.pods(name)
+    assert [p.spec.node_name for p in pods] == status["placement"]["nodes"]
+    assert len({fabric_nodes[p.spec.node_name][labels.SPINE] for p in pods}) == 1
+    born_gated = sorted(n for n, p in added.items() if p.spec.scheduling_gates)
+    assert born_gated == ["wide-worker-0"], f"created gated: {born_gated}"
+    spine = status["placement"]["domainLabels"][labels.SPINE]
+    for pod in (added[f"wide-worker-{i}"] for i in range(1, 24)):
+        terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+        expressions = terms.node_selector_terms[0].match_expressions
+        assert any(e.key == labels.SPINE and e.values == [spine] for e in expressions)
 
 
 def test_a_deleted_worker_is_replaced_in_the_same_domain(

@@ -3,6 +3,7 @@ CRD (``crd.py`` generates it) and of the validation the operator applies to what
 
 from tpfabric_core.api.models import (
     API_VERSION,
+    ATTEMPT_LABEL,
     GANG_GATE,
     GROUP,
     JOB_LABEL,
@@ -28,6 +29,7 @@ from tpfabric_core.api.models import (
 
 __all__ = [
     "API_VERSION",
+    "ATTEMPT_LABEL",
     "GANG_GATE",
     "GROUP",
     "JOB_LABEL",

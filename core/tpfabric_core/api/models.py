@@ -15,6 +15,7 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "API_VERSION",
+    "ATTEMPT_LABEL",
     "GANG_GATE",
     "GROUP",
     "JOB_LABEL",
@@ -50,6 +51,8 @@ PLURAL = "tensorparalleljobs"
 JOB_LABEL: Final = "tpfabric.io/job-name"
 #: Label holding a worker pod's index, which is also its rank in the plan.
 WORKER_INDEX_LABEL: Final = "tpfabric.io/worker-index"
+#: Label holding the attempt (gang restart count) a worker pod was created for.
+ATTEMPT_LABEL: Final = "tpfabric.io/attempt"
 #: Scheduling gate that holds worker pods until their whole gang has a plan.
 GANG_GATE: Final = "tpfabric.io/gang"
 #: schedulerName of worker pods: the kube-scheduler profile that calls the extender.
@@ -349,6 +352,10 @@ class Placement(_Model):
     """Modelled all-reduce time of the placement (a model, not a measurement)."""
     planned_at: str | None = None
     """When the plan was made (RFC 3339)."""
+    attempt: int | None = None
+    """The attempt (`status.attempt`) whose worker pods the plan was made for: the placer plans
+    a gang once its first worker exists and releases the others as they are created; a pod of a
+    later attempt is a replacement."""
     released_at: str | None = None
     """When worker pods were last released to the scheduler (RFC 3339); a released pod not
     bound within the placer's bind bound drops the plan."""

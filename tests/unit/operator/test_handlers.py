@@ -10,7 +10,9 @@ import kopf
 import pytest
 from kubernetes.client.rest import ApiException
 
+from tpfabric_core.api import TensorParallelJob
 from tpfabric_operator import handlers
+from tpfabric_operator.children import GANG_GATE, worker_pod
 from tpfabric_operator.handlers import (
     CREATE_CONCURRENCY,
     SERVICE_MEMORY_SECONDS,
@@ -132,6 +134,9 @@ class _Pods:
             raise ApiException(status=403, reason="Forbidden")
         return name not in self.existing
 
+    def read_placement(self, namespace: str, name: str, uid: str | None) -> None:
+        return None  # no plan to wait for
+
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         owner = self.existing.get(name)
         refs = [{"kind": "TensorParallelJob", "uid": owner}] if owner else []
@@ -149,6 +154,95 @@ def test_a_gangs_pods_are_created_concurrently_in_order_and_a_409_is_ours_only_i
     assert "w-7: 403" in str(outcomes[7][1])
     assert all(ok for k, (ok, _) in enumerate(outcomes) if k not in (4, 7))
     assert 1 < pods.most_in_flight <= CREATE_CONCURRENCY
+
+
+def _gang(workers: int) -> list[dict[str, Any]]:
+    job = TensorParallelJob.model_validate(
+        {
+            "metadata": {"name": "big"},
+            "spec": {
+                "workers": workers,
+                "tensorParallelSize": 8,
+                "template": {"spec": {"containers": [{"name": "t", "image": "img"}]}},
+            },
+        }
+    )
+    return [worker_pod(job, "big", "ns", i, "init:1") for i in range(workers)]
+
+
+class _Recorder:
+    """Records creations; the placer's plan reaches the API server a few reads after the first
+    worker exists (``plan_after`` reads), or never (None)."""
+
+    def __init__(self, plan_after: int | None = 3) -> None:
+        self.created: list[dict[str, Any]] = []
+        self.reads = 0
+        self.plan_after = plan_after
+        self.lock = threading.Lock()
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        with self.lock:
+            self.created.append(manifest)
+        return True
+
+    def read_placement(self, namespace: str, name: str, uid: str | None) -> dict[str, Any]:
+        assert (namespace, name, uid) == ("ns", "big", "uid-1")
+        assert self.created, "read only once the first worker exists"
+        self.reads += 1
+        if self.plan_after is None or self.reads <= self.plan_after:
+            return {}
+        return {
+            "state": "Planned",
+            "attempt": 0,
+            "level": "leaf",
+            "domainLabels": {"leaf": "l1"},
+            "nodes": [f"n{i}" for i in range(40)],
+        }
+
+
+def test_a_big_gangs_first_worker_waits_for_the_plan_and_the_rest_is_born_released() -> None:
+    kube = _Recorder()
+    started = time.monotonic()
+    outcomes = _create_pods(kube, _gang(40), "uid-1")  # type: ignore[arg-type]
+    assert time.monotonic() - started < handlers.PLAN_WAIT_SECONDS, "stopped waiting at the plan"
+    assert all(ok for ok, _ in outcomes)
+    first, rest = kube.created[0], kube.created[1:]
+    assert first["metadata"]["name"] == "big-worker-0"
+    assert first["spec"]["schedulingGates"] == [{"name": GANG_GATE}], "made before the plan"
+    assert kube.reads == 4
+    assert len(rest) == 39
+    assert all("schedulingGates" not in pod["spec"] for pod in rest), "born released"
+    assert all(
+        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ][0]["matchExpressions"]
+        == [{"key": "leaf", "operator": "In", "values": ["l1"]}]
+        for pod in rest
+    )
+
+
+def test_without_a_plan_in_time_the_rest_of_the_gang_is_created_gated(monkeypatch: Any) -> None:
+    kube = _Recorder(plan_after=None)
+    monkeypatch.setattr(handlers, "PLAN_WAIT_SECONDS", 0.1)
+    _create_pods(kube, _gang(40), "uid-1")  # type: ignore[arg-type]
+    assert len(kube.created) == 40
+    assert all(pod["spec"]["schedulingGates"] == [{"name": GANG_GATE}] for pod in kube.created)
+
+
+def test_a_small_gang_never_waits_for_its_plan(monkeypatch: Any) -> None:
+    kube = _Recorder()
+    monkeypatch.setattr(handlers, "PLAN_WAIT_SECONDS", 30.0)
+    _create_pods(kube, _gang(CREATE_CONCURRENCY), "uid-1")  # type: ignore[arg-type]
+    assert len(kube.created) == CREATE_CONCURRENCY
+    assert kube.reads == 0
+
+
+def test_a_gang_whose_plan_the_reconcile_saw_is_born_released_without_waiting() -> None:
+    kube = _Recorder(plan_after=None)
+    plan = {"state": "Planned", "attempt": 0, "level": "cluster", "nodes": ["n0", "n1"]}
+    _create_pods(kube, _gang(2)[1:], "uid-1", plan)  # type: ignore[arg-type]
+    assert kube.reads == 0
+    assert "schedulingGates" not in kube.created[0]["spec"]
 
 
 def test_a_nodes_extended_resources_are_its_whole_domain_prefixed_counts() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpfabric_core import labels
+from tpfabric_core.api import ATTEMPT_LABEL
 from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
 
@@ -48,13 +49,17 @@ def a_worker(
     node: str | None = None,
     gated: bool = True,
     gpus: int = 8,
+    attempt: int | None = 0,
 ) -> dict[str, Any]:
+    labels = {JOB_LABEL: job, WORKER_INDEX_LABEL: str(index)}
+    if attempt is not None:  # the operator labels every worker with its attempt
+        labels[ATTEMPT_LABEL] = str(attempt)
     return {
         "metadata": {
             "name": f"{job}-worker-{index}",
             "namespace": namespace,
             "uid": f"uid-{job}-{index}",
-            "labels": {JOB_LABEL: job, WORKER_INDEX_LABEL: str(index)},
+            "labels": labels,
         },
         "spec": {
             "nodeName": node,

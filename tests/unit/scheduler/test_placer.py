@@ -174,6 +174,13 @@ def gang(writer: RecordingWriter, name: str, workers: int, **job_args: Any) -> N
         writer.add_pod(pod)
 
 
+def first_worker_only(writer: RecordingWriter, name: str, workers: int) -> None:
+    """A gang of ``workers`` of which the operator has created worker 0 so far."""
+    gang(writer, name, 1)
+    writer.jobs[f"ns/{name}"]["spec"]["workers"] = workers
+    writer.add_job(writer.jobs[f"ns/{name}"])
+
+
 @pytest.fixture
 def world() -> tuple[ClusterStore, RecordingWriter, GangPlacer, Clock]:
     store = ClusterStore()
@@ -321,10 +328,12 @@ def test_a_replacement_worker_moves_off_the_node_it_failed_on_inside_the_domain(
     first = placement(writer, "job")["nodes"]
     for index, node in enumerate(first):
         writer.bind(f"job-worker-{index}", node)
-    # worker 1 fails; the operator deletes it and creates a gated replacement later
+    # worker 1 fails; the operator charges the incident (attempt 1), deletes it and creates a
+    # gated replacement of attempt 1 after its backoff
     writer.delete_pod("ns", "job-worker-1")
+    writer.patch_job_status("ns", "job", {"attempt": 1})
     clock.now += 30
-    replacement = a_worker("job", 1)
+    replacement = a_worker("job", 1, attempt=1)
     replacement["metadata"]["uid"] = "uid-replacement"
     replacement["metadata"]["creationTimestamp"] = rfc3339(clock.now)
     writer.add_pod(replacement)
@@ -338,16 +347,120 @@ def test_a_replacement_worker_moves_off_the_node_it_failed_on_inside_the_domain(
 
 
 def test_a_missing_rank_keeps_its_node_reserved_during_the_backoff(world: Any) -> None:
-    store, writer, placer, _ = world
+    store, writer, placer, clock = world
     two_leaves(store, per_leaf=2)
     gang(writer, "job", 2)
     placer.run_cycle()
     nodes = placement(writer, "job")["nodes"]
     writer.bind("job-worker-0", nodes[0])
     writer.delete_pod("ns", "job-worker-1")  # lost; the operator waits its backoff
+    writer.patch_job_status("ns", "job", {"attempt": 1})  # the incident, charged
     gang(writer, "other", 2)
     placer.run_cycle()
     assert nodes[1] not in placement(writer, "other").get("nodes", [])
+    clock.now += 61  # a backoff longer than the bind bound: the rank is missing on purpose
+    placer.run_cycle()
+    assert placement(writer, "job")["state"] == "Planned"
+    assert "job-worker-0" not in writer.deleted
+
+
+def test_a_gang_is_planned_from_its_first_worker_and_the_rest_released_as_they_come(
+    world: Any,
+) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store)
+    first_worker_only(writer, "job", 4)  # the operator has made worker 0 so far
+    placer.run_cycle()
+    plan = placement(writer, "job")
+    assert plan["state"] == "Planned"
+    assert plan["attempt"] == 0
+    assert len(plan["nodes"]) == 4
+    assert len({n.split("-n")[0] for n in plan["nodes"]}) == 1, "one leaf"
+    assert writer.released == ["job-worker-0"]
+    clock.now += 2
+    for index in (1, 2, 3):  # created after the plan, of the plan's attempt
+        worker = a_worker("job", index)
+        worker["metadata"]["creationTimestamp"] = rfc3339(clock.now)
+        worker["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "8"
+        writer.add_pod(worker)
+    placer.run_cycle()
+    assert placement(writer, "job")["nodes"] == plan["nodes"], "released onto the plan, not moved"
+    assert sorted(writer.released) == [f"job-worker-{i}" for i in range(4)]
+    assert len(writer.status_writes) == 1, "one status write: the plan"
+    for index, node in enumerate(plan["nodes"]):
+        required = writer.pods[f"ns/job-worker-{index}"]["spec"]["affinity"]["nodeAffinity"]
+        terms = required["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert {"key": labels.LEAF, "operator": "In", "values": [node.split("-n")[0]]} in terms[0][
+            "matchExpressions"
+        ]
+
+
+def test_a_gang_whose_other_workers_are_never_created_drops_its_plan(world: Any) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store)
+    first_worker_only(writer, "short", 3)  # a quota refuses workers 1 and 2
+    placer.run_cycle()
+    writer.bind("short-worker-0", placement(writer, "short")["nodes"][0])
+    clock.now += 50
+    placer.run_cycle()
+    assert placement(writer, "short")["state"] == "Planned", "within the bound it waits"
+    clock.now += 11
+    placer.run_cycle()
+    plan = placement(writer, "short")
+    assert plan["state"] == "Replanning"
+    assert "no worker pod for rank(s) [1, 2]" in plan["message"]
+    assert writer.deleted == ["short-worker-0"], "no gang stays half-bound"
+
+
+def test_a_refused_worker_drops_an_early_plan_and_the_gang_waits_until_whole(
+    world: Any,
+) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store)
+    first_worker_only(writer, "quota", 3)
+    placer.run_cycle()
+    writer.bind("quota-worker-0", placement(writer, "quota")["nodes"][0])
+    refused = {
+        "type": "WorkersCreated",
+        "status": "False",
+        "reason": "CreateFailed",
+        "message": 'pods "quota-worker-1" is forbidden: exceeded quota: one-pod',
+    }
+    writer.patch_job_status("ns", "quota", {"conditions": [refused]})  # the operator's words
+    placer.run_cycle()  # at once, not after the bind bound
+    plan = placement(writer, "quota")
+    assert plan["state"] == "Replanning"
+    assert "exceeded quota" in plan["message"]
+    assert writer.deleted == ["quota-worker-0"], "no part of the gang holds a node"
+    again = a_worker("quota", 0)  # the operator makes what the quota allows, gated
+    again["metadata"]["uid"] = "uid-quota-0-again"
+    writer.add_pod(again)
+    placer.run_cycle()
+    assert placement(writer, "quota")["state"] == "Replanning", "no early plan again"
+    assert writer.released == ["quota-worker-0"], "the new worker 0 stays gated"
+    for index in (1, 2):  # the quota is raised: the gang is whole
+        writer.add_pod(a_worker("quota", index))
+    placer.run_cycle()
+    assert placement(writer, "quota")["state"] == "Planned"
+    assert writer.released.count("quota-worker-0") == 2
+
+
+def test_a_plan_without_its_attempt_treats_newer_pods_as_replacements(world: Any) -> None:
+    """A plan an older placer persisted (no ``attempt``) keeps the rule of that version: a gated
+    pod created after the plan is a replacement."""
+    store, writer, placer, _ = world
+    two_leaves(store)
+    writer.add_job(a_job("old", 2, plan=("leaf", "leaf-a", ["leaf-a-n0", "leaf-a-n1"])))
+    writer.jobs["ns/old"]["status"]["placement"]["plannedAt"] = rfc3339(NOW - 50)
+    writer.add_job(writer.jobs["ns/old"])
+    writer.add_pod(a_worker("old", 0, node="leaf-a-n0", gated=False))
+    late = a_worker("old", 1)
+    late["metadata"]["creationTimestamp"] = rfc3339(NOW - 10)
+    writer.add_pod(late)
+    placer.run_cycle()
+    plan = placement(writer, "old")
+    assert plan["nodes"][1] != "leaf-a-n1"
+    assert plan["replacedRanks"] == {"1": "uid-old-1"}
 
 
 def test_released_pods_that_do_not_bind_in_time_drop_the_plan(world: Any) -> None:

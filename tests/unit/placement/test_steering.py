@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from tpfabric_scheduler.steering import domain_expressions, narrow_affinity, remaining_gates
+from tpfabric_core.placement.steering import domain_expressions, narrow_affinity, remaining_gates
 
 LEAF = domain_expressions("topology.tpfabric.io/leaf", "leaf-a")
 

@@ -1,4 +1,7 @@
-"""Turn a gang plan into what a gated worker pod carries: narrowed node affinity, fewer gates.
+"""Turn a gang plan into what a worker pod carries: narrowed node affinity, fewer gates.
+
+The placer writes it into a gated worker when it releases it; the operator writes it into a worker
+it creates once the gang's plan exists (the pod is then born released).
 
 KEP-3838 (GA in 1.30): while a pod is gated its required node affinity may only be narrowed, and
 gates may only be removed. Narrowing is done by AND-ing our expressions into every existing
@@ -9,16 +12,38 @@ feasible nodes. Pure: dicts in, dicts out.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
-from tpfabric_scheduler.store import GANG_GATE
+from tpfabric_core.api import GANG_GATE
+from tpfabric_core.placement.topology import CLUSTER_LEVEL, LevelSpec
 
-__all__ = ["domain_expressions", "narrow_affinity", "remaining_gates"]
+__all__ = ["domain_expressions", "narrow_affinity", "plan_expressions", "remaining_gates"]
 
 
 def domain_expressions(level_key: str, domain: str) -> list[dict[str, Any]]:
     """Return the node-selector expressions that keep a pod inside one domain."""
     return [{"key": level_key, "operator": "In", "values": [domain]}]
+
+
+def plan_expressions(
+    placement: Mapping[str, Any], levels: tuple[LevelSpec, ...] = ()
+) -> list[dict[str, Any]] | None:
+    """Return node-selector expressions naming a plan's domain by every level's label.
+
+    Empty for a cluster-wide plan (it narrows nothing). ``levels`` name the label of a plan an
+    older placer persisted without ``domainLabels`` (its level's label only); None when that
+    label is not known.
+    """
+    if placement.get("level") == CLUSTER_LEVEL:
+        return []
+    labels = placement.get("domainLabels") or {}
+    if not labels:
+        key = next((s.label_key for s in levels if s.name == placement.get("level")), None)
+        if key is None or not placement.get("domain"):
+            return None
+        labels = {key: placement["domain"]}
+    return [{"key": k, "operator": "In", "values": [str(v)]} for k, v in labels.items()]
 
 
 def narrow_affinity(
