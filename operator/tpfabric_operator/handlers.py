@@ -686,9 +686,10 @@ def _create_pods(
     The placer plans a gang once its first worker exists. A worker created under a plan of its
     attempt (``placement``: the job's as the reconcile saw it) is born released
     (:func:`born_released`): no release write for it. A gang larger than one batch of creations
-    with no such plan yet makes its first worker alone and waits up to PLAN_WAIT_SECONDS for the
+    with no plan yet makes its first worker alone and waits up to PLAN_WAIT_SECONDS for the
     plan, so that the rest of it is created released; smaller gangs never wait (in a burst the
-    placer's answer takes longer than their creation).
+    placer's answer takes longer than their creation; having them wait off the handler, in a
+    background task, was measured slower).
     """
     if not manifests:
         return []
@@ -715,7 +716,9 @@ def _create_pods(
     if len(manifests) <= 1:
         return [create(m) for m in manifests]
     first: list[tuple[bool, str | None]] = []
-    if len(manifests) > CREATE_CONCURRENCY and born_released(manifests[0], plan) is None:
+    # under a plan (born released), or a plan of an earlier attempt (the placer moves those
+    # ranks as replacements and makes no new plan), there is nothing to wait for
+    if len(manifests) > CREATE_CONCURRENCY and (plan or {}).get("state") != "Planned":
         first = [create(manifests[0])]
         if first[0][0]:
             attempt = str(labels.get(ATTEMPT_LABEL, ""))
@@ -827,7 +830,10 @@ def _write_status(
         kopf.info(
             body,
             reason="WorkersCreated",
-            message=f"created {len(intent.create)} gated worker pods; the gang placer plans them",
+            message=(
+                f"created {len(intent.create)} worker pods; the gang placer plans the gang from "
+                "the first, which is gated"
+            ),
         )
     kept = set(intent.keep) | set(intent.delete)
     alive = [p for p in owned if p.name not in kept]

@@ -245,6 +245,20 @@ def test_a_gang_whose_plan_the_reconcile_saw_is_born_released_without_waiting() 
     assert "schedulingGates" not in kube.created[0]["spec"]
 
 
+def test_a_restarted_big_gang_under_an_earlier_attempts_plan_is_created_without_waiting() -> None:
+    kube = _Recorder()
+    restart = _gang(40)
+    for manifest in restart:
+        manifest["metadata"]["labels"]["tpfabric.io/attempt"] = "1"
+    plan = {"state": "Planned", "attempt": 0, "level": "cluster", "nodes": ["n"] * 40}
+    started = time.monotonic()
+    _create_pods(kube, restart, "uid-1", plan)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 1, "no plan of attempt 1 comes: the ranks are moved"
+    assert kube.reads == 0
+    assert len(kube.created) == 40
+    assert all(pod["spec"]["schedulingGates"] == [{"name": GANG_GATE}] for pod in kube.created)
+
+
 def test_a_nodes_extended_resources_are_its_whole_domain_prefixed_counts() -> None:
     assert extended_resources({"cpu": "8", "nvidia.com/gpu": "8", "rdma/ib": "8"}) == {
         "nvidia.com/gpu": 8,
