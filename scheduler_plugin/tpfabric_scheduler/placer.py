@@ -250,9 +250,14 @@ class GangPlacer:
             unbound = [p for p in live if p.node is None and not p.gated]
             placement = self.store.placement_of(job)
             planned = placement.get("state") == "Planned"
-            missing = planned and bool(_missing_ranks(job, placement, members))
-            if not members or (not gated and not unbound and not missing):
+            if not members:
                 continue
+            if (
+                not gated
+                and not unbound
+                and not (planned and _missing_ranks(job, placement, members))
+            ):
+                continue  # settled (the missing-rank check only for gangs with nothing else due)
             if not planned and len(gated) < len([p for p in live if p.uid not in self._released]):
                 continue  # pods of a dropped plan are still going
             if not planned and len(gated) < job.job.spec.workers and _create_refused(job):
