@@ -194,7 +194,9 @@ class GangPlacer:
         self._released: dict[str, float] = {}
         #: the cycle's persisting pool (None outside a cycle: persist inline)
         self._persisting: ThreadPoolExecutor | None = None
-        self._persisted: list[Future[None]] = []
+        self._persisted: list[Future[bool]] = []
+        #: the cycle's releases, sent once its plans are written: (job, its plan's write, action)
+        self._to_release: list[tuple[JobRecord, Future[bool] | None, Callable[[], None]]] = []
         #: the pod writes of every gang being released share this bound
         self._releasing = ThreadPoolExecutor(RELEASE_CONCURRENCY, thread_name_prefix="release")
 
@@ -344,13 +346,17 @@ class GangPlacer:
         # released gangs first: their bind bound is checked every cycle, never behind planning
         work.sort(key=lambda w: not (w.planned and not w.gated))
         started = time.monotonic()
-        # planned gangs are persisted and released by a small pool while the loop plans the
-        # next ones (each plan is already taken from the cycle's snapshot); the cycle ends when
-        # every write has returned, so the next one starts from what the API server holds
+        # planned gangs are persisted by a small pool while the loop plans the next ones (each
+        # plan is already taken from the cycle's snapshot); their releases go to the same pool
+        # once the loop is done, behind every plan of the cycle: a plan is what the operator
+        # waits for to create a gang's other workers released, and it must not queue behind
+        # the release writes of the gangs planned before it. The cycle ends when every write
+        # has returned, so the next one starts from what the API server holds
         self._persisting = ThreadPoolExecutor(PERSIST_CONCURRENCY, thread_name_prefix="persist")
         try:
             waiting = self._plan_all(work, cycle, capacity_generation, started)
         finally:
+            self._send_releases()
             self._persisting.shutdown(wait=True)
             self._persisting = None
             for future in self._persisted:
@@ -405,10 +411,22 @@ class GangPlacer:
                 log.exception("job %s: placement failed", item.job.key)
         return waiting
 
-    def _persist(self, job: JobRecord, action: Callable[[], None]) -> None:
-        """Run ``action`` (a plan's writes) on the cycle's pool, or inline outside a cycle."""
+    def _persist(self, job: JobRecord, action: Callable[[], None]) -> Future[bool]:
+        """Run ``action`` (a plan's write) on the cycle's pool, or inline outside a cycle;
+        return its future: True once it succeeded (its errors are logged, never raised)."""
+        guarded = self._guarded(job, action)
+        if self._persisting is None:
+            done: Future[bool] = Future()
+            done.set_result(guarded())
+            return done
+        future = self._persisting.submit(guarded)
+        self._persisted.append(future)
+        return future
 
-        def guarded() -> None:
+    def _guarded(self, job: JobRecord, action: Callable[[], None]) -> Callable[[], bool]:
+        """Return ``action`` logging (not raising) API and other errors; True once it ran."""
+
+        def guarded() -> bool:
             try:
                 action()
             except ApiException as err:
@@ -417,11 +435,43 @@ class GangPlacer:
             except Exception:
                 self.metrics.plans.labels("error").inc()
                 log.exception("job %s: persisting the plan failed", job.key)
+            else:
+                return True
+            return False
 
+        return guarded
+
+    def _then_release(
+        self, job: JobRecord, written: Future[bool] | None, action: Callable[[], None]
+    ) -> None:
+        """Run ``action`` (a gang's releases) once ``written`` (its plan's write, if any)
+        succeeded: inline outside a cycle, after the cycle's plans within one."""
         if self._persisting is None:
-            guarded()
-        else:
-            self._persisted.append(self._persisting.submit(guarded))
+            if written is None or written.result():
+                self._guarded(job, action)()
+            return
+        self._to_release.append((job, written, action))
+
+    def _send_releases(self) -> None:
+        """Queue the cycle's releases on its pool, behind every plan write of the cycle.
+
+        The pool takes tasks in order, so each plan write has started before its release is
+        picked up: waiting for it there cannot take a thread that the write still needs.
+        """
+        pool = self._persisting
+        assert pool is not None
+        for job, written, action in self._to_release:
+            guarded = self._guarded(job, action)
+
+            def release(
+                written: Future[bool] | None = written, run: Callable[[], bool] = guarded
+            ) -> bool:
+                if written is not None and not written.result():
+                    return False  # the plan was not written: its pods stay gated
+                return run()
+
+            self._persisted.append(pool.submit(release))
+        self._to_release = []
 
     def _forget_released(self) -> None:
         """Forget released pods the store sees ungated (or gone), and any after the memory."""
@@ -532,11 +582,17 @@ class GangPlacer:
         summary = result.explain().splitlines()[0]
 
         def persist() -> None:
-            self._write(job, previous, placement, "GangPlaced")
+            self._write(job, previous, placement, "")
             log.info("job %s planned: %s", job.key, summary)
-            self._release(item, placement, item.gated)
 
-        self._persist(job, persist)
+        def release() -> None:
+            try:
+                self._release(item, placement, item.gated)
+            finally:
+                # the Event last: it is for people, and no worker of the gang waits for it
+                self._event(job, "GangPlaced", placement)
+
+        self._then_release(job, self._persist(job, persist), release)
         return True
 
     def _without_held(self, cycle: _Cycle, item: PlacementWork) -> CapacitySnapshot:
@@ -618,7 +674,7 @@ class GangPlacer:
                     -1,
                 )
             placement = updated
-        self._persist(job, lambda: self._release(item, placement, item.gated))
+        self._then_release(job, None, lambda: self._release(item, placement, item.gated))
         return True
 
     def _give_back(self, cycle: _Cycle, item: PlacementWork, ranks: set[int] | None = None) -> None:
@@ -801,8 +857,12 @@ class GangPlacer:
             with self.store.lock:
                 self.store.record_plan(job, placement)
         if event:
-            kind = "Warning" if event in ("GangReplanning", "InvalidTopology") else "Normal"
-            self.writer.job_event(job, kind, event, str(placement.get("message") or ""))
+            self._event(job, event, placement)
+
+    def _event(self, job: JobRecord, event: str, placement: dict[str, Any]) -> None:
+        """Record ``event`` on the job, worded by ``placement``'s message."""
+        kind = "Warning" if event in ("GangReplanning", "InvalidTopology") else "Normal"
+        self.writer.job_event(job, kind, event, str(placement.get("message") or ""))
 
     def _release(
         self, item: PlacementWork, placement: dict[str, Any], pods: list[PodRecord]

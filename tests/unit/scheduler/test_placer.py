@@ -646,6 +646,58 @@ def test_a_cycle_plans_every_gang_before_its_writes_return_and_waits_for_them(wo
     assert len(writer.released) == 8
 
 
+class _OrderedWriter(RecordingWriter):
+    """Records the order of plan writes, releases and Events; refuses the plans of ``refuse``."""
+
+    def __init__(self, store: ClusterStore, refuse: set[str]) -> None:
+        super().__init__(store)
+        self.order: list[tuple[str, str]] = []
+        self.refuse = refuse
+
+    def patch_job_status(
+        self, namespace: str, name: str, status: dict[str, Any], *, uid: str | None = None
+    ) -> None:
+        self.order.append(("plan", name))
+        if name in self.refuse:
+            raise ApiException(status=500, reason="etcd timeout")
+        super().patch_job_status(namespace, name, status, uid=uid)
+
+    def release_pod(self, namespace: str, name: str, *args: Any) -> None:
+        self.order.append(("release", name.split("-worker-", maxsplit=1)[0]))
+        super().release_pod(namespace, name, *args)
+
+    def job_event(self, job: Any, kind: str, reason: str, message: str) -> None:
+        self.order.append(("event", job.name))
+        super().job_event(job, kind, reason, message)
+
+
+def test_a_cycle_writes_all_its_plans_before_any_release_and_a_failed_plan_releases_nothing(
+    monkeypatch: Any,
+) -> None:
+    """The operator creates a gang's other workers released once it sees the plan: a plan
+    must not queue behind the release writes of the gangs planned before it."""
+    monkeypatch.setattr(placer_module, "PERSIST_CONCURRENCY", 1)  # the pool's order, exactly
+    store = ClusterStore()
+    writer = _OrderedWriter(store, refuse={"c"})
+    placer = GangPlacer(store, writer, Metrics(), clock=Clock())  # type: ignore[arg-type]
+    two_leaves(store, per_leaf=6)
+    for age, name in enumerate("abcd"):
+        gang(writer, name, 2, created=rfc3339(NOW - 10 + age))
+    placer.run_cycle()
+    kinds = [kind for kind, _ in writer.order]
+    assert kinds == ["plan"] * 4 + ["release", "release", "event"] * 3, writer.order
+    assert [job for kind, job in writer.order if kind == "plan"] == ["a", "b", "c", "d"]
+    assert [job for kind, job in writer.order if kind == "event"] == ["a", "b", "d"]
+    assert sorted(writer.released) == sorted(
+        f"{job}-worker-{i}" for job in "abd" for i in range(2)
+    ), "the gang whose plan was refused stays gated"
+    assert placement(writer, "c") == {}
+    writer.refuse.clear()
+    placer.run_cycle()  # the next cycle plans it again
+    assert placement(writer, "c")["state"] == "Planned"
+    assert {"c-worker-0", "c-worker-1"} <= set(writer.released)
+
+
 def three_railed_leaves(store: ClusterStore) -> None:
     """One spine of three leaves (4 nodes, 8 rails each): a leaf's uplink carries 28.8 flows."""
     for leaf in ("leaf-a", "leaf-b", "leaf-c"):
