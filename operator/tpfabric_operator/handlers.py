@@ -56,6 +56,7 @@ from tpfabric_operator.lifecycle import (
     honour_problem,
     job_status,
 )
+from tpfabric_operator.plan_waits import PLAN_ANSWERS, PlanWaits
 from tpfabric_operator.pod_cache import JobKey, PodCache, owner_uid, worker_of
 from tpfabric_operator.queueing import (
     QUEUE_LABEL,
@@ -80,6 +81,11 @@ CREATE_CONCURRENCY = int(os.environ.get("TPFABRIC_CREATE_CONCURRENCY", "16"))
 #: exists, so that its other workers are born released (see :func:`_create_pods`)
 PLAN_WAIT_SECONDS = float(os.environ.get("TPFABRIC_PLAN_WAIT_SECONDS", "2"))
 PLAN_POLL_SECONDS = 0.05
+#: how long a smaller gang's other workers wait for its plan (the reconcile does not: see
+#: :mod:`.plan_waits`) before they are created gated; a plan only comes from a placer, and a
+#: gated worker would wait for it too, so this bounds only how long a gang shows one pod when no
+#: placer answers at all
+PLAN_DEFER_SECONDS = float(os.environ.get("TPFABRIC_PLAN_DEFER_SECONDS", "5"))
 #: reconciles (kopf's synchronous handlers) running at the same time; 0: kopf's default
 HANDLER_THREADS = int(os.environ.get("TPFABRIC_HANDLER_THREADS", "0"))
 #: how long a reconcile waits for the watch to deliver the status it patched
@@ -160,7 +166,14 @@ def stop_background(**_: Any) -> None:
 def job_objects(
     *, namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], kopf.Body]:
-    """Index every job's latest object by (namespace, name): what a woken reconcile acts on."""
+    """Index every job's latest object by (namespace, name): what a woken reconcile acts on.
+
+    A small gang whose first worker waits for its plan (:mod:`.plan_waits`) has its reconcile
+    woken here when the placer's answer shows.
+    """
+    state = ((body.get("status") or {}).get("placement") or {}).get("state")
+    if state in PLAN_ANSWERS and _plan_waits.answered(str(body.meta.get("uid"))):
+        _waker.wake((namespace or "", name))
     return {(namespace or "", name): body}
 
 
@@ -363,6 +376,9 @@ def reconcile_woken(job: JobKey) -> bool:
     body = next(iter(store), None) if store is not None else None
     if body is None:
         return True
+    placement = (body.get("status") or {}).get("placement") or {}
+    if _plan_waits.heard(str(body.meta.get("uid"))) and placement.get("state") not in PLAN_ANSWERS:
+        return False  # woken by the plan, which the index has not stored yet: try again
     try:
         return bool(context.copy().run(reconcile, body, kopf.Patch(), indexes, _apply_status))
     except ApiException as err:
@@ -374,6 +390,8 @@ def reconcile_woken(job: JobKey) -> bool:
 #: a woken reconcile refused because kopf's view of the job is older than our last patch (it lags
 #: in a burst) is retried until that view may be stale no longer, and a tick has run after it
 _waker: Waker[JobKey] = Waker(reconcile_woken, give_up=STALE_BODY_SECONDS + RECONCILE_SECONDS)
+#: small gangs whose first worker waits for the plan (see :func:`_create_pods`)
+_plan_waits = PlanWaits(PLAN_DEFER_SECONDS)
 
 
 def _memory(status: Mapping[str, Any], replanning: bool) -> Memory:
@@ -583,7 +601,8 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
         kopf.adopt(manifest, owner=body)
         manifests.append(manifest)
     placement = (body.get("status") or {}).get("placement")
-    outcomes = _create_pods(kube, manifests, uid, placement)
+    whole = len(manifests) == job.spec.workers  # none of the gang's workers exists yet
+    outcomes = _create_pods(kube, manifests, uid, placement, whole_gang=whole)
     intent.create = [index for index, (ok, _) in zip(intent.create, outcomes, strict=True) if ok]
     if intent.create:
         log.info("job %s/%s: created worker pod(s) %s", namespace, name, _ranges(intent.create))
@@ -676,6 +695,8 @@ def _create_pods(
     manifests: list[dict[str, Any]],
     uid: str,
     placement: Mapping[str, Any] | None = None,
+    *,
+    whole_gang: bool = True,
 ) -> list[tuple[bool, str | None]]:
     """Return, per manifest in order, (the pod is ours now, the error that stopped it).
 
@@ -685,18 +706,27 @@ def _create_pods(
 
     The placer plans a gang once its first worker exists. A worker created under a plan of its
     attempt (``placement``: the job's as the reconcile saw it) is born released
-    (:func:`born_released`): no release write for it. A gang larger than one batch of creations
-    with no plan yet makes its first worker alone and waits up to PLAN_WAIT_SECONDS for the
-    plan, so that the rest of it is created released; smaller gangs never wait (in a burst the
-    placer's answer takes longer than their creation; having them wait off the handler, in a
-    background task, was measured slower).
+    (:func:`born_released`): no release write for it. So a gang with no word from the placer yet
+    makes its first worker alone:
+
+    - a gang larger than one batch of creations waits up to PLAN_WAIT_SECONDS here for the
+      plan, then creates the rest (released, or gated without a plan);
+    - a smaller gang does not hold the reconcile (kopf has few threads for a burst of them): its
+      other workers are left out (not ours, no error) and created by the reconcile the plan
+      wakes (:mod:`.plan_waits`). The first reconcile after PLAN_DEFER_SECONDS asks the API
+      server for the plan once (kopf's view of the job lags in a burst) and creates them
+      released onto it, or gated without one. Only a gang of which no worker exists yet
+      (``whole_gang``) begins such a wait: the rest of a gang whose creation was cut short (a
+      refused worker, an operator restart) is created at once, not one worker at a time.
     """
     if not manifests:
         return []
     meta = manifests[0]["metadata"]
     labels = meta.get("labels") or {}
     namespace, name = meta["namespace"], str(labels.get(JOB_LABEL, ""))
+    attempt = str(labels.get(ATTEMPT_LABEL, ""))
     plan = placement
+    state = (plan or {}).get("state")
 
     def create(manifest: dict[str, Any]) -> tuple[bool, str | None]:
         metadata = manifest["metadata"]
@@ -715,20 +745,40 @@ def _create_pods(
 
     if len(manifests) <= 1:
         return [create(m) for m in manifests]
-    first: list[tuple[bool, str | None]] = []
-    # under a plan (born released), or a plan of an earlier attempt (the placer moves those
-    # ranks as replacements and makes no new plan), there is nothing to wait for
-    if len(manifests) > CREATE_CONCURRENCY and (plan or {}).get("state") != "Planned":
-        first = [create(manifests[0])]
-        if first[0][0]:
-            attempt = str(labels.get(ATTEMPT_LABEL, ""))
+    key = (uid, attempt)
+    # a small gang waits only for a first plan: under a plan (of this attempt, or of an earlier
+    # one whose ranks the placer moves as replacements), a wait or a re-plan it is made at once
+    if not state and len(manifests) <= CREATE_CONCURRENCY:
+        phase = _plan_waits.phase(key)
+        later = [(False, None)] * (len(manifests) - 1)
+        if phase == "new" and whole_gang:
+            first = create(manifests[0])
+            if first[0]:
+                _plan_waits.begin(key)
+                log.info("job %s/%s: first worker made; the rest follow its plan", namespace, name)
+                return [first, *later]
+            return [first, *list(_creator().map(create, manifests[1:]))]
+        if phase != "new":
+            # past the wait: ask the API server once (kopf's view of the job lags in a burst)
+            seen = None if phase == "waiting" else kube.read_placement(namespace, name, uid)
+            if seen is None:  # still waiting, or the job is gone
+                return [(False, None), *later]
+            if seen.get("state") == "Planned" and str(seen.get("attempt")) == attempt:
+                plan = seen
+            else:
+                log.info("job %s/%s: no plan yet; the rest is created gated", namespace, name)
+    _plan_waits.end(key)
+    first_done: list[tuple[bool, str | None]] = []
+    if len(manifests) > CREATE_CONCURRENCY and state != "Planned":
+        first_done = [create(manifests[0])]
+        if first_done[0][0]:
             plan = _wait_for_plan(kube, namespace, name, uid, attempt)
             if plan is not None:
                 log.info(
                     "job %s/%s: planned; the other workers are created released", namespace, name
                 )
         manifests = manifests[1:]
-    return first + list(_creator().map(create, manifests))
+    return first_done + list(_creator().map(create, manifests))
 
 
 _creating: concurrent.futures.ThreadPoolExecutor | None = None
@@ -826,15 +876,6 @@ def _write_status(
             reason="WorkersRestarted",
             message=f"created attempt {intent.attempt} of worker(s) {sorted(intent.create)}",
         )
-    elif intent.create and not memory.created_before and not memory.replanning:
-        kopf.info(
-            body,
-            reason="WorkersCreated",
-            message=(
-                f"created {len(intent.create)} worker pods; the gang placer plans the gang from "
-                "the first, which is gated"
-            ),
-        )
     kept = set(intent.keep) | set(intent.delete)
     alive = [p for p in owned if p.name not in kept]
     present = {p.index for p in alive if not p.deleting} | set(intent.create)
@@ -843,6 +884,13 @@ def _write_status(
         wanted["startTime"] = None  # the deadline counts running time, as a Job's does
     elif not terminal and present | intent.succeeded >= set(range(spec.workers)):
         wanted["workersCreated"] = True
+        if intent.create and not memory.created_before and not memory.replanning:
+            # once, when the gang is whole (a small gang's first worker comes a moment earlier)
+            kopf.info(
+                body,
+                reason="WorkersCreated",
+                message=f"the gang's {spec.workers} worker pods are created",
+            )
     if intent.create and not status.get("startTime") and not spec.suspend:
         wanted["startTime"] = rfc3339(now)
     wanted["attempt"] = intent.attempt
@@ -856,6 +904,7 @@ def _write_status(
         terminal_message=terminal_message,
         create_error=create_error,
         degraded_links=straggler,
+        created_before=memory.created_before,
         admitted=(
             None
             if admission is None

@@ -480,6 +480,9 @@ class Outcome:
     create_error: str | None = None  # why creating a child failed (WorkersCreated False)
     admitted: tuple[bool, str, str] | None = None  # (admitted, reason, message) by a queue
     degraded_links: str = ""  # ranks on degraded nodes, in words (fabric_health)
+    #: the gang existed whole before (``status.workersCreated``): a missing worker is lost, not
+    #: still to come (a small gang's first worker is made a moment before the rest)
+    created_before: bool = True
 
 
 def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
@@ -520,6 +523,7 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
     before = {c.get("type", ""): c for c in previous_conditions}
     present = {p.index for p in pods if not p.deleting}
     missing = 0 if spec.suspend or terminal else total - len(present | succeeded)
+    lost = missing if outcome.created_before else 0
 
     def cond(kind: str, status: bool, reason: str, message: str) -> dict[str, Any]:
         return _condition(
@@ -583,21 +587,25 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
         ),
         cond(
             "Degraded",
-            bool(missing or outcome.restarting or outcome.degraded_links)
+            bool(lost or outcome.restarting or outcome.degraded_links)
             and not terminal
             and not spec.suspend,
             "Restarting"
             if outcome.restarting
             else "WorkerLost"
-            if missing
+            if lost
             else "DegradedLink"
             if outcome.degraded_links
+            else "Creating"
+            if missing
             else "AllWorkersPresent",
             f"restarting worker(s) {sorted(outcome.restarting)}"
             if outcome.restarting
-            else f"{missing} worker(s) missing"
-            if missing
-            else outcome.degraded_links or "every worker pod exists",
+            else f"{lost} worker(s) missing"
+            if lost
+            else outcome.degraded_links
+            or (f"{total - missing}/{total} workers created so far" if missing else "")
+            or "every worker pod exists",
         ),
         cond(
             "Failed",

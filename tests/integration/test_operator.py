@@ -151,12 +151,15 @@ def test_a_4_worker_job_runs_in_one_leaf_with_ranks_following_the_plan(
     assert placed[0].message == status["placement"]["message"]  # the event says what status says
 
 
-def test_a_gang_larger_than_a_batch_of_creations_is_born_released_onto_its_plan(
-    tpj: Tpj, fabric_nodes: dict[str, dict[str, str]]
+@pytest.mark.parametrize(("workers", "level"), [(24, "spine"), (4, "leaf")])
+def test_a_gangs_first_worker_is_planned_and_the_rest_born_released_onto_its_plan(
+    tpj: Tpj, fabric_nodes: dict[str, dict[str, str]], workers: int, level: str
 ) -> None:
-    """24 workers, more than the operator creates at once (16): worker 0 is created gated, the
-    placer plans the whole gang from it, and the other 23 are created already released onto the
-    plan (narrowed affinity, no gate): no release write for them."""
+    """Worker 0 is created gated, the placer plans the whole gang from it, and the others are
+    created already released onto the plan (narrowed affinity, no gate): no release write for
+    them. 24 workers are more than the operator creates at once (16): its reconcile waits for
+    the plan. 4 are fewer: the reconcile returns after worker 0, and the plan, seen on the
+    job's watch, wakes the reconcile that creates the rest."""
     added: dict[str, client.V1Pod] = {}
     watch = kubernetes.watch.Watch()
     version = tpj.core.list_namespaced_pod(tpj.namespace).metadata.resource_version
@@ -170,25 +173,38 @@ def test_a_gang_larger_than_a_batch_of_creations_is_born_released_onto_its_plan(
         ):
             if event["type"] == "ADDED":
                 added.setdefault(event["object"].metadata.name, event["object"])
-            if len(added) >= 24:
+            if len(added) >= workers:
                 watch.stop()  # ends the stream after this event
 
     watcher = threading.Thread(target=collect, daemon=True)
     watcher.start()
-    name = tpj.apply(small_job("wide", 24, topology={"mode": "required", "level": "spine"}))
+    name = tpj.apply(small_job("early", workers, topology={"mode": "required", "level": level}))
     status = tpj.wait_phase(name, "Running", timeout=120)
     watcher.join(30)
-    assert len(added) == 24, f"the watch showed {len(added)} of 24 workers' creation"
+    assert len(added) == workers, f"the watch showed {len(added)} of {workers} creations"
     pods = tpj.pods(name)
     assert [p.spec.node_name for p in pods] == status["placement"]["nodes"]
-    assert len({fabric_nodes[p.spec.node_name][labels.SPINE] for p in pods}) == 1
+    key = {"spine": labels.SPINE, "leaf": labels.LEAF}[level]
+    assert len({fabric_nodes[p.spec.node_name][key] for p in pods}) == 1
     born_gated = sorted(n for n, p in added.items() if p.spec.scheduling_gates)
-    assert born_gated == ["wide-worker-0"], f"created gated: {born_gated}"
-    spine = status["placement"]["domainLabels"][labels.SPINE]
-    for pod in (added[f"wide-worker-{i}"] for i in range(1, 24)):
+    assert born_gated == ["early-worker-0"], f"created gated: {born_gated}"
+    domain = status["placement"]["domainLabels"][key]
+    for pod in (added[f"early-worker-{i}"] for i in range(1, workers)):
         terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
         expressions = terms.node_selector_terms[0].match_expressions
-        assert any(e.key == labels.SPINE and e.values == [spine] for e in expressions)
+        assert any(e.key == key and e.values == [domain] for e in expressions)
+
+    def workers_created() -> list[Any]:
+        events = tpj.core.list_namespaced_event(
+            tpj.namespace, field_selector=f"involvedObject.name={name}"
+        ).items
+        return [e for e in events if e.reason == "WorkersCreated"]
+
+    created = wait_for(workers_created, 30, what="the WorkersCreated Event")
+    time.sleep(1)  # a second one would be a defect: give it the time to show
+    assert [e.message for e in workers_created()] == [
+        f"the gang's {workers} worker pods are created"
+    ], created
 
 
 def test_a_deleted_worker_is_replaced_in_the_same_domain(

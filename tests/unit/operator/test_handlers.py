@@ -22,6 +22,7 @@ from tpfabric_operator.handlers import (
     _Serial,
 )
 from tpfabric_operator.kube import extended_resources
+from tpfabric_operator.plan_waits import PlanWaits
 from tpfabric_operator.pod_cache import worker_of
 
 
@@ -229,12 +230,139 @@ def test_without_a_plan_in_time_the_rest_of_the_gang_is_created_gated(monkeypatc
     assert all(pod["spec"]["schedulingGates"] == [{"name": GANG_GATE}] for pod in kube.created)
 
 
-def test_a_small_gang_never_waits_for_its_plan(monkeypatch: Any) -> None:
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def waits(monkeypatch: Any) -> tuple[PlanWaits, _Clock]:
+    clock = _Clock()
+    plan_waits = PlanWaits(2.0, clock)
+    monkeypatch.setattr(handlers, "_plan_waits", plan_waits)
+    return plan_waits, clock
+
+
+def _planned(workers: int) -> dict[str, Any]:
+    return {
+        "state": "Planned",
+        "attempt": 0,
+        "level": "leaf",
+        "domainLabels": {"leaf": "l1"},
+        "nodes": [f"n{i}" for i in range(workers)],
+    }
+
+
+def test_a_small_gangs_first_worker_is_made_alone_and_the_rest_follow_its_plan_released(
+    waits: Any,
+) -> None:
+    plan_waits, clock = waits
     kube = _Recorder()
-    monkeypatch.setattr(handlers, "PLAN_WAIT_SECONDS", 30.0)
-    _create_pods(kube, _gang(CREATE_CONCURRENCY), "uid-1")  # type: ignore[arg-type]
+    gang = _gang(CREATE_CONCURRENCY)
+    started = time.monotonic()
+    outcomes = _create_pods(kube, gang, "uid-1")  # type: ignore[arg-type]
+    assert time.monotonic() - started < 1, "the reconcile does not wait for the plan"
+    assert outcomes == [(True, None)] + [(False, None)] * (CREATE_CONCURRENCY - 1)
+    assert [m["metadata"]["name"] for m in kube.created] == ["big-worker-0"]
+    assert kube.created[0]["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
+    assert kube.reads == 0, "it never polls the API server"
+    # a reconcile before the plan (a tick, the pod cache not showing worker 0 yet) makes nothing
+    clock.now += 1.0
+    assert _create_pods(kube, gang, "uid-1") == [(False, None)] * CREATE_CONCURRENCY  # type: ignore[arg-type]
+    assert len(kube.created) == 1
+    # the job's watch shows the plan: the reconcile it wakes makes the rest, born released
+    assert plan_waits.answered("uid-1")
+    assert plan_waits.heard("uid-1")
+    outcomes = _create_pods(kube, gang[1:], "uid-1", _planned(CREATE_CONCURRENCY))  # type: ignore[arg-type]
+    assert all(ok for ok, _ in outcomes)
     assert len(kube.created) == CREATE_CONCURRENCY
-    assert kube.reads == 0
+    assert all("schedulingGates" not in pod["spec"] for pod in kube.created[1:])
+    assert not plan_waits.heard("uid-1"), "the wait is over"
+
+
+def test_without_a_plan_in_time_a_small_gangs_rest_is_made_gated(waits: Any) -> None:
+    _, clock = waits
+    kube = _Recorder(plan_after=None)
+    gang = _gang(4)
+    _create_pods(kube, gang, "uid-1")  # type: ignore[arg-type]
+    clock.now += 2.5  # past the wait: the next reconcile (a tick) makes the rest as they are
+    outcomes = _create_pods(kube, gang[1:], "uid-1")  # type: ignore[arg-type]
+    assert all(ok for ok, _ in outcomes)
+    assert [m["metadata"]["name"] for m in kube.created] == [f"big-worker-{i}" for i in range(4)]
+    assert all(pod["spec"]["schedulingGates"] == [{"name": GANG_GATE}] for pod in kube.created)
+
+
+def test_past_the_wait_a_plan_kopf_has_not_shown_yet_is_read_from_the_api_server(
+    waits: Any,
+) -> None:
+    _, clock = waits
+    kube = _Recorder(plan_after=0)  # the API server has the plan; kopf's view still lags
+    gang = _gang(4)
+    _create_pods(kube, gang, "uid-1")  # type: ignore[arg-type]
+    clock.now += 1.0
+    _create_pods(kube, gang[1:], "uid-1")  # type: ignore[arg-type]
+    assert kube.reads == 0, "no read while the wait lasts"
+    clock.now += 1.5
+    outcomes = _create_pods(kube, gang[1:], "uid-1")  # type: ignore[arg-type]
+    assert kube.reads == 1
+    assert all(ok for ok, _ in outcomes)
+    assert all("schedulingGates" not in pod["spec"] for pod in kube.created[1:]), "born released"
+
+
+def test_a_small_gang_the_placer_answered_is_made_whole_at_once(waits: Any) -> None:
+    plan_waits, _ = waits
+    for placement in ({"state": "Waiting"}, {"state": "Replanning"}, _planned(4)):
+        kube = _Recorder(plan_after=None)
+        _create_pods(kube, _gang(4), "uid-1", placement)  # type: ignore[arg-type]
+        assert len(kube.created) == 4, placement
+        assert not plan_waits.answered("uid-1"), "no wait begun"
+
+
+def test_a_small_gang_whose_first_worker_was_refused_is_made_whole(waits: Any) -> None:
+    plan_waits, _ = waits
+    pods = _Pods(existing={}, refuse={"big-worker-0"})
+    outcomes = _create_pods(pods, _gang(4), "uid-1")  # type: ignore[arg-type]
+    assert outcomes[0][0] is False
+    assert "403" in str(outcomes[0][1])
+    assert all(ok for ok, _ in outcomes[1:]), "no plan comes without a first worker: no wait"
+    assert not plan_waits.answered("uid-1")
+
+
+def test_the_rest_of_a_gang_whose_creation_was_cut_short_is_made_at_once(waits: Any) -> None:
+    plan_waits, _ = waits
+    kube = _Recorder(plan_after=None)
+    _create_pods(kube, _gang(4)[1:], "uid-1", whole_gang=False)  # type: ignore[arg-type]
+    assert len(kube.created) == 3, "no second wait for a gang whose worker 0 exists"
+    assert all(pod["spec"]["schedulingGates"] == [{"name": GANG_GATE}] for pod in kube.created)
+    assert not plan_waits.answered("uid-1")
+
+
+def test_a_plan_wakes_the_reconcile_of_a_gang_that_waits_for_it(
+    waits: Any, monkeypatch: Any
+) -> None:
+    plan_waits, _ = waits
+    woken: list[Any] = []
+    monkeypatch.setattr(handlers._waker, "wake", woken.append)
+
+    def body(state: str | None) -> kopf.Body:
+        status = {"placement": {"state": state}} if state else {}
+        return kopf.Body({"metadata": {"uid": "uid-1", "name": "big"}, "status": status})
+
+    handlers.job_objects(namespace="ns", name="big", body=body("Planned"))
+    assert woken == [], "no gang of the job waits"
+    plan_waits.begin(("uid-1", "0"))
+    handlers.job_objects(namespace="ns", name="big", body=body(None))
+    assert woken == [], "no answer yet"
+    handlers.job_objects(namespace="ns", name="big", body=body("Planned"))
+    assert woken == [("ns", "big")]
+    # a woken reconcile that finds the older body in kopf's index (stored after this function
+    # returns) is tried again; the one that finds the plan runs
+    older = body(None)
+    monkeypatch.setattr(handlers, "_kopf_state", ({"job_objects": {("ns", "big"): [older]}}, None))
+    assert handlers.reconcile_woken(("ns", "big")) is False
 
 
 def test_a_gang_whose_plan_the_reconcile_saw_is_born_released_without_waiting() -> None:

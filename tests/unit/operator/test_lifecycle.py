@@ -396,3 +396,18 @@ def test_conditions_carry_the_placers_words_and_keep_their_transition_time() -> 
     kept = conditions(again)["Placed"]
     assert kept["lastTransitionTime"] == "2020-01-01T00:00:00Z"
     assert kept["observedGeneration"] == 2
+
+
+def test_a_gang_still_being_created_is_not_degraded_and_one_that_lost_a_worker_is() -> None:
+    creating = conditions(status_of([pod(0)], {}, outcome=Outcome(created_before=False)))
+    assert (creating["Degraded"]["status"], creating["Degraded"]["reason"]) == ("False", "Creating")
+    assert creating["Degraded"]["message"] == "1/3 workers created so far"
+    assert creating["WorkersCreated"]["message"] == "1/3 exist"
+    lost = conditions(status_of([pod(0)], {}, outcome=Outcome(created_before=True)))
+    assert (lost["Degraded"]["status"], lost["Degraded"]["reason"]) == ("True", "WorkerLost")
+    assert lost["Degraded"]["message"] == "2 worker(s) missing"
+    whole = conditions(status_of([pod(0), pod(1), pod(2)], {}, outcome=Outcome()))
+    assert (whole["Degraded"]["status"], whole["Degraded"]["reason"]) == (
+        "False",
+        "AllWorkersPresent",
+    )
