@@ -171,8 +171,7 @@ def job_objects(
     A small gang whose first worker waits for its plan (:mod:`.plan_waits`) has its reconcile
     woken here when the placer's answer shows.
     """
-    state = ((body.get("status") or {}).get("placement") or {}).get("state")
-    if state in PLAN_ANSWERS and _plan_waits.answered(str(body.meta.get("uid"))):
+    if _placement_state(body) in PLAN_ANSWERS and _plan_waits.answered(str(body.meta.get("uid"))):
         _waker.wake((namespace or "", name))
     return {(namespace or "", name): body}
 
@@ -376,8 +375,7 @@ def reconcile_woken(job: JobKey) -> bool:
     body = next(iter(store), None) if store is not None else None
     if body is None:
         return True
-    placement = (body.get("status") or {}).get("placement") or {}
-    if _plan_waits.heard(str(body.meta.get("uid"))) and placement.get("state") not in PLAN_ANSWERS:
+    if _plan_waits.heard(str(body.meta.get("uid"))) and _placement_state(body) not in PLAN_ANSWERS:
         return False  # woken by the plan, which the index has not stored yet: try again
     try:
         return bool(context.copy().run(reconcile, body, kopf.Patch(), indexes, _apply_status))
@@ -672,6 +670,16 @@ class _Made:
 _services_made = _Made()
 
 
+def _placement_state(body: kopf.Body) -> Any:
+    """Return the job's ``status.placement.state`` as ``body`` shows it (None: none)."""
+    return ((body.get("status") or {}).get("placement") or {}).get("state")
+
+
+def _planned_for(placement: Mapping[str, Any], attempt: str) -> bool:
+    """Return whether ``placement`` is the placer's plan for the gang's ``attempt``."""
+    return placement.get("state") == "Planned" and str(placement.get("attempt")) == attempt
+
+
 def _wait_for_plan(
     kube: KubeAdapter, namespace: str, name: str, uid: str, attempt: str
 ) -> Mapping[str, Any] | None:
@@ -683,7 +691,7 @@ def _wait_for_plan(
         placement = kube.read_placement(namespace, name, uid)
         if placement is None:
             return None  # the job is gone
-        if placement.get("state") == "Planned" and str(placement.get("attempt")) == attempt:
+        if _planned_for(placement, attempt):
             return placement
         if placement.get("state") in ("Waiting", "Invalid") or time.monotonic() >= deadline:
             return None  # no plan soon: the rest is created gated, released when planned
@@ -763,7 +771,7 @@ def _create_pods(
             seen = None if phase == "waiting" else kube.read_placement(namespace, name, uid)
             if seen is None:  # still waiting, or the job is gone
                 return [(False, None), *later]
-            if seen.get("state") == "Planned" and str(seen.get("attempt")) == attempt:
+            if _planned_for(seen, attempt):
                 plan = seen
             else:
                 log.info("job %s/%s: no plan yet; the rest is created gated", namespace, name)

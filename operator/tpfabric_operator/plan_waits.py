@@ -7,7 +7,8 @@ handler thread each for a moment). A burst of small gangs cannot do that: kopf r
 a few threads, and 100 gangs each holding one while its plan comes would stall the burst. So a
 small gang's first reconcile creates its first worker and returns; the reconcile that the plan
 wakes (the job's watch sees it, :func:`PlanWaits.answered` says so) creates the rest released.
-With no plan after ``wait_seconds`` (a busy placer), a later reconcile creates them gated, as the
+The first reconcile after ``wait_seconds`` asks the API server once for the plan (kopf's view of
+the job lags in a burst) and creates the rest released onto it, or gated without one, as the
 placer expects any gang it has not planned yet.
 
 Pure mechanism: the clock is given, so the unit tests drive it without kopf.
