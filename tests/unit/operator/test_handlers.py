@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 import pytest
+from driven_clock import Clock
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import TensorParallelJob
@@ -230,17 +231,9 @@ def test_without_a_plan_in_time_the_rest_of_the_gang_is_created_gated(monkeypatc
     assert all(pod["spec"]["schedulingGates"] == [{"name": GANG_GATE}] for pod in kube.created)
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def waits(monkeypatch: Any) -> tuple[PlanWaits, _Clock]:
-    clock = _Clock()
+def waits(monkeypatch: Any) -> tuple[PlanWaits, Clock]:
+    clock = Clock(100.0)
     plan_waits = PlanWaits(2.0, clock)
     monkeypatch.setattr(handlers, "_plan_waits", plan_waits)
     return plan_waits, clock

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
+from driven_clock import Clock
+
 from tpfabric_operator.plan_waits import PlanWaits
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_wait_begins_runs_for_its_time_and_ends() -> None:
-    clock = _Clock()
+    clock = Clock()
     waits = PlanWaits(2.0, clock)
     assert waits.phase(("u", "0")) == "new"
     waits.begin(("u", "0"))
@@ -27,7 +21,7 @@ def test_a_wait_begins_runs_for_its_time_and_ends() -> None:
 
 
 def test_a_wait_is_of_one_attempt() -> None:
-    waits = PlanWaits(2.0, _Clock())
+    waits = PlanWaits(2.0, Clock())
     waits.begin(("u", "0"))
     assert waits.phase(("u", "1")) == "new", "a later attempt's gang waits on its own"
     waits.end(("u", "1"))
@@ -37,7 +31,7 @@ def test_a_wait_is_of_one_attempt() -> None:
 
 
 def test_an_answer_is_heard_only_by_a_job_that_waits_until_its_wait_ends() -> None:
-    waits = PlanWaits(2.0, _Clock())
+    waits = PlanWaits(2.0, Clock())
     assert not waits.answered("u")
     assert not waits.heard("u")
     waits.begin(("u", "0"))
@@ -50,7 +44,7 @@ def test_an_answer_is_heard_only_by_a_job_that_waits_until_its_wait_ends() -> No
 
 
 def test_waits_of_jobs_deleted_meanwhile_are_forgotten() -> None:
-    clock = _Clock()
+    clock = Clock()
     waits = PlanWaits(2.0, clock)
     for k in range(1_001):
         waits.begin((f"gone-{k}", "0"))

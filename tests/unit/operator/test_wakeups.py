@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import threading
 
+from driven_clock import Clock
+
 from tpfabric_operator.wakeups import Waker
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _waker(answers: dict[str, list[bool]], clock: _Clock) -> tuple[Waker[str], list[str]]:
+def _waker(answers: dict[str, list[bool]], clock: Clock) -> tuple[Waker[str], list[str]]:
     ran: list[str] = []
 
     def run(key: str) -> bool:
@@ -31,7 +25,7 @@ def _step(waker: Waker[str]) -> None:
 
 
 def test_wakes_of_one_job_fold_into_one_run_and_runs_are_spaced() -> None:
-    clock = _Clock()
+    clock = Clock(100.0)
     waker, ran = _waker({}, clock)
     for _ in range(256):  # a gang's pods deleted at once
         waker.wake("a")
@@ -53,7 +47,7 @@ def test_wakes_of_one_job_fold_into_one_run_and_runs_are_spaced() -> None:
 
 
 def test_a_refused_run_is_tried_again_until_the_wake_is_stale() -> None:
-    clock = _Clock()
+    clock = Clock(100.0)
     waker, ran = _waker({"a": [False] * 100}, clock)
     waker.wake("a")
     _step(waker)
@@ -78,7 +72,7 @@ def test_a_refused_run_is_tried_again_until_the_wake_is_stale() -> None:
 
 
 def test_a_run_that_raises_is_not_retried_in_a_loop() -> None:
-    clock = _Clock()
+    clock = Clock(100.0)
 
     def run(key: str) -> bool:
         raise RuntimeError("API down")
