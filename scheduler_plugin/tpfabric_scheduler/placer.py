@@ -20,7 +20,9 @@ Each cycle (run by the lease holder only):
      pods' binds do.
      Once the API server refuses a worker (``WorkersCreated`` ``False``, ``CreateFailed``: a
      quota), a plan made early is dropped at once and the gang is planned only when whole, so
-     no part of a gang that cannot be created holds a node;
+     no part of a gang that cannot be created holds a node. A gang whose pods lack the attempt
+     label (made by another controller) is planned only when whole too: without it a worker
+     created after the plan looks like a replacement;
    - a planned job with gated pods (the rest of its attempt, a restart mid-release, a resume, a
      replacement worker): check the plan again before releasing; a replacement worker (a pod of
      a later attempt) goes through ``replan_worker`` (a new node in the planned domain, never the
@@ -264,6 +266,11 @@ class GangPlacer:
                 continue  # pods of a dropped plan are still going
             if not planned and len(gated) < job.job.spec.workers and _create_refused(job):
                 continue  # the API server refuses workers (a quota): plan once all exist
+            if not planned and len(gated) < job.job.spec.workers and _attempt_unknown(gated):
+                # pods without the attempt label (not made by this operator, or by one older
+                # than the label): a worker created after an early plan could not be told
+                # from a replacement, so such a gang is planned once it is whole
+                continue
             worker = (gated or live or members)[0]
             work.append(
                 PlacementWork(
@@ -950,6 +957,11 @@ def _released_at(item: PlacementWork) -> float | None:
     # creationTimestamps are RFC 3339 in UTC: the newest sorts last as text
     newest = parse_rfc3339(max((p.created for p in item.members), default=""))
     return released if newest is None else max(released, newest)
+
+
+def _attempt_unknown(pods: Iterable[PodRecord]) -> bool:
+    """Return whether any of ``pods`` lacks the attempt label (``tpfabric.io/attempt``)."""
+    return any(p.attempt is None for p in pods)
 
 
 def _create_refused(job: JobRecord) -> str:

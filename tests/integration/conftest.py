@@ -86,16 +86,24 @@ def run_kubectl(
 
 
 def wait_for(
-    condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2, what: str = ""
+    condition: Callable[[], Any],
+    timeout: float = 30.0,
+    interval: float = 0.2,
+    what: str = "",
+    explain: Callable[[], str] | None = None,
 ) -> Any:
-    """Return the first truthy value of ``condition()``; fail the test after ``timeout``."""
+    """Return the first truthy value of ``condition()``; fail the test after ``timeout``, with
+    what ``explain()`` says of the state then (if given)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what or condition}", pytrace=False)
+    said = f"\n{explain()}" if explain is not None else ""
+    pytest.fail(
+        f"timed out after {timeout:.0f}s waiting for {what or condition}{said}", pytrace=False
+    )
 
 
 @pytest.fixture
@@ -237,8 +245,21 @@ class Jobs:
             pods = self.pods(name)
             return pods if pods and all(p.status.phase == "Running" for p in pods) else None
 
-        pods: list[client.V1Pod] = wait_for(running, timeout, what=f"job {name} Running")
+        pods: list[client.V1Pod] = wait_for(
+            running, timeout, what=f"job {name} Running", explain=lambda: self.explain(name)
+        )
         return pods
+
+    def explain(self, name: str) -> str:
+        """Return the job's placement and its pods' state: what a failed wait shows."""
+        placement = self.placement(name)
+        lines = [f"placement: {placement.get('state')} {placement.get('message', '')}"]
+        for pod in self.pods(name):
+            gated = "gated" if pod.spec.scheduling_gates else "released"
+            lines.append(
+                f"  {pod.metadata.name}: {pod.status.phase} {gated} on {pod.spec.node_name}"
+            )
+        return "\n".join(lines)
 
     def nodes(self, name: str) -> list[str]:
         return [p.spec.node_name for p in self.pods(name)]
