@@ -11,7 +11,7 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +210,9 @@ class Jobs:
         mode: str = "required",
         level: str = "leaf",
         status: dict[str, Any] | None = None,
+        made: int | None = None,
     ) -> None:
+        """Create the job and its first ``made`` workers (default all)."""
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "TensorParallelJob",
@@ -227,7 +229,12 @@ class Jobs:
             self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, self.namespace, PLURAL, name, {"status": status}
             )
-        for index in range(workers):
+        self.make_workers(name, range(workers if made is None else made))
+
+    def make_workers(self, name: str, indices: Iterable[int]) -> None:
+        """Create the job's worker pods of ``indices``, gated (no attempt label: another
+        controller's pods, which the placer plans only once the whole gang exists)."""
+        for index in indices:
             self.core.create_namespaced_pod(self.namespace, worker_pod(name, index))
 
     def pods(self, name: str) -> list[client.V1Pod]:

@@ -92,6 +92,27 @@ def test_jobs_of_2_4_and_8_workers_each_land_inside_one_leaf(
     assert len(set(used)) == 14
 
 
+def test_a_gang_without_attempt_labels_is_planned_whole_not_from_its_first_workers(
+    jobs: Jobs, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    # another controller's pods carry no tpfabric.io/attempt: a worker created after an early
+    # plan could not be told from a replacement (the placer once planned such a gang from its
+    # first two workers, moved the rest as replacements and deleted the gang when the last
+    # rank found no node in its full leaf)
+    jobs.create("slow", 8, made=2)
+    time.sleep(3)  # several placer cycles: the gang is not whole, so it is not planned
+    assert jobs.placement("slow").get("state") != "Planned", jobs.explain("slow")
+    assert all(p.spec.scheduling_gates for p in jobs.pods("slow")), "both workers stay gated"
+    jobs.make_workers("slow", range(2, 8))
+    jobs.wait_running("slow")
+    nodes = jobs.nodes("slow")
+    assert len(leaves_of(nodes, fabric_nodes)) == 1, nodes
+    placement = jobs.placement("slow")
+    assert placement["state"] == "Planned"
+    assert nodes == placement["nodes"]
+    assert not placement.get("replacedRanks"), placement["message"]
+
+
 def test_a_16_worker_job_lands_in_the_smallest_domain_that_fits(
     jobs: Jobs, fabric_nodes: dict[str, dict[str, str]]
 ) -> None:
