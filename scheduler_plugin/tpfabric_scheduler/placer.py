@@ -264,12 +264,15 @@ class GangPlacer:
                 continue  # settled (the missing-rank check only for gangs with nothing else due)
             if not planned and len(gated) < len([p for p in live if p.uid not in self._released]):
                 continue  # pods of a dropped plan are still going
-            if not planned and len(gated) < job.job.spec.workers and _create_refused(job):
-                continue  # the API server refuses workers (a quota): plan once all exist
-            if not planned and len(gated) < job.job.spec.workers and _attempt_unknown(gated):
-                # pods without the attempt label (not made by this operator, or by one older
-                # than the label): a worker created after an early plan could not be told
-                # from a replacement, so such a gang is planned once it is whole
+            if (
+                not planned
+                and len(gated) < job.job.spec.workers
+                and (_create_refused(job) or _attempt_unknown(gated))
+            ):
+                # plan once all workers exist: the API server refuses some (a quota), or the
+                # pods lack the attempt label (not made by this operator, or by one older than
+                # the label), so a worker created after an early plan would look like a
+                # replacement
                 continue
             worker = (gated or live or members)[0]
             work.append(

@@ -174,6 +174,16 @@ def gang(writer: RecordingWriter, name: str, workers: int, **job_args: Any) -> N
         writer.add_pod(pod)
 
 
+def add_worker(
+    writer: RecordingWriter, name: str, index: int, created: float, attempt: int | None = 0
+) -> None:
+    """Add worker ``index`` of gang ``name``, gated, created at ``created``."""
+    worker = a_worker(name, index, attempt=attempt)
+    worker["metadata"]["creationTimestamp"] = rfc3339(created)
+    worker["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "8"
+    writer.add_pod(worker)
+
+
 def first_worker_only(writer: RecordingWriter, name: str, workers: int) -> None:
     """A gang of ``workers`` of which the operator has created worker 0 so far."""
     gang(writer, name, 1)
@@ -379,10 +389,7 @@ def test_a_gang_is_planned_from_its_first_worker_and_the_rest_released_as_they_c
     assert writer.released == ["job-worker-0"]
     clock.now += 2
     for index in (1, 2, 3):  # created after the plan, of the plan's attempt
-        worker = a_worker("job", index)
-        worker["metadata"]["creationTimestamp"] = rfc3339(clock.now)
-        worker["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "8"
-        writer.add_pod(worker)
+        add_worker(writer, "job", index, clock.now)
     placer.run_cycle()
     assert placement(writer, "job")["nodes"] == plan["nodes"], "released onto the plan, not moved"
     assert sorted(writer.released) == [f"job-worker-{i}" for i in range(4)]
@@ -402,24 +409,17 @@ def test_a_gang_whose_pods_lack_the_attempt_label_is_planned_only_when_whole(wor
     # deleted (a CI failure of tests/integration/test_gang_placement.py)
     store, writer, placer, clock = world
     two_leaves(store, per_leaf=8)
-    writer.add_job(a_job("plain", 8))
-    writer.jobs["ns/plain"]["spec"]["topology"] = {"mode": "required", "level": "leaf"}
-    writer.add_job(writer.jobs["ns/plain"])
-
-    def add(index: int) -> None:
-        worker = a_worker("plain", index, attempt=None)
-        worker["metadata"]["creationTimestamp"] = rfc3339(clock.now)
-        worker["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "8"
-        writer.add_pod(worker)
-
+    job = a_job("plain", 8)
+    job["spec"]["topology"] = {"mode": "required", "level": "leaf"}
+    writer.add_job(job)
     for index in (0, 1):
-        add(index)
+        add_worker(writer, "plain", index, clock.now, attempt=None)
     placer.run_cycle()
     assert placement(writer, "plain").get("state") != "Planned", "2 of 8 exist: not planned yet"
     assert writer.released == []
     clock.now += 2
     for index in range(2, 8):
-        add(index)
+        add_worker(writer, "plain", index, clock.now, attempt=None)
     placer.run_cycle()
     plan = placement(writer, "plain")
     assert plan["state"] == "Planned"
