@@ -343,17 +343,19 @@ def _wait_serving(cluster: LocalCluster) -> None:
     so it is the check.
     """
 
-    def serving() -> bool:
-        with api_client(cluster.kubeconfig) as api:
+    with api_client(cluster.kubeconfig) as api:
+        custom = client.CustomObjectsApi(api)
+
+        def serving() -> bool:
             try:
-                client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL)
+                custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
             except ApiException as err:
                 if err.status in (404, 429):  # not yet routed; cache not yet ready
                     return False
                 raise
-        return True
+            return True
 
-    wait_for(serving, what="the API server to serve TensorParallelJobs from its cache")
+        wait_for(serving, what="the API server to serve TensorParallelJobs from its cache")
 
 
 def _delete_crd(cluster: LocalCluster) -> None:
