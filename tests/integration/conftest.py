@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api.crd import crd_name
 from tpfabric_core.fabric_description import FabricDescription, parse_fabric_description
 from tpfabric_localcluster.cluster import LocalCluster, api_client
 from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
@@ -33,6 +35,7 @@ from tpfabric_localcluster.tpfabric import (
 )
 from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
+CRD_FILE = Path(__file__).parents[2] / "crds" / f"{crd_name()}.yaml"
 LOGS = Path(os.environ.get("TPFABRIC_TEST_LOGS", "/tmp/tpfabric-test-logs"))
 
 
@@ -104,6 +107,43 @@ def wait_for(
     pytest.fail(
         f"timed out after {timeout:.0f}s waiting for {what or condition}{said}", pytrace=False
     )
+
+
+def wait_serving(cluster: LocalCluster) -> None:
+    """Wait until the API server lists TensorParallelJobs from a ready cache.
+
+    The API server makes a CRD's storage on its first use, and for a few milliseconds its watch
+    cache answers 429 "storage is (re)initializing". A CRD deleted before anything used it has
+    the API server's CRD finalizer make the storage and fail its first list of instances
+    (condition Terminating, reason InstanceDeletionFailed). Now and then the finalizer does not
+    retry until its informer resyncs, 5 minutes later: the delete stalls (twice in 19 apply and
+    delete rounds here; once in a CI run, where every later test of the CRD failed: 34 failures,
+    13 errors; also seen upstream, operator-framework/operator-controller#1437). A list without a
+    limit is answered from the cache (``kubectl get`` pages, and a page skips an unready cache),
+    so it is the check.
+    """
+    with api_client(cluster.kubeconfig) as api:
+        custom = client.CustomObjectsApi(api)
+
+        def serving() -> bool:
+            try:
+                custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+            except ApiException as err:
+                if err.status in (404, 429):  # not yet routed; cache not yet ready
+                    return False
+                raise
+            return True
+
+        wait_for(serving, what="the API server to serve TensorParallelJobs from its cache")
+
+
+def apply_crd(cluster: LocalCluster) -> None:
+    """Apply the generated CRD; wait until it is established and served (:func:`wait_serving`)."""
+    applied = run_kubectl(cluster, "apply", "-f", str(CRD_FILE))
+    assert applied.returncode == 0, applied.stderr
+    ready = run_kubectl(cluster, "wait", "--for=condition=Established", f"crd/{crd_name()}")
+    assert ready.returncode == 0, ready.stderr
+    wait_serving(cluster)
 
 
 @pytest.fixture

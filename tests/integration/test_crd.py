@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
+from conftest import apply_crd
 from conftest import run_kubectl as kubectl
-from tpfabric_core.api.crd import crd_name
 from tpfabric_localcluster.cluster import LocalCluster
 from tpj_examples import INVALID_JOBS, base_job, valid_jobs
-
-CRD_FILE = Path(__file__).parents[2] / "crds" / f"{crd_name()}.yaml"
 
 
 @pytest.fixture(scope="module")
 def crd(local_cluster: LocalCluster) -> None:
-    applied = kubectl(local_cluster, "apply", "-f", str(CRD_FILE))
-    assert applied.returncode == 0, applied.stderr
-    ready = kubectl(local_cluster, "wait", "--for=condition=Established", f"crd/{crd_name()}")
-    assert ready.returncode == 0, ready.stderr
+    apply_crd(local_cluster)
 
 
 @pytest.mark.usefixtures("crd")

@@ -18,15 +18,13 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 from typer.testing import CliRunner
 
-from conftest import FabricFactory, wait_for
+from conftest import FabricFactory, apply_crd, wait_for, wait_serving
 from conftest import run_kubectl as kubectl
 from tpfabric_cli.main import app
-from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.api.crd import crd_name
-from tpfabric_localcluster.cluster import LocalCluster, api_client
+from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.toolchain import find_toolchain, pinned_versions
 from tpfabric_scheduler.config import scheduler_configuration
 
@@ -34,7 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tpfabric"
 KIND = REPO / "e2e" / "kind"
 GOLDEN = Path(__file__).parent / "golden" / "helm"
-CRD_FILE = REPO / "crds" / f"{crd_name()}.yaml"
 KUBE_VERSION = pinned_versions()["kubernetes"]
 RELEASE_NAMESPACE = "tpfabric-system"
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
@@ -329,43 +326,14 @@ def _crd_exists(cluster: LocalCluster) -> bool:
     )
 
 
-def _wait_serving(cluster: LocalCluster) -> None:
-    """Wait until the API server lists TensorParallelJobs from a ready cache.
-
-    The API server makes a CRD's storage on its first use, and for a few milliseconds its watch
-    cache answers 429 "storage is (re)initializing". A CRD deleted before anything used it has
-    the API server's CRD finalizer make the storage and fail its first list of instances
-    (condition Terminating, reason InstanceDeletionFailed). Now and then the finalizer does not
-    retry until its informer resyncs, 5 minutes later: the delete stalls (twice in 19 apply and
-    delete rounds here; once in a CI run, where every later test of the CRD failed: 34 failures,
-    13 errors; also seen upstream, operator-framework/operator-controller#1437). A list without a
-    limit is answered from the cache (``kubectl get`` pages, and a page skips an unready cache),
-    so it is the check.
-    """
-
-    with api_client(cluster.kubeconfig) as api:
-        custom = client.CustomObjectsApi(api)
-
-        def serving() -> bool:
-            try:
-                custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
-            except ApiException as err:
-                if err.status in (404, 429):  # not yet routed; cache not yet ready
-                    return False
-                raise
-            return True
-
-        wait_for(serving, what="the API server to serve TensorParallelJobs from its cache")
-
-
 def _delete_crd(cluster: LocalCluster) -> None:
     """Delete the CRD (if it is there) once it is served, and wait until it is gone."""
     if not _crd_exists(cluster):
         return
-    _wait_serving(cluster)
+    wait_serving(cluster)
     deleted = kubectl(cluster, "delete", "crd", crd_name(), "--ignore-not-found", "--wait=false")
     assert deleted.returncode == 0, deleted.stderr
-    # a stalled delete (see _wait_serving) still ends at the finalizer's resync, within 5 minutes
+    # a stalled delete (see wait_serving) still ends at the finalizer's resync, within 5 minutes
     wait_for(lambda: not _crd_exists(cluster), timeout=330, what="the CRD to be deleted")
 
 
@@ -383,15 +351,7 @@ def without_tpj_crd(local_cluster: LocalCluster) -> Iterator[None]:
     finally:
         _delete_crd(local_cluster)
         if existed:
-            _apply_crd(local_cluster)
-
-
-def _apply_crd(cluster: LocalCluster) -> None:
-    applied = kubectl(cluster, "apply", "-f", str(CRD_FILE))
-    assert applied.returncode == 0, applied.stderr
-    ready = kubectl(cluster, "wait", "--for=condition=Established", f"crd/{crd_name()}")
-    assert ready.returncode == 0, ready.stderr
-    _wait_serving(cluster)
+            apply_crd(local_cluster)
 
 
 def _restricted(cluster: LocalCluster, namespace: str) -> None:
@@ -448,8 +408,8 @@ def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
         what="pods of the operator, the scheduler and the discovery Job",
     )
 
-    # the release's CRD serves TensorParallelJobs (deleting it unserved can stall: _wait_serving)
-    _wait_serving(local_cluster)
+    # the release's CRD serves TensorParallelJobs (deleting it unserved can stall: wait_serving)
+    wait_serving(local_cluster)
 
     removed = run_helm(helm_binary, helm_env, "uninstall", "tpf", "-n", namespace, kubeconfig)
     assert removed.returncode == 0, removed.stderr
@@ -488,7 +448,7 @@ def test_everything_the_kind_e2e_applies_is_accepted(
     helm_env: dict[str, str],
 ) -> None:
     """The objects and commands of e2e/kind/run.sh, as far as a cluster without Docker allows."""
-    _apply_crd(local_cluster)
+    apply_crd(local_cluster)
     # the workers of the fake fabric, stripped of their leaf label: `topology label` restores it
     workers = fake_nodes((KIND / "fabric.yaml").read_text())
     for node in workers:
