@@ -10,8 +10,20 @@ import copy
 from typing import Any
 
 import pytest
-from builders import a_job, a_node, a_worker
 from kubernetes.client.rest import ApiException
+from placer_world import (
+    NOW,
+    Clock,
+    RecordingWriter,
+    a_job,
+    a_node,
+    a_worker,
+    add_worker,
+    first_worker_only,
+    gang,
+    placement,
+    two_leaves,
+)
 
 from tpfabric_core import labels
 from tpfabric_scheduler import capacity as capacity_module
@@ -19,189 +31,7 @@ from tpfabric_scheduler import placer as placer_module
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placement_status import rfc3339
 from tpfabric_scheduler.placer import GangPlacer, typical_gang_gpus
-from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, ClusterStore, JobRecord
-
-NOW = 1_800_000_000.0
-
-
-class RecordingWriter:
-    """Applies the placer's writes to the store, as the watches would, and records them."""
-
-    def __init__(self, store: ClusterStore) -> None:
-        self.store = store
-        self.status_writes: list[tuple[str, dict[str, Any]]] = []
-        self.events: list[tuple[str, str, str]] = []
-        self.released: list[str] = []
-        self.deleted: list[str] = []
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.jobs: dict[str, dict[str, Any]] = {}
-        self.lagging = False  # releases reach the API server but not (yet) the store
-
-    def add_pod(self, obj: dict[str, Any]) -> None:
-        obj["metadata"].setdefault("resourceVersion", "1")
-        obj["metadata"].setdefault("creationTimestamp", rfc3339(NOW - 100))
-        self.pods[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
-        with self.store.lock:
-            self.store.upsert_pod(copy.deepcopy(obj))
-
-    def add_job(self, obj: dict[str, Any]) -> None:
-        obj["metadata"].setdefault("creationTimestamp", rfc3339(NOW - 100))
-        self.jobs[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
-        with self.store.lock:
-            self.store.upsert_job(copy.deepcopy(obj))
-
-    def patch_job_status(
-        self, namespace: str, name: str, status: dict[str, Any], *, uid: str | None = None
-    ) -> None:
-        job = self.jobs[f"{namespace}/{name}"]
-        assert uid in (None, job["metadata"]["uid"])
-        # the API server serialises maps with sorted keys (Go): so does this writer
-        status = _sorted_maps(status)
-        self.status_writes.append((name, copy.deepcopy(status)))
-        _merge_patch(job.setdefault("status", {}), copy.deepcopy(status))
-        with self.store.lock:
-            self.store.upsert_job(copy.deepcopy(job))
-
-    def job_event(self, job: Any, kind: str, reason: str, message: str) -> None:
-        self.events.append((job.name, reason, message))
-
-    def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return copy.deepcopy(self.pods[f"{namespace}/{name}"])
-
-    def release_pod(
-        self,
-        namespace: str,
-        name: str,
-        resource_version: str,
-        affinity: dict[str, Any] | None,
-        remaining_gates: list[dict[str, Any]],
-    ) -> None:
-        pod = self.pods[f"{namespace}/{name}"]
-        if affinity is not None:
-            pod["spec"]["affinity"] = affinity
-        pod["spec"]["schedulingGates"] = remaining_gates
-        self.released.append(name)
-        if not self.lagging:
-            with self.store.lock:
-                self.store.upsert_pod(copy.deepcopy(pod))
-
-    def release_known_pod(
-        self, pod: Any, affinity: dict[str, Any] | None, remaining_gates: list[dict[str, Any]]
-    ) -> None:
-        current = self.pods[f"{pod.namespace}/{pod.name}"]
-        if current["metadata"]["uid"] != pod.uid or current["spec"].get("schedulingGates") != list(
-            pod.gates
-        ):
-            raise ApiException(status=422, reason="test failed")
-        self.release_pod(pod.namespace, pod.name, "", affinity, remaining_gates)
-
-    def delete_job_pods(self, namespace: str, job_name: str) -> None:
-        for pod in list(self.pods.values()):
-            if (
-                pod["metadata"]["namespace"] == namespace
-                and pod["metadata"]["labels"].get(JOB_LABEL) == job_name
-            ):
-                self.delete_pod(namespace, pod["metadata"]["name"])
-
-    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
-        self.deleted.append(name)
-        self.pods.pop(f"{namespace}/{name}")
-        with self.store.lock:
-            self.store.delete_pod(f"{namespace}/{name}")
-
-    def bind(self, name: str, node: str, namespace: str = "ns") -> None:
-        pod = self.pods[f"{namespace}/{name}"]
-        pod["spec"]["nodeName"] = node
-        pod["status"]["phase"] = "Running"
-        with self.store.lock:
-            self.store.upsert_pod(copy.deepcopy(pod))
-
-
-def _sorted_maps(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _sorted_maps(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [_sorted_maps(v) for v in value]
-    return value
-
-
-def _merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
-    """Apply a JSON merge patch (RFC 7386): null deletes, objects merge."""
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            _merge_patch(target[key], value)
-        else:
-            target[key] = value
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def two_leaves(store: ClusterStore, per_leaf: int = 4, **node_args: Any) -> list[str]:
-    names = []
-    for leaf in ("leaf-a", "leaf-b"):
-        for i in range(per_leaf):
-            name = f"{leaf}-n{i}"
-            with store.lock:
-                store.upsert_node(a_node(name, leaf, **node_args))
-            names.append(name)
-    return names
-
-
-def gang(writer: RecordingWriter, name: str, workers: int, **job_args: Any) -> None:
-    job = a_job(name, workers)
-    job["spec"]["topology"] = {"mode": "required", "level": "leaf"}
-    for key, value in job_args.items():
-        if key == "created":
-            job["metadata"]["creationTimestamp"] = value
-        elif key == "topology":
-            job["spec"]["topology"].update(value)
-        elif key != "priority":
-            job["spec"][key] = value
-    writer.add_job(job)
-    for index in range(workers):
-        pod = a_worker(name, index)
-        pod["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "8"
-        if "priority" in job_args:
-            pod["spec"]["priority"] = job_args["priority"]
-        writer.add_pod(pod)
-
-
-def add_worker(
-    writer: RecordingWriter, name: str, index: int, created: float, attempt: int | None = 0
-) -> None:
-    """Add worker ``index`` of gang ``name``, gated, created at ``created``."""
-    worker = a_worker(name, index, attempt=attempt)
-    worker["metadata"]["creationTimestamp"] = rfc3339(created)
-    worker["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "8"
-    writer.add_pod(worker)
-
-
-def first_worker_only(writer: RecordingWriter, name: str, workers: int) -> None:
-    """A gang of ``workers`` of which the operator has created worker 0 so far."""
-    gang(writer, name, 1)
-    writer.jobs[f"ns/{name}"]["spec"]["workers"] = workers
-    writer.add_job(writer.jobs[f"ns/{name}"])
-
-
-@pytest.fixture
-def world() -> tuple[ClusterStore, RecordingWriter, GangPlacer, Clock]:
-    store = ClusterStore()
-    writer = RecordingWriter(store)
-    clock = Clock()
-    placer = GangPlacer(store, writer, Metrics(), clock=clock, bind_timeout=60)  # type: ignore[arg-type]
-    return store, writer, placer, clock
-
-
-def placement(writer: RecordingWriter, name: str) -> dict[str, Any]:
-    return dict(writer.jobs[f"ns/{name}"].get("status", {}).get("placement") or {})
+from tpfabric_scheduler.store import GANG_GATE, ClusterStore, JobRecord
 
 
 def test_jobs_are_taken_by_priority_then_arrival_not_by_name(world: Any) -> None:
