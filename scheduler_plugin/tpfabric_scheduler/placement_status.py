@@ -28,9 +28,16 @@ MAX_REASONS = 5
 """Candidate domains listed while a job waits; the rest are counted in the message."""
 
 
-def planned_placement(plan: GangPlan, now: float, attempt: int | None = None) -> dict[str, Any]:
+def planned_placement(
+    plan: GangPlan, now: float, attempt: int | None = None, waiting_since: float | None = None
+) -> dict[str, Any]:
     """Return the placement of a fresh plan (released at once after it is persisted) for the
-    worker pods of ``attempt`` (None: pods without the attempt label)."""
+    worker pods of ``attempt`` (None: pods without the attempt label).
+
+    ``waiting_since``: when the gang began waiting for this plan; kept, so that a plan dropped
+    before the gang ever ran whole (its nodes taken, a worker that never bound) does not
+    restart the gang's wait (head of line and ``maxWaitSeconds`` count from the first wait).
+    """
     return {
         "state": "Planned",
         "message": plan.explain().splitlines()[0],
@@ -43,7 +50,7 @@ def planned_placement(plan: GangPlan, now: float, attempt: int | None = None) ->
         "plannedAt": rfc3339(now),
         "releasedAt": rfc3339(now),
         "attempt": attempt,
-        "waitingSince": None,
+        "waitingSince": rfc3339(waiting_since) if waiting_since is not None else None,
         "replacedRanks": None,
         "reasons": [
             {"level": plan.level, "domain": plan.domain, "reason": r}
@@ -87,9 +94,14 @@ def waiting_placement(result: Unschedulable, waiting_since: float) -> dict[str, 
     )
 
 
-def replanning_placement(why: str, now: float) -> dict[str, Any]:
-    """Return the placement of a plan dropped because it can no longer be honoured."""
-    return _unplanned("Replanning", why, waitingSince=rfc3339(now))
+def replanning_placement(
+    why: str, now: float, waiting_since: float | None = None
+) -> dict[str, Any]:
+    """Return the placement of a plan dropped because it can no longer be honoured; the gang
+    waits since ``waiting_since`` (its first wait, when the plan never ran), else since now."""
+    return _unplanned(
+        "Replanning", why, waitingSince=rfc3339(now if waiting_since is None else waiting_since)
+    )
 
 
 def invalid_placement(message: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ Each cycle (run by the lease holder only):
      created after the plan looks like a replacement;
    - a planned job with gated pods (the rest of its attempt, a restart mid-release, a resume, a
      replacement worker): check the plan again before releasing; a replacement worker (a pod of
-     a later attempt) goes through ``replan_worker`` (a new node in the planned domain, never the
+     a later attempt) goes through ``replan_ranks`` (a new node in the planned domain, never the
      node it failed on); a plan that can no longer be honoured is dropped and planned afresh;
    - a planned job whose released pods have not bound, or whose other workers of the plan's
      attempt were never created (a quota), within ``bind_timeout`` seconds of its last release
@@ -56,7 +56,7 @@ from kubernetes.client.rest import ApiException
 from tpfabric_core.errors import InputError
 from tpfabric_core.placement.cost import UplinkLoad
 from tpfabric_core.placement.planner import plan_gang
-from tpfabric_core.placement.replacement import replan_worker
+from tpfabric_core.placement.replacement import replan_ranks
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import (
     CollectiveCost,
@@ -140,6 +140,25 @@ class _Attempt:
     capacity_generation: int
     relax_at: float | None  # clock time the next topology level opens
     hol: bool
+    #: it held a domain for itself (a head-of-line gang that could fit once work ends): such a
+    #: gang is planned again every cycle, to hold its domain in that cycle too
+    holds: bool = False
+
+
+@dataclass(frozen=True)
+class _Hold:
+    """A domain a head-of-line gang holds for the rest of a cycle."""
+
+    job: str  # namespace/name of the holding job
+    level: str
+    domain: str
+    since: float  # when the holding job began to wait
+
+    def __str__(self) -> str:
+        return (
+            f"{self.level} {self.domain!r} is held for head-of-line job {self.job} "
+            f"(waiting since {rfc3339(self.since)})"
+        )
 
 
 @dataclass
@@ -152,7 +171,8 @@ class _Cycle:
     uplinks: UplinkLoad | None = None
     #: GPUs of a typical gang: the median of the jobs the store knows (None: none yet)
     typical_gpus: int | None = None
-    held_for_hol: set[int] = field(default_factory=set)
+    #: node index -> the head-of-line hold on it (its domain is kept for an older gang)
+    held_for_hol: dict[int, _Hold] = field(default_factory=dict)
 
 
 class GangPlacer:
@@ -563,15 +583,20 @@ class GangPlacer:
         if isinstance(result, Unschedulable):
             self.metrics.plans.labels("waiting").inc()
             placement = waiting_placement(result, waiting_since)
+            blocked = self._blocked_by_holds(cycle, request, waited)
+            if blocked:
+                placement["message"] += f"; blocked: {blocked}"
+            held = len(cycle.held_for_hol)
             if hol:
-                self._hold_for_head_of_line(cycle, result)
-                placement["message"] += (
-                    f"; head of line (waited over {self.head_of_line_seconds:g} s): younger "
-                    "or lower-priority gangs may not take its best domain"
+                placement["message"] += self._hold_for_head_of_line(
+                    cycle, result, job, waiting_since
                 )
             relax = result.relax_after_seconds
             self._attempts[job.uid] = _Attempt(
-                capacity_generation, waiting_since + relax if relax is not None else None, hol
+                capacity_generation,
+                waiting_since + relax if relax is not None else None,
+                hol,
+                holds=len(cycle.held_for_hol) > held,
             )
             # A job that already waits is rewritten at most every WAITING_REWRITE_SECONDS: in a
             # busy cluster its best domain's count changes with every pod, and rewriting every
@@ -587,7 +612,9 @@ class GangPlacer:
         self._attempts.pop(job.uid, None)
         cycle.snapshot.allocate(result)
         attempts = [p.attempt for p in item.gated if p.attempt is not None]
-        placement = planned_placement(result, self.clock(), max(attempts, default=None))
+        placement = planned_placement(
+            result, self.clock(), max(attempts, default=None), waiting_since
+        )
         self.metrics.plans.labels("planned").inc()
         summary = result.explain().splitlines()[0]
 
@@ -614,20 +641,60 @@ class GangPlacer:
             trimmed.free_gpus[i] = 0
         return trimmed
 
-    def _hold_for_head_of_line(self, cycle: _Cycle, result: Unschedulable) -> None:
-        """Hold the best candidate domain of a head-of-line gang for the rest of the cycle."""
-        if not result.candidates:
-            return
-        best = result.candidates[0]
+    def _blocked_by_holds(self, cycle: _Cycle, request: GangRequest, waited: float) -> str:
+        """Return which head-of-line holds keep a gang that waits from the plan it would get
+        without them ("" when no hold is in its way). Costs one more plan, only while a hold
+        exists."""
+        if not cycle.held_for_hol:
+            return ""
+        unheld = plan_gang(
+            cycle.snapshot,
+            request,
+            waited_seconds=waited,
+            uplink_load=cycle.uplinks,
+            typical_gang_gpus=cycle.typical_gpus,
+        )
+        if isinstance(unheld, Unschedulable):
+            return ""
+        index_of = cycle.snapshot.topology.index_of
+        holds = dict.fromkeys(
+            hold
+            for node in unheld.nodes
+            if (hold := cycle.held_for_hol.get(index_of.get(node, -1))) is not None
+        )
+        return "; ".join(str(h) for h in holds)
+
+    def _hold_for_head_of_line(
+        self, cycle: _Cycle, result: Unschedulable, job: JobRecord, since: float
+    ) -> str:
+        """Hold, for the rest of the cycle, the best candidate domain a head-of-line gang could
+        hold once running work ends; return what the gang's message says of it.
+
+        A gang that can never fit as asked (more workers than the cluster, a required level
+        none of whose domains is big enough, a selector that allows too few nodes) holds
+        nothing, and neither does one whose candidates could never hold it at this level (its
+        policy opens the next one after its wait): a hold only helps a gang that waiting can
+        start.
+        """
+        waited = f"; head of line (waited over {self.head_of_line_seconds:g} s)"
+        best = next((c for c in result.candidates if c.could_ever_fit), None)
+        if result.never or best is None:
+            return f"{waited}: it holds no domain, none it may use could ever hold it"
         topology = cycle.snapshot.topology
         try:
             depth = topology.depth_of(best.level)
         except ValueError:
-            return
+            return ""
         for domain in topology.domains[depth]:
-            if domain.name == best.domain:
-                cycle.held_for_hol.update(range(domain.start, domain.end))
-                return
+            if domain.path == best.path and domain.name == best.domain:
+                hold = _Hold(job.key, best.level, best.domain, since)
+                for i in range(domain.start, domain.end):
+                    cycle.held_for_hol.setdefault(i, hold)
+                break
+        return (
+            f"{waited}: holds {best.level} {best.domain!r}, younger or lower-priority gangs "
+            "may not take it"
+        )
 
     # -- checking a plan again -----------------------------------------------------------------
 
@@ -644,11 +711,11 @@ class GangPlacer:
         """Release the gated pods of a planned job after checking the plan still holds."""
         job = item.job
         placement = item.placement
-        nodes = [str(n) for n in placement.get("nodes") or []]
+        nodes = _plan_nodes(item)
         planned_at = parse_rfc3339(placement.get("plannedAt"))
         replaced = dict(placement.get("replacedRanks") or {})
         plan_attempt = placement.get("attempt")
-        bound = [p for p in item.members if p.node is not None and not p.terminal]
+        bound = _running(item.members, cycle.snapshot.topology)
         moves: list[PodRecord] = []
         for pod in item.gated:
             rank = pod.worker_index
@@ -675,7 +742,10 @@ class GangPlacer:
                         job=job,
                         members=item.members,
                         gated=item.gated,
-                        placement={**placement, "waitingSince": rfc3339(cycle.now)},
+                        placement={
+                            **placement,
+                            "waitingSince": rfc3339(_first_wait(item) or cycle.now),
+                        },
                         reservations=[],
                         eligible=item.eligible,
                         priority=item.priority,
@@ -703,38 +773,45 @@ class GangPlacer:
     ) -> dict[str, Any] | None:
         """Return the plan with new nodes for ``moves`` (persisted), or None when none fit.
 
-        ``replan_worker`` keeps every other rank where it is and looks only inside the planned
-        domain. When no node there can take a rank and part of the gang is bound, the plan is
-        dropped (``Replanning``); when nothing is bound, the caller plans the gang afresh.
+        ``replan_ranks`` keeps every other rank where it is and looks only inside the planned
+        domain. A rank whose planned node left the cluster (a node deleted under the gang) moves
+        too, with or without a pod to move. When no node there can take a rank and part of the
+        gang runs, the plan is dropped (``Replanning``); when nothing runs, the caller plans the
+        gang afresh.
         """
         job = item.job
         placement = item.placement
         request = self._request(item)
+        topology = cycle.snapshot.topology
         moving = {p.worker_index for p in moves if p.worker_index is not None}
+        gone = _gone_ranks(nodes, topology)
         self._give_back(cycle, item, moving)
-        plan = _plan_of(placement, nodes, request, cycle.snapshot.topology)
+        plan = _plan_of(placement, nodes, request, topology)
+        try:
+            answer = replan_ranks(plan, sorted(moving | gone), cycle.snapshot, request)
+        except ValueError as err:  # the planned domain itself left the cluster
+            why = f"{job.key}: {err}; the gang is planned again"
+            answer = ReplacementOptions(job.key, min(gone, default=0), "", "", "", (), why)
+        if isinstance(answer, ReplacementOptions):
+            if _running(item.members, topology):
+                self._replan_whole(item, answer.summary, cycle.now)
+            else:
+                self._give_back(cycle, item, None if not moving else _others(item, moving))
+            return None
+        demand = dict(request.other_resources)
+        demand[GPU_RESOURCE] = request.gpus_per_worker
+        uids = {p.worker_index: p.uid for p in moves}
         notes = []
-        for pod in moves:
-            rank = pod.worker_index
-            assert rank is not None
-            answer = replan_worker(plan, rank, cycle.snapshot, request)
-            if isinstance(answer, ReplacementOptions):
-                if any(p.node is not None and not p.terminal for p in item.members):
-                    self._replan_whole(item, answer.summary, cycle.now)
-                else:
-                    self._give_back(cycle, item, None if not moving else _others(item, moving))
-                return None
-            plan = answer
-            demand = dict(request.other_resources)
-            demand[GPU_RESOURCE] = request.gpus_per_worker
-            _adjust(cycle.snapshot, plan.nodes_by_rank[rank], demand, -1)
-            replaced[str(rank)] = pod.uid
-            notes.append(f"rank {rank} -> {plan.nodes_by_rank[rank]}")
+        for rank in sorted(moving | gone):
+            _adjust(cycle.snapshot, answer.nodes_by_rank[rank], demand, -1)
+            if rank in uids:
+                replaced[str(rank)] = uids[rank]
+            notes.append(f"rank {rank} -> {answer.nodes_by_rank[rank]}")
         updated = {
             **placement,
-            "nodes": list(plan.nodes_by_rank),
-            "hops": plan.hops,
-            "modelledAllreduceUs": round(plan.cost.best_s * 1e6, 3),
+            "nodes": list(answer.nodes_by_rank),
+            "hops": answer.hops,
+            "modelledAllreduceUs": round(answer.cost.best_s * 1e6, 3),
             "replacedRanks": replaced,
             "releasedAt": rfc3339(self.clock()),
             "message": f"{placement.get('message', '')}".split(" [replaced:")[0]
@@ -759,7 +836,7 @@ class GangPlacer:
             attempt.capacity_generation == capacity_generation
             and (attempt.relax_at is None or now < attempt.relax_at)
             and attempt.hol == hol
-            and not hol
+            and not attempt.holds
         )
 
     def _needs_snapshot(self, item: PlacementWork, now: float, capacity_generation: int) -> bool:
@@ -768,6 +845,8 @@ class GangPlacer:
             return not self._still_waiting(item, now, capacity_generation)
         if item.gated:
             return True  # checking a plan before releasing
+        if self._topology is not None and _gone_ranks(_plan_nodes(item), self._topology):
+            return True  # a planned node left the cluster: re-planned at once
         released = _released_at(item)  # without a time, _watch_binding never looks
         if (
             released is not None
@@ -790,6 +869,9 @@ class GangPlacer:
         """
         released = _released_at(item)
         now = self.clock()  # not the cycle's start: a busy cycle can run for seconds
+        nodes = _plan_nodes(item)
+        if _gone_ranks(nodes, cycle.snapshot.topology):
+            return self._replace_gone(item, cycle, nodes)
         refused = _create_refused(item.job)
         if released is None or not (refused or self._bind_check_due(released, now)):
             return True
@@ -810,7 +892,7 @@ class GangPlacer:
                 "start whole, so the plan is dropped and the gang is recreated and planned again"
             )
         if why:
-            self._replan_whole(replace(item, members=members), why, now)
+            self._replan_whole(replace(item, members=members), why, now, keep_wait=True)
             return False
         unbound = sorted(
             p.worker_index
@@ -821,7 +903,6 @@ class GangPlacer:
             and not p.deleting
             and p.worker_index is not None
         )
-        nodes = [str(n) for n in item.placement.get("nodes") or []]
         taken = [
             r
             for r in unbound
@@ -836,13 +917,49 @@ class GangPlacer:
             + (f"; planned node of rank(s) {taken} taken by other pods" if taken else "")
             + "): the plan cannot be honoured; the gang is recreated and planned again"
         )
-        self._replan_whole(replace(item, members=members), why, now)
+        self._replan_whole(replace(item, members=members), why, now, keep_wait=True)
         return False
 
-    def _replan_whole(self, item: PlacementWork, why: str, now: float) -> None:
-        """Drop the plan and delete the job's pods; the operator recreates them gated."""
+    def _replace_gone(self, item: PlacementWork, cycle: _Cycle, nodes: list[str]) -> bool:
+        """Move the ranks whose planned node left the cluster at once; True while the plan
+        stands.
+
+        A released worker whose node is gone only needs a new node in the plan (its affinity
+        already holds it to the domain, and the extender steers it to its rank's node); when
+        the domain has no room for it, the gang is dropped and planned again whole.
+        """
+        topology = cycle.snapshot.topology
+        gone = _gone_ranks(nodes, topology)
+        moves = [
+            p
+            for p in item.members
+            if p.worker_index in gone and p.node is None and not p.terminal and not p.deleting
+        ]
+        replaced = dict(item.placement.get("replacedRanks") or {})
+        if self._replace_ranks(item, cycle, moves, nodes, replaced) is not None:
+            return True
+        if not _running(item.members, topology):  # _replace_ranks drops a plan that runs
+            gone_names = sorted(nodes[r] for r in gone)
+            self._replan_whole(
+                item,
+                f"{item.job.key}: planned node(s) {gone_names} left the cluster and the planned "
+                "domain has no room for their ranks: the gang is planned again",
+                cycle.now,
+                keep_wait=True,
+            )
+        return False
+
+    def _replan_whole(
+        self, item: PlacementWork, why: str, now: float, *, keep_wait: bool = False
+    ) -> None:
+        """Drop the plan and delete the job's pods; the operator recreates them gated.
+
+        ``keep_wait``: the plan never ran whole (its workers did not bind, its nodes were
+        taken or left): the gang keeps waiting since it first waited (:func:`_first_wait`).
+        """
         job = item.job
-        self._write(job, item.placement, replanning_placement(why, now), "GangReplanning")
+        since = _first_wait(item) if keep_wait else None
+        self._write(job, item.placement, replanning_placement(why, now, since), "GangReplanning")
         # one call for the whole gang: a 32-worker gang must not take 32 round trips to drop
         self._replan_deleted[job.uid] = now
         self.writer.delete_job_pods(job.namespace, job.name)
@@ -1002,6 +1119,39 @@ def _missing_ranks(
     return [rank for rank in range(job.job.spec.workers) if rank not in present]
 
 
+def _first_wait(item: PlacementWork) -> float | None:
+    """Return when ``item``'s gang first waited for its plan, while the gang is still in the
+    attempt the plan was made for (None after a restart: a new attempt waits afresh)."""
+    plan_attempt = item.placement.get("attempt")
+    attempt = item.job.raw_status.get("attempt")
+    if isinstance(plan_attempt, int) and int(attempt or 0) != plan_attempt:
+        return None
+    if any(
+        p.attempt is not None and isinstance(plan_attempt, int) and p.attempt > plan_attempt
+        for p in item.members
+    ):
+        return None
+    return parse_rfc3339(item.placement.get("waitingSince"))
+
+
+def _plan_nodes(item: PlacementWork) -> list[str]:
+    """Return the planned node of each rank of ``item`` (empty without a plan)."""
+    return [str(n) for n in item.placement.get("nodes") or []]
+
+
+def _gone_ranks(nodes: Iterable[str], topology: ClusterTopology) -> set[int]:
+    """Return the ranks a plan puts on nodes that are no longer in the cluster."""
+    return {rank for rank, node in enumerate(nodes) if node not in topology.index_of}
+
+
+def _running(members: Iterable[PodRecord], topology: ClusterTopology) -> list[PodRecord]:
+    """Return the members bound to a node of the cluster and not finished (a pod bound to a
+    deleted node runs nowhere: pod GC removes it)."""
+    return [
+        p for p in members if p.node is not None and not p.terminal and p.node in topology.index_of
+    ]
+
+
 def _others(item: PlacementWork, ranks: set[int]) -> set[int]:
     """Return the ranks of ``item``'s reservations that are not in ``ranks``."""
     return {r.rank for r in item.reservations} - ranks
@@ -1010,7 +1160,7 @@ def _others(item: PlacementWork, ranks: set[int]) -> set[int]:
 def _plan_of(
     placement: dict[str, Any], nodes: list[str], request: GangRequest, topology: ClusterTopology
 ) -> GangPlan:
-    """Return the persisted plan as the engine's GangPlan (for ``replan_worker``)."""
+    """Return the persisted plan as the engine's GangPlan (for ``replan_ranks``)."""
     level = str(placement.get("level") or CLUSTER_LEVEL)
     labels = placement.get("domainLabels") or {}
     # the API server returns maps with sorted keys: the path follows the levels, top down

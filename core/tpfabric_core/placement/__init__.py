@@ -22,7 +22,7 @@ from tpfabric_core.placement.pod_fit import (
     resource_amount,
 )
 from tpfabric_core.placement.rank_order import order_ranks
-from tpfabric_core.placement.replacement import replan_worker
+from tpfabric_core.placement.replacement import replan_ranks, replan_worker
 from tpfabric_core.placement.request import GangRequest, TopologyPolicy
 from tpfabric_core.placement.results import (
     CollectiveCost,
@@ -74,6 +74,7 @@ __all__ = [
     "plan_gang",
     "pod_requests",
     "policy_reach",
+    "replan_ranks",
     "replan_worker",
     "resource_amount",
 ]

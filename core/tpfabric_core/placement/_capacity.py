@@ -71,6 +71,9 @@ def worker_slots(
     mask = eligible_mask(snapshot.topology, request)
     if mask is not None:
         slots = [s if allowed else 0 for s, allowed in zip(slots, mask, strict=True)]
+    if request.max_workers_per_node is not None:
+        cap = request.max_workers_per_node
+        slots = [min(s, cap) for s in slots]
     tolerations = request.tolerations
     for i, taints in snapshot.taints.items():
         if slots[i] and untolerated_taint(taints, tolerations) is not None:
@@ -99,6 +102,9 @@ def ever_slots(snapshot: CapacitySnapshot, request: GangRequest) -> list[int]:
     mask = eligible_mask(snapshot.topology, request)
     if mask is not None:
         slots = [s if allowed else 0 for s, allowed in zip(slots, mask, strict=True)]
+    if request.max_workers_per_node is not None:
+        cap = request.max_workers_per_node
+        slots = [min(s, cap) for s in slots]
     return slots
 
 
@@ -318,11 +324,13 @@ def explain_shortfall(
     *,
     use_degraded: bool,
     workers_fit: int | None = None,
+    workers_ever: int | None = None,
 ) -> DomainShortfall:
     """Return how many workers fit in ``domain`` and, per cause, the nodes that add none.
 
     ``workers_fit`` overrides the plain sum of ``slots`` (whole tensor-parallel groups only);
-    the worker slots that rounding loses are a reason of their own.
+    the worker slots that rounding loses are a reason of their own. ``workers_ever``: how many
+    the domain could ever hold (None: not known).
     """
     topology = snapshot.topology
     counts: Counter[ShortfallKind] = Counter()
@@ -391,4 +399,6 @@ def explain_shortfall(
         workers_fit=fit,
         workers_needed=request.workers,
         reasons=tuple(reasons),
+        workers_ever=workers_ever,
+        path=domain.path,
     )

@@ -168,27 +168,41 @@ def policy_reach(snapshot: CapacitySnapshot, request: GangRequest, waited_second
     )
 
 
-def _largest_ever(snapshot: CapacitySnapshot, request: GangRequest) -> tuple[int, ...]:
-    """Return per depth the most workers one labelled domain could ever hold (memoised)."""
+def _ever_per_domain(snapshot: CapacitySnapshot, request: GangRequest) -> list[list[int]]:
+    """Return per depth, per domain, the workers it could ever hold (memoised per request
+    shape: the allocatable capacity of the nodes the pod may use, current use ignored)."""
     quantum = request.workers_per_tp_group
-    key = (request.gpus_per_worker, request.rdma_per_worker, quantum, request.eligible_nodes)
+    key = (
+        request.gpus_per_worker,
+        request.rdma_per_worker,
+        quantum,
+        request.eligible_nodes,
+        request.max_workers_per_node,
+    )
     cached = snapshot.ever_cache.get(key)
     if cached is not None:
         return cached
     topology = snapshot.topology
+    per_depth = level_free(
+        topology, ever_slots(snapshot, request), quantum=quantum, up_to=topology.cluster_depth
+    )
+    snapshot.ever_cache[key] = per_depth
+    return per_depth
+
+
+def _largest_ever(snapshot: CapacitySnapshot, request: GangRequest) -> tuple[int, ...]:
+    """Return per depth the most workers one labelled domain could ever hold."""
+    topology = snapshot.topology
     cluster = topology.cluster_depth
-    per_depth = level_free(topology, ever_slots(snapshot, request), quantum=quantum, up_to=cluster)
-    largest = tuple(
+    return tuple(
         max(
             (f for f, d in zip(free, topology.domains[depth], strict=True) if d.labelled),
             default=0,
         )
         if depth < cluster
         else sum(free)
-        for depth, free in enumerate(per_depth)
+        for depth, free in enumerate(_ever_per_domain(snapshot, request))
     )
-    snapshot.ever_cache[key] = largest
-    return largest
 
 
 def plan_gang(
@@ -604,12 +618,19 @@ def explain_unschedulable(
     use_degraded = policy.avoid_degraded != "avoid"
     cluster = topology.cluster_depth
     fit = level_free(topology, slots, quantum=request.workers_per_tp_group, up_to=max_depth)
+    ever = _ever_per_domain(snapshot, request)[max_depth]
     candidates = sorted(
         (
             explain_shortfall(
-                snapshot, request, domain, slots, use_degraded=use_degraded, workers_fit=f
+                snapshot,
+                request,
+                domain,
+                slots,
+                use_degraded=use_degraded,
+                workers_fit=f,
+                workers_ever=e,
             )
-            for domain, f in zip(topology.domains[max_depth], fit[max_depth], strict=True)
+            for domain, f, e in zip(topology.domains[max_depth], fit[max_depth], ever, strict=True)
             if domain.labelled or max_depth == cluster
         ),
         key=lambda c: (-c.workers_fit, c.domain),
@@ -630,6 +651,7 @@ def explain_unschedulable(
     if reach.start_depth > reach.policy_depth and policy.mode == "preferred":
         summary += f"; {_never_note(topology, request, reach)}"
     relax: float | None = None
+    never = reach.ever_depth is None or (policy.mode == "required" and reach.ever_depth > max_depth)
     if reach.ever_depth is None:
         summary += (
             f"; not even the whole cluster can ever hold {request.workers} workers (it holds "
@@ -660,4 +682,5 @@ def explain_unschedulable(
         summary=summary,
         relax_after_seconds=relax,
         outside_nodes=outside,
+        never=never,
     )

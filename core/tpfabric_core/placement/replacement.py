@@ -23,7 +23,7 @@ from tpfabric_core.placement.results import GangPlan, ReplacementOption, Replace
 from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_core.placement.topology import ClusterTopology, Domain
 
-__all__ = ["replan_worker"]
+__all__ = ["replan_ranks", "replan_worker"]
 
 _Nearness = Callable[[int], tuple[bool, int, int, int, int]]
 
@@ -44,65 +44,118 @@ def replan_worker(
 
     The failed node itself is never chosen unless ``exclude_failed_node`` is false.
     """
+    return replan_ranks(
+        plan,
+        (rank,),
+        snapshot,
+        request,
+        exclude_failed_node=exclude_failed_node,
+        max_options=max_options,
+        cost_config=cost_config,
+    )
+
+
+def replan_ranks(
+    plan: GangPlan,
+    ranks_to_move: Sequence[int],
+    snapshot: CapacitySnapshot,
+    request: GangRequest,
+    *,
+    exclude_failed_node: bool = True,
+    max_options: int = 5,
+    cost_config: CostModelConfig = DEFAULT_COST,
+) -> GangPlan | ReplacementOptions:
+    """Return ``plan`` with every rank of ``ranks_to_move`` on a new node in the same domain, or
+    the options of the first rank that finds none there.
+
+    A rank's old node may have left the cluster (a node deleted under a running gang): it is
+    then simply gone, and every rank the plan puts on a node the snapshot lacks must be among
+    ``ranks_to_move`` (ValueError otherwise: a plan cannot keep a rank on no node). Ranks move in
+    rank order, each taking one worker slot, so two moved ranks never share a slot.
+    """
     topology = snapshot.topology
-    if not 0 <= rank < len(plan.nodes_by_rank):
-        raise ValueError(f"rank {rank} is not in plan {plan.job!r} of {len(plan.nodes_by_rank)}")
-    ranks = [topology.index_of[name] for name in plan.nodes_by_rank]
-    failed = ranks[rank]
+    count = len(plan.nodes_by_rank)
+    moving = sorted(set(ranks_to_move))
+    for rank in moving:
+        if not 0 <= rank < count:
+            raise ValueError(f"rank {rank} is not in plan {plan.job!r} of {count}")
+    current: list[int | None] = [topology.index_of.get(name) for name in plan.nodes_by_rank]
+    stranded = [r for r, i in enumerate(current) if i is None and r not in moving]
+    if stranded:
+        raise ValueError(
+            f"plan {plan.job!r} keeps rank(s) {stranded} on node(s) no longer in the cluster: "
+            "move them too"
+        )
+    failed = {rank: current[rank] for rank in moving}
     domain = _plan_domain(topology, plan)
     policy = request.policy
     slots = worker_slots(snapshot, request, use_degraded=policy.avoid_degraded != "avoid")
     if exclude_failed_node:
-        slots[failed] = 0
+        for node in failed.values():
+            if node is not None:
+                slots[node] = 0
     penalised: set[int] = set()
     if policy.avoid_degraded == "penalize":
         penalised = set(degraded_indices(snapshot, request))
-    neighbours = _ring_neighbours(ranks, rank)
+    for rank in moving:
+        current[rank] = None  # its old node is not its ring neighbour's anchor any more
+    names = topology.node_names
+    reasons: list[str] = []
+    for rank in moving:
+        old = failed[rank]
+        neighbours = _ring_neighbours(current, rank)
 
-    def nearness(node: int) -> tuple[bool, int, int, int, int]:
-        """Return the sort key of a candidate: healthy, near the ring, near the old node, tight."""
-        to_ring = max((edge_hops(topology, node, n) for n in neighbours), default=0)
-        return (
-            node in penalised,
-            to_ring,
-            edge_hops(topology, node, failed),
-            slots[node],
-            node,
-        )
+        def nearness(
+            node: int, old: int | None = old, neighbours: list[int] = neighbours
+        ) -> tuple[bool, int, int, int, int]:
+            """Return the sort key of a candidate: healthy, near the ring, near the old node,
+            tight."""
+            to_ring = max((edge_hops(topology, node, n) for n in neighbours), default=0)
+            return (
+                node in penalised,
+                to_ring,
+                edge_hops(topology, node, old) if old is not None else 0,
+                slots[node],
+                node,
+            )
 
-    home = _group_home(topology, request, ranks, rank)
-    if home is not None and home.depth < domain.depth:
-        domain = home  # a tensor-parallel group never leaves its NVLink domain
-    inside = [i for i in range(domain.start, domain.end) if slots[i] > 0]
-    if inside:
+        inside_of = domain
+        home = _group_home(topology, request, current, rank)
+        if home is not None and home.depth < inside_of.depth:
+            inside_of = home  # a tensor-parallel group never leaves its NVLink domain
+        inside = [i for i in range(inside_of.start, inside_of.end) if slots[i] > 0]
+        if not inside:
+            return _options_elsewhere(
+                snapshot,
+                request,
+                plan,
+                rank,
+                ranks=current,
+                domain=inside_of,
+                slots=slots,
+                nearness=nearness,
+                max_options=max_options,
+                cost_config=cost_config,
+            )
         chosen = min(inside, key=nearness)
-        new_ranks = [*ranks[:rank], chosen, *ranks[rank + 1 :]]
-        names = topology.node_names
-        reasons = (
+        slots[chosen] -= 1
+        current[rank] = chosen
+        was = repr(names[old]) if old is not None else f"{plan.nodes_by_rank[rank]!r} (gone)"
+        reasons += [
             (
-                f"rank {rank} moved from {names[failed]!r} to {names[chosen]!r} inside "
-                f"{domain.level} {domain.name!r}"
+                f"rank {rank} moved from {was} to {names[chosen]!r} inside "
+                f"{inside_of.level} {inside_of.name!r}"
             ),
             f"{nearness(chosen)[1]} hop(s) from its ring neighbours; the other ranks stay",
-        )
-        return assemble_plan(
-            snapshot,
-            request,
-            new_ranks,
-            policy=plan.policy or POLICY_NAME,
-            reasons=reasons,
-            cost_config=cost_config,
-        )
-    return _options_elsewhere(
+        ]
+    placed = [i for i in current if i is not None]
+    assert len(placed) == count  # every None was a moving rank, and each one found a node
+    return assemble_plan(
         snapshot,
         request,
-        plan,
-        rank,
-        ranks=ranks,
-        domain=domain,
-        slots=slots,
-        nearness=nearness,
-        max_options=max_options,
+        placed,
+        policy=plan.policy or POLICY_NAME,
+        reasons=reasons,
         cost_config=cost_config,
     )
 
@@ -117,25 +170,31 @@ def _plan_domain(topology: ClusterTopology, plan: GangPlan) -> Domain:
 
 
 def _group_home(
-    topology: ClusterTopology, request: GangRequest, ranks: Sequence[int], rank: int
+    topology: ClusterTopology, request: GangRequest, ranks: Sequence[int | None], rank: int
 ) -> Domain | None:
-    """Return the group-keeping domain the other ranks of ``rank``'s TP group are in, or None."""
+    """Return the group-keeping domain the other placed ranks of ``rank``'s TP group are in, or
+    None (no such level, or no other rank of the group has a node)."""
     quantum = request.workers_per_tp_group
     keep = group_depth(topology, quantum)
     if keep is None:
         return None
     first = rank - rank % quantum
-    others = [ranks[k] for k in range(first, min(first + quantum, len(ranks))) if k != rank]
+    others = [
+        node
+        for k in range(first, min(first + quantum, len(ranks)))
+        if k != rank and (node := ranks[k]) is not None
+    ]
     if not others:
         return None
     return topology.domains[keep][topology.node_domain[keep][others[0]]]
 
 
-def _ring_neighbours(ranks: Sequence[int], rank: int) -> list[int]:
-    """Return the node indices of the ranks before and after ``rank`` in the ring."""
+def _ring_neighbours(ranks: Sequence[int | None], rank: int) -> list[int]:
+    """Return the node indices of the ranks before and after ``rank`` in the ring (those that
+    have a node)."""
     if len(ranks) < 2:
         return []
-    return [ranks[rank - 1], ranks[(rank + 1) % len(ranks)]]
+    return [n for n in (ranks[rank - 1], ranks[(rank + 1) % len(ranks)]) if n is not None]
 
 
 def _options_elsewhere(
@@ -144,17 +203,21 @@ def _options_elsewhere(
     plan: GangPlan,
     rank: int,
     *,
-    ranks: list[int],
+    ranks: Sequence[int | None],
     domain: Domain,
     slots: Sequence[int],
     nearness: _Nearness,
     max_options: int,
     cost_config: CostModelConfig,
 ) -> ReplacementOptions:
-    """Return the nearest nodes outside ``domain`` that could take rank ``rank``."""
+    """Return the nearest nodes outside ``domain`` that could take rank ``rank``.
+
+    ``ranks`` may lack a node for ranks still to be moved (None): an option is then scored as if
+    they went where ``rank`` goes (the options are advice, not a plan).
+    """
     topology = snapshot.topology
-    others = [node for k, node in enumerate(ranks) if k != rank] or [ranks[rank]]
-    anchor = others[0]
+    others = [node for k, node in enumerate(ranks) if k != rank and node is not None]
+    anchor = others[0] if others else domain.start
     required_depth = (
         topology.depth_of(request.policy.level)
         if request.policy.mode == "required"
@@ -169,7 +232,7 @@ def _options_elsewhere(
     best = sorted(candidates, key=lambda i: (span_with(i), nearness(i)))[:max_options]
     options = []
     for node in best:
-        new_ranks = [*ranks[:rank], node, *ranks[rank + 1 :]]
+        new_ranks = [node if k == rank or r is None else r for k, r in enumerate(ranks)]
         trial = assemble_plan(snapshot, request, new_ranks, policy="", cost_config=cost_config)
         options.append(
             ReplacementOption(

@@ -78,6 +78,9 @@ class GangRequest:
     :func:`~tpfabric_core.placement.pod_fit.pod_requests`). ``eligible_nodes``: the only nodes a
     worker may go to (what the pod's node selector and required node affinity allow, see
     :func:`~tpfabric_core.placement.pod_fit.node_matcher`); ``None`` allows every node.
+    ``max_workers_per_node``: at most this many workers on one node (1: the pod asks for a host
+    port, or its required pod anti-affinity keeps the gang's workers off each other's node);
+    ``None``: as many as the node's resources allow.
     """
 
     name: str
@@ -90,6 +93,7 @@ class GangRequest:
     policy: TopologyPolicy = field(default_factory=TopologyPolicy)
     other_resources: tuple[tuple[str, int], ...] = ()
     eligible_nodes: frozenset[str] | None = None
+    max_workers_per_node: int | None = None
 
     def __post_init__(self) -> None:
         for where, value, low in (

@@ -124,6 +124,16 @@ class DomainShortfall:
     workers_fit: int
     workers_needed: int
     reasons: tuple[ShortfallReason, ...]
+    #: how many workers the domain could ever hold (allocatable capacity of the nodes the pod
+    #: may use, current use ignored); None when not known
+    workers_ever: int | None = None
+    #: the domain's path from the top level down (names repeat under different parents)
+    path: tuple[str, ...] = ()
+
+    @property
+    def could_ever_fit(self) -> bool:
+        """Return whether the domain could hold the gang once running work ends."""
+        return self.workers_ever is not None and self.workers_ever >= self.workers_needed
 
     def __str__(self) -> str:
         """Return one line such as ``leaf 'l1': 6/8 workers fit (2 nodes cordoned)``."""
@@ -153,6 +163,10 @@ class Unschedulable:
     summary: str
     relax_after_seconds: float | None = None
     outside_nodes: int = 0
+    #: no domain the policy will ever allow can hold the gang (more workers than the cluster,
+    #: a required level none of whose domains is big enough, a selector that matches too few
+    #: nodes): waiting changes nothing, and such a gang holds no domain for itself
+    never: bool = False
 
     def top_candidates(self, n: int) -> tuple[tuple[DomainShortfall, ...], int]:
         """Return the ``n`` best candidate domains and how many more there are."""

@@ -150,7 +150,11 @@ class CapacitySnapshot:
         self.alloc_rdma = alloc_rdma if alloc_rdma is not None else free_rdma.copy()
         #: (gpus, rdma, workers per TP group, eligible nodes) -> per depth the most workers one
         #: domain could ever hold; filled by the planner, valid while the alloc lists stand
-        self.ever_cache: dict[tuple[int, int, int, frozenset[str] | None], tuple[int, ...]] = {}
+        #: per request shape (GPUs, RDMA, TP quantum, eligible nodes, workers per node): per depth,
+        #: per domain, the workers it could ever hold
+        self.ever_cache: dict[
+            tuple[int, int, int, frozenset[str] | None, int | None], list[list[int]]
+        ] = {}
 
     @classmethod
     def from_node_states(
