@@ -66,13 +66,15 @@ def rank_demands(store: ClusterStore, job: JobRecord) -> dict[str, int]:
 def reservations_by_job(store: ClusterStore) -> dict[str, list[Reservation]]:
     """Return the reservations of every planned job, by job key (call with the lock held)."""
     held: dict[str, list[Reservation]] = {}
-    for node, (key, rank) in store.reservations().items():
-        job = store.jobs.get(key)
-        if job is None:
-            continue
-        if key not in held:
-            held[key] = []
-        held[key].append(Reservation(key, rank, node, rank_demands(store, job)))
+    demands: dict[str, dict[str, int]] = {}
+    for node, holders in store.reservations().items():
+        for key, rank in holders:
+            job = store.jobs.get(key)
+            if job is None:
+                continue
+            if key not in demands:
+                demands[key] = rank_demands(store, job)
+            held.setdefault(key, []).append(Reservation(key, rank, node, demands[key]))
     return held
 
 

@@ -9,8 +9,9 @@ That answer names no reasons for the other nodes: kube-scheduler shows them only
 feasible, and ~1,000 worded reasons a worker were encoded here and decoded there for nothing.
 Otherwise (the planned node is gone, cordoned or taken) the worker is kept inside its job's
 planned domain: nodes that hold a not-yet-bound rank of any gang (``store.reservations()``:
-another rank of the same job, or a rank of another job) are filtered out, so it never lands on a
-node another gang was promised, and prioritize ranks the rest by health and best fit.
+another rank of the same job, or a rank of another job) are filtered out unless the node has room
+for the worker beside every rank reserved there (sub-node gangs), so it never lands on a node
+another gang was promised, and prioritize ranks the rest by health and best fit.
 
 Every rejection answered is *failed and unresolvable*: no preemption on a node could make us
 accept it, so kube-scheduler's DefaultPreemption must never evict pods for it. The plan read is
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 
 from tpfabric_core import labels
 from tpfabric_core.placement.topology import CLUSTER_LEVEL
+from tpfabric_scheduler.capacity import rank_demands
 from tpfabric_scheduler.protocol import MAX_SCORE, ExtenderArgs, FilterResult
 from tpfabric_scheduler.store import (
     GPU_RESOURCE,
@@ -195,8 +197,8 @@ def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult,
             continue
         elif name in view.other_ranks:
             reason = FilterReason.OTHER_RANK
-        elif (holder := reserved.get(name)) is not None:
-            reason = FilterReason.OTHER_RANK if holder[0] == view.job_key else FilterReason.RESERVED
+        elif (holders := reserved.get(name)) and not _room_beside(store, args, name, holders):
+            reason = FilterReason.RESERVED  # its own job's ranks there are in other_ranks
         else:
             kept.append(name)
             continue
@@ -219,12 +221,42 @@ def filter_nodes(store: ClusterStore, args: ExtenderArgs) -> tuple[FilterResult,
     return FilterResult(node_names=kept, failed_unresolvable=rejected), counts
 
 
-def _held(view: WorkerView, name: str, reserved: dict[str, tuple[str, int]]) -> str:
+def _room_beside(
+    store: ClusterStore, args: ExtenderArgs, name: str, holders: tuple[tuple[str, int], ...]
+) -> bool:
+    """Return whether node ``name`` has room for the pod beside every rank reserved there.
+
+    Ranks of gangs whose workers take part of a node (4-GPU workers on 8-GPU nodes) leave the
+    rest of it to others: every resource the pod requests must be free after the bound pods
+    (the store's use) and every reserved rank's demand. A pod the store does not know yet gets
+    no such node (its demand is unknown). Only walked for nodes that hold reservations, on the
+    path where the worker's planned node did not pass kube-scheduler's filters.
+    """
+    pod = store.pods.get(f"{args.pod.namespace}/{args.pod.name}")
+    if pod is None:
+        return False
+    held: dict[str, int] = {}
+    for job_key, _ in holders:
+        job = store.jobs.get(job_key)
+        if job is None:
+            continue
+        for resource, amount in rank_demands(store, job).items():
+            held[resource] = held.get(resource, 0) + amount
+    return all(
+        store.free(name, resource) - held.get(resource, 0) >= amount
+        for resource, amount in pod.requests.items()
+        if amount > 0
+    )
+
+
+def _held(
+    view: WorkerView, name: str, reserved: dict[str, tuple[tuple[str, int], ...]]
+) -> str:
     """Return the words kube-scheduler shows for ``name``, held by a rank of a gang."""
     if name in view.other_ranks:
         return f"tpfabric: planned for rank {view.other_ranks[name]} of job {view.job_key}"
-    job_key, rank = reserved[name]
-    return f"tpfabric: reserved for rank {rank} of job {job_key}"
+    ranks = ", ".join(f"rank {rank} of job {job_key}" for job_key, rank in reserved[name][:3])
+    return f"tpfabric: reserved for {ranks}"
 
 
 def prioritize_nodes(store: ClusterStore, args: ExtenderArgs) -> list[tuple[str, int]]:

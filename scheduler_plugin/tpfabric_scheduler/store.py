@@ -220,7 +220,7 @@ class ClusterStore:
         self.fresh_plans: dict[str, dict[str, Any]] = {}
         #: monotonic time the placer loop last finished a cycle (liveness); None before the first
         self.placer_heartbeat: float | None = None
-        self._reservations: tuple[int, dict[str, tuple[str, int]]] = (-1, {})
+        self._reservations: tuple[int, dict[str, tuple[tuple[str, int], ...]]] = (-1, {})
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -355,17 +355,20 @@ class ClusterStore:
             if placement.get("state") == "Planned":
                 yield key, job, placement
 
-    def reservations(self) -> dict[str, tuple[str, int]]:
-        """Return node -> (job key, rank) for every rank of a planned job not bound yet.
+    def reservations(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        """Return node -> every (job key, rank) of a planned job not bound yet that the plan
+        puts there, in job and rank order.
 
         A planned rank holds its node until its pod binds there (or the plan is dropped), also
-        while the rank's pod is missing (a replacement in its backoff). Cached per
-        ``capacity_generation``: O(planned ranks) once per change, O(1) after that.
+        while the rank's pod is missing (a replacement in its backoff). Every rank counts:
+        ranks of a gang whose workers take part of a node (4-GPU workers on 8-GPU nodes) share
+        it, each holding its own demand. Cached per ``capacity_generation``: O(planned ranks)
+        once per change, O(1) after that.
         """
         generation, cached = self._reservations
         if generation == self.capacity_generation:
             return cached
-        held: dict[str, tuple[str, int]] = {}
+        held: dict[str, list[tuple[str, int]]] = {}
         for key, _, placement in self.holding_plans():
             # a rank holds its node unless its pod is bound there or has finished
             settled = {
@@ -375,9 +378,10 @@ class ClusterStore:
             }
             for rank, node in enumerate(placement.get("nodes") or []):
                 if rank not in settled:
-                    held.setdefault(str(node), (key, rank))
-        self._reservations = (self.capacity_generation, held)
-        return held
+                    held.setdefault(str(node), []).append((key, rank))
+        frozen = {node: tuple(holders) for node, holders in held.items()}
+        self._reservations = (self.capacity_generation, frozen)
+        return frozen
 
     # -- queries -----------------------------------------------------------------------------
 

@@ -204,7 +204,7 @@ def test_a_reservation_ends_when_its_rank_binds() -> None:
 
 def test_the_workers_own_planned_node_is_kept_though_it_is_reserved_for_it() -> None:
     store = a_store(["a1", "a2"])
-    assert store.reservations()["a1"] == ("ns/job", 0)
+    assert store.reservations()["a1"] == (("ns/job", 0),)
     result, _ = filter_nodes(store, args_for(a_worker("job", 0)))
     assert "a1" in result.node_names
 
