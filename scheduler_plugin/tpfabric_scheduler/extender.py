@@ -249,9 +249,7 @@ def _room_beside(
     )
 
 
-def _held(
-    view: WorkerView, name: str, reserved: dict[str, tuple[tuple[str, int], ...]]
-) -> str:
+def _held(view: WorkerView, name: str, reserved: dict[str, tuple[tuple[str, int], ...]]) -> str:
     """Return the words kube-scheduler shows for ``name``, held by a rank of a gang."""
     if name in view.other_ranks:
         return f"tpfabric: planned for rank {view.other_ranks[name]} of job {view.job_key}"

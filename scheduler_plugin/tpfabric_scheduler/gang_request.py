@@ -14,9 +14,17 @@ from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.placement.pod_fit import node_matcher
 from tpfabric_core.placement.request import GangRequest, TopologyPolicy
 from tpfabric_core.placement.snapshot import TaintEffect, Toleration
+from tpfabric_core.timestamps import parse_rfc3339
 from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, PodRecord
 
-__all__ = ["eligible_nodes", "gang_request", "tolerations_of"]
+__all__ = [
+    "REFUSAL_SECONDS",
+    "eligible_nodes",
+    "gang_request",
+    "refusals",
+    "refused_nodes",
+    "tolerations_of",
+]
 
 _EFFECTS = set(get_args(TaintEffect))
 
@@ -37,6 +45,39 @@ def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
     return tuple(result)
 
 
+#: a refusal by kube-scheduler's own filters is remembered this long (what refused may change)
+REFUSAL_SECONDS = 600.0
+
+
+def refusals(placement: Mapping[str, Any], now: float) -> list[dict[str, str]]:
+    """Return the refusals ``placement`` records (``refusedNodes``) that have not expired."""
+    kept = []
+    for item in placement.get("refusedNodes") or []:
+        if not isinstance(item, Mapping):
+            continue
+        since = parse_rfc3339(item.get("since"))
+        if since is not None and now - since < REFUSAL_SECONDS and item.get("node"):
+            kept.append({str(k): str(v) for k, v in item.items()})
+    return kept
+
+
+def refused_nodes(
+    store: ClusterStore, placement: Mapping[str, Any], worker: PodRecord, now: float
+) -> frozenset[str]:
+    """Return the nodes kube-scheduler's own filters refuse for a gang's worker now.
+
+    Those it refused lately (``placement.refusedNodes``, not expired) and, for a worker that
+    takes host ports, every node where a bound pod holds one of them (the NodePorts filter).
+    Call with the store's lock held.
+    """
+    nodes = {item["node"] for item in refusals(placement, now)}
+    if worker.host_ports:
+        nodes.update(
+            node for node, ports in store.ports_used.items() if worker.host_ports & ports.keys()
+        )
+    return frozenset(nodes)
+
+
 def eligible_nodes(store: ClusterStore, scheduling: Mapping[str, Any]) -> frozenset[str] | None:
     """Return the nodes a worker's node selector and required affinity allow (None: every)."""
     if not scheduling.get("nodeSelector") and not (
@@ -52,8 +93,14 @@ def gang_request(
     job: TensorParallelJob,
     worker: PodRecord | None,
     eligible: frozenset[str] | None,
+    refused: frozenset[str] = frozenset(),
 ) -> GangRequest:
-    """Return the engine's request for ``job``, its demands read from one worker pod."""
+    """Return the engine's request for ``job``, its demands read from one worker pod.
+
+    ``refused``: nodes kube-scheduler's own filters refuse for the gang now (see
+    :func:`refused_nodes`). A worker that takes a host port, or whose required pod
+    anti-affinity repels the gang's other workers, goes one per node.
+    """
     spec = job.spec
     topology = spec.topology
     demand = dict(worker.requests) if worker is not None and worker.requests else {}
@@ -72,6 +119,10 @@ def gang_request(
         tolerations=tolerations_of(dict(scheduling)),
         other_resources=tuple(sorted((r, a) for r, a in demand.items() if a > 0)),
         eligible_nodes=eligible,
+        refused_nodes=refused,
+        max_workers_per_node=(
+            1 if worker is not None and (worker.host_ports or worker.repels_peers) else None
+        ),
         policy=TopologyPolicy(
             mode=topology.mode,
             level=topology.level,

@@ -88,13 +88,27 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
                     "name": c.get("name"),
                     "resources": c.get("resources") or {},
                     **({"restartPolicy": c["restartPolicy"]} if c.get("restartPolicy") else {}),
+                    # host ports are a filter of their own (NodePorts)
+                    **(
+                        {"ports": [p for p in c["ports"] if p.get("hostPort")]}
+                        if any(p.get("hostPort") for p in c.get("ports") or [])
+                        else {}
+                    ),
                 }
                 for c in spec[key] or []
             ]
+    slim_status = {k: v for k, v in status.items() if k not in _POD_STATUS_BULK}
+    unscheduled = [
+        c
+        for c in status.get("conditions") or []
+        if c.get("type") == "PodScheduled" and c.get("status") == "False"
+    ]
+    if unscheduled:  # why kube-scheduler could not bind it: pending pods only, few
+        slim_status["conditions"] = unscheduled
     return {
         "metadata": _slim_meta(obj.get("metadata") or {}),
         "spec": slim_spec,
-        "status": {k: v for k, v in status.items() if k not in _POD_STATUS_BULK},
+        "status": slim_status,
     }
 
 

@@ -109,7 +109,15 @@ def invalid_placement(message: str) -> dict[str, Any]:
     return _unplanned("Invalid", message)
 
 
-_MEANING = ("state", "message", "reasons", "waitingSince", "nodes", "domainLabels")
+_MEANING = (
+    "state",
+    "message",
+    "reasons",
+    "waitingSince",
+    "nodes",
+    "domainLabels",
+    "refusedNodes",
+)
 
 
 def changed(previous: dict[str, Any], placement: dict[str, Any]) -> bool:

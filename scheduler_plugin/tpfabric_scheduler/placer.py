@@ -81,7 +81,12 @@ from tpfabric_scheduler.capacity import (
     reservations_by_job,
     ring_flows,
 )
-from tpfabric_scheduler.gang_request import eligible_nodes, gang_request
+from tpfabric_scheduler.gang_request import (
+    eligible_nodes,
+    gang_request,
+    refusals,
+    refused_nodes,
+)
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placement_status import (
@@ -126,6 +131,8 @@ class PlacementWork:
     reservations: list[Reservation]
     eligible: frozenset[str] | None
     priority: int
+    #: nodes kube-scheduler's own filters refuse for the gang now (see ``refused_nodes``)
+    refused: frozenset[str] = frozenset()
 
     @property
     def planned(self) -> bool:
@@ -264,6 +271,7 @@ class GangPlacer:
         """Return the jobs with gated or unbound workers, by priority then arrival."""
         if reservations is None:
             reservations = reservations_by_job(self.store)
+        now = self.clock()
         work = []
         for key, job in self.store.jobs.items():
             if job.job is None or job.job.spec.suspend:
@@ -304,6 +312,7 @@ class GangPlacer:
                     reservations=reservations.get(key, []),
                     eligible=self._eligible_of(job, worker),
                     priority=max((p.priority for p in members), default=0),
+                    refused=refused_nodes(self.store, placement, worker, now),
                 )
             )
         work.sort(key=lambda w: (-w.priority, w.job.created, w.job.key))
@@ -555,7 +564,7 @@ class GangPlacer:
     def _request(self, item: PlacementWork) -> GangRequest:
         assert item.job.job is not None
         worker = (item.gated or item.members)[0]
-        return gang_request(item.job.key, item.job.job, worker, item.eligible)
+        return gang_request(item.job.key, item.job.job, worker, item.eligible, item.refused)
 
     def _plan_gang(self, item: PlacementWork, cycle: _Cycle, capacity_generation: int) -> bool:
         """Return True when the whole gang got a plan (persisted and released)."""
@@ -911,13 +920,30 @@ class GangPlacer:
         bound = min(self.bind_timeout, TAKEN_SECONDS) if taken else self.bind_timeout
         if not unbound or now - released < bound:
             return True
+        # a rank whose node had room by our count and that kube-scheduler tried and could not
+        # bind there was refused by one of its own filters (pod affinity, ports, volumes...)
+        said = {p.worker_index: p.unschedulable for p in members if p.unschedulable}
+        turned_down = [
+            {"node": nodes[r], "reason": said[r][:300], "since": rfc3339(now)}
+            for r in unbound
+            if r not in taken and r < len(nodes) and r in said
+        ]
         why = (
             f"{item.job.key}: worker(s) {unbound} not bound {now - released:.0f} s after release "
             f"(bound {bound:g} s"
             + (f"; planned node of rank(s) {taken} taken by other pods" if taken else "")
+            + (
+                f"; kube-scheduler refused node(s) {', '.join(r['node'] for r in turned_down)}: "
+                f"{turned_down[0]['reason']}"
+                if turned_down
+                else ""
+            )
             + "): the plan cannot be honoured; the gang is recreated and planned again"
+            + (" without the refused node(s)" if turned_down else "")
         )
-        self._replan_whole(replace(item, members=members), why, now, keep_wait=True)
+        self._replan_whole(
+            replace(item, members=members), why, now, keep_wait=True, refused=turned_down
+        )
         return False
 
     def _replace_gone(self, item: PlacementWork, cycle: _Cycle, nodes: list[str]) -> bool:
@@ -950,16 +976,27 @@ class GangPlacer:
         return False
 
     def _replan_whole(
-        self, item: PlacementWork, why: str, now: float, *, keep_wait: bool = False
+        self,
+        item: PlacementWork,
+        why: str,
+        now: float,
+        *,
+        keep_wait: bool = False,
+        refused: list[dict[str, str]] | None = None,
     ) -> None:
         """Drop the plan and delete the job's pods; the operator recreates them gated.
 
         ``keep_wait``: the plan never ran whole (its workers did not bind, its nodes were
         taken or left): the gang keeps waiting since it first waited (:func:`_first_wait`).
+        ``refused``: nodes kube-scheduler's own filters refused, recorded with the others so
+        that the next plan leaves them out.
         """
         job = item.job
         since = _first_wait(item) if keep_wait else None
-        self._write(job, item.placement, replanning_placement(why, now, since), "GangReplanning")
+        placement = replanning_placement(why, now, since)
+        if refused:
+            placement["refusedNodes"] = [*refusals(item.placement, now), *refused]
+        self._write(job, item.placement, placement, "GangReplanning")
         # one call for the whole gang: a 32-worker gang must not take 32 round trips to drop
         self._replan_deleted[job.uid] = now
         self.writer.delete_job_pods(job.namespace, job.name)
@@ -971,6 +1008,9 @@ class GangPlacer:
         self, job: JobRecord, previous: dict[str, Any], placement: dict[str, Any], event: str
     ) -> None:
         """Persist ``placement`` for ``job`` (if it changed) and record ``event`` (if any)."""
+        if "refusedNodes" not in placement:
+            # a refusal by kube-scheduler lasts its time, across plans, waits and re-plans
+            placement = {**placement, "refusedNodes": refusals(previous, self.clock()) or None}
         if changed(previous, placement) or placement.get("state") == "Planned":
             patch = dict(placement)
             labels = placement.get("domainLabels")

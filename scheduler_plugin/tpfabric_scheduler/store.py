@@ -22,7 +22,7 @@ from tpfabric_core.api import (
     WORKER_INDEX_LABEL,
     TensorParallelJob,
 )
-from tpfabric_core.placement.pod_fit import pod_requests, resource_amount
+from tpfabric_core.placement.pod_fit import host_ports, pod_requests, repels_peers, resource_amount
 
 __all__ = [
     "GANG_GATE",
@@ -109,6 +109,12 @@ class PodRecord:
     gates: tuple[dict[str, Any], ...] = ()
     #: the gang attempt a worker was created for (its ``tpfabric.io/attempt`` label)
     attempt: int | None = None
+    #: (protocol, hostPort) the pod takes on its node (any pod: the NodePorts filter)
+    host_ports: frozenset[tuple[str, int]] = frozenset()
+    #: a worker whose required pod anti-affinity keeps its gang's workers one per node
+    repels_peers: bool = False
+    #: a worker kube-scheduler could not bind: its PodScheduled=False (Unschedulable) message
+    unschedulable: str = ""
 
     @property
     def key(self) -> str:
@@ -132,15 +138,17 @@ class PodRecord:
         )
         index = labels.get(WORKER_INDEX_LABEL, "")
         attempt = labels.get(ATTEMPT_LABEL, "")
+        namespace = meta.get("namespace", "default")
+        peers = {k: v for k, v in labels.items() if k != WORKER_INDEX_LABEL}
         return cls(
-            namespace=meta.get("namespace", "default"),
+            namespace=namespace,
             name=meta["name"],
             uid=meta.get("uid", ""),
             node=spec.get("nodeName") or None,
             requests=requests,
             terminal=status.get("phase") in {"Succeeded", "Failed"},
             gated=any(g.get("name") == GANG_GATE for g in spec.get("schedulingGates") or []),
-            job=f"{meta.get('namespace', 'default')}/{job_name}" if job_name else None,
+            job=f"{namespace}/{job_name}" if job_name else None,
             worker_index=int(index) if index.isdigit() else None,
             priority=int(spec.get("priority") or 0),
             deleting=meta.get("deletionTimestamp") is not None,
@@ -148,7 +156,22 @@ class PodRecord:
             scheduling=scheduling,
             gates=tuple(spec.get("schedulingGates") or ()) if job_name else (),
             attempt=int(attempt) if job_name and attempt.isdigit() else None,
+            host_ports=host_ports(spec),
+            repels_peers=bool(job_name) and repels_peers(spec, namespace, peers),
+            unschedulable=_unschedulable(status) if job_name else "",
         )
+
+
+def _unschedulable(status: dict[str, Any]) -> str:
+    """Return kube-scheduler's message of a pod it could not bind ("" when it did not say so)."""
+    for condition in status.get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return str(condition.get("message") or "Unschedulable")
+    return ""
 
 
 @dataclass(slots=True)
@@ -210,6 +233,8 @@ class ClusterStore:
         self.jobs: dict[str, JobRecord] = {}
         self.used: dict[str, dict[str, int]] = {}  # node -> resource -> amount
         self.workers: dict[str, dict[str, PodRecord]] = {}  # job key -> pod key -> pod
+        #: node -> (protocol, hostPort) -> pods holding it (only nodes where some pod has one)
+        self.ports_used: dict[str, dict[tuple[str, int], int]] = {}
         #: bumped whenever the node set or a node's labels change (topology must be rebuilt)
         self.topology_generation = 0
         #: bumped on every change (the placer's "something happened" signal)
@@ -256,6 +281,14 @@ class ClusterStore:
             use = self.used.setdefault(pod.node, {})
             for key, amount in pod.requests.items():
                 use[key] = use.get(key, 0) + sign * amount
+            if pod.host_ports:
+                ports = self.ports_used.setdefault(pod.node, {})
+                for port in pod.host_ports:
+                    ports[port] = ports.get(port, 0) + sign
+                    if not ports[port]:
+                        del ports[port]
+                if not ports:
+                    del self.ports_used[pod.node]
         if pod.job is not None:
             members = self.workers.setdefault(pod.job, {})
             if sign > 0:
@@ -287,7 +320,7 @@ class ClusterStore:
 
     def replace_pods(self, objs: list[dict[str, Any]]) -> None:
         """Replace every pod (after a relist)."""
-        self.pods, self.used, self.workers = {}, {}, {}
+        self.pods, self.used, self.workers, self.ports_used = {}, {}, {}, {}
         for obj in objs:
             pod = PodRecord.from_object(obj)
             self.pods[pod.key] = pod
@@ -395,7 +428,15 @@ class ClusterStore:
 
 def _placement_facts(pod: PodRecord) -> tuple[object, ...]:
     """Return what of a pod matters to capacity and plans (not its phase while it runs)."""
-    return (pod.node, pod.terminal, pod.gated, pod.requests, pod.deleting, pod.priority)
+    return (
+        pod.node,
+        pod.terminal,
+        pod.gated,
+        pod.requests,
+        pod.deleting,
+        pod.priority,
+        pod.host_ports,
+    )
 
 
 def _job_facts(job: JobRecord) -> tuple[object, ...]:

@@ -34,6 +34,7 @@ __all__ = [
     "Launcher",
     "Placement",
     "RdmaSpec",
+    "RefusedNode",
     "TensorParallelJob",
     "TensorParallelJobSpec",
     "TensorParallelJobStatus",
@@ -323,6 +324,20 @@ class DomainReason(_Model):
     """The shortfall, e.g. `needs 4 nodes with 8 free GPUs, 2 fit (1 cordoned, 1 degraded)`."""
 
 
+class RefusedNode(_Model):
+    """A node kube-scheduler's own filters refused for the gang's workers (pod affinity, host
+    ports, volumes...): the placer plans the gang without it until the refusal expires."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    node: str
+    """The refused node."""
+    reason: str
+    """What kube-scheduler said of the worker it could not bind there."""
+    since: str
+    """When the refusal was seen (RFC 3339); forgotten 10 minutes later."""
+
+
 class Placement(_Model):
     """The gang plan the placer persisted: survives restarts of every component."""
 
@@ -367,6 +382,10 @@ class Placement(_Model):
     """When the whole gang first waited for a domain (RFC 3339); bounds `maxWaitSeconds`."""
     reasons: list[DomainReason] = Field(default_factory=list)
     """While waiting: why each candidate domain cannot take the job."""
+    refused_nodes: list[RefusedNode] = Field(default_factory=list)
+    """Nodes kube-scheduler's own filters refused for this gang's released workers (they did
+    not bind within the bind bound although the placer saw room): the gang is planned without
+    them for 10 minutes, so a plan kube-scheduler cannot bind is not rebuilt identically."""
 
 
 class LastFailure(_Model):

@@ -28,12 +28,22 @@ Pick = tuple[int, int]
 """(index, workers): a node or child domain and how many workers go there."""
 
 
-def eligible_mask(topology: ClusterTopology, request: GangRequest) -> list[bool] | None:
-    """Return per node index whether the request's pods may go there; None when all may."""
+def eligible_mask(
+    topology: ClusterTopology, request: GangRequest, *, now: bool = True
+) -> list[bool] | None:
+    """Return per node index whether the request's pods may go there; None when all may.
+
+    ``now``: also leave out the nodes kube-scheduler refused for the gang lately (they may take
+    it again later, so what the gang could ever use counts them).
+    """
     eligible = request.eligible_nodes
-    if eligible is None:
+    refused = request.refused_nodes if now else frozenset()
+    if eligible is None and not refused:
         return None
-    return [name in eligible for name in topology.node_names]
+    return [
+        (eligible is None or name in eligible) and name not in refused
+        for name in topology.node_names
+    ]
 
 
 def worker_slots(
@@ -99,7 +109,7 @@ def ever_slots(snapshot: CapacitySnapshot, request: GangRequest) -> list[int]:
         ]
     else:
         slots = [max(0, ag // g) for ag in snapshot.alloc_gpus]
-    mask = eligible_mask(snapshot.topology, request)
+    mask = eligible_mask(snapshot.topology, request, now=False)
     if mask is not None:
         slots = [s if allowed else 0 for s, allowed in zip(slots, mask, strict=True)]
     if request.max_workers_per_node is not None:
@@ -354,6 +364,8 @@ def explain_shortfall(
             counts["cordoned"] += 1
         elif eligible is not None and names[i] not in eligible:
             counts["selector"] += 1
+        elif names[i] in request.refused_nodes:
+            counts["refused"] += 1
         elif (taint := untolerated_taint(snapshot.taints.get(i, ()), tolerations)) is not None:
             counts["taint"] += 1
             taints[str(taint)] += 1
@@ -369,6 +381,8 @@ def explain_shortfall(
         "not_ready": "node(s) not ready",
         "cordoned": "node(s) cordoned",
         "selector": "node(s) excluded by the pod's nodeSelector/affinity",
+        "refused": "node(s) kube-scheduler's own filters refused for this gang lately "
+        "(placement.refusedNodes)",
         "taint": "node(s) with untolerated taints ("
         + ", ".join(t for t, _ in sorted(taints.items())[:3])
         + ")",

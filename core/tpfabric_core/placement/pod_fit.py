@@ -12,7 +12,10 @@ Pure functions over a pod spec as the API returns it (a mapping with camelCase k
   container's request defaults to its limit; plus one pod slot;
 - :func:`node_matcher`: ``nodeSelector`` AND required node affinity, as the NodeAffinity filter
   matches them (terms ORed, expressions ANDed; an empty or invalid term matches nothing);
-- :func:`format_amount`: an amount for people (``16 cpu``, ``64Gi memory``, ``a pod slot``).
+- :func:`format_amount`: an amount for people (``16 cpu``, ``64Gi memory``, ``a pod slot``);
+- :func:`host_ports` and :func:`repels_peers`: the cheap filters a gang plan must model because
+  they limit its workers to one per node (NodePorts; InterPodAffinity's required anti-affinity
+  with ``kubernetes.io/hostname`` that matches the gang's own workers).
 
 Tolerations are :class:`~tpfabric_core.placement.snapshot.Toleration`. This module must never
 look at node capacity, plan, or do I/O.
@@ -28,13 +31,19 @@ from fractions import Fraction
 from typing import Any
 
 __all__ = [
+    "HOSTNAME_KEY",
     "NodeAffinityMatcher",
     "format_amount",
+    "host_ports",
     "node_matcher",
     "parse_quantity",
     "pod_requests",
+    "repels_peers",
     "resource_amount",
 ]
+
+#: the topology key of "one per node" pod (anti-)affinity
+HOSTNAME_KEY = "kubernetes.io/hostname"
 
 _QUANTITY = re.compile(
     r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
@@ -337,3 +346,58 @@ def node_matcher(pod_spec: Mapping[str, Any]) -> NodeAffinityMatcher:
         node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
         required_terms=terms,
     )
+
+
+def host_ports(pod_spec: Mapping[str, Any]) -> frozenset[tuple[str, int]]:
+    """Return the (protocol, hostPort) pairs the pod takes on its node (the NodePorts filter).
+
+    Every container's and init container's ports with a ``hostPort``; the protocol defaults to
+    TCP. The host IP is ignored: two pods asking for one port on different IPs of a node are
+    counted as a conflict, which only ever keeps a plan off a node kube-scheduler might allow.
+    """
+    taken = set()
+    for key in ("containers", "initContainers"):
+        for container in pod_spec.get(key) or []:
+            for port in container.get("ports") or []:
+                host = port.get("hostPort")
+                if isinstance(host, int) and host > 0:
+                    taken.add((str(port.get("protocol") or "TCP"), host))
+    return frozenset(taken)
+
+
+def repels_peers(
+    pod_spec: Mapping[str, Any], namespace: str, peer_labels: Mapping[str, str]
+) -> bool:
+    """Return whether the pod's required pod anti-affinity keeps it off any node that runs a pod
+    labelled ``peer_labels`` in ``namespace`` (a worker of its own gang): one per node.
+
+    Only terms with ``topologyKey: kubernetes.io/hostname`` count (other keys spread a gang over
+    whole domains, which a gang plan does not do; kube-scheduler's refusals cover those). A term
+    applies to the pod's own namespace when it names no namespaces (a ``namespaceSelector`` is
+    taken to include it); ``mismatchLabelKeys`` never matches a peer with the same values.
+    A malformed selector matches nothing, as the API server's would.
+    """
+    anti = ((pod_spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or []
+    for term in anti:
+        if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME_KEY:
+            continue
+        namespaces = term.get("namespaces") or []
+        if namespaces and namespace not in namespaces:
+            continue
+        if term.get("mismatchLabelKeys"):
+            continue
+        selector = term.get("labelSelector")
+        if not isinstance(selector, Mapping):
+            continue  # no selector selects no pod
+        try:
+            tests = [_label_test(e) for e in selector.get("matchExpressions") or []]
+        except _InvalidTermError:
+            continue
+        wanted = selector.get("matchLabels") or {}
+        if all(peer_labels.get(k) == v for k, v in wanted.items()) and all(
+            test(peer_labels) for test in tests
+        ):
+            return True
+    return False

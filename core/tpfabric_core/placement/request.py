@@ -80,7 +80,9 @@ class GangRequest:
     :func:`~tpfabric_core.placement.pod_fit.node_matcher`); ``None`` allows every node.
     ``max_workers_per_node``: at most this many workers on one node (1: the pod asks for a host
     port, or its required pod anti-affinity keeps the gang's workers off each other's node);
-    ``None``: as many as the node's resources allow.
+    ``None``: as many as the node's resources allow. ``refused_nodes``: nodes kube-scheduler's
+    own filters refused for this gang's workers lately (pod affinity, volumes, ports...): not
+    planned now, but they still count for what the gang could ever use (refusals expire).
     """
 
     name: str
@@ -94,6 +96,7 @@ class GangRequest:
     other_resources: tuple[tuple[str, int], ...] = ()
     eligible_nodes: frozenset[str] | None = None
     max_workers_per_node: int | None = None
+    refused_nodes: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         for where, value, low in (

@@ -93,13 +93,15 @@ ShortfallKind = Literal[
     "rail",
     "taint",
     "selector",
+    "refused",
     "not_ready",
     "cordoned",
     "wait",
     "level",
 ]
 """Why nodes add nothing to a domain: ``selector`` = the pod's nodeSelector/affinity excludes
-them, ``capacity`` = some demanded resource is short (the detail names which)."""
+them, ``refused`` = kube-scheduler's own filters refused them for this gang lately,
+``capacity`` = some demanded resource is short (the detail names which)."""
 
 
 @dataclass(frozen=True, slots=True)
