@@ -22,6 +22,8 @@ __all__ = [
     "add_worker",
     "first_worker_only",
     "gang",
+    "half_node_gang",
+    "make_workers",
     "placement",
     "two_leaves",
 ]
@@ -171,12 +173,29 @@ def gang(writer: RecordingWriter, name: str, workers: int, **job_args: Any) -> N
         elif key != "priority":
             job["spec"][key] = value
     writer.add_job(job)
+    extra = {"priority": job_args["priority"]} if "priority" in job_args else {}
+    make_workers(writer, name, workers, **extra)
+
+
+def make_workers(
+    writer: RecordingWriter, name: str, workers: int, *, gpus: int = 8, **pod_spec: Any
+) -> None:
+    """Create the gated worker pods of gang ``name``, each with ``gpus`` GPUs and as many RDMA
+    devices, ``pod_spec`` added to its spec (also what the operator does after a re-plan)."""
     for index in range(workers):
-        pod = a_worker(name, index)
-        pod["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "8"
-        if "priority" in job_args:
-            pod["spec"]["priority"] = job_args["priority"]
+        pod = a_worker(name, index, gpus=gpus)
+        pod["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = str(gpus)
+        pod["spec"].update(copy.deepcopy(pod_spec))
         writer.add_pod(pod)
+
+
+def half_node_gang(writer: RecordingWriter, name: str, workers: int, **pod_spec: Any) -> None:
+    """A gang of ``workers`` workers of 4 GPUs and 4 RDMA devices each (half an 8-GPU node)."""
+    job = a_job(name, workers)
+    job["spec"].update(gpusPerWorker=4, tensorParallelSize=4)
+    job["spec"]["topology"] = {"mode": "required", "level": "leaf"}
+    writer.add_job(job)
+    make_workers(writer, name, workers, gpus=4, **pod_spec)
 
 
 def add_worker(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from placer_world import NOW, a_worker, gang, placement, two_leaves
+from placer_world import NOW, a_worker, gang, make_workers, placement, two_leaves
 
 from tpfabric_scheduler.placement_status import rfc3339
 
@@ -96,10 +96,7 @@ def test_a_plan_dropped_before_the_gang_ran_keeps_its_first_wait(world: Any) -> 
     dropped = placement(writer, "slow")
     assert dropped["state"] == "Replanning"
     assert dropped["waitingSince"] == rfc3339(NOW), "the wait counts from the first one"
-    for index in range(2):  # the operator makes the gang again, gated
-        pod = a_worker("slow", index)
-        pod["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "8"
-        writer.add_pod(pod)
+    make_workers(writer, "slow", 2)  # the operator makes the gang again, gated
     clock.now += 1
     placer.run_cycle()
     again = placement(writer, "slow")

@@ -5,10 +5,9 @@ rebuilt identically after every bind bound."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from placer_world import NOW, a_job, a_worker, placement, two_leaves
+from placer_world import NOW, a_worker, half_node_gang, make_workers, placement, two_leaves
 
 from tpfabric_scheduler.placement_status import rfc3339
 from tpfabric_scheduler.store import JOB_LABEL
@@ -19,23 +18,10 @@ PORTS_REFUSED = (
 )
 
 
-def _half_node_gang(writer: Any, name: str, workers: int, **pod_spec: Any) -> None:
-    """A gang of 4-GPU workers (two fit one 8-GPU node by resources) with ``pod_spec`` added."""
-    job = a_job(name, workers)
-    job["spec"].update(gpusPerWorker=4, tensorParallelSize=4)
-    job["spec"]["topology"] = {"mode": "required", "level": "leaf"}
-    writer.add_job(job)
-    for index in range(workers):
-        pod = a_worker(name, index, gpus=4)
-        pod["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "4"
-        pod["spec"].update(copy.deepcopy(pod_spec))
-        writer.add_pod(pod)
-
-
 def test_workers_that_take_a_host_port_go_one_per_node(world: Any) -> None:
     store, writer, placer, _ = world
     two_leaves(store, per_leaf=2)
-    _half_node_gang(writer, "ported", 2)
+    half_node_gang(writer, "ported", 2)
     for pod in writer.pods.values():
         pod["spec"]["containers"][0]["ports"] = [{"containerPort": 29500, "hostPort": 29500}]
         writer.add_pod(pod)
@@ -51,7 +37,7 @@ def test_a_node_whose_host_port_is_taken_is_left_out(world: Any) -> None:
         other = a_worker("tenant", 0, node="leaf-a-n0", gated=False, gpus=0)
         other["spec"]["containers"][0]["ports"] = [{"containerPort": 1, "hostPort": 29500}]
         store.upsert_pod(other)
-    _half_node_gang(writer, "ported", 1)
+    half_node_gang(writer, "ported", 1)
     pod = writer.pods["ns/ported-worker-0"]
     pod["spec"]["containers"][0]["ports"] = [{"containerPort": 29500, "hostPort": 29500}]
     writer.add_pod(pod)
@@ -74,7 +60,7 @@ def test_required_anti_affinity_within_the_gang_keeps_its_workers_one_per_node(
             ]
         }
     }
-    _half_node_gang(writer, "apart", 2, affinity=apart)
+    half_node_gang(writer, "apart", 2, affinity=apart)
     placer.run_cycle()
     nodes = placement(writer, "apart")["nodes"]
     assert len(set(nodes)) == 2
@@ -85,7 +71,7 @@ def test_a_node_kube_scheduler_refused_is_left_out_of_the_next_plan_and_named(
 ) -> None:
     store, writer, placer, clock = world
     two_leaves(store)
-    _half_node_gang(writer, "job", 2)
+    half_node_gang(writer, "job", 2)
     for pod in writer.pods.values():  # 8-GPU workers again: one per node
         pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
         writer.add_pod(pod)
@@ -111,10 +97,7 @@ def test_a_node_kube_scheduler_refused_is_left_out_of_the_next_plan_and_named(
     assert f"kube-scheduler refused node(s) {first[1]}" in dropped["message"]
     assert [r["node"] for r in dropped["refusedNodes"]] == [first[1]]
     assert "anti-affinity" in dropped["refusedNodes"][0]["reason"]
-    for index in range(2):  # the operator makes the gang again, gated
-        pod = a_worker("job", index)
-        pod["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "4"
-        writer.add_pod(pod)
+    make_workers(writer, "job", 2)  # the operator makes the gang again, gated
     clock.now += 1
     placer.run_cycle()
     again = placement(writer, "job")
@@ -126,8 +109,8 @@ def test_a_node_kube_scheduler_refused_is_left_out_of_the_next_plan_and_named(
 def test_a_refusal_is_forgotten_after_ten_minutes(world: Any) -> None:
     store, writer, placer, _ = world
     two_leaves(store, per_leaf=1)  # leaf-a-n0 and leaf-b-n0
-    _half_node_gang(writer, "old", 1)
-    _half_node_gang(writer, "new", 1)
+    half_node_gang(writer, "old", 1)
+    half_node_gang(writer, "new", 1)
     for name, age in (("old", 601), ("new", 599)):
         job = writer.jobs[f"ns/{name}"]
         refused = {"node": "leaf-a-n0", "reason": PORTS_REFUSED, "since": rfc3339(NOW - age)}

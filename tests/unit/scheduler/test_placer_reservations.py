@@ -8,32 +8,20 @@ from typing import Any
 
 import orjson
 from builders import extender_args
-from placer_world import a_job, a_worker, placement, two_leaves
+from placer_world import a_job, half_node_gang, placement, two_leaves
 
 from tpfabric_scheduler.extender import filter_nodes
 from tpfabric_scheduler.protocol import parse_extender_args
 
 
-def _half_node_gang(writer: Any, name: str, workers: int) -> None:
-    """A gang of ``workers`` workers of 4 GPUs and 4 RDMA devices each (half an 8-GPU node)."""
-    job = a_job(name, workers)
-    job["spec"].update(gpusPerWorker=4, tensorParallelSize=4)
-    job["spec"]["topology"] = {"mode": "required", "level": "leaf"}
-    writer.add_job(job)
-    for index in range(workers):
-        pod = a_worker(name, index, gpus=4)
-        pod["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "4"
-        writer.add_pod(pod)
-
-
 def test_two_ranks_planned_onto_one_node_both_hold_it_until_they_bind(world: Any) -> None:
     store, writer, placer, _ = world
     two_leaves(store, per_leaf=2)
-    _half_node_gang(writer, "pair", 2)
+    half_node_gang(writer, "pair", 2)
     placer.run_cycle()
     pair = placement(writer, "pair")["nodes"]
     assert pair[0] == pair[1], "best fit puts both halves on one node"
-    _half_node_gang(writer, "single", 1)
+    half_node_gang(writer, "single", 1)
     placer.run_cycle()
     single = placement(writer, "single")["nodes"]
     assert single[0] != pair[0], "the node is full with the pair's two reserved ranks"
@@ -58,7 +46,7 @@ def test_the_extender_keeps_a_half_reserved_node_while_the_pod_fits_beside_it(wo
     store, writer, _, _ = world
     two_leaves(store, per_leaf=2)
     for name, workers in (("half", 1), ("pair", 2), ("other", 1)):
-        _half_node_gang(writer, name, workers)
+        half_node_gang(writer, name, workers)
     _planned(writer, "half", ["leaf-a-n0"])  # 4 of leaf-a-n0's 8 GPUs held
     _planned(writer, "pair", ["leaf-a-n1", "leaf-a-n1"])
     # rank 1 of "pair": its planned node did not pass kube-scheduler's own filters
