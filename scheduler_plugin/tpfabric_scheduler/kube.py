@@ -343,6 +343,32 @@ class KubeWriter:
         except ApiException as err:
             log.warning("event for %s/%s not recorded: %s", namespace, name, err.reason)
 
+    def pod_event(self, pod: PodRecord, reason: str, message: str) -> None:
+        """Record a Normal core/v1 Event on a worker pod (best effort, as :meth:`job_event`):
+        ``kubectl describe pod`` shows it under Events."""
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.name,
+                "namespace": pod.namespace,
+                "uid": pod.uid,
+            },
+            "type": "Normal",
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "tpfabric-placer"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(pod.namespace, body, _preload_content=False).read()
+        except ApiException as err:
+            log.warning("event for pod %s not recorded: %s", pod.key, err.reason)
+
     def read_job(self, namespace: str, name: str) -> dict[str, Any]:
         """Return the job as stored now (for a consistent read before writing a plan)."""
         result: dict[str, Any] = self.custom.get_namespaced_custom_object(

@@ -213,6 +213,8 @@ class GangPlacer:
         self._topology_generation = -1
         self._attempts: dict[str, _Attempt] = {}  # job uid -> last attempt
         self._waiting_written: dict[str, float] = {}  # job uid -> when its wait was last written
+        #: job uid -> uids of its gated pods told why they wait (a GangWaiting Event each)
+        self._told: dict[str, set[str]] = {}
         self._eligible: dict[tuple[str, str], tuple[int, frozenset[str] | None]] = {}
         #: per planned ring (job uid, nodes): the flows it sends across uplinks
         self._ring_flows: dict[tuple[str, tuple[str, ...]], dict[tuple[int, int], float]] = {}
@@ -407,6 +409,8 @@ class GangPlacer:
             del self._attempts[uid]
         for uid in [u for u in self._waiting_written if u not in live]:
             del self._waiting_written[uid]
+        for uid in [u for u in self._told if u not in live]:
+            del self._told[uid]
         self._forget_released()
         self.store.placer_heartbeat = time.monotonic()
         return self._wake_again
@@ -617,6 +621,7 @@ class GangPlacer:
                 self._write(job, previous, placement, "WaitingForCapacity" if first else "")
                 self._waiting_written[job.uid] = self.clock()
                 log.info("job %s waits: %s", job.key, result.summary)
+                self._tell_pods(item, placement)
             return False
         self._attempts.pop(job.uid, None)
         cycle.snapshot.allocate(result)
@@ -640,6 +645,27 @@ class GangPlacer:
 
         self._then_release(job, self._persist(job, persist), release)
         return True
+
+    def _tell_pods(self, item: PlacementWork, placement: dict[str, Any]) -> None:
+        """Post one ``GangWaiting`` Event on each gated worker not told yet, in the words of the
+        job's ``status.placement``: ``kubectl describe pod`` then says why the pod waits, not
+        only ``SchedulingGated``. Once per pod (a waiting gang's message changes with every
+        count; the job's status keeps the current words), on the cycle's pool."""
+        told = self._told.setdefault(item.job.uid, set())
+        fresh = [p for p in item.gated if p.uid not in told]
+        if not fresh:
+            return
+        told.update(p.uid for p in fresh)
+        words = (
+            f"waits with its gang, TensorParallelJob {item.job.name} (kubectl describe tpj "
+            f"{item.job.name}): {placement.get('message', '')}"
+        )
+
+        def tell() -> None:
+            for pod in fresh:
+                self.writer.pod_event(pod, "GangWaiting", words)
+
+        self._persist(item.job, tell)
 
     def _without_held(self, cycle: _Cycle, item: PlacementWork) -> CapacitySnapshot:
         """Return the cycle's snapshot, or a copy without the nodes held for older gangs."""

@@ -38,6 +38,7 @@ class RecordingWriter:
         self.store = store
         self.status_writes: list[tuple[str, dict[str, Any]]] = []
         self.events: list[tuple[str, str, str]] = []
+        self.pod_events: list[tuple[str, str, str]] = []
         self.released: list[str] = []
         self.deleted: list[str] = []
         self.pods: dict[str, dict[str, Any]] = {}
@@ -71,6 +72,9 @@ class RecordingWriter:
 
     def job_event(self, job: Any, kind: str, reason: str, message: str) -> None:
         self.events.append((job.name, reason, message))
+
+    def pod_event(self, pod: Any, reason: str, message: str) -> None:
+        self.pod_events.append((pod.name, reason, message))
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return copy.deepcopy(self.pods[f"{namespace}/{name}"])

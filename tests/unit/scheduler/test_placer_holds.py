@@ -104,3 +104,19 @@ def test_a_plan_dropped_before_the_gang_ran_keeps_its_first_wait(world: Any) -> 
     clock.now += 61
     placer.run_cycle()
     assert placement(writer, "slow")["waitingSince"] == rfc3339(NOW)
+
+
+def test_each_gated_worker_of_a_waiting_gang_is_told_once_why_it_waits(world: Any) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store)
+    gang(writer, "big", 5)  # required leaf of 4 nodes: waits
+    placer.run_cycle()
+    message = placement(writer, "big")["message"]
+    told = sorted(writer.pod_events)
+    assert [name for name, _, _ in told] == [f"big-worker-{i}" for i in range(5)]
+    assert all(reason == "GangWaiting" for _, reason, _ in told)
+    assert all("TensorParallelJob big" in words and message in words for _, _, words in told)
+    clock.now += 31
+    _busy(store, "leaf-b-n0")  # the wait's words change: the status is rewritten, pods not
+    placer.run_cycle()
+    assert len(writer.pod_events) == 5
