@@ -112,8 +112,8 @@ class PlacerLoop:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.changed.wait(), timeout=self.resync_seconds)
         self.changed.clear()
-        if not self.leading():
-            self.placer = None  # the next term starts afresh
+        if not self.leading() or (self.placer is not None and not self.placer.leading()):
+            self.placer = None  # the next term starts afresh (also one taken again meanwhile)
         if not self.ready() or not self.leading():
             self.store.placer_heartbeat = time.monotonic()
             return False
@@ -168,17 +168,25 @@ async def serve(args: argparse.Namespace) -> None:
         loop.call_soon_threadsafe(placer.changed.set)
 
     elector = _elector(args, api, metrics, wake)
-    placer = PlacerLoop(
-        store,
-        lambda: GangPlacer(
+
+    def new_placer() -> GangPlacer:
+        """Return the placer of the term this replica leads in now: it writes only while that
+        term lasts (a replica that lost the lease and took it again starts a new placer)."""
+        term = elector.term() if elector is not None else 0
+        return GangPlacer(
             store,
             writer,
             metrics,
             levels=args.levels,
             bind_timeout=args.bind_timeout_seconds,
             head_of_line_seconds=args.head_of_line_seconds,
-            leading=elector.is_leader if elector is not None else lambda: True,
-        ),
+            leading=(lambda: elector.term() == term) if elector is not None else lambda: True,
+            term=term or 0,
+        )
+
+    placer = PlacerLoop(
+        store,
+        new_placer,
         ready,
         elector.is_leader if elector is not None else lambda: True,
     )

@@ -262,7 +262,13 @@ class KubeWriter:
         self.custom = client.CustomObjectsApi(api)
 
     def patch_job_status(
-        self, namespace: str, name: str, status: dict[str, Any], *, uid: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        *,
+        uid: str | None = None,
+        tests: list[dict[str, Any]] | None = None,
     ) -> None:
         """Write ``status`` into the job's status subresource; None values remove keys.
 
@@ -271,8 +277,9 @@ class KubeWriter:
         keys of an earlier placement survive). A merge patch cannot do that: the status
         subresource ignores ``metadata.uid`` in a patch (checked against kube-apiserver 1.37), so
         this is a JSON patch led by a ``test`` of the uid; the API server refuses it (422) when a
-        job of the same name was created since. A job without any status yet gets it whole,
-        guarded by a ``test`` that it still has none.
+        job of the same name was created since. ``tests``: more JSON patch ``test`` ops that must
+        hold (the placer's fence: the placement it computed from is still there). A job without
+        any status yet gets it whole, guarded by a ``test`` that it still has none.
         """
         if not uid:
             self.custom.patch_namespaced_custom_object_status(
@@ -280,7 +287,7 @@ class KubeWriter:
             )
             return
         same_job: dict[str, Any] = {"op": "test", "path": "/metadata/uid", "value": uid}
-        ops = [same_job] + [
+        ops = [same_job, *(tests or [])] + [
             {"op": "add", "path": f"/status/{_pointer(key)}", "value": value}
             for key, value in status.items()
         ]
@@ -319,17 +326,34 @@ class KubeWriter:
 
     def job_event(self, job: JobRecord, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the job (best effort: a lost event is only a lost note)."""
+        involved = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TensorParallelJob",
+            "name": job.name,
+            "namespace": job.namespace,
+            "uid": job.uid,
+        }
+        self._event(involved, kind, reason, message)
+
+    def pod_event(self, pod: PodRecord, reason: str, message: str) -> None:
+        """Record a Normal Event on a worker pod (best effort, as :meth:`job_event`):
+        ``kubectl describe pod`` shows it under Events."""
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "uid": pod.uid,
+        }
+        self._event(involved, "Normal", reason, message)
+
+    def _event(self, involved: dict[str, str], kind: str, reason: str, message: str) -> None:
+        """Create a core/v1 Event about ``involved``; a refusal is logged, never raised."""
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        namespace, name = job.namespace, job.name
+        namespace, name = involved["namespace"], involved["name"]
         body = {
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "TensorParallelJob",
-                "name": name,
-                "namespace": namespace,
-                "uid": job.uid,
-            },
+            "involvedObject": involved,
             "type": kind,
             "reason": reason,
             "message": message[:1024],
@@ -339,35 +363,11 @@ class KubeWriter:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(namespace, body)
+            self.core.create_namespaced_event(namespace, body, _preload_content=False).read()
         except ApiException as err:
-            log.warning("event for %s/%s not recorded: %s", namespace, name, err.reason)
-
-    def pod_event(self, pod: PodRecord, reason: str, message: str) -> None:
-        """Record a Normal core/v1 Event on a worker pod (best effort, as :meth:`job_event`):
-        ``kubectl describe pod`` shows it under Events."""
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": pod.name,
-                "namespace": pod.namespace,
-                "uid": pod.uid,
-            },
-            "type": "Normal",
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": "tpfabric-placer"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            self.core.create_namespaced_event(pod.namespace, body, _preload_content=False).read()
-        except ApiException as err:
-            log.warning("event for pod %s not recorded: %s", pod.key, err.reason)
+            log.warning(
+                "event for %s %s/%s not recorded: %s", involved["kind"], namespace, name, err.reason
+            )
 
     def read_job(self, namespace: str, name: str) -> dict[str, Any]:
         """Return the job as stored now (for a consistent read before writing a plan)."""

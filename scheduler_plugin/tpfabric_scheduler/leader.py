@@ -92,6 +92,8 @@ class LeaseElector:
         self.clock = clock
         self.on_transition = on_transition
         self._renewed_at: float | None = None  # our clock, last successful acquire/renew
+        #: the lease's ``leaseTransitions`` as we wrote it last: our term as leader
+        self._term = 0
         self._reported = False
         self._lock = threading.Lock()
 
@@ -106,6 +108,18 @@ class LeaseElector:
             renewed = self._renewed_at
         return renewed is not None and self.clock() - renewed < self.renew_seconds
 
+    def term(self) -> int | None:
+        """Return our term while we lead (the lease's ``leaseTransitions`` when we took it),
+        None otherwise.
+
+        Terms only grow: every takeover (of an expired or released lease) counts one more, so
+        a replica that lost the lease and took it again leads in a new term, and what it
+        computed in the old one must not be written in the new one.
+        """
+        with self._lock:
+            term = self._term
+        return term if self.is_leader() else None
+
     # -- one step ------------------------------------------------------------------------------
 
     def try_acquire_or_renew(self) -> bool:
@@ -119,14 +133,14 @@ class LeaseElector:
         try:
             lease = self._read()
             if lease is None:
-                self._create(now)
+                term = self._create(now)
             else:
                 spec = lease.get("spec") or {}
                 holder = spec.get("holderIdentity") or ""
                 if holder and holder != self.identity and not self._expired(spec, now):
                     self._lost(f"held by {holder}")
                     return False
-                self._replace(lease, spec, holder, now)
+                term = self._replace(lease, spec, holder, now)
         except ApiException as err:
             if err.status == _CONFLICT:
                 log.debug("lease %s: another candidate wrote first", self.where)
@@ -146,6 +160,7 @@ class LeaseElector:
             return False
         with self._lock:
             self._renewed_at = now
+            self._term = term
         return True
 
     def _expired(self, spec: dict[str, Any], now: float) -> bool:
@@ -181,7 +196,8 @@ class LeaseElector:
             "leaseTransitions": transitions,
         }
 
-    def _create(self, now: float) -> None:
+    def _create(self, now: float) -> int:
+        """Create the lease, ours; return our term (0)."""
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -190,10 +206,10 @@ class LeaseElector:
         }
         # read to the end: an unread answer keeps its connection out of the pool
         self.api.create_namespaced_lease(self.namespace, body, _preload_content=False).read()
+        return 0
 
-    def _replace(
-        self, lease: dict[str, Any], spec: dict[str, Any], holder: str, now: float
-    ) -> None:
+    def _replace(self, lease: dict[str, Any], spec: dict[str, Any], holder: str, now: float) -> int:
+        """Renew our lease or take over an expired or released one; return our term."""
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder == self.identity:
             acquired = _parse_time(spec.get("acquireTime")) or now
@@ -214,6 +230,7 @@ class LeaseElector:
         self.api.replace_namespaced_lease(
             self.name, self.namespace, body, _preload_content=False
         ).read()
+        return transitions
 
     def release(self) -> bool:
         """Give the lease up if we hold it (empty holder: a follower takes it at its next try).

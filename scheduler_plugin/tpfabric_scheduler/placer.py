@@ -100,7 +100,7 @@ from tpfabric_scheduler.placement_status import (
 )
 from tpfabric_scheduler.store import GANG_GATE, GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
 
-__all__ = ["GangPlacer", "PlacementWork"]
+__all__ = ["GangPlacer", "NotLeadingError", "PlacementWork"]
 
 log = logging.getLogger("tpfabric.scheduler.placer")
 
@@ -118,6 +118,10 @@ PERSIST_CONCURRENCY = 4
 #: a released pod the store still shows gated (its watch event not in yet) is not released
 #: again for this long
 RELEASED_MEMORY_SECONDS = 30.0
+
+
+class NotLeadingError(RuntimeError):
+    """A write was about to go out from a placer that no longer leads in its term."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,7 @@ class GangPlacer:
         head_of_line_seconds: float = HEAD_OF_LINE_SECONDS,
         leading: Callable[[], bool] = lambda: True,
         max_cycle_seconds: float = MAX_CYCLE_SECONDS,
+        term: int = 0,
     ) -> None:
         self.store = store
         self.writer = writer
@@ -205,7 +210,12 @@ class GangPlacer:
         self.clock = clock
         self.bind_timeout = bind_timeout
         self.head_of_line_seconds = head_of_line_seconds
+        #: whether this placer still leads, in the term it was made for (checked before every
+        #: write: a placer paused past its lease, or one that lost it and took it again, writes
+        #: nothing it computed before)
         self.leading = leading
+        #: the lease term this placer plans in, written into every placement it persists
+        self.term = term
         self.max_cycle_seconds = max_cycle_seconds
         #: a cycle stopped at its time bound: run the next one at once
         self._wake_again = False
@@ -445,6 +455,9 @@ class GangPlacer:
             try:
                 if not self._act(item, cycle, capacity_generation):
                     waiting += 1
+            except NotLeadingError:
+                log.warning("lost the placer lease mid-cycle: %d job(s) left", len(work) - done)
+                break
             except ApiException as err:
                 # a conflict means the job or a pod changed under us: the next cycle sees it
                 self.metrics.plans.labels("error").inc()
@@ -472,6 +485,8 @@ class GangPlacer:
         def guarded() -> bool:
             try:
                 action()
+            except NotLeadingError:
+                log.info("job %s: not written, this placer no longer leads", job.key)
             except ApiException as err:
                 self.metrics.plans.labels("error").inc()
                 log.warning("job %s: API error %s %s", job.key, err.status, err.reason)
@@ -544,7 +559,10 @@ class GangPlacer:
         """Delete the pods a dropped plan left (see :meth:`unfinished_replans`)."""
         self._replan_deleted[job.uid] = now
         try:
+            self._fence()
             self.writer.delete_job_pods(job.namespace, job.name)
+        except NotLeadingError:
+            return
         except ApiException as err:
             log.warning("job %s: deleting the dropped plan's pods failed: %s", job.key, err.reason)
             return
@@ -557,9 +575,12 @@ class GangPlacer:
     def _drop_suspended(self, job: JobRecord) -> None:
         try:
             # a suspended job has no pods; resuming plans the gang afresh
+            self._fence()
             self.writer.patch_job_status(job.namespace, job.name, {"placement": None})
             with self.store.lock:
                 self.store.record_plan(job, None)
+        except NotLeadingError:
+            return
         except ApiException as err:
             log.warning("job %s: dropping the plan failed: %s", job.key, err.reason)
 
@@ -663,6 +684,7 @@ class GangPlacer:
 
         def tell() -> None:
             for pod in fresh:
+                self._fence()
                 self.writer.pod_event(pod, "GangWaiting", words)
 
         self._persist(item.job, tell)
@@ -1025,6 +1047,7 @@ class GangPlacer:
         self._write(job, item.placement, placement, "GangReplanning")
         # one call for the whole gang: a 32-worker gang must not take 32 round trips to drop
         self._replan_deleted[job.uid] = now
+        self._fence()
         self.writer.delete_job_pods(job.namespace, job.name)
         log.warning("%s", why)
 
@@ -1037,6 +1060,7 @@ class GangPlacer:
         if "refusedNodes" not in placement:
             # a refusal by kube-scheduler lasts its time, across plans, waits and re-plans
             placement = {**placement, "refusedNodes": refusals(previous, self.clock()) or None}
+        placement = {**placement, "term": self.term}
         if changed(previous, placement) or placement.get("state") == "Planned":
             patch = dict(placement)
             labels = placement.get("domainLabels")
@@ -1046,15 +1070,28 @@ class GangPlacer:
                     **dict.fromkeys(k for k in stale if k not in labels),
                     **labels,
                 }
-            self.writer.patch_job_status(job.namespace, job.name, {"placement": patch}, uid=job.uid)
+            self._fence()
+            self.writer.patch_job_status(
+                job.namespace,
+                job.name,
+                {"placement": patch},
+                uid=job.uid,
+                tests=[_computed_from(previous)],
+            )
             with self.store.lock:
                 self.store.record_plan(job, placement)
         if event:
             self._event(job, event, placement)
 
+    def _fence(self) -> None:
+        """Raise NotLeadingError unless this placer still leads in its term (every write)."""
+        if not self.leading():
+            raise NotLeadingError(f"this placer no longer leads in term {self.term}")
+
     def _event(self, job: JobRecord, event: str, placement: dict[str, Any]) -> None:
         """Record ``event`` on the job, worded by ``placement``'s message."""
         kind = "Warning" if event in ("GangReplanning", "InvalidTopology") else "Normal"
+        self._fence()
         self.writer.job_event(job, kind, event, str(placement.get("message") or ""))
 
     def _release(
@@ -1064,6 +1101,7 @@ class GangPlacer:
         expressions = plan_expressions(placement, self.levels) or []
 
         def release(pod: PodRecord) -> None:
+            self._fence()
             if pod.gates and any(g.get("name") == GANG_GATE for g in pod.gates):
                 # one write, from what the store knows; refused if the pod changed meanwhile
                 before = pod.scheduling.get("affinity")
@@ -1087,6 +1125,7 @@ class GangPlacer:
                 return  # released already (a restart mid-release)
             # a cluster-wide plan (spread, the last resort) narrows nothing
             affinity = narrow_affinity(spec.get("affinity"), expressions) if expressions else None
+            self._fence()
             self.writer.release_pod(
                 pod.namespace,
                 pod.name,
@@ -1183,6 +1222,15 @@ def _missing_ranks(
         return []
     present = {p.worker_index for p in members}
     return [rank for rank in range(job.job.spec.workers) if rank not in present]
+
+
+def _computed_from(previous: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the JSON patch ``test`` that the job's placement is still the one a write was
+    computed from: its term (the lease term of the placer that wrote it), or no placement at
+    all. A placer deposed meanwhile finds the new leader's term there and writes nothing."""
+    if not previous:
+        return {"op": "test", "path": "/status/placement", "value": None}
+    return {"op": "test", "path": "/status/placement/term", "value": previous.get("term")}
 
 
 def _first_wait(item: PlacementWork) -> float | None:

@@ -312,7 +312,11 @@ class Jobs:
         return [p.spec.node_name for p in self.pods(name)]
 
 
-def worker_pod(job: str, index: int) -> dict[str, Any]:
+def worker_pod(
+    job: str, index: int, *, gpus: int = 8, gates: tuple[str, ...] = (GANG_GATE,), **spec: Any
+) -> dict[str, Any]:
+    """Return worker ``index`` of ``job`` as another controller makes it: gated (``gates``),
+    ``gpus`` GPUs and as many RDMA devices, ``spec`` added (priorityClassName, affinity...)."""
     return {
         "metadata": {
             "name": f"{job}-worker-{index}",
@@ -320,12 +324,13 @@ def worker_pod(job: str, index: int) -> dict[str, Any]:
         },
         "spec": {
             "schedulerName": SCHEDULER_NAME,
-            "schedulingGates": [{"name": GANG_GATE}],
+            "schedulingGates": [{"name": gate} for gate in gates],
+            **spec,
             "containers": [
                 {
                     "name": "w",
                     "image": "registry.invalid/w:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "8", "rdma/ib": "8"}},
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus), "rdma/ib": str(gpus)}},
                 }
             ],
         },

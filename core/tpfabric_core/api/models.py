@@ -382,6 +382,11 @@ class Placement(_Model):
     """When the whole gang first waited for a domain (RFC 3339); bounds `maxWaitSeconds`."""
     reasons: list[DomainReason] = Field(default_factory=list)
     """While waiting: why each candidate domain cannot take the job."""
+    term: int | None = None
+    """The lease term of the placer that wrote this placement (the placer Lease's
+    `leaseTransitions` when it took the lease): a placer's write is refused unless the
+    placement it computed from is still there, so a deposed placer never overwrites its
+    successor's plan."""
     refused_nodes: list[RefusedNode] = Field(default_factory=list)
     """Nodes kube-scheduler's own filters refused for this gang's released workers (they did
     not bind within the bind bound although the placer saw room): the gang is planned without

@@ -59,10 +59,22 @@ class RecordingWriter:
             self.store.upsert_job(copy.deepcopy(obj))
 
     def patch_job_status(
-        self, namespace: str, name: str, status: dict[str, Any], *, uid: str | None = None
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        *,
+        uid: str | None = None,
+        tests: list[dict[str, Any]] | None = None,
     ) -> None:
         job = self.jobs[f"{namespace}/{name}"]
         assert uid in (None, job["metadata"]["uid"])
+        for test in tests or []:  # JSON patch test ops, a missing member reading as null
+            found: Any = job
+            for part in test["path"].strip("/").split("/"):
+                found = found.get(part) if isinstance(found, dict) else None
+            if found != test["value"]:
+                raise ApiException(status=422, reason=f"test of {test['path']} failed")
         # the API server serialises maps with sorted keys (Go): so does this writer
         status = _sorted_maps(status)
         self.status_writes.append((name, copy.deepcopy(status)))

@@ -260,6 +260,9 @@ class CountingPlacer:
         self.cycles = 0
         made.append(self)
 
+    def leading(self) -> bool:
+        return True
+
     def run_cycle(self) -> None:
         self.cycles += 1
 
@@ -362,3 +365,53 @@ def test_the_local_clusters_placer_flags_are_understood() -> None:
     args = parse_args(list(LOCAL_PLACER_ARGS))
     assert args.lease_namespace == "kube-system"
     assert args.retry_seconds < args.renew_seconds < args.lease_seconds
+
+
+def test_terms_only_grow_and_exist_only_while_leading() -> None:
+    api, clock = FakeCoordination(), Clock()
+    a, b = an_elector(api, "a", clock), an_elector(api, "b", clock)
+    assert a.term() is None
+    a.try_acquire_or_renew()
+    assert a.term() == 0
+    clock.now += 2
+    a.try_acquire_or_renew()
+    assert a.term() == 0, "a renewal is the same term"
+    clock.now += 15.1
+    assert a.term() is None, "past the renew deadline: no term"
+    b.try_acquire_or_renew()
+    assert b.term() == 1
+    assert b.release()
+    clock.now += 1
+    a.try_acquire_or_renew()
+    assert a.term() == 2, "taking the lease again is a new term"
+
+
+def test_a_placer_that_lost_its_term_is_replaced_at_the_next_turn() -> None:
+    made: list[CountingPlacer] = []
+    terms = [1]
+
+    class TermPlacer(CountingPlacer):
+        def __init__(self) -> None:
+            super().__init__(made)
+            self.term = terms[0]
+
+        def leading(self) -> bool:
+            return self.term == terms[0]
+
+    loop = PlacerLoop(
+        ClusterStore(),
+        TermPlacer,  # type: ignore[arg-type]
+        lambda: True,
+        lambda: True,  # leads all along, by the clock: lost and taken again between two turns
+        resync_seconds=0.01,
+        settle_seconds=0,
+    )
+
+    async def turns() -> None:
+        await loop.turn()
+        terms[0] = 2
+        await loop.turn()
+
+    asyncio.run(turns())
+    assert [p.cycles for p in made] == [1, 1]
+    assert [p.term for p in made] == [1, 2]

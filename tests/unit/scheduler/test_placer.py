@@ -523,12 +523,12 @@ class _OrderedWriter(RecordingWriter):
         self.refuse = refuse
 
     def patch_job_status(
-        self, namespace: str, name: str, status: dict[str, Any], *, uid: str | None = None
+        self, namespace: str, name: str, status: dict[str, Any], **guards: Any
     ) -> None:
         self.order.append(("plan", name))
         if name in self.refuse:
             raise ApiException(status=500, reason="etcd timeout")
-        super().patch_job_status(namespace, name, status, uid=uid)
+        super().patch_job_status(namespace, name, status, **guards)
 
     def release_pod(self, namespace: str, name: str, *args: Any) -> None:
         self.order.append(("release", name.split("-worker-", maxsplit=1)[0]))

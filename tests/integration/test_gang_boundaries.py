@@ -1,0 +1,362 @@
+"""The gang path next to the rest of the cluster (issue 31), on the local control plane.
+
+Real kube-apiserver, kube-controller-manager and kube-scheduler (tpfabric's profile with the
+extender), kwok nodes, the real placer/extender process and, where a test says so, the operator:
+
+- a node deleted under a running gang: the gang's next attempt is planned again at once;
+- a head-of-line gang that can never fit holds no domain (a small gang behind it runs);
+- several ranks of a gang on one node each hold their share until they bind;
+- a node kube-scheduler's own filters refuse (pod anti-affinity against another tenant's pod) is
+  left out of the next plan, and the status names it;
+- kube-scheduler's own preemption never evicts a running gang's member for a waiting worker.
+
+Each test brings its own eight nodes (two leaves of four, ``bnd-*``) and removes them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from test_operator import Tpj, operator, small_job
+
+from conftest import (
+    FabricFactory,
+    Jobs,
+    clear_jobs_and_pods,
+    run_kubectl,
+    wait_for,
+    worker_pod,
+)
+from tpfabric_core import labels
+from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_localcluster.cluster import LocalCluster
+from tpfabric_scheduler.kube import KubeWriter
+from tpfabric_scheduler.store import GANG_GATE
+
+FABRIC = """
+name: boundaries
+rails: 8
+railOptimized: true
+rdmaResource: rdma/ib
+node: {gpus: 8, rdma: 8, cpu: "128", memory: 2Ti, pods: 110}
+blocks:
+- name: bnd
+  spines:
+  - name: bnd-su
+    leaves:
+    - {name: bnd-leaf1, nodes: ["bnd-l1-[01-04]"]}
+    - {name: bnd-leaf2, nodes: ["bnd-l2-[01-04]"]}
+"""
+HOLD_GATE = "example.com/hold"
+__all__ = ["operator"]  # the operator process fixture, module-scoped
+
+
+@pytest.fixture
+def nodes(
+    api: client.ApiClient,
+    tpfabric_scheduling: LocalCluster,
+    fake_nodes: FabricFactory,
+    namespace: str,
+) -> Iterator[list[str]]:
+    """Return the eight ``bnd-*`` nodes (Ready); the test's jobs and pods go before they do."""
+    yield fake_nodes(FABRIC)
+    clear_jobs_and_pods(api, namespace)
+
+
+def _plain_pod(name: str, node: str, gpus: int = 8, **meta: Any) -> dict[str, Any]:
+    """A pod of another tenant, bound by ``nodeName`` (kwok runs it)."""
+    return {
+        "metadata": {"name": name, **meta},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+            ],
+        },
+    }
+
+
+def _fill(api: client.ApiClient, namespace: str, *nodes: str) -> None:
+    core = client.CoreV1Api(api)
+    for node in nodes:
+        core.create_namespaced_pod(namespace, _plain_pod(f"tenant-{node}", node))
+    wait_for(
+        lambda: all(
+            core.read_namespaced_pod(f"tenant-{n}", namespace).status.phase == "Running"
+            for n in nodes
+        ),
+        what="the other tenant's pods Running",
+    )
+
+
+def _job(custom: client.CustomObjectsApi, namespace: str, name: str, **spec: Any) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TensorParallelJob",
+        "metadata": {"name": name},
+        "spec": {
+            "tensorParallelSize": 8,
+            "topology": {"mode": "required", "level": "leaf"},
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+            **spec,
+        },
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
+def test_a_gang_whose_node_was_deleted_is_planned_again_and_runs(
+    api: client.ApiClient, operator: LocalCluster, namespace: str, nodes: list[str]
+) -> None:
+    tpj = Tpj(api, operator, namespace)
+    tpj.apply(small_job("llm", 2, failurePolicy={"backoffSeconds": 1}))
+    tpj.wait_phase("llm", "Running", timeout=60)
+    first = tpj.status("llm")["placement"]["nodes"]
+    gone = first[1]
+    core = client.CoreV1Api(api)
+    core.delete_node(gone)
+    # pod GC force-deletes a deleted node's pods after its 40 s quarantine; do it now
+    for pod in tpj.pods("llm"):
+        if pod.spec.node_name == gone:
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+
+    def running_again() -> dict[str, Any] | None:
+        status = tpj.status("llm")
+        placement = status.get("placement") or {}
+        again = (
+            status.get("phase") == "Running"
+            and status.get("attempt", 0) >= 1
+            and gone not in placement.get("nodes", [gone])
+        )
+        return status if again else None
+
+    status = wait_for(
+        running_again,
+        timeout=60,
+        what="the gang running again without the deleted node",
+        explain=lambda: str(tpj.status("llm").get("placement")),
+    )
+    assert len(status["placement"]["nodes"]) == 2
+
+
+def test_a_head_of_line_gang_that_can_never_fit_holds_no_domain(
+    api: client.ApiClient, namespace: str, nodes: list[str], local_cluster: LocalCluster
+) -> None:
+    jobs = Jobs(api, namespace)
+    _fill(api, namespace, "bnd-l2-01", "bnd-l2-02", "bnd-l2-03")  # leaf2: room for 1
+    long_ago = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+    # 5 workers, required leaf, leaves of 4 nodes: never; waiting 10 min, past the head-of-line
+    # bound (60 s on the local control plane)
+    jobs.create("never", 5, status={"placement": {"state": "Waiting", "waitingSince": long_ago}})
+    wait_for(
+        lambda: "holds no domain" in jobs.placement("never").get("message", ""),
+        what="the never-fitting gang at the head of the line, holding nothing",
+        explain=lambda: str(jobs.placement("never")),
+    )
+    jobs.create("small", 2)  # only leaf1, the never-fitting gang's best candidate, has room
+    running = jobs.wait_running("small", timeout=30)
+    assert all(p.spec.node_name.startswith("bnd-l1") for p in running)
+    # kubectl describe pod says why a gated worker waits, naming its job
+    described = run_kubectl(local_cluster, "describe", "pod", "-n", namespace, "never-worker-0")
+    assert described.returncode == 0, described.stderr
+    assert "GangWaiting" in described.stdout
+    assert "TensorParallelJob never" in described.stdout
+
+
+def test_two_ranks_planned_onto_one_node_each_hold_their_share_until_they_bind(
+    api: client.ApiClient, namespace: str, nodes: list[str]
+) -> None:
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    jobs = Jobs(api, namespace)
+    _fill(api, namespace, "bnd-l1-01", "bnd-l1-02", "bnd-l1-03", *nodes[4:7])
+    # a gang of two 4-GPU workers whose pods another controller still holds with a gate of
+    # its own after the placer releases them: planned, not bound
+    _job(custom, namespace, "pair", workers=2, gpusPerWorker=4, tensorParallelSize=4)
+    for index in range(2):
+        core.create_namespaced_pod(
+            namespace, worker_pod("pair", index, gpus=4, gates=(GANG_GATE, HOLD_GATE))
+        )
+    planned = wait_for(
+        lambda: jobs.placement("pair").get("state") == "Planned" and jobs.placement("pair"),
+        what="the pair planned",
+    )
+    pair = planned["nodes"]
+    assert pair[0] == pair[1], f"both halves on one node: {pair}"
+    _job(custom, namespace, "single", workers=1, gpusPerWorker=4, tensorParallelSize=4)
+    core.create_namespaced_pod(namespace, worker_pod("single", 0, gpus=4))
+    single = wait_for(
+        lambda: jobs.placement("single").get("state") == "Planned" and jobs.placement("single"),
+        what="the single planned",
+    )
+    assert single["nodes"][0] != pair[0], "the pair's node holds both its ranks"
+    ungate = [{"op": "replace", "path": "/spec/schedulingGates", "value": []}]
+    for index in range(2):  # the other controller lets the pair go
+        core.patch_namespaced_pod(f"pair-worker-{index}", namespace, ungate)
+    bound = jobs.wait_running("pair", timeout=30)
+    assert [p.spec.node_name for p in bound] == pair
+    assert jobs.wait_running("single", timeout=30)[0].spec.node_name == single["nodes"][0]
+
+
+def test_a_node_kube_scheduler_refuses_is_left_out_of_the_next_plan(
+    api: client.ApiClient, operator: LocalCluster, namespace: str, nodes: list[str]
+) -> None:
+    core = client.CoreV1Api(api)
+    tpj = Tpj(api, operator, namespace)
+    # leaf1 has exactly two free nodes, one of which runs a pod the workers must avoid: the
+    # placer does not model anti-affinity against other tenants' pods, kube-scheduler does
+    _fill(api, namespace, "bnd-l1-03", "bnd-l1-04")
+    core.create_namespaced_pod(
+        namespace, _plain_pod("db", "bnd-l1-01", gpus=0, labels={"app": "db"})
+    )
+    avoid_db = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"app": "db"}},
+                }
+            ]
+        }
+    }
+    template = {"spec": {"affinity": avoid_db, "containers": [{"name": "w", "image": "x"}]}}
+    tpj.apply(small_job("apart", 2, template=template))
+
+    def running_without_db() -> dict[str, Any] | None:
+        status = tpj.status("apart")
+        placement = status.get("placement") or {}
+        ok = status.get("phase") == "Running" and "bnd-l1-01" not in placement.get("nodes", [])
+        return placement if ok else None
+
+    placement = wait_for(
+        running_without_db,
+        timeout=90,  # the bind bound on the local control plane is 30 s
+        what="the gang running off the node kube-scheduler refuses",
+        explain=lambda: str(tpj.status("apart").get("placement")),
+    )
+    refused = {r["node"]: r["reason"] for r in placement.get("refusedNodes") or []}
+    assert "bnd-l1-01" in refused, placement
+    assert "anti-affinity" in refused["bnd-l1-01"]
+
+
+@pytest.fixture
+def priorities(api: client.ApiClient) -> Iterator[tuple[str, str]]:
+    scheduling = client.SchedulingV1Api(api)
+    names = ("tpfabric-test-low", "tpfabric-test-high")
+    for name, value in zip(names, (100, 1_000_000), strict=True):
+        try:
+            scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    yield names
+    for name in names:
+        scheduling.delete_priority_class(name)
+
+
+def test_a_waiting_worker_never_preempts_a_running_gangs_member(
+    api: client.ApiClient,
+    namespace: str,
+    nodes: list[str],
+    priorities: tuple[str, str],
+) -> None:
+    low, high = priorities
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    jobs = Jobs(api, namespace)
+    _fill(api, namespace, *nodes[2:])  # only bnd-l1-01 and bnd-l1-02 are free
+    _job(custom, namespace, "running", workers=2)
+    for index in range(2):
+        core.create_namespaced_pod(
+            namespace,
+            worker_pod("running", index, priorityClassName=low),
+        )
+    running = jobs.wait_running("running", timeout=30)
+    # a high-priority worker released onto bnd-l1-01 as if planned there a moment before the
+    # running gang took it: kube-scheduler finds no node with room for it
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    leaf = {labels.BLOCK: "bnd", labels.SPINE: "bnd-su", labels.LEAF: "bnd-leaf1"}
+    _job(custom, namespace, "urgent", workers=1)
+    custom.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        "urgent",
+        {
+            "status": {
+                "placement": {
+                    "state": "Planned",
+                    "level": "leaf",
+                    "domain": "bnd-leaf1",
+                    "domainLabels": leaf,
+                    "nodes": ["bnd-l1-01"],
+                    "plannedAt": now,
+                    "releasedAt": now,
+                }
+            }
+        },
+    )
+    terms = [{"key": k, "operator": "In", "values": [v]} for k, v in leaf.items()]
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": terms}]
+            }
+        }
+    }
+    core.create_namespaced_pod(
+        namespace,
+        worker_pod("urgent", 0, gates=(), priorityClassName=high, affinity=affinity),
+    )
+    wait_for(
+        lambda: any(
+            c.type == "PodScheduled" and c.status == "False"
+            for c in core.read_namespaced_pod("urgent-worker-0", namespace).status.conditions or []
+        ),
+        what="kube-scheduler to try the urgent worker",
+    )
+    time.sleep(3)  # DefaultPreemption acts within the same scheduling attempt
+    for pod in running:
+        now_pod = core.read_namespaced_pod(pod.metadata.name, namespace)
+        assert now_pod.metadata.deletion_timestamp is None, f"{pod.metadata.name} was preempted"
+        assert now_pod.status.phase == "Running"
+    urgent = core.read_namespaced_pod("urgent-worker-0", namespace)
+    assert not urgent.status.nominated_node_name
+
+
+def test_the_api_server_refuses_a_plan_write_computed_from_a_replaced_placement(
+    api: client.ApiClient, tpfabric_scheduling: LocalCluster, namespace: str
+) -> None:
+    custom = client.CustomObjectsApi(api)
+    _job(custom, namespace, "fenced", workers=1)
+    uid = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "fenced")[
+        "metadata"
+    ]["uid"]
+    writer = KubeWriter(api)
+
+    def write(term: int, computed_from: dict[str, Any]) -> None:
+        placement = {"state": "Waiting", "message": f"term {term}", "term": term}
+        writer.patch_job_status(
+            namespace, "fenced", {"placement": placement}, uid=uid, tests=[computed_from]
+        )
+
+    def stored() -> dict[str, Any]:
+        job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "fenced")
+        return dict((job.get("status") or {}).get("placement") or {})
+
+    nothing = {"op": "test", "path": "/status/placement", "value": None}
+    write(3, nothing)  # computed from no placement, and there is none: written
+    assert stored()["term"] == 3
+    with pytest.raises(ApiException) as refused:
+        write(4, nothing)  # a second placer that also saw none: refused
+    assert refused.value.status == 422
+    with pytest.raises(ApiException):
+        write(2, {"op": "test", "path": "/status/placement/term", "value": 2})
+    assert stored()["message"] == "term 3", "the deposed placer's writes changed nothing"
+    write(4, {"op": "test", "path": "/status/placement/term", "value": 3})
+    assert stored()["term"] == 4

@@ -1,0 +1,62 @@
+"""A deposed placer writes nothing (issue 31, item 6): every write checks that the placer still
+leads in its term, and a plan write is refused by the API server unless the placement it was
+computed from (its term) is still there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from placer_world import RecordingWriter, gang, placement, two_leaves
+
+from tpfabric_scheduler.metrics import Metrics
+from tpfabric_scheduler.placer import GangPlacer
+
+
+class _LosingWriter(RecordingWriter):
+    """Its placer loses the lease right after its first plan write."""
+
+    def __init__(self, store: Any, leads: list[bool]) -> None:
+        super().__init__(store)
+        self.leads = leads
+
+    def patch_job_status(self, *args: Any, **kwargs: Any) -> None:
+        super().patch_job_status(*args, **kwargs)
+        self.leads[0] = False
+
+
+def test_a_placer_that_stops_leading_mid_cycle_writes_nothing_more(world: Any) -> None:
+    store, _, _, clock = world
+    leads = [True]
+    writer = _LosingWriter(store, leads)
+    placer = GangPlacer(
+        store,
+        writer,  # type: ignore[arg-type]
+        Metrics(),
+        clock=clock,
+        leading=lambda: leads[0],
+    )
+    two_leaves(store)
+    gang(writer, "first", 2)
+    gang(writer, "second", 2)
+    placer.run_cycle()
+    assert len(writer.status_writes) == 1, "one plan went out while it led"
+    assert writer.released == [], "no release after the lease was lost"
+    assert writer.events == []
+    assert placement(writer, "second") == {}
+
+
+def test_a_plan_write_is_refused_once_a_newer_term_wrote_the_placement(world: Any) -> None:
+    store, writer, _, clock = world
+    two_leaves(store)
+    gang(writer, "job", 2)
+    old = GangPlacer(store, writer, Metrics(), clock=clock, term=4)  # type: ignore[arg-type]
+    old.run_cycle()
+    assert placement(writer, "job")["term"] == 4
+    # the old leader's worker was not bound in time; meanwhile a new leader (term 5) re-planned
+    # the job, and the old leader's watch has not delivered that write yet
+    newer = {**placement(writer, "job"), "term": 5, "nodes": ["leaf-b-n0", "leaf-b-n1"]}
+    writer.jobs["ns/job"]["status"]["placement"] = newer
+    clock.now += 61
+    old.run_cycle()  # would drop its own (old) plan: the API server refuses the write
+    assert placement(writer, "job") == newer
+    assert writer.deleted == [], "a refused plan write deletes no pods"
