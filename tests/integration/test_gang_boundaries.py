@@ -68,12 +68,15 @@ def nodes(
     clear_jobs_and_pods(api, namespace)
 
 
-def _plain_pod(name: str, node: str, gpus: int = 8, **meta: Any) -> dict[str, Any]:
+def _plain_pod(
+    name: str, node: str, gpus: int = 8, priority_class: str | None = None, **meta: Any
+) -> dict[str, Any]:
     """A pod of another tenant, bound by ``nodeName`` (kwok runs it)."""
     return {
         "metadata": {"name": name, **meta},
         "spec": {
             "nodeName": node,
+            **({"priorityClassName": priority_class} if priority_class else {}),
             "containers": [
                 {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
             ],
@@ -81,10 +84,13 @@ def _plain_pod(name: str, node: str, gpus: int = 8, **meta: Any) -> dict[str, An
     }
 
 
-def _fill(api: client.ApiClient, namespace: str, *nodes: str) -> None:
+def _fill(
+    api: client.ApiClient, namespace: str, *nodes: str, priority_class: str | None = None
+) -> None:
     core = client.CoreV1Api(api)
     for node in nodes:
-        core.create_namespaced_pod(namespace, _plain_pod(f"tenant-{node}", node))
+        pod = _plain_pod(f"tenant-{node}", node, priority_class=priority_class)
+        core.create_namespaced_pod(namespace, pod)
     wait_for(
         lambda: all(
             core.read_namespaced_pod(f"tenant-{n}", namespace).status.phase == "Running"
@@ -268,7 +274,9 @@ def test_a_waiting_worker_never_preempts_a_running_gangs_member(
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
     jobs = Jobs(api, namespace)
-    _fill(api, namespace, *nodes[2:])  # only bnd-l1-01 and bnd-l1-02 are free
+    # only bnd-l1-01 and bnd-l1-02 are free; the other tenant's pods outrank every worker, so
+    # the running gang's are the only pods a preemption could pick
+    _fill(api, namespace, *nodes[2:], priority_class=high)
     _job(custom, namespace, "running", workers=2)
     for index in range(2):
         core.create_namespaced_pod(
@@ -321,6 +329,10 @@ def test_a_waiting_worker_never_preempts_a_running_gangs_member(
         what="kube-scheduler to try the urgent worker",
     )
     time.sleep(3)  # DefaultPreemption acts within the same scheduling attempt
+    preempted = [
+        e.message for e in core.list_namespaced_event(namespace).items if e.reason == "Preempted"
+    ]
+    assert preempted == []
     for pod in running:
         now_pod = core.read_namespaced_pod(pod.metadata.name, namespace)
         assert now_pod.metadata.deletion_timestamp is None, f"{pod.metadata.name} was preempted"
