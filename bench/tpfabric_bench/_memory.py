@@ -64,14 +64,7 @@ from tpfabric_core.api import GROUP, VERSION
 from tpfabric_core.fabric_description import FabricDescription, uniform_fabric
 from tpfabric_scheduler.config import SCHEDULER_NAME
 from tpfabric_scheduler.extender import filter_nodes, prioritize_nodes
-from tpfabric_scheduler.kube import (
-    LIST_PAGE_SIZE,
-    Informer,
-    _Kind,
-    slim_job,
-    slim_node,
-    slim_pod,
-)
+from tpfabric_scheduler.kube import LIST_PAGE_SIZE, Informer, informer_kinds
 from tpfabric_scheduler.protocol import ExtenderArgs, parse_extender_args
 from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL, ClusterStore
 
@@ -976,36 +969,8 @@ def _lists(shape: ClusterShape) -> dict[str, FakeList]:
 
 def _informers(store: ClusterStore, lists: dict[str, FakeList]) -> dict[str, Informer]:
     """Return the product's informers of the three kinds, reading ``lists`` (never started)."""
-    kinds = {
-        "nodes": _Kind(
-            "nodes",
-            lists["nodes"],
-            store.replace_nodes,
-            store.upsert_node,
-            store.delete_node,
-            namespaced=False,
-            slim=slim_node,
-        ),
-        "tensorparalleljobs": _Kind(
-            "tensorparalleljobs",
-            lists["tensorparalleljobs"],
-            store.replace_jobs,
-            store.upsert_job,
-            store.delete_job,
-            namespaced=True,
-            slim=slim_job,
-        ),
-        "pods": _Kind(
-            "pods",
-            lists["pods"],
-            store.replace_pods,
-            store.upsert_pod,
-            store.delete_pod,
-            namespaced=True,
-            slim=slim_pod,
-        ),
-    }
-    return {name: Informer(kind, store, lambda: None) for name, kind in kinds.items()}
+    kinds = informer_kinds(store, dict(lists))
+    return {kind.name: Informer(kind, store, lambda: None) for kind in kinds}
 
 
 def _decisions(

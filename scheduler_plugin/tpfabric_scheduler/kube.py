@@ -36,12 +36,22 @@ from tpfabric_core.list_watch import (
     list_and_watch,
     list_pages,
 )
-from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
+from tpfabric_scheduler.store import (
+    ClusterStore,
+    JobRecord,
+    NodeRecord,
+    PodRecord,
+    index_jobs,
+    index_nodes,
+    index_pods,
+)
 
 __all__ = [
     "LIST_PAGE_SIZE",
     "Informer",
+    "InformerKind",
     "KubeWriter",
+    "informer_kinds",
     "list_pages",
     "slim_job",
     "slim_node",
@@ -128,20 +138,69 @@ def slim_job(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class _Kind:
+class InformerKind:
+    """One watched kind: how to list it, and how its objects become records of the store.
+
+    ``record`` cuts an object down and parses it (outside the store's lock), ``index`` builds
+    the store's view of a whole list (outside the lock too), ``install`` swaps that view in,
+    ``put`` and ``delete`` apply one watch event (under the lock, O(1)).
+    """
+
     name: str
     list_call: Callable[..., Any]
-    replace: Callable[[list[dict[str, Any]]], None]
-    upsert: Callable[[dict[str, Any]], None]
+    record: Callable[[dict[str, Any]], Any]
+    index: Callable[[list[Any]], Any]
+    install: Callable[[Any], None]
+    put: Callable[[Any], None]
     delete: Callable[[str], None]
     namespaced: bool
-    slim: Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def informer_kinds(
+    store: ClusterStore, list_calls: dict[str, Callable[..., Any]]
+) -> list[InformerKind]:
+    """Return the three kinds the store is fed with (``nodes``, ``pods``,
+    ``tensorparalleljobs``), listed by ``list_calls`` (the API client's, or a benchmark's)."""
+    return [
+        InformerKind(
+            "nodes",
+            list_calls["nodes"],
+            lambda obj: NodeRecord.from_object(slim_node(obj)),
+            index_nodes,
+            store.install_nodes,
+            store.put_node,
+            store.delete_node,
+            namespaced=False,
+        ),
+        InformerKind(
+            "pods",
+            list_calls["pods"],
+            lambda obj: PodRecord.from_object(slim_pod(obj)),
+            index_pods,
+            store.install_pods,
+            store.put_pod,
+            store.delete_pod,
+            namespaced=True,
+        ),
+        InformerKind(
+            "tensorparalleljobs",
+            list_calls["tensorparalleljobs"],
+            lambda obj: JobRecord.from_object(slim_job(obj)),
+            index_jobs,
+            store.install_jobs,
+            store.put_job,
+            store.delete_job,
+            namespaced=True,
+        ),
+    ]
 
 
 class Informer(threading.Thread):
     """List+watch of one kind into the store; ``synced`` is set after the first list."""
 
-    def __init__(self, kind: _Kind, store: ClusterStore, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self, kind: InformerKind, store: ClusterStore, on_change: Callable[[], None]
+    ) -> None:
         super().__init__(name=f"informer-{kind.name}", daemon=True)
         self.kind = kind
         self.store = store
@@ -161,9 +220,13 @@ class Informer(threading.Thread):
         return f"{meta.get('namespace')}/{meta['name']}" if self.kind.namespaced else meta["name"]
 
     def _list(self) -> str:
-        objects, version = list_pages(self.kind.list_call, self.kind.slim)
+        # every page is cut down and parsed as it arrives, and the store's view is built, all
+        # outside the lock: the extender's requests never wait for a relist (50,000 pods)
+        records, version = list_pages(self.kind.list_call, self.kind.record)
+        view = self.kind.index(records)
+        del records
         with self.store.lock:
-            self.kind.replace(objects)
+            self.kind.install(view)
         self.synced.set()
         self.on_change()
         return version
@@ -185,11 +248,13 @@ class Informer(threading.Thread):
             version = obj.get("metadata", {}).get("resourceVersion", version)
             if kind == "BOOKMARK":
                 continue
-            with self.store.lock:
-                if kind == "DELETED":
+            if kind == "DELETED":
+                with self.store.lock:
                     self.kind.delete(self._key(obj))
-                else:
-                    self.kind.upsert(obj)
+            else:
+                record = self.kind.record(obj)  # parsed (a job validated) outside the lock
+                with self.store.lock:
+                    self.kind.put(record)
             self.on_change()
         return version
 
@@ -214,35 +279,14 @@ def start_informers(
     def list_jobs(**kwargs: Any) -> Any:
         return custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
 
-    kinds = [
-        _Kind(
-            "nodes",
-            core.list_node,
-            store.replace_nodes,
-            store.upsert_node,
-            store.delete_node,
-            namespaced=False,
-            slim=slim_node,
-        ),
-        _Kind(
-            "pods",
-            core.list_pod_for_all_namespaces,
-            store.replace_pods,
-            store.upsert_pod,
-            store.delete_pod,
-            namespaced=True,
-            slim=slim_pod,
-        ),
-        _Kind(
-            "tensorparalleljobs",
-            list_jobs,
-            store.replace_jobs,
-            store.upsert_job,
-            store.delete_job,
-            namespaced=True,
-            slim=slim_job,
-        ),
-    ]
+    kinds = informer_kinds(
+        store,
+        {
+            "nodes": core.list_node,
+            "pods": core.list_pod_for_all_namespaces,
+            "tensorparalleljobs": list_jobs,
+        },
+    )
     informers = [Informer(kind, store, on_change) for kind in kinds]
     for informer in informers:
         informer.start()

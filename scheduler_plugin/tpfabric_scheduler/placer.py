@@ -36,7 +36,8 @@ Each cycle (run by the lease holder only):
 A gang that has waited longer than ``head_of_line_seconds`` holds the best domain it would take
 for the rest of the cycle: younger or lower-priority gangs cannot fill it, so small gangs cannot
 starve a big one forever. Waiting jobs are re-planned only when capacity changed
-(``store.capacity_generation``) or their next topology level opens; statuses are written only when
+(``store.freed_generation``: a pod binding or a new plan never lets a waiting gang fit), their own
+pods changed, or their next topology level opens; statuses are written only when
 their meaning changes. The placer owns ``status.placement`` and nothing else of the job.
 """
 
@@ -148,12 +149,15 @@ class PlacementWork:
 class _Attempt:
     """What a waiting job's last plan attempt saw, to skip attempts that cannot differ."""
 
-    capacity_generation: int
+    freed_generation: int
     relax_at: float | None  # clock time the next topology level opens
     hol: bool
-    #: it held a domain for itself (a head-of-line gang that could fit once work ends): such a
-    #: gang is planned again every cycle, to hold its domain in that cycle too
+    #: it held a domain for itself (a head-of-line gang that could fit once work ends), or
+    #: another gang's hold was in its way: such a gang is planned again every cycle, to hold
+    #: its domain in that cycle too, or to see the hold go
     holds: bool = False
+    #: its pods as the attempt saw them (uid, gated, node): a new or changed worker of its own
+    members: frozenset[tuple[str, bool, str | None]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -378,13 +382,13 @@ class GangPlacer:
             work = self.pending_work(reservations)
             suspended = self.suspended_with_plan()
             unfinished = self.unfinished_replans(now)
-            capacity_generation = self.store.capacity_generation
+            freed = self.store.freed_generation
             # a cycle that only watches released gangs bind (none due for the bind check) and
             # meets waiting gangs whose inputs did not change needs no snapshot: every bind and
             # pod update wakes a cycle, and a snapshot of every node built under the lock each
             # time would hold the extender's filter and prioritize calls (the same lock) for
             # nothing
-            needed = any(self._needs_snapshot(item, now, capacity_generation) for item in work)
+            needed = any(self._needs_snapshot(item, now, freed) for item in work)
             snapshot = build_snapshot(self.store, topology, reservations) if needed else None
             rings = planned_rings(self.store) if needed else []
             typical = typical_gang_gpus(self.store.jobs.values()) if needed else None
@@ -405,7 +409,7 @@ class GangPlacer:
         # has returned, so the next one starts from what the API server holds
         self._persisting = ThreadPoolExecutor(PERSIST_CONCURRENCY, thread_name_prefix="persist")
         try:
-            waiting = self._plan_all(work, cycle, capacity_generation, started)
+            waiting = self._plan_all(work, cycle, freed, started)
         finally:
             self._send_releases()
             self._persisting.shutdown(wait=True)
@@ -429,7 +433,7 @@ class GangPlacer:
         self,
         work: list[PlacementWork],
         cycle: _Cycle | None,
-        capacity_generation: int,
+        freed: int,
         started: float,
     ) -> int:
         """Act on ``work`` in order until the cycle's time bound; return how many jobs wait."""
@@ -453,7 +457,7 @@ class GangPlacer:
                 break
             acted += 0 if watching else 1
             try:
-                if not self._act(item, cycle, capacity_generation):
+                if not self._act(item, cycle, freed):
                     waiting += 1
             except NotLeadingError:
                 log.warning("lost the placer lease mid-cycle: %d job(s) left", len(work) - done)
@@ -547,10 +551,10 @@ class GangPlacer:
             if uid not in gated or now - when > RELEASED_MEMORY_SECONDS:
                 del self._released[uid]
 
-    def _act(self, item: PlacementWork, cycle: _Cycle, capacity_generation: int) -> bool:
+    def _act(self, item: PlacementWork, cycle: _Cycle, freed: int) -> bool:
         """Return False when the job waits; plan, check or release it otherwise."""
         if not item.planned:
-            return self._plan_gang(item, cycle, capacity_generation)
+            return self._plan_gang(item, cycle, freed)
         if item.gated:
             return self._release_checked(item, cycle)
         return self._watch_binding(item, cycle)
@@ -591,14 +595,14 @@ class GangPlacer:
         worker = (item.gated or item.members)[0]
         return gang_request(item.job.key, item.job.job, worker, item.eligible, item.refused)
 
-    def _plan_gang(self, item: PlacementWork, cycle: _Cycle, capacity_generation: int) -> bool:
+    def _plan_gang(self, item: PlacementWork, cycle: _Cycle, freed: int) -> bool:
         """Return True when the whole gang got a plan (persisted and released)."""
         job = item.job
         previous = item.placement
         waiting_since = parse_rfc3339(previous.get("waitingSince")) or cycle.now
         waited = max(0.0, cycle.now - waiting_since)
         hol = waited >= self.head_of_line_seconds
-        if self._still_waiting(item, cycle.now, capacity_generation):
+        if self._still_waiting(item, cycle.now, freed):
             return False  # nothing it depends on changed since it last waited
         try:
             request = self._request(item)
@@ -627,10 +631,11 @@ class GangPlacer:
                 )
             relax = result.relax_after_seconds
             self._attempts[job.uid] = _Attempt(
-                capacity_generation,
+                freed,
                 waiting_since + relax if relax is not None else None,
                 hol,
-                holds=len(cycle.held_for_hol) > held,
+                holds=len(cycle.held_for_hol) > held or held > 0,
+                members=_members_of(item),
             )
             # A job that already waits is rewritten at most every WAITING_REWRITE_SECONDS: in a
             # busy cluster its best domain's count changes with every pod, and rewriting every
@@ -877,11 +882,13 @@ class GangPlacer:
         self._write(job, placement, updated, "WorkerReplanned")
         return updated
 
-    def _still_waiting(self, item: PlacementWork, now: float, capacity_generation: int) -> bool:
+    def _still_waiting(self, item: PlacementWork, now: float, freed: int) -> bool:
         """Return whether ``item`` waited at its last attempt and nothing it depends on changed.
 
-        Its capacity (``capacity_generation``), the level its wait opens next (``relax_at``)
-        and its head-of-line standing are what a plan attempt depends on.
+        Capacity that may have grown (``freed``: a bound pod finished or went, a node changed,
+        a plan's reservations went; a pod binding or a new plan never lets it fit), its own
+        pods, the level its wait opens next (``relax_at``) and its head-of-line standing are
+        what a plan attempt depends on.
         """
         attempt = self._attempts.get(item.job.uid)
         previous = item.placement
@@ -890,16 +897,17 @@ class GangPlacer:
         waiting_since = parse_rfc3339(previous.get("waitingSince")) or now
         hol = max(0.0, now - waiting_since) >= self.head_of_line_seconds
         return (
-            attempt.capacity_generation == capacity_generation
+            attempt.freed_generation == freed
+            and attempt.members == _members_of(item)
             and (attempt.relax_at is None or now < attempt.relax_at)
             and attempt.hol == hol
             and not attempt.holds
         )
 
-    def _needs_snapshot(self, item: PlacementWork, now: float, capacity_generation: int) -> bool:
+    def _needs_snapshot(self, item: PlacementWork, now: float, freed: int) -> bool:
         """Return whether acting on ``item`` may read the cycle's snapshot at ``now``."""
         if not item.planned:
-            return not self._still_waiting(item, now, capacity_generation)
+            return not self._still_waiting(item, now, freed)
         if item.gated:
             return True  # checking a plan before releasing
         if self._topology is not None and _gone_ranks(_plan_nodes(item), self._topology):
@@ -1222,6 +1230,11 @@ def _missing_ranks(
         return []
     present = {p.worker_index for p in members}
     return [rank for rank in range(job.job.spec.workers) if rank not in present]
+
+
+def _members_of(item: PlacementWork) -> frozenset[tuple[str, bool, str | None]]:
+    """Return what of a gang's own pods a plan attempt depends on."""
+    return frozenset((p.uid, p.gated, p.node) for p in item.members)
 
 
 def _computed_from(previous: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ Pure data: no I/O here.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,11 @@ __all__ = [
     "ClusterStore",
     "JobRecord",
     "NodeRecord",
+    "PodIndex",
     "PodRecord",
+    "index_jobs",
+    "index_nodes",
+    "index_pods",
 ]
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -241,6 +245,11 @@ class ClusterStore:
         self.generation = 0
         #: bumped when free capacity may have changed: nodes, pods bound/unbound/gone, plans
         self.capacity_generation = 0
+        #: bumped only when capacity may have grown for a waiting gang: a bound pod finished or
+        #: went, a node changed, a plan's reservations went, a worker bound (its rank's
+        #: reservation elsewhere ends). A pod binding or a new plan never lets a waiting gang
+        #: fit, so it is not re-planned for those (in a busy cluster, most changes)
+        self.freed_generation = 0
         #: plans written by the placer that the job watch has not delivered yet: job uid -> plan
         self.fresh_plans: dict[str, dict[str, Any]] = {}
         #: monotonic time the placer loop last finished a cycle (liveness); None before the first
@@ -251,12 +260,16 @@ class ClusterStore:
 
     def upsert_node(self, obj: dict[str, Any]) -> None:
         """Add or replace a node."""
-        node = NodeRecord.from_object(obj)
+        self.put_node(NodeRecord.from_object(obj))
+
+    def put_node(self, node: NodeRecord) -> None:
+        """Add or replace a node record (parsed outside the lock)."""
         old = self.nodes.get(node.name)
         if old is None or old.labels != node.labels:
             self.topology_generation += 1
         if old != node:
             self.capacity_generation += 1
+            self.freed_generation += 1
         self.nodes[node.name] = node
         self.generation += 1
 
@@ -265,42 +278,32 @@ class ClusterStore:
         if self.nodes.pop(name, None) is not None:
             self.topology_generation += 1
             self.capacity_generation += 1
+            self.freed_generation += 1  # a domain changed shape: what could fit is asked again
             self.generation += 1
 
     def replace_nodes(self, objs: list[dict[str, Any]]) -> None:
         """Replace every node (after a relist)."""
-        self.nodes = {n.name: n for n in map(NodeRecord.from_object, objs)}
+        self.install_nodes(index_nodes(map(NodeRecord.from_object, objs)))
+
+    def install_nodes(self, nodes: dict[str, NodeRecord]) -> None:
+        """Replace every node with ``nodes`` (from :func:`index_nodes`): O(1) under the lock."""
+        self.nodes = nodes
         self.topology_generation += 1
         self.capacity_generation += 1
+        self.freed_generation += 1
         self.generation += 1
 
     # -- pods --------------------------------------------------------------------------------
 
     def _account(self, pod: PodRecord, sign: int) -> None:
-        if pod.node is not None and not pod.terminal:
-            use = self.used.setdefault(pod.node, {})
-            for key, amount in pod.requests.items():
-                use[key] = use.get(key, 0) + sign * amount
-            if pod.host_ports:
-                ports = self.ports_used.setdefault(pod.node, {})
-                for port in pod.host_ports:
-                    ports[port] = ports.get(port, 0) + sign
-                    if not ports[port]:
-                        del ports[port]
-                if not ports:
-                    del self.ports_used[pod.node]
-        if pod.job is not None:
-            members = self.workers.setdefault(pod.job, {})
-            if sign > 0:
-                members[pod.key] = pod
-            else:
-                members.pop(pod.key, None)
-                if not members:
-                    del self.workers[pod.job]
+        _account(self.used, self.ports_used, self.workers, pod, sign)
 
     def upsert_pod(self, obj: dict[str, Any]) -> None:
         """Add or replace a pod, keeping per-node use current."""
-        pod = PodRecord.from_object(obj)
+        self.put_pod(PodRecord.from_object(obj))
+
+    def put_pod(self, pod: PodRecord) -> None:
+        """Add or replace a pod record (parsed outside the lock), keeping per-node use current."""
         old = self.pods.get(pod.key)
         if old is not None:
             self._account(old, -1)
@@ -308,6 +311,8 @@ class ClusterStore:
         self._account(pod, +1)
         if old is None or _placement_facts(old) != _placement_facts(pod):
             self.capacity_generation += 1
+            if old is not None and _frees(old, pod):
+                self.freed_generation += 1
         self.generation += 1
 
     def delete_pod(self, key: str) -> None:
@@ -316,27 +321,37 @@ class ClusterStore:
         if old is not None:
             self._account(old, -1)
             self.capacity_generation += 1
+            if old.node is not None and not old.terminal:
+                self.freed_generation += 1
             self.generation += 1
 
     def replace_pods(self, objs: list[dict[str, Any]]) -> None:
         """Replace every pod (after a relist)."""
-        self.pods, self.used, self.workers, self.ports_used = {}, {}, {}, {}
-        for obj in objs:
-            pod = PodRecord.from_object(obj)
-            self.pods[pod.key] = pod
-            self._account(pod, +1)
+        self.install_pods(index_pods(map(PodRecord.from_object, objs)))
+
+    def install_pods(self, index: PodIndex) -> None:
+        """Replace every pod with ``index`` (from :func:`index_pods`, built outside the lock):
+        O(1) under the lock, so a relist of 50,000 pods never holds the extender's requests."""
+        self.pods, self.used = index.pods, index.used
+        self.workers, self.ports_used = index.workers, index.ports_used
         self.capacity_generation += 1
+        self.freed_generation += 1
         self.generation += 1
 
     # -- jobs --------------------------------------------------------------------------------
 
     def upsert_job(self, obj: dict[str, Any]) -> None:
         """Add or replace a TensorParallelJob."""
-        job = JobRecord.from_object(obj)
+        self.put_job(JobRecord.from_object(obj))
+
+    def put_job(self, job: JobRecord) -> None:
+        """Add or replace a TensorParallelJob record (parsed and validated outside the lock)."""
         old = self.jobs.get(job.key)
         self.jobs[job.key] = job
         if old is None or _job_facts(old) != _job_facts(job):
             self.capacity_generation += 1
+            if old is not None and _holds(old) and not _holds(job):
+                self.freed_generation += 1  # its plan's reservations went
         self.generation += 1
 
     def delete_job(self, key: str) -> None:
@@ -345,12 +360,18 @@ class ClusterStore:
         if old is not None:
             self.fresh_plans.pop(old.uid, None)
             self.capacity_generation += 1
+            self.freed_generation += 1
             self.generation += 1
 
     def replace_jobs(self, objs: list[dict[str, Any]]) -> None:
         """Replace every job (after a relist)."""
-        self.jobs = {j.key: j for j in map(JobRecord.from_object, objs)}
+        self.install_jobs(index_jobs(map(JobRecord.from_object, objs)))
+
+    def install_jobs(self, jobs: dict[str, JobRecord]) -> None:
+        """Replace every job with ``jobs`` (from :func:`index_jobs`): O(1) under the lock."""
+        self.jobs = jobs
         self.capacity_generation += 1
+        self.freed_generation += 1
         self.generation += 1
 
     # -- plans -------------------------------------------------------------------------------
@@ -364,6 +385,8 @@ class ClusterStore:
         self.fresh_plans[job.uid] = dict(placement) if placement else {}
         self.generation += 1
         self.capacity_generation += 1
+        if not placement or placement.get("state") != "Planned":
+            self.freed_generation += 1
 
     def placement_of(self, job: JobRecord) -> dict[str, Any]:
         """Return the job's placement: the placer's fresh write if the watch lags, else stored."""
@@ -424,6 +447,81 @@ class ClusterStore:
         if record is None:
             return 0
         return record.allocatable.get(resource, 0) - self.used.get(node, {}).get(resource, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class PodIndex:
+    """Every pod by key and what the store derives from them (per-node use, workers by job,
+    host ports by node): built by :func:`index_pods` outside the store's lock."""
+
+    pods: dict[str, PodRecord]
+    used: dict[str, dict[str, int]]
+    workers: dict[str, dict[str, PodRecord]]
+    ports_used: dict[str, dict[tuple[str, int], int]]
+
+
+def index_pods(records: Iterable[PodRecord]) -> PodIndex:
+    """Return the :class:`PodIndex` of ``records`` (pure: no store, no lock)."""
+    index = PodIndex({}, {}, {}, {})
+    for pod in records:
+        index.pods[pod.key] = pod
+        _account(index.used, index.ports_used, index.workers, pod, +1)
+    return index
+
+
+def index_nodes(records: Iterable[NodeRecord]) -> dict[str, NodeRecord]:
+    """Return ``records`` by node name (pure)."""
+    return {node.name: node for node in records}
+
+
+def index_jobs(records: Iterable[JobRecord]) -> dict[str, JobRecord]:
+    """Return ``records`` by ``namespace/name`` (pure)."""
+    return {job.key: job for job in records}
+
+
+def _account(
+    used: dict[str, dict[str, int]],
+    ports_used: dict[str, dict[tuple[str, int], int]],
+    workers: dict[str, dict[str, PodRecord]],
+    pod: PodRecord,
+    sign: int,
+) -> None:
+    """Add (``sign`` +1) or take away (-1) ``pod``'s use of its node, its host ports and its
+    membership of its job's workers."""
+    if pod.node is not None and not pod.terminal:
+        use = used.setdefault(pod.node, {})
+        for key, amount in pod.requests.items():
+            use[key] = use.get(key, 0) + sign * amount
+        if pod.host_ports:
+            ports = ports_used.setdefault(pod.node, {})
+            for port in pod.host_ports:
+                ports[port] = ports.get(port, 0) + sign
+                if not ports[port]:
+                    del ports[port]
+            if not ports:
+                del ports_used[pod.node]
+    if pod.job is not None:
+        members = workers.setdefault(pod.job, {})
+        if sign > 0:
+            members[pod.key] = pod
+        else:
+            members.pop(pod.key, None)
+            if not members:
+                del workers[pod.job]
+
+
+def _frees(old: PodRecord, new: PodRecord) -> bool:
+    """Return whether a pod's change may free capacity for a waiting gang: it left its node or
+    finished, its requests shrank, or a worker bound (its rank's reservation ends, maybe on
+    another node than the one it bound to)."""
+    if old.node is not None and not old.terminal:
+        return new.node != old.node or new.terminal or new.requests != old.requests
+    return new.job is not None and new.node is not None and old.node is None
+
+
+def _holds(job: JobRecord) -> bool:
+    """Return whether the job's stored plan holds nodes."""
+    return (job.raw_status.get("placement") or {}).get("state") == "Planned"
 
 
 def _placement_facts(pod: PodRecord) -> tuple[object, ...]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from placer_world import Clock, RecordingWriter
 
+from tpfabric_scheduler import placer as placer_module
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placer import GangPlacer
 from tpfabric_scheduler.store import ClusterStore
@@ -17,3 +20,17 @@ def world() -> tuple[ClusterStore, RecordingWriter, GangPlacer, Clock]:
     clock = Clock()
     placer = GangPlacer(store, writer, Metrics(), clock=clock, bind_timeout=60)  # type: ignore[arg-type]
     return store, writer, placer, clock
+
+
+@pytest.fixture
+def snapshots(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the placer's snapshot builds (one entry per build)."""
+    built: list[int] = []
+    real = placer_module.build_snapshot
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(placer_module, "build_snapshot", counting)
+    return built

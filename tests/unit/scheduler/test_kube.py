@@ -16,7 +16,7 @@ from tpfabric_scheduler.kube import (
     LIST_PAGE_SIZE,
     Informer,
     KubeWriter,
-    _Kind,
+    informer_kinds,
     list_pages,
     slim_job,
     slim_node,
@@ -210,20 +210,14 @@ def test_a_slim_job_makes_the_record_of_the_whole_job() -> None:
 
 # -- the informer loop -----------------------------------------------------------------------
 
+KINDS = ("nodes", "pods", "tensorparalleljobs")
+
 
 def test_an_informer_feeds_the_store_from_every_page_and_relists_after_410() -> None:
     store = ClusterStore()
     listed = PagedList(pods(700))
     changes: list[None] = []
-    kind = _Kind(
-        "pods",
-        listed,
-        store.replace_pods,
-        store.upsert_pod,
-        store.delete_pod,
-        namespaced=True,
-        slim=slim_pod,
-    )
+    kind = next(k for k in informer_kinds(store, dict.fromkeys(KINDS, listed)) if k.name == "pods")
     informer = Informer(kind, store, lambda: changes.append(None))
     watched: list[str] = []
 

@@ -386,20 +386,6 @@ def test_a_released_worker_whose_node_was_taken_drops_the_plan_sooner(world: Any
     assert "taken by other pods" in plan["message"]
 
 
-@pytest.fixture
-def snapshots(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the placer's snapshot builds (one entry per build)."""
-    built: list[int] = []
-    real = placer_module.build_snapshot
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        built.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(placer_module, "build_snapshot", counting)
-    return built
-
-
 def test_a_cycle_that_only_watches_a_gang_bind_builds_no_snapshot(
     world: Any, snapshots: list[int]
 ) -> None:
