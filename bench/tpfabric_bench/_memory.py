@@ -6,12 +6,15 @@ tpfabric_bench._memory``), so nothing of the parent's heap is counted:
 - **measured**: after its imports the child reads ``VmRSS`` from ``/proc/self/status`` and resets
   the kernel's high-water mark (``VmHWM``, by writing 5 to ``/proc/self/clear_refs``); it lists
   nodes, TensorParallelJobs and pods through ``Informer._list``, the product's own list function
-  (``list_pages`` in pages of ``LIST_PAGE_SIZE``, ``slim_*`` on each page, one ``replace_*`` under
-  the store lock), and reads ``VmHWM`` and ``VmRSS`` again. Then, with the store loaded, it times
+  (``list_pages`` in pages of each kind's size, every object cut down and made a record as its
+  page arrives, the store's view built outside the lock and installed under it in one step), and
+  reads ``VmHWM`` and ``VmRSS`` again. Then, with the store loaded, it times
   the extender's decisions in-process (``filter_nodes`` + ``prioritize_nodes`` under the store
   lock, the request parsed once beforehand) for a released worker pod, beside the same decisions
   on a store that holds only the nodes and that worker's job (what the latency benchmark's
-  servers hold), and one full ``gc.collect()``: the pause an automatic full collection costs.
+  servers hold), and one full ``gc.collect()``: the pause an automatic full collection costs
+  (the list moved the records into the collector's permanent generation, so it traverses only
+  what came after).
 - **traced**: the same load under ``tracemalloc`` (which slows Python down and costs memory of
   its own, so it never shares a process with the RSS and timing figures): the peak of Python's
   allocations during each kind's list, and what stays allocated afterwards (the store).
@@ -64,7 +67,7 @@ from tpfabric_core.api import GROUP, VERSION
 from tpfabric_core.fabric_description import FabricDescription, uniform_fabric
 from tpfabric_scheduler.config import SCHEDULER_NAME
 from tpfabric_scheduler.extender import filter_nodes, prioritize_nodes
-from tpfabric_scheduler.kube import LIST_PAGE_SIZE, Informer, informer_kinds
+from tpfabric_scheduler.kube import POD_PAGE_SIZE, Informer, informer_kinds
 from tpfabric_scheduler.protocol import ExtenderArgs, parse_extender_args
 from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL, ClusterStore
 
@@ -1107,7 +1110,7 @@ def measure(pods: int, nodes: int, samples: int, warmup: int) -> dict[str, Any]:
         "pods": pods,
         "nodes": nodes,
         "jobs": shape.jobs,
-        "page_size": LIST_PAGE_SIZE,
+        "page_size": POD_PAGE_SIZE,
         "lists": lists_result,
         "store": _store_counts(store),
         "rss": rss,
@@ -1126,8 +1129,8 @@ def measure_traced(pods: int, nodes: int) -> dict[str, Any]:
     lists = _lists(shape)
     store = ClusterStore()
     informers = _informers(store, lists)
-    for fake in lists.values():  # tracing the fake server's work would take minutes
-        fake.prebuild(LIST_PAGE_SIZE)
+    for kind, fake in lists.items():  # tracing the fake server's work would take minutes
+        fake.prebuild(informers[kind].kind.page_size)
     gc.collect()
     tracemalloc.start()
     kinds: dict[str, dict[str, float]] = {}

@@ -1,7 +1,7 @@
 """Extender benchmark: request latency of filter+prioritize, and kube-scheduler pods/s with it.
 
 ``tpfabric bench extender [--nodes 1000,5000] [--requests 500] [--memory-pods 50000]
-[--skip-cluster] [--json FILE]``
+[--skip-cluster] [--skip-relist] [--sizing] [--json FILE]``
 
 (a) **Latency.** For each node count, the real extender app (``tpfabric_scheduler.server.make_app``
 served by aiohttp exactly as ``python -m tpfabric_scheduler`` serves it, ``access_log=None``) runs
@@ -33,12 +33,21 @@ the same K pods through the extender (pass-through); TensorParallelJob gangs (ga
 released by the placer before the scheduler starts; the placer's time is reported separately).
 
 (c) **Memory** (skipped with ``--memory-pods 0``; run right after (a), before the cluster of (b)).
-The extender's real informer list path (``Informer._list``: pages of 500, each cut down before
+The extender's real informer list path (``Informer._list``: pages of 25 pods, each cut down before
 the next) fed by a fake API server with 50,000 pods of 5-10 KB of JSON (managedFields, env,
 volumes, status; TensorParallelJob workers and other pods), 5,000 nodes and the workers' jobs, in
 a child process: RSS growth (``VmRSS``/``VmHWM``), tracemalloc peak, list time, the store's
 steady size, and the filter/prioritize decision times with that store loaded, beside a store of
 the nodes and the probed job alone. See :mod:`tpfabric_bench._memory`.
+
+(d) **Relist** (after (c), skipped with ``--skip-relist``): /filter latency while the extender
+relists the ``--memory-pods`` pods and runs the placer cycle that wakes, beside before and after;
+see :mod:`tpfabric_bench._relist`.
+
+(e) **Sizing** (opt-in, ``--sizing``): the memory of the real extender process and of tpfabric's
+kube-scheduler started on a local control plane that already holds ``--sizing-nodes`` nodes and
+``--sizing-pods`` pods: the figures behind the chart's memory requests and limits; see
+:mod:`tpfabric_bench._sizing`.
 
 Numbers are wall-clock on whatever machine runs it and vary with its load. This module measures;
 it must never be imported by the product, assert on timings, or bind anything but 127.0.0.1.
@@ -75,6 +84,8 @@ from rich.table import Table
 
 from tpfabric_bench._harness import environment, local_cluster, start_placer, tail, wait
 from tpfabric_bench._memory import run_memory
+from tpfabric_bench._relist import relist_table, run_relist
+from tpfabric_bench._sizing import run_sizing, sizing_table
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric_description import uniform_fabric
 from tpfabric_scheduler.config import SCHEDULER_NAME, scheduler_configuration
@@ -846,7 +857,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="tpfabric bench extender",
         description=(
             "(a) Extender latency at 1,000/5,000 nodes, (b) kube-scheduler pods/s with it, "
-            "(c) its memory and decision times with 50,000 pods listed."
+            "(c) its memory and decision times with 50,000 pods listed, (d) its latency while "
+            "it relists them, (e) with --sizing, the memory of it and kube-scheduler at scale."
         ),
     )
     parser.add_argument(
@@ -872,6 +884,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--memory-nodes", type=int, default=5_000, metavar="N", help="(c) nodes listed with them"
     )
+    parser.add_argument(
+        "--skip-relist",
+        action="store_true",
+        help="skip (d), /filter latency while the extender relists --memory-pods pods",
+    )
+    parser.add_argument(
+        "--sizing",
+        action="store_true",
+        help="(e): a local control plane with --sizing-nodes kwok nodes and --sizing-pods pods, "
+        "and the memory of the extender and kube-scheduler started on it (minutes; opt-in)",
+    )
+    parser.add_argument("--sizing-nodes", type=int, default=5_000, metavar="N")
+    parser.add_argument("--sizing-pods", type=int, default=50_000, metavar="N")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results here")
     parser.add_argument("--serve", choices=("tpfabric", "trivial"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -904,6 +929,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         console.print(memory_table(output["memory"]))
         console.print(decisions_table(output["memory"]))
+        if not args.skip_relist:
+            output["relist"] = run_relist(
+                pods=args.memory_pods, nodes=args.memory_nodes, quiet_s=2.0, log=console.log
+            )
+            console.print(relist_table(output["relist"]))
+    if args.sizing:
+        output["sizing"] = run_sizing(
+            nodes=args.sizing_nodes, pods=args.sizing_pods, log=console.log
+        )
+        console.print(sizing_table(output["sizing"]))
     if not args.skip_cluster:
         output["cluster"] = run_cluster(
             nodes=args.cluster_nodes,

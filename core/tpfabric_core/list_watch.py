@@ -39,18 +39,23 @@ _GONE = 410
 
 
 def list_pages(
-    list_call: Callable[..., Any], slim: Callable[[dict[str, Any]], T]
+    list_call: Callable[..., Any],
+    slim: Callable[[dict[str, Any]], T],
+    *,
+    page_size: int = LIST_PAGE_SIZE,
 ) -> tuple[list[T], str]:
     """Return every object of a paginated list, each cut down by ``slim``, and its version.
 
-    Pages of ``LIST_PAGE_SIZE``; each response body is parsed, cut down and dropped before the
-    next one is fetched. The resourceVersion is the snapshot's (the first page's). An expired
-    continue token (410) raises like any list error: the caller lists again from the start.
+    Pages of ``page_size`` objects; each response body is parsed, cut down and dropped before
+    the next one is fetched. The resourceVersion is the snapshot's (the first page's). An
+    expired continue token (410) raises like any list error: the caller lists again from the
+    start. Parsing a body is one call that holds the interpreter's lock throughout: a process
+    that must keep answering other threads meanwhile asks for smaller pages.
     """
     objects: list[T] = []
     version, token = "", ""
     while True:
-        page = _page(list_call, token)
+        page = _page(list_call, token, page_size)
         version = version or str(page["metadata"]["resourceVersion"])
         token = str(page["metadata"].get("continue") or "")
         objects.extend(map(slim, page.get("items") or ()))
@@ -59,8 +64,8 @@ def list_pages(
             return objects, version
 
 
-def _page(list_call: Callable[..., Any], token: str) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False}
+def _page(list_call: Callable[..., Any], token: str, page_size: int) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"limit": page_size, "_preload_content": False}
     if token:
         kwargs["_continue"] = token
     page: dict[str, Any] = orjson.loads(list_call(**kwargs).data)

@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -314,9 +315,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+#: how long a thread may hold the interpreter before one waiting is let in (CPython's default
+#: 5 ms): a relist or a placer cycle runs in its own thread, and each answer to kube-scheduler
+#: takes the interpreter several times; 1 ms keeps those answers within a few milliseconds
+SWITCH_INTERVAL_S = 0.001
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse flags and serve."""
     args = parse_args(argv)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     logging.basicConfig(
         level=args.log_level.upper(),
         format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'

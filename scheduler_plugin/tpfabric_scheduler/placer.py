@@ -245,14 +245,14 @@ class GangPlacer:
         #: the pod writes of every gang being released share this bound
         self._releasing = ThreadPoolExecutor(RELEASE_CONCURRENCY, thread_name_prefix="release")
 
-    # -- reading the store (lock held) -------------------------------------------------------
+    # -- reading the store (a view of it, or the store with its lock held) ------------------
 
-    def _topology_now(self) -> ClusterTopology:
-        if self._topology is None or self._topology_generation != self.store.topology_generation:
+    def _topology_now(self, store: ClusterStore) -> ClusterTopology:
+        if self._topology is None or self._topology_generation != store.topology_generation:
             self._topology = ClusterTopology.from_node_labels(
-                {name: node.labels for name, node in self.store.nodes.items()}, self.levels
+                {name: node.labels for name, node in store.nodes.items()}, self.levels
             )
-            self._topology_generation = self.store.topology_generation
+            self._topology_generation = store.topology_generation
         return self._topology
 
     def _uplink_load(
@@ -269,34 +269,40 @@ class GangPlacer:
         self._ring_flows = kept
         return load_of(topology, list(kept.values()))
 
-    def _eligible_of(self, job: JobRecord, worker: PodRecord) -> frozenset[str] | None:
+    def _eligible_of(
+        self, store: ClusterStore, job: JobRecord, worker: PodRecord
+    ) -> frozenset[str] | None:
         """Return the nodes the job's workers may run on, cached per topology generation."""
         key = (job.uid, repr(sorted(worker.scheduling.items())))
         cached = self._eligible.get(key)
-        if cached is not None and cached[0] == self.store.topology_generation:
+        if cached is not None and cached[0] == store.topology_generation:
             return cached[1]
-        eligible = eligible_nodes(self.store, worker.scheduling)
+        eligible = eligible_nodes(store, worker.scheduling)
         if len(self._eligible) > 4096:
             self._eligible.clear()
-        self._eligible[key] = (self.store.topology_generation, eligible)
+        self._eligible[key] = (store.topology_generation, eligible)
         return eligible
 
     def pending_work(
-        self, reservations: dict[str, list[Reservation]] | None = None
+        self,
+        reservations: dict[str, list[Reservation]] | None = None,
+        store: ClusterStore | None = None,
     ) -> list[PlacementWork]:
-        """Return the jobs with gated or unbound workers, by priority then arrival."""
+        """Return the jobs with gated or unbound workers, by priority then arrival, read from
+        ``store`` (a view; default: the store, with its lock held)."""
+        store = store or self.store
         if reservations is None:
-            reservations = reservations_by_job(self.store)
+            reservations = reservations_by_job(store)
         now = self.clock()
         work = []
-        for key, job in self.store.jobs.items():
+        for key, job in store.jobs.items():
             if job.job is None or job.job.spec.suspend:
                 continue
-            members = sorted(self.store.workers.get(key, {}).values(), key=lambda p: p.name)
+            members = sorted(store.workers.get(key, {}).values(), key=lambda p: p.name)
             live = [p for p in members if not p.terminal and not p.deleting]
             gated = [p for p in live if p.gated and p.uid not in self._released]
             unbound = [p for p in live if p.node is None and not p.gated]
-            placement = self.store.placement_of(job)
+            placement = store.placement_of(job)
             planned = placement.get("state") == "Planned"
             if not members:
                 continue
@@ -326,15 +332,15 @@ class GangPlacer:
                     gated=gated,
                     placement=placement,
                     reservations=reservations.get(key, []),
-                    eligible=self._eligible_of(job, worker),
+                    eligible=self._eligible_of(store, job, worker),
                     priority=max((p.priority for p in members), default=0),
-                    refused=refused_nodes(self.store, placement, worker, now),
+                    refused=refused_nodes(store, placement, worker, now),
                 )
             )
         work.sort(key=lambda w: (-w.priority, w.job.created, w.job.key))
         return work
 
-    def unfinished_replans(self, now: float) -> list[JobRecord]:
+    def unfinished_replans(self, now: float, store: ClusterStore | None = None) -> list[JobRecord]:
         """Return jobs whose plan was dropped (``Replanning``) while pods of that plan remain.
 
         Dropping a plan writes ``Replanning`` first (so the operator charges no restart for the
@@ -344,27 +350,29 @@ class GangPlacer:
         from the dropped plan. A deletion is asked again after REPLAN_DELETE_RETRY_SECONDS at
         the earliest (the store shows a deleted pod only once the watch does).
         """
+        store = store or self.store
         left = []
         replanning = set()
-        for key, job in self.store.jobs.items():
-            if self.store.placement_of(job).get("state") != "Replanning":
+        for key, job in store.jobs.items():
+            if store.placement_of(job).get("state") != "Replanning":
                 continue
             replanning.add(job.uid)
             if now - self._replan_deleted.get(job.uid, -math.inf) < REPLAN_DELETE_RETRY_SECONDS:
                 continue
-            pods = self.store.workers.get(key, {}).values()
+            pods = store.workers.get(key, {}).values()
             if any(not p.gated and not p.terminal and not p.deleting for p in pods):
                 left.append(job)
         for uid in [u for u in self._replan_deleted if u not in replanning]:
             del self._replan_deleted[uid]  # planned again, or gone
         return left
 
-    def suspended_with_plan(self) -> list[JobRecord]:
+    def suspended_with_plan(self, store: ClusterStore | None = None) -> list[JobRecord]:
         """Return suspended jobs that still carry a placement (to be dropped)."""
+        store = store or self.store
         return [
             job
-            for job in self.store.jobs.values()
-            if job.job is not None and job.job.spec.suspend and self.store.placement_of(job)
+            for job in store.jobs.values()
+            if job.job is not None and job.job.spec.suspend and store.placement_of(job)
         ]
 
     # -- one cycle ---------------------------------------------------------------------------
@@ -377,21 +385,24 @@ class GangPlacer:
         self._wake_again = False
         now = self.clock()
         with self.store.lock:
-            topology = self._topology_now()
-            reservations = reservations_by_job(self.store)
-            work = self.pending_work(reservations)
-            suspended = self.suspended_with_plan()
-            unfinished = self.unfinished_replans(now)
-            freed = self.store.freed_generation
-            # a cycle that only watches released gangs bind (none due for the bind check) and
-            # meets waiting gangs whose inputs did not change needs no snapshot: every bind and
-            # pod update wakes a cycle, and a snapshot of every node built under the lock each
-            # time would hold the extender's filter and prioritize calls (the same lock) for
-            # nothing
-            needed = any(self._needs_snapshot(item, now, freed) for item in work)
-            snapshot = build_snapshot(self.store, topology, reservations) if needed else None
-            rings = planned_rings(self.store) if needed else []
-            typical = typical_gang_gpus(self.store.jobs.values()) if needed else None
+            # O(nodes + jobs) references under the lock; everything else of the cycle reads the
+            # view without it: the extender's answers (which take the lock) never wait for the
+            # cycle's walk over every job and node (120 ms at 5,000 nodes and 2,500 jobs)
+            view = self.store.view()
+        topology = self._topology_now(view)
+        reservations = reservations_by_job(view)
+        work = self.pending_work(reservations, view)
+        suspended = self.suspended_with_plan(view)
+        unfinished = self.unfinished_replans(now, view)
+        freed = view.freed_generation
+        # a cycle that only watches released gangs bind (none due for the bind check) and
+        # meets waiting gangs whose inputs did not change needs no snapshot: every bind and
+        # pod update wakes a cycle, and a snapshot of every node is not built for nothing
+        needed = any(self._needs_snapshot(item, now, freed) for item in work)
+        snapshot = build_snapshot(view, topology, reservations) if needed else None
+        rings = planned_rings(view) if needed else []
+        typical = typical_gang_gpus(view.jobs.values()) if needed else None
+        del view
         uplinks = self._uplink_load(topology, rings) if needed else None
         for job in suspended:
             self._drop_suspended(job)

@@ -256,6 +256,30 @@ class ClusterStore:
         self.placer_heartbeat: float | None = None
         self._reservations: tuple[int, dict[str, tuple[tuple[str, int], ...]]] = (-1, {})
 
+    def view(self) -> ClusterStore:
+        """Return a copy of the store to read without its lock (call with the lock held).
+
+        O(nodes + jobs) references: the inner maps (a node's use, a job's workers) are shared,
+        and the store replaces them rather than changing them (:func:`_account`); records are
+        never changed. The placer plans on a view, so that the extender's answers (which take
+        the lock) never wait for a cycle's reading of 5,000 nodes and every job. A view holds
+        no pods by key (the placer reads a job's pods from ``workers``), and nobody writes to
+        it but what it caches itself.
+        """
+        copy = ClusterStore()
+        copy.nodes = dict(self.nodes)
+        copy.jobs = dict(self.jobs)
+        copy.used = dict(self.used)
+        copy.workers = dict(self.workers)
+        copy.ports_used = dict(self.ports_used)
+        copy.fresh_plans = dict(self.fresh_plans)
+        copy.topology_generation = self.topology_generation
+        copy.generation = self.generation
+        copy.capacity_generation = self.capacity_generation
+        copy.freed_generation = self.freed_generation
+        copy._reservations = self._reservations  # immutable once made
+        return copy
+
     # -- nodes -------------------------------------------------------------------------------
 
     def upsert_node(self, obj: dict[str, Any]) -> None:
@@ -285,13 +309,17 @@ class ClusterStore:
         """Replace every node (after a relist)."""
         self.install_nodes(index_nodes(map(NodeRecord.from_object, objs)))
 
-    def install_nodes(self, nodes: dict[str, NodeRecord]) -> None:
-        """Replace every node with ``nodes`` (from :func:`index_nodes`): O(1) under the lock."""
-        self.nodes = nodes
+    def install_nodes(self, nodes: dict[str, NodeRecord]) -> dict[str, NodeRecord]:
+        """Replace every node with ``nodes`` (from :func:`index_nodes`): O(1) under the lock.
+
+        Return the nodes replaced, for the caller to free outside the lock.
+        """
+        old, self.nodes = self.nodes, nodes
         self.topology_generation += 1
         self.capacity_generation += 1
         self.freed_generation += 1
         self.generation += 1
+        return old
 
     # -- pods --------------------------------------------------------------------------------
 
@@ -329,14 +357,20 @@ class ClusterStore:
         """Replace every pod (after a relist)."""
         self.install_pods(index_pods(map(PodRecord.from_object, objs)))
 
-    def install_pods(self, index: PodIndex) -> None:
+    def install_pods(self, index: PodIndex) -> PodIndex:
         """Replace every pod with ``index`` (from :func:`index_pods`, built outside the lock):
-        O(1) under the lock, so a relist of 50,000 pods never holds the extender's requests."""
+        O(1) under the lock, so a relist of 50,000 pods never holds the extender's requests.
+
+        Return the index replaced: freeing 50,000 records at once is one long deallocation that
+        holds the interpreter, so the caller frees it outside the lock, piece by piece.
+        """
+        old = PodIndex(self.pods, self.used, self.workers, self.ports_used)
         self.pods, self.used = index.pods, index.used
         self.workers, self.ports_used = index.workers, index.ports_used
         self.capacity_generation += 1
         self.freed_generation += 1
         self.generation += 1
+        return old
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -367,12 +401,16 @@ class ClusterStore:
         """Replace every job (after a relist)."""
         self.install_jobs(index_jobs(map(JobRecord.from_object, objs)))
 
-    def install_jobs(self, jobs: dict[str, JobRecord]) -> None:
-        """Replace every job with ``jobs`` (from :func:`index_jobs`): O(1) under the lock."""
-        self.jobs = jobs
+    def install_jobs(self, jobs: dict[str, JobRecord]) -> dict[str, JobRecord]:
+        """Replace every job with ``jobs`` (from :func:`index_jobs`): O(1) under the lock.
+
+        Return the jobs replaced, for the caller to free outside the lock.
+        """
+        old, self.jobs = self.jobs, jobs
         self.capacity_generation += 1
         self.freed_generation += 1
         self.generation += 1
+        return old
 
     # -- plans -------------------------------------------------------------------------------
 
@@ -465,7 +503,7 @@ def index_pods(records: Iterable[PodRecord]) -> PodIndex:
     index = PodIndex({}, {}, {}, {})
     for pod in records:
         index.pods[pod.key] = pod
-        _account(index.used, index.ports_used, index.workers, pod, +1)
+        _account(index.used, index.ports_used, index.workers, pod, +1, in_place=True)
     return index
 
 
@@ -485,29 +523,46 @@ def _account(
     workers: dict[str, dict[str, PodRecord]],
     pod: PodRecord,
     sign: int,
+    *,
+    in_place: bool = False,
 ) -> None:
     """Add (``sign`` +1) or take away (-1) ``pod``'s use of its node, its host ports and its
-    membership of its job's workers."""
+    membership of its job's workers.
+
+    The inner maps (one node's use, one job's workers) are replaced, never changed, unless
+    ``in_place`` (an index nobody else holds yet): a :meth:`ClusterStore.view` shares them.
+    """
+
+    def own(inner: dict[Any, Any] | None) -> dict[Any, Any]:
+        if inner is None:
+            return {}
+        return inner if in_place else dict(inner)
+
     if pod.node is not None and not pod.terminal:
-        use = used.setdefault(pod.node, {})
+        use = own(used.get(pod.node))
         for key, amount in pod.requests.items():
             use[key] = use.get(key, 0) + sign * amount
+        used[pod.node] = use
         if pod.host_ports:
-            ports = ports_used.setdefault(pod.node, {})
+            ports = own(ports_used.get(pod.node))
             for port in pod.host_ports:
                 ports[port] = ports.get(port, 0) + sign
                 if not ports[port]:
                     del ports[port]
-            if not ports:
-                del ports_used[pod.node]
+            if ports:
+                ports_used[pod.node] = ports
+            else:
+                ports_used.pop(pod.node, None)
     if pod.job is not None:
-        members = workers.setdefault(pod.job, {})
+        members = own(workers.get(pod.job))
         if sign > 0:
             members[pod.key] = pod
         else:
             members.pop(pod.key, None)
-            if not members:
-                del workers[pod.job]
+        if members:
+            workers[pod.job] = members
+        else:
+            workers.pop(pod.job, None)
 
 
 def _frees(old: PodRecord, new: PodRecord) -> bool:

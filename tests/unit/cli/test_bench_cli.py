@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import orjson
@@ -18,7 +19,9 @@ from tpfabric_bench._memory import (
     measure,
     measure_traced,
 )
-from tpfabric_scheduler.kube import list_pages
+from tpfabric_bench._relist import run_relist
+from tpfabric_bench._sizing import _submitted
+from tpfabric_scheduler.kube import POD_PAGE_SIZE, list_pages
 from tpfabric_scheduler.store import JOB_LABEL
 
 
@@ -89,7 +92,7 @@ def test_the_fake_cluster_is_api_sized_workers_and_other_pods() -> None:
 def test_the_memory_measurement_reports_lists_store_rss_and_decisions() -> None:
     result = measure(pods=400, nodes=40, samples=5, warmup=1)
     assert set(result) >= {"lists", "store", "rss", "gc_full_ms", "decisions", "page_size"}
-    assert result["lists"]["pods"]["pages"] == 1
+    assert result["lists"]["pods"]["pages"] == math.ceil(400 / POD_PAGE_SIZE)
     assert result["store"] == {
         "nodes": 40,
         "pods": 400,
@@ -108,3 +111,29 @@ def test_the_traced_measurement_reports_the_peak_and_the_store() -> None:
     result = measure_traced(pods=100, nodes=16)
     assert set(result["kinds"]) == {"nodes", "tensorparalleljobs", "pods"}
     assert result["peak_mib"] >= result["store_mib"] > 0
+
+
+def test_the_relist_run_times_filter_before_during_and_after_a_relist() -> None:
+    result = run_relist(pods=400, nodes=40, quiet_s=0.3, log=lambda _: None)
+    assert result["store_pods"] == 400
+    relist = result["relist"]
+    assert relist["start"] <= relist["listed"] <= relist["end"]
+    assert result["outside"]["count"] > 0, "requests were answered before and after"
+    assert result["list"]["count"] + result["cycle"]["count"] > 0, "and while it relisted"
+    for window in ("list", "cycle", "outside"):
+        assert set(result[window]) == {"count", "p50", "p99", "max", "over_50ms"}
+
+
+def test_the_sizing_pods_are_submitted_as_their_creators_make_them() -> None:
+    shape = ClusterShape(400, 40)
+    bodies = [_submitted(shape, k) for k in range(400)]
+    for body in bodies:
+        assert "status" not in body
+        assert "managedFields" not in body["metadata"]
+        assert "uid" not in body["metadata"]
+        assert "priority" not in body["spec"], "the Priority admission refuses a given priority"
+    bound = [b for b in bodies if b["spec"].get("nodeName")]
+    assert bound, "running pods are bound by nodeName"
+    assert all(b["spec"]["nodeName"] in shape.node_names for b in bound)
+    gated = [b for b in bodies if b["spec"].get("schedulingGates")]
+    assert all(b["spec"]["schedulerName"] == "tpfabric-scheduler" for b in gated)

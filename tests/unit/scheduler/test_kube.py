@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import math
 import weakref
 from typing import Any
 
@@ -14,6 +15,7 @@ from kubernetes.client.rest import ApiException
 
 from tpfabric_scheduler.kube import (
     LIST_PAGE_SIZE,
+    POD_PAGE_SIZE,
     Informer,
     KubeWriter,
     informer_kinds,
@@ -233,7 +235,9 @@ def test_an_informer_feeds_the_store_from_every_page_and_relists_after_410() -> 
     informer.run()
     assert informer.synced.is_set()
     assert watched == ["42", "42"]
-    assert len(listed.calls) == 2 + 1  # two pages, then one page after the relist
+    # every page of POD_PAGE_SIZE pods, then one page after the relist
+    assert len(listed.calls) == math.ceil(700 / POD_PAGE_SIZE) + 1
+    assert all(call["limit"] == POD_PAGE_SIZE for call in listed.calls)
     assert len(store.pods) == 10
     assert len(changes) == 2
 
