@@ -112,6 +112,17 @@ class GangPlan:
     max_wait_seconds: int | None
     batch_pool: bool
     finishes: bool
+    #: 4: workers of half a node (and half its RDMA devices); two can share a node
+    gpus_per_worker: int = 8
+    #: the template's required pod anti-affinity keeps the gang's workers one per node
+    apart: bool = False
+    #: a nodeSelector no node matches (a typo): the gang can never fit
+    typo_selector: bool = False
+
+    @property
+    def never_fits(self) -> bool:
+        """Return whether no domain the job may use can ever hold it (it must hold nothing)."""
+        return self.typo_selector or (self.mode == "required" and self.workers > LEAF_NODES)
 
     def manifest(self) -> dict[str, Any]:
         """Return the TensorParallelJob object."""
@@ -123,16 +134,29 @@ class GangPlan:
         }
         if self.batch_pool:
             pod_spec["nodeSelector"] = {POOL_LABEL: "batch"}
+        if self.typo_selector:
+            pod_spec["nodeSelector"] = {POOL_LABEL: "bacth"}
+        if self.apart:
+            pod_spec["affinity"] = {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {JOB_LABEL: self.name}},
+                        }
+                    ]
+                }
+            }
         return {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KIND,
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": {
                 "workers": self.workers,
-                "gpusPerWorker": 8,
-                "tensorParallelSize": 8,
+                "gpusPerWorker": self.gpus_per_worker,
+                "tensorParallelSize": self.gpus_per_worker,
                 "topology": topology,
-                "rdma": {"resourceName": RDMA_RESOURCE, "count": 8},
+                "rdma": {"resourceName": RDMA_RESOURCE, "count": self.gpus_per_worker},
                 "template": {"spec": pod_spec},
             },
         }
@@ -140,6 +164,10 @@ class GangPlan:
 
 #: workers -> share of the jobs: mostly 1-4, some 8, a few 16 and 32
 SIZE_WEIGHTS = {1: 20, 2: 25, 3: 10, 4: 20, 8: 15, 16: 6, 32: 4}
+#: nodes of a leaf of the soak's fabric
+LEAF_NODES = 8
+#: job index -> how it can never fit (arriving early, so they wait at the head of the line)
+NEVER_FITTING = {5: "level", 9: "selector"}
 
 
 def gang_mix(
@@ -148,8 +176,11 @@ def gang_mix(
     """Return ``count`` jobs in arrival order, spread over ``namespaces``.
 
     Up to 8 workers: half ``required`` leaf, half ``preferred`` leaf waiting 10-40 s; about one
-    in six of those up to 4 workers asks for ``pool=batch``. 16 and 32 workers: ``preferred``
-    leaf (no leaf holds them: they climb after waiting), a 16 sometimes ``required`` spine.
+    in six of those up to 4 workers asks for ``pool=batch``; about one in six of up to 8 has
+    workers of half a node (4 GPUs), and a third of those keep them one per node by required pod
+    anti-affinity. 16 and 32 workers: ``preferred`` leaf (no leaf holds them: they climb after
+    waiting), a 16 sometimes ``required`` spine. Two jobs can never fit: 12 workers that require
+    one leaf of 8 nodes, and a typo in a nodeSelector.
     """
     rng = random.Random(seed)
     sizes = list(SIZE_WEIGHTS)
@@ -163,16 +194,27 @@ def gang_mix(
             mode, wait = "required", None
         elif workers == 16 and rng.random() < 0.4:
             mode, level, wait = "required", "spine", None
+        half = workers <= 8 and rng.random() < 0.17
+        apart = half and rng.random() < 0.33
+        never = NEVER_FITTING.get(index, "")
+        if never == "level":
+            workers, mode, level, wait = LEAF_NODES + 4, "required", "leaf", None
+        suffix = "-g4" if half else ""
+        suffix += "-apart" if apart else ""
+        suffix += f"-never-{never}" if never else ""
         plans.append(
             GangPlan(
-                name=f"gang-{index:03d}-w{workers}",
+                name=f"gang-{index:03d}-w{workers}{suffix}",
                 namespace=namespaces[index % len(namespaces)],
                 workers=workers,
                 mode=mode,
                 level=level,
                 max_wait_seconds=wait,
-                batch_pool=workers <= 4 and rng.random() < 0.17,
-                finishes=rng.random() < finish_share,
+                batch_pool=workers <= 4 and rng.random() < 0.17 and not never,
+                finishes=rng.random() < finish_share and not never,
+                gpus_per_worker=4 if half else 8,
+                apart=apart,
+                typo_selector=never == "selector",
             )
         )
     return plans

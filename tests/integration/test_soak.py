@@ -7,7 +7,9 @@ the 104 nodes of the first 13 leaves carry ``pool=batch``, and one node in 16 of
 NoSchedule taint. The operator runs, and a second extender/placer replica beside the session's:
 the two elect one placer by the Lease. Over ``ARRIVAL_SECONDS``: 200 TensorParallelJobs (mostly
 1-4 workers, some 8, a few 16 and 32; required leaf, preferred leaf with maxWaitSeconds, some
-required spine, some ``pool=batch``) in three namespaces, 50 plain 8-GPU pods for the default
+required spine, some ``pool=batch``; some with workers of half a node, a third of those kept one
+per node by required pod anti-affinity; two that can never fit, early in the line) in three
+namespaces, 50 plain 8-GPU pods for the default
 kube-scheduler (a third deleted after 30 s), about a third of the gangs deleted 20 s after they
 run (they "finish"), five nodes made NotReady (some running workers), and the placer leader
 SIGKILLed twice (restarted, as kubelet would, once the other replica holds the lease).
@@ -23,6 +25,8 @@ Checked every ~2 s, on one consistent list of pods, and at the end:
 - no gang half-bound (some workers bound, others not) longer than the placer's bind bound plus
   15 s; no job Failed; nothing newly bound to a NotReady node; no gang re-planned after it ran
   whole (nothing here makes a running worker fail);
+- a gang that can never fit binds nothing (and ends waiting with a reason that says so); the
+  workers of an anti-affine gang never share a node;
 - after a settle period every remaining gang runs whole or waits with the placer's reason.
 
 The numbers (time to Running, failover, plans, durations) are printed and written to
@@ -48,6 +52,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from soak_support import (
+    NEVER_FITTING,
     ROLE_LABEL,
     SOAK_LABEL,
     Fleet,
@@ -393,6 +398,15 @@ class InvariantWatch(threading.Thread):
                     )
             else:
                 self.half_bound_since.pop(gang.key, None)
+            nodes = [
+                (p.get("spec") or {}).get("nodeName")
+                for p in gang.live_pods
+                if (p.get("spec") or {}).get("nodeName")
+            ]
+            if "-never-" in name and nodes:
+                self.violate(f"{namespace}/{name}, which can never fit, bound: {nodes}", now)
+            if "-apart" in name and len(set(nodes)) < len(nodes):
+                self.violate(f"{namespace}/{name}: anti-affine workers share a node {nodes}", now)
             if gang.running and uid not in self.ran_at:
                 self.ran_at[uid] = time.time()
                 self.running_since.setdefault((namespace, name), now)
@@ -584,6 +598,10 @@ def _report_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
             slash("jobs_running", "jobs_waiting", "jobs_unsettled"),
         ),
         (
+            "never-fitting jobs told so / half-node jobs running at the end",
+            slash("never_fitting_told_never", "half_node_jobs_running"),
+        ),
+        (
             "plain pods created / deleted / bound at the end",
             slash("plain_created", "plain_deleted", "plain_bound"),
         ),
@@ -768,6 +786,12 @@ def _summary(
         "jobs_running": sum(1 for g in final.gangs if g.running),
         "jobs_waiting": sum(1 for g in final.gangs if not g.running and g.waiting_with_reason),
         "jobs_unsettled": len(unsettled),
+        "never_fitting_told_never": sum(
+            1
+            for g in final.gangs
+            if "-never-" in g.key[1] and "ever" in str(g.placement.get("message") or "")
+        ),
+        "half_node_jobs_running": sum(1 for g in final.gangs if "-g4" in g.key[1] and g.running),
         "plain_created": workload.plain_created,
         "plain_deleted": workload.plain_deleted,
         "plain_bound": final.plain_bound,
@@ -836,3 +860,9 @@ def test_200_gangs_with_churn_and_two_leader_kills_keep_the_gang_invariants(soak
     )
     assert len(chaos.failovers) == len(KILL_AT)
     assert watch.time_to_running, "no gang ever ran"
+    never = [g for g in final.gangs if "-never-" in g.key[1]]
+    assert len(never) == len(NEVER_FITTING)
+    assert soak.report["never_fitting_told_never"] == len(NEVER_FITTING), [
+        g.placement.get("message") for g in never
+    ]
+    assert soak.report["half_node_jobs_running"], "a gang of half-node workers ran"
