@@ -127,7 +127,7 @@ class NotLeadingError(RuntimeError):
 
 @dataclass(frozen=True)
 class PlacementWork:
-    """One job the placer must act on, with what it saw under the store lock."""
+    """One job the placer must act on, with what the cycle's view of the store showed."""
 
     job: JobRecord
     members: list[PodRecord]
