@@ -10,6 +10,9 @@ extender), kwok nodes, the real placer/extender process and, where a test says s
   left out of the next plan, and the status names it;
 - kube-scheduler's own preemption never evicts a running gang's member for a waiting worker.
 
+(The fence of a deposed placer's plan writes is tested in test_leader_election.py, where no
+operator acts on the job.)
+
 Each test brings its own eight nodes (two leaves of four, ``bnd-*``) and removes them.
 """
 
@@ -35,7 +38,6 @@ from conftest import (
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.store import GANG_GATE
 
 FABRIC = """
@@ -339,36 +341,3 @@ def test_a_waiting_worker_never_preempts_a_running_gangs_member(
         assert now_pod.status.phase == "Running"
     urgent = core.read_namespaced_pod("urgent-worker-0", namespace)
     assert not urgent.status.nominated_node_name
-
-
-def test_the_api_server_refuses_a_plan_write_computed_from_a_replaced_placement(
-    api: client.ApiClient, tpfabric_scheduling: LocalCluster, namespace: str
-) -> None:
-    custom = client.CustomObjectsApi(api)
-    _job(custom, namespace, "fenced", workers=1)
-    uid = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "fenced")[
-        "metadata"
-    ]["uid"]
-    writer = KubeWriter(api)
-
-    def write(term: int, computed_from: dict[str, Any]) -> None:
-        placement = {"state": "Waiting", "message": f"term {term}", "term": term}
-        writer.patch_job_status(
-            namespace, "fenced", {"placement": placement}, uid=uid, tests=[computed_from]
-        )
-
-    def stored() -> dict[str, Any]:
-        job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "fenced")
-        return dict((job.get("status") or {}).get("placement") or {})
-
-    nothing = {"op": "test", "path": "/status/placement", "value": None}
-    write(3, nothing)  # computed from no placement, and there is none: written
-    assert stored()["term"] == 3
-    with pytest.raises(ApiException) as refused:
-        write(4, nothing)  # a second placer that also saw none: refused
-    assert refused.value.status == 422
-    with pytest.raises(ApiException):
-        write(2, {"op": "test", "path": "/status/placement/term", "value": 2})
-    assert stored()["message"] == "term 3", "the deposed placer's writes changed nothing"
-    write(4, {"op": "test", "path": "/status/placement/term", "value": 3})
-    assert stored()["term"] == 4

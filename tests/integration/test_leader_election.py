@@ -1,4 +1,5 @@
-"""The placer's Lease elector against the real API server: one leader, and a bounded failover."""
+"""The placer's Lease elector against the real API server: one leader, a bounded failover, and
+the fence of a deposed placer's plan writes."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from conftest import wait_for
+from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_localcluster.cluster import LocalCluster
+from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.leader import LeaseElector
 
 LEASE_SECONDS = 4.0
@@ -116,3 +121,47 @@ def test_a_leader_that_stops_cleanly_hands_over_within_a_retry_period(
     handover = follower.transitions[-1][0] - stopped
     print(f"\nhandover after a clean stop: {handover:.2f} s (retry {RETRY_SECONDS} s)")
     assert handover <= RETRY_SECONDS + 1.0
+
+
+def test_the_api_server_refuses_a_plan_write_computed_from_a_replaced_placement(
+    api: client.ApiClient, tpfabric_scheduling: LocalCluster, namespace: str
+) -> None:
+    """No operator runs in this module, so nothing else writes the job's status, and no pod of it
+    exists for the placer to plan."""
+    custom = client.CustomObjectsApi(api)
+    job = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TensorParallelJob",
+        "metadata": {"name": "fenced"},
+        "spec": {
+            "workers": 1,
+            "tensorParallelSize": 8,
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+        },
+    }
+    uid = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)[
+        "metadata"
+    ]["uid"]
+    writer = KubeWriter(api)
+
+    def write(term: int, computed_from: dict[str, Any]) -> None:
+        placement = {"state": "Waiting", "message": f"term {term}", "term": term}
+        writer.patch_job_status(
+            namespace, "fenced", {"placement": placement}, uid=uid, tests=[computed_from]
+        )
+
+    def stored() -> dict[str, Any]:
+        job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "fenced")
+        return dict((job.get("status") or {}).get("placement") or {})
+
+    nothing = {"op": "test", "path": "/status/placement", "value": None}
+    write(3, nothing)  # computed from no placement, and there is none: written
+    assert stored()["term"] == 3
+    with pytest.raises(ApiException) as refused:
+        write(4, nothing)  # a second placer that also saw none: refused
+    assert refused.value.status == 422
+    with pytest.raises(ApiException):
+        write(2, {"op": "test", "path": "/status/placement/term", "value": 2})
+    assert stored()["message"] == "term 3", "the deposed placer's writes changed nothing"
+    write(4, {"op": "test", "path": "/status/placement/term", "value": 3})
+    assert stored()["term"] == 4
