@@ -1,288 +1,29 @@
-"""Leader election on a ``coordination.k8s.io/v1`` Lease: one placer plans, every replica serves.
-
-The protocol of client-go's ``leaderelection`` with a LeaseLock, kept small:
-
-- a candidate takes the lease when it is absent, expired (``renewTime + leaseDurationSeconds`` is
-  past) or already its own; every write is a create, or a replace carrying the resourceVersion
-  it read, so of two candidates racing for an expired lease exactly one wins (the other gets 409);
-- the leader renews every ``retry_seconds``; when it has not renewed for ``renew_seconds`` (the
-  renew deadline, shorter than the lease) it stops leading *before* anyone else may take over, and
-  :meth:`LeaseElector.is_leader` turns false on the clock alone, even if the renewing thread hangs;
-- a leader that stops cleanly releases the lease (empty holder), so a follower takes over within
-  one retry period instead of waiting out the lease.
-
-Expiry compares the lease's ``renewTime``, written with the holder's clock, with the candidate's
-clock: replicas need clocks in step (NTP) to within ``lease_seconds - renew_seconds``.
-
-The clock is injected; :meth:`LeaseElector.try_acquire_or_renew` is one step, unit-tested against a
-fake API. This module only elects: what a leader does is the caller's business.
-"""
+"""The placer's Lease elector: :class:`tpfabric_core.leader_election.LeaseElector`, shared with
+the operator, made from this process's API client."""
 
 from __future__ import annotations
 
-import datetime as dt
-import logging
-import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
-import orjson
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+
+from tpfabric_core import leader_election
 
 __all__ = ["LeaseElector"]
 
-log = logging.getLogger("tpfabric.scheduler.leader")
 
-_CONFLICT = 409
-_NOT_FOUND = 404
-
-
-def _micro_time(timestamp: float) -> str:
-    """Return a ``metav1.MicroTime`` text (RFC 3339, microseconds, UTC)."""
-    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse_time(text: Any) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text).timestamp()  # 3.11 reads the "Z"
-    except ValueError:
-        return None
-
-
-class LeaseElector:
-    """Campaigns for one Lease; ``is_leader()`` says whether this replica may act as leader.
-
-    ``lease_seconds``: how long a lease lasts after its last renewal before others may take it.
-    ``renew_seconds``: how long a leader keeps failing to renew before it stops leading (must be
-    shorter than ``lease_seconds``). ``retry_seconds``: the period of every attempt.
-    ``on_transition(leading)`` is called from :meth:`run`'s thread on every change of
-    :meth:`is_leader`.
-    """
+class LeaseElector(leader_election.LeaseElector):
+    """The shared elector on ``api_client`` (``coordination``: a stand-in Lease API, for tests)."""
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        api_client: client.ApiClient | None,
         namespace: str,
         name: str,
         identity: str,
         *,
-        lease_seconds: float = 15,
-        renew_seconds: float = 10,
-        retry_seconds: float = 2,
-        clock: Callable[[], float] = time.time,
-        on_transition: Callable[[bool], None] | None = None,
         coordination: Any = None,
+        **timings: Any,
     ) -> None:
-        if not retry_seconds < renew_seconds < lease_seconds:
-            raise ValueError(
-                f"need retry_seconds < renew_seconds < lease_seconds, got {retry_seconds}, "
-                f"{renew_seconds}, {lease_seconds}"
-            )
-        self.api = coordination or client.CoordinationV1Api(api_client)
-        self.namespace = namespace
-        self.name = name
-        self.identity = identity
-        self.lease_seconds = lease_seconds
-        self.renew_seconds = renew_seconds
-        self.retry_seconds = retry_seconds
-        self.clock = clock
-        self.on_transition = on_transition
-        self._renewed_at: float | None = None  # our clock, last successful acquire/renew
-        self._reported = False
-        self._lock = threading.Lock()
-
-    @property
-    def where(self) -> str:
-        """Return ``namespace/name`` of the lease."""
-        return f"{self.namespace}/{self.name}"
-
-    def is_leader(self) -> bool:
-        """Return whether we renewed the lease less than ``renew_seconds`` ago."""
-        with self._lock:
-            renewed = self._renewed_at
-        return renewed is not None and self.clock() - renewed < self.renew_seconds
-
-    # -- one step ------------------------------------------------------------------------------
-
-    def try_acquire_or_renew(self) -> bool:
-        """Take or renew the lease if we may; return whether we hold it now.
-
-        False when another holder's lease is still valid (we stop leading at once), when a
-        concurrent write won (409), or when the API could not be reached (then leadership lasts
-        until the renew deadline, see :meth:`is_leader`).
-        """
-        now = self.clock()
-        try:
-            lease = self._read()
-            if lease is None:
-                self._create(now)
-            else:
-                spec = lease.get("spec") or {}
-                holder = spec.get("holderIdentity") or ""
-                if holder and holder != self.identity and not self._expired(spec, now):
-                    self._lost(f"held by {holder}")
-                    return False
-                self._replace(lease, spec, holder, now)
-        except ApiException as err:
-            if err.status == _CONFLICT:
-                log.debug("lease %s: another candidate wrote first", self.where)
-                self._lost("another candidate wrote first")
-                return False
-            if err.status == _NOT_FOUND:  # only a create gets here with 404
-                log.warning(
-                    "lease %s: namespace %s not found; pass --lease-namespace (an existing one)",
-                    self.where,
-                    self.namespace,
-                )
-            else:
-                log.warning("lease %s: %s %s", self.where, err.status, err.reason)
-            return False
-        except Exception as err:  # noqa: BLE001 - a network error must not end the campaign
-            log.warning("lease %s: %r", self.where, err)
-            return False
-        with self._lock:
-            self._renewed_at = now
-        return True
-
-    def _expired(self, spec: dict[str, Any], now: float) -> bool:
-        renewed = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
-        duration = float(spec.get("leaseDurationSeconds") or self.lease_seconds)
-        return renewed is None or renewed + duration < now
-
-    def _lost(self, why: str) -> None:
-        with self._lock:
-            was = self._renewed_at is not None
-            self._renewed_at = None
-        if was:
-            log.info("lease %s: no longer ours (%s)", self.where, why)
-
-    def _read(self) -> dict[str, Any] | None:
-        try:
-            response = self.api.read_namespaced_lease(
-                self.name, self.namespace, _preload_content=False
-            )
-        except ApiException as err:
-            if err.status == _NOT_FOUND:
-                return None
-            raise
-        lease: dict[str, Any] = orjson.loads(response.data)
-        return lease
-
-    def _spec(self, now: float, acquired: float, transitions: int) -> dict[str, Any]:
-        return {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": max(1, round(self.lease_seconds)),
-            "acquireTime": _micro_time(acquired),
-            "renewTime": _micro_time(now),
-            "leaseTransitions": transitions,
-        }
-
-    def _create(self, now: float) -> None:
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": self.name, "namespace": self.namespace},
-            "spec": self._spec(now, now, 0),
-        }
-        # read to the end: an unread answer keeps its connection out of the pool
-        self.api.create_namespaced_lease(self.namespace, body, _preload_content=False).read()
-
-    def _replace(
-        self, lease: dict[str, Any], spec: dict[str, Any], holder: str, now: float
-    ) -> None:
-        transitions = int(spec.get("leaseTransitions") or 0)
-        if holder == self.identity:
-            acquired = _parse_time(spec.get("acquireTime")) or now
-        else:  # taking over (expired or released): a new term, as client-go counts it
-            acquired = now
-            transitions += 1
-        meta = lease.get("metadata") or {}
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "spec": self._spec(now, acquired, transitions),
-        }
-        self.api.replace_namespaced_lease(
-            self.name, self.namespace, body, _preload_content=False
-        ).read()
-
-    def release(self) -> bool:
-        """Give the lease up if we hold it (empty holder: a follower takes it at its next try).
-
-        Return whether a release was written. Call only once the leader's work has stopped.
-        """
-        if not self.is_leader():
-            return False
-        with self._lock:
-            self._renewed_at = None
-        try:
-            lease = self._read()
-            spec = (lease or {}).get("spec") or {}
-            if lease is None or spec.get("holderIdentity") != self.identity:
-                return False
-            now = self.clock()
-            meta = lease.get("metadata") or {}
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {
-                    "name": self.name,
-                    "namespace": self.namespace,
-                    "resourceVersion": meta.get("resourceVersion"),
-                },
-                "spec": {
-                    **spec,
-                    "holderIdentity": None,
-                    "leaseDurationSeconds": 1,
-                    "renewTime": _micro_time(now),
-                },
-            }
-            self.api.replace_namespaced_lease(
-                self.name, self.namespace, body, _preload_content=False
-            ).read()
-        except Exception as err:  # noqa: BLE001 - the lease then simply expires
-            log.warning("lease %s: not released: %r", self.where, err)
-            return False
-        log.info("lease %s: released by %s", self.where, self.identity)
-        return True
-
-    # -- the loop ------------------------------------------------------------------------------
-
-    def step(self) -> bool:
-        """Make one attempt, report a transition of :meth:`is_leader`; return it."""
-        self.try_acquire_or_renew()
-        leading = self.is_leader()
-        if leading != self._reported:
-            self._reported = leading
-            if leading:
-                log.info("lease %s: %s is now the leader", self.where, self.identity)
-            else:
-                log.warning("lease %s: %s stopped leading", self.where, self.identity)
-            if self.on_transition is not None:
-                self.on_transition(leading)
-        return leading
-
-    def run(self, stop: threading.Event, *, release: bool = True) -> None:
-        """Campaign every ``retry_seconds`` until ``stop`` is set; then release the lease.
-
-        ``release=False`` leaves the lease to expire (what a crashed leader does).
-        """
-        log.info("lease %s: %s campaigning", self.where, self.identity)
-        while not stop.is_set():
-            self.step()
-            stop.wait(self.retry_seconds)
-        if release:
-            self.release()
-        if self._reported:
-            self._reported = False
-            if self.on_transition is not None:
-                self.on_transition(False)
+        api = coordination if coordination is not None else client.CoordinationV1Api(api_client)
+        super().__init__(api, namespace, name, identity, **timings)
