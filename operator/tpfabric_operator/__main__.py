@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
             lease_seconds=args.lease_seconds,
             renew_seconds=args.renew_seconds,
             retry_seconds=args.retry_seconds,
+            on_leading=handlers.reconcile_every_job,
         )
     kopf.run(
         standalone=True,

@@ -384,6 +384,13 @@ def reconcile_woken(job: JobKey) -> bool:
         raise
 
 
+def reconcile_every_job() -> None:
+    """Wake the reconcile of every job kopf has shown (this replica has just begun to lead)."""
+    if _kopf_state is not None:
+        for key in list(_kopf_state[0]["job_objects"]):
+            _waker.wake(key)
+
+
 #: a woken reconcile refused because kopf's view of the job is older than our last patch (it lags
 #: in a burst) is retried until that view may be stale no longer, and a tick has run after it
 _waker: Waker[JobKey] = Waker(reconcile_woken, give_up=STALE_BODY_SECONDS + RECONCILE_SECONDS)

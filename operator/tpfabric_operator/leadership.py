@@ -12,27 +12,27 @@ change of the spec (``kopf/_core/reactor/processing.py``: the diff-base is store
 handlers are done, or when none matched). Both replicas write the same value there; neither
 writes a status, a pod or an Event of a job.
 
-A leader stops acting at its renew deadline, before any other replica may take the Lease (the
-elector's contract); a reconcile that began earlier and ends after it drops its status patch.
-A leader stopped cleanly releases the Lease, and a follower takes over within one retry period.
+A replica that begins to lead reconciles every job at once (:func:`start`'s ``on_leading``), not
+at its next tick. A leader stops acting at its renew deadline, before any other replica may take
+the Lease (the elector's contract); a reconcile that began earlier and ends after it drops its
+status patch. A leader stopped cleanly releases the Lease, and a follower takes over within one
+retry period.
 
-Without :func:`start` (a single replica, ``--leader-elect=false``, unit tests) this process
+Without :func:`start` (a single replica, ``--no-leader-elect``, unit tests) this process
 always leads.
 """
 
 from __future__ import annotations
 
-import logging
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from tpfabric_core.leader_election import LeaseElector
 
 __all__ = ["identity", "leading", "start", "stop"]
-
-log = logging.getLogger("tpfabric.operator.leadership")
 
 _elector: LeaseElector | None = None
 _stop = threading.Event()
@@ -57,9 +57,16 @@ def start(
     lease_seconds: float,
     renew_seconds: float,
     retry_seconds: float,
+    on_leading: Callable[[], None] | None = None,
 ) -> None:
-    """Campaign for Lease ``namespace/name`` as ``holder`` in a thread of its own."""
+    """Campaign for Lease ``namespace/name`` as ``holder`` in a thread of its own;
+    ``on_leading`` is called (from that thread) each time this replica begins to lead."""
     global _elector, _thread  # noqa: PLW0603 - one campaign per operator process
+
+    def transition(leading: bool) -> None:
+        if leading and on_leading is not None:
+            on_leading()
+
     _elector = LeaseElector(
         coordination,
         namespace,
@@ -68,6 +75,7 @@ def start(
         lease_seconds=lease_seconds,
         renew_seconds=renew_seconds,
         retry_seconds=retry_seconds,
+        on_transition=transition,
     )
     _stop.clear()
     _thread = threading.Thread(target=_elector.run, args=(_stop,), name="lease", daemon=True)

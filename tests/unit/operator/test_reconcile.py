@@ -345,3 +345,14 @@ def test_a_replica_that_does_not_hold_the_lease_acts_on_nothing(
     patch = kopf.Patch()
     assert handlers.reconcile(kopf.Body(job.body), patch, {}) is True
     assert (cluster.posted, dict(patch), events) == ([], {}, [])
+
+
+def test_a_replica_that_begins_to_lead_reconciles_every_job_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    woken: list[Any] = []
+    monkeypatch.setattr(handlers._waker, "wake", woken.append)
+    jobs = {("ns", "a"): [object()], ("ns", "b"): [object()]}
+    monkeypatch.setattr(handlers, "_kopf_state", ({"job_objects": jobs}, None))
+    handlers.reconcile_every_job()
+    assert sorted(woken) == [("ns", "a"), ("ns", "b")]
