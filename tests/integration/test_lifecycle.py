@@ -387,16 +387,14 @@ def test_a_worker_stuck_terminating_is_reported_never_force_deleted(tpj: Tpj) ->
         degraded = tpj.condition(name, "Degraded")
         return degraded if degraded.get("reason") == "PodStuckTerminating" else {}
 
-    def explain() -> str:
-        # a force-delete (grace 0) of a pod held by a finalizer leaves it, with a grace of 0
-        held = tpj.core.read_namespaced_pod(pod, tpj.namespace).metadata
+    def reasons() -> set[str]:
         events = tpj.core.list_namespaced_event(
             tpj.namespace, field_selector=f"involvedObject.name={name}"
         ).items
-        return (
-            f"the stuck pod's deletion grace is {held.deletion_grace_period_seconds} s; the "
-            f"job's Events: {sorted({e.reason for e in events})}"
-        )
+        return {e.reason for e in events}
+
+    def explain() -> str:
+        return f"the job's Events: {sorted(reasons())}"
 
     try:
         degraded = wait_for(
@@ -405,14 +403,12 @@ def test_a_worker_stuck_terminating_is_reported_never_force_deleted(tpj: Tpj) ->
         assert f"{pod} on node {node}" in degraded["message"]
         taint = f"kubectl taint nodes {node} node.kubernetes.io/out-of-service=nodeshutdown"
         assert taint in degraded["message"]
-        events = tpj.core.list_namespaced_event(
-            tpj.namespace, field_selector=f"involvedObject.name={name}"
-        ).items
-        assert "WorkerStuckTerminating" in {e.reason for e in events}
+        assert "WorkerStuckTerminating" in reasons()
         time.sleep(3)
-        stuck = tpj.core.read_namespaced_pod(pod, tpj.namespace).metadata
-        # still the pod the test deleted with 1 s, never force-deleted (which would make it 0)
-        assert (stuck.uid, stuck.deletion_grace_period_seconds) == (victim.metadata.uid, 1)
+        # kwok, as a kubelet, ends each deletion with a grace of 0 itself: the pod's grace tells
+        # nothing; the operator's own word (it posted WorkerForceDeleted when it forced) does
+        assert "WorkerForceDeleted" not in reasons()
+        assert tpj.core.read_namespaced_pod(pod, tpj.namespace).metadata.uid == victim.metadata.uid
         assert [p.metadata.name for p in tpj.pods(name)] == [pod], "nothing new meanwhile"
     finally:
         release(tpj, name)
