@@ -10,10 +10,10 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes.watch
-import urllib3
 import yaml
 from kubernetes import client
 from test_operator import Tpj, operator, small_job, tpj
@@ -455,11 +455,45 @@ def test_resume_while_old_pods_terminate_neither_fails_nor_charges(tpj: Tpj) -> 
     assert status["restarts"] == 0
 
 
+def deletion_graces(
+    tpj: Tpj, trigger: Callable[[], Any], wanted: set[str], timeout: int = 60
+) -> dict[str, int | None]:
+    """Return the grace period of each pod deleted after ``trigger()`` (at least ``wanted``), as
+    the API server recorded it in ``deletionGracePeriodSeconds``.
+
+    kwok removes a deleted pod at once, and ends each deletion with a grace of 0 itself (as a
+    kubelet does), so only the watch event that first carries the pod's ``deletionTimestamp``
+    shows the grace it was deleted with: one watch, from before the trigger, until all are seen.
+    """
+    graces: dict[str, int | None] = {}
+    version = tpj.core.list_namespaced_pod(tpj.namespace).metadata.resource_version
+    watch = kubernetes.watch.Watch()
+
+    def collect() -> None:
+        for event in watch.stream(
+            tpj.core.list_namespaced_pod,
+            tpj.namespace,
+            resource_version=version,
+            timeout_seconds=timeout,
+        ):
+            meta = event["object"].metadata
+            if meta.deletion_timestamp:
+                graces.setdefault(meta.name, meta.deletion_grace_period_seconds)
+            if wanted <= set(graces):
+                return
+
+    watcher = threading.Thread(target=collect, daemon=True)
+    watcher.start()
+    trigger()
+    watcher.join(timeout + 5)
+    watch.stop()
+    assert wanted <= set(graces), f"deletions seen in {timeout} s: {graces}"
+    return graces
+
+
 def test_a_worker_is_stopped_with_its_own_grace_period(tpj: Tpj) -> None:
     """Issue 31, item 10: every delete gave 30 s, so a template's 600 s for a checkpoint on
-    SIGTERM was cut short at a gang restart and a suspend. kwok removes a deleted pod at once:
-    the grace period is read where the API server records it, in the pod's
-    ``deletionGracePeriodSeconds`` of the watch event that carries its ``deletionTimestamp``."""
+    SIGTERM was cut short at a gang restart and a suspend."""
     template = {
         "spec": {
             "terminationGracePeriodSeconds": 600,
@@ -469,45 +503,24 @@ def test_a_worker_is_stopped_with_its_own_grace_period(tpj: Tpj) -> None:
     restart = {"backoffSeconds": 1}
     name = tpj.apply(small_job("checkpoints", template=template, failurePolicy=restart))
     tpj.wait_phase(name, "Running")
-    graces: dict[str, int | None] = {}
-    done = threading.Event()
-    version = tpj.core.list_namespaced_pod(tpj.namespace).metadata.resource_version
-
-    def collect() -> None:
-        nonlocal version
-        while not done.is_set():  # a watch the API server ends is resumed where it stopped
-            try:
-                for event in kubernetes.watch.Watch().stream(
-                    tpj.core.list_namespaced_pod,
-                    tpj.namespace,
-                    resource_version=version,
-                    timeout_seconds=5,
-                ):
-                    meta = event["object"].metadata
-                    version = meta.resource_version
-                    if meta.deletion_timestamp and meta.name not in graces:
-                        graces[meta.name] = meta.deletion_grace_period_seconds
-            except (client.ApiException, urllib3.exceptions.HTTPError):
-                time.sleep(0.2)
-
-    watcher = threading.Thread(target=collect, daemon=True)
-    watcher.start()
-    try:
-        # a gang restart: the operator deletes worker 0 of the attempt worker 1 failed in
-        end_worker(tpj, f"{name}-worker-1", "Failed", exit_code=1, reason="Error")
-        wait_for(lambda: f"{name}-worker-0" in graces, 60, what="worker 0 deleted")
-        tpj.wait_phase(name, "Running", timeout=90)
-        patch_spec(tpj, name, {"suspend": True})  # a suspend: the operator deletes every worker
-        wait_for(
-            lambda: {f"{name}-worker-{i}-a1" for i in range(2)} <= set(graces),
-            60,
-            what="the second attempt's workers deleted",
-        )
-    finally:
-        done.set()
-        watcher.join(10)
-    by_operator = {pod: grace for pod, grace in graces.items() if pod != f"{name}-worker-1"}
-    assert by_operator == {
+    # a gang restart: the operator deletes worker 0 of the attempt worker 1 failed in
+    restarted = deletion_graces(
+        tpj,
+        lambda: end_worker(tpj, f"{name}-worker-1", "Failed", exit_code=1, reason="Error"),
+        {f"{name}-worker-0"},
+    )
+    second = {f"{name}-worker-{i}-a1" for i in range(2)}
+    wait_for(
+        lambda: (
+            set(names(tpj, name)) == second
+            and all(p.status.phase == "Running" for p in tpj.pods(name))
+        ),
+        90,
+        what="the second attempt running",
+    )
+    # a suspend: the operator deletes every worker
+    suspended = deletion_graces(tpj, lambda: patch_spec(tpj, name, {"suspend": True}), second)
+    assert {**restarted, **suspended} == {
         f"{name}-worker-0": 600,
         f"{name}-worker-0-a1": 600,
         f"{name}-worker-1-a1": 600,
