@@ -23,6 +23,7 @@ from tpfabric_scheduler.config import SCHEDULER_NAME, scheduler_configuration
 
 __all__ = [
     "EXTENDER",
+    "LOCAL_OPERATOR_ARGS",
     "OPERATOR",
     "SCHEDULER_NAME",
     "TPFABRIC_SCHEDULER",
@@ -205,6 +206,14 @@ def start_scheduling(cluster: LocalCluster) -> int:
 
 
 OPERATOR = "tpfabric-operator"
+#: operator flags of the local cluster: its lease (``tpfabric-operator``) beside the placer's,
+#: with bounds short enough for tests to see a take-over
+LOCAL_OPERATOR_ARGS = (
+    "--lease-namespace=kube-system",
+    "--lease-seconds=6",
+    "--renew-seconds=4",
+    "--retry-seconds=1",
+)
 
 
 def start_operator(
@@ -213,11 +222,13 @@ def start_operator(
     reconcile_seconds: float = 1.0,
     name: str = OPERATOR,
     run_as: RunAs | None = None,
+    extra_args: Sequence[str] = (),
 ) -> None:
     """Start the operator (kopf) against ``cluster``, with its liveness endpoint on loopback.
 
     ``run_as`` runs it with other credentials and uid (default: the admin kubeconfig, as the
-    caller).
+    caller). Several operators (different names) elect the one that acts by a Lease;
+    ``extra_args`` come after :data:`LOCAL_OPERATOR_ARGS` (a later flag wins).
     """
     (port,) = free_ports(1)
     argv = [
@@ -226,6 +237,8 @@ def start_operator(
         "tpfabric_operator",
         f"--kubeconfig={run_as.kubeconfig if run_as else cluster.kubeconfig}",
         f"--liveness=http://127.0.0.1:{port}/healthz",
+        *LOCAL_OPERATOR_ARGS,
+        *extra_args,
     ]
     cluster.add_component(
         name,

@@ -1,7 +1,9 @@
 """``python -m tpfabric_operator``: run the TensorParallelJob operator (kopf) for all namespaces.
 
 ``--kubeconfig`` points at a cluster from outside it; inside a pod the service account is used.
-Liveness is served on ``--liveness`` (default ``http://0.0.0.0:8080/healthz``).
+Liveness is served on ``--liveness`` (default ``http://0.0.0.0:8080/healthz``). Replicas elect
+the one that acts by a Lease (``--leader-elect``, on by default; :mod:`.leadership`); SIGTERM
+releases it, so that another replica takes over at once.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ def operator_identity() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Parse flags and run the operator until SIGTERM."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Return the operator's flags (exits with the reason on a bad one)."""
     parser = argparse.ArgumentParser(prog="tpfabric-operator", description=__doc__)
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
     parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz")
@@ -41,7 +43,43 @@ def main(argv: list[str] | None = None) -> None:
         help="watch only these namespaces (repeatable; default: all)",
     )
     parser.add_argument("--log-level", default=os.environ.get("TPFABRIC_LOG_LEVEL", "INFO"))
+    election = parser.add_argument_group("leader election (a Lease): only its holder acts")
+    election.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="act only while holding the lease (default; --no-leader-elect: one replica only)",
+    )
+    election.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE") or "tpfabric-system",
+        help="namespace of the lease (default env POD_NAMESPACE, else tpfabric-system)",
+    )
+    election.add_argument("--lease-name", default="tpfabric-operator", help="name of the lease")
+    election.add_argument(
+        "--identity",
+        help="holder identity, unique per process (default: env POD_ID, else user@host, and a "
+        "random suffix)",
+    )
+    timings = {"lease": (15.0, "a lease not renewed for this long may be taken over")}
+    timings["renew"] = (10.0, "a leader that could not renew for this long stops acting")
+    timings["retry"] = (2.0, "period of every acquire/renew attempt")
+    for key, (default, words) in timings.items():
+        election.add_argument(
+            f"--{key}-seconds", type=float, default=default, help=f"{words} (default {default:g})"
+        )
     args = parser.parse_args(argv)
+    if not 0 < args.retry_seconds < args.renew_seconds < args.lease_seconds:
+        parser.error(
+            "need 0 < --retry-seconds < --renew-seconds < --lease-seconds, got "
+            f"{args.retry_seconds}, {args.renew_seconds}, {args.lease_seconds}"
+        )
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse flags and run the operator until SIGTERM."""
+    args = parse_args(argv)
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig
     os.environ["POD_ID"] = operator_identity()
@@ -52,8 +90,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     import kopf  # noqa: PLC0415 - after KUBECONFIG is set: kopf logs in on start
 
-    import tpfabric_operator.handlers  # noqa: F401, PLC0415 - registers the handlers
+    from tpfabric_operator import handlers, leadership  # noqa: PLC0415 - registers the handlers
 
+    if args.leader_elect:
+        leadership.start(
+            handlers.adapter().coordination,
+            args.lease_namespace,
+            args.lease_name,
+            args.identity or leadership.identity(os.environ["POD_ID"]),
+            lease_seconds=args.lease_seconds,
+            renew_seconds=args.renew_seconds,
+            retry_seconds=args.retry_seconds,
+            on_leading=handlers.reconcile_every_job,
+        )
     kopf.run(
         standalone=True,
         clusterwide=not args.namespace,

@@ -37,6 +37,7 @@ __all__ = [
     "WORKER_INDEX_LABEL",
     "born_released",
     "headless_service",
+    "rendezvous_id",
     "service_name",
     "worker_hostname",
     "worker_name",
@@ -100,7 +101,24 @@ def _library_mode(job: TensorParallelJob) -> str:
     return "shipped" if annotations.get(NCCL_LIBRARY_ANNOTATION) == "shipped" else "image"
 
 
-def _env(job: TensorParallelJob, name: str, namespace: str, index: int) -> list[dict[str, Any]]:
+def rendezvous_id(job: TensorParallelJob, name: str, namespace: str, attempt: int) -> str:
+    """Return ``PET_RDZV_ID``: the c10d rendezvous a worker joins.
+
+    Per job object (its uid), and per attempt under ``RecreateGang``: a new gang must never join
+    the rendezvous of an older one whose containers may still run (a pod stuck terminating on a
+    node that does not answer). Under ``ReplaceWorker`` a replacement joins the rendezvous of the
+    running workers, so the id stays that of the job.
+    """
+    uid = str(job.metadata.get("uid") or "")[:8]
+    base = f"{namespace}-{name}-{uid}" if uid else f"{namespace}-{name}"
+    if job.spec.failure_policy.restart_strategy == "RecreateGang":
+        return f"{base}-a{attempt}"
+    return base
+
+
+def _env(
+    job: TensorParallelJob, name: str, namespace: str, index: int, attempt: int
+) -> list[dict[str, Any]]:
     spec = job.spec
     master = f"{worker_hostname(name, 0)}.{service_name(name)}.{namespace}.svc"
     values: dict[str, object] = {
@@ -129,7 +147,7 @@ def _env(job: TensorParallelJob, name: str, namespace: str, index: int) -> list[
             values |= {
                 "PET_RDZV_BACKEND": "c10d",
                 "PET_RDZV_ENDPOINT": f"{master}:{MASTER_PORT}",
-                "PET_RDZV_ID": f"{namespace}-{name}",
+                "PET_RDZV_ID": rendezvous_id(job, name, namespace, attempt),
             }
         else:
             values["PET_NODE_RANK"] = index
@@ -275,7 +293,7 @@ def worker_pod(
                 "readOnly": True,
             },
         ]
-        env = _merge_env(container.get("env") or [], _env(job, name, namespace, index))
+        env = _merge_env(container.get("env") or [], _env(job, name, namespace, index, attempt))
         containers.append(
             _with_ipc_lock(
                 {

@@ -39,6 +39,7 @@ from tpfabric_core.fabric.fabric_condition import (
     suspect_rail_switches,
 )
 from tpfabric_core.labels import HEALTH, PREFIX
+from tpfabric_operator import leadership
 from tpfabric_operator.lifecycle import WorkerPod
 
 __all__ = [
@@ -165,6 +166,8 @@ def report_suspect_switches(**kwargs: Any) -> None:
         cleared = _reported - set(current)
         _reported.clear()
         _reported.update(current)
+    if not leadership.leading():
+        return  # the replica that acts posts the Events; this one only keeps track
     for switch in new:
         _report(switch, [nodes[n] for n in switch.nodes if n in nodes])
     for name in sorted(cleared):

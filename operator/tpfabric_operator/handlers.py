@@ -38,7 +38,7 @@ from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
 from tpfabric_core.fabric_description import pydantic_error_path
 from tpfabric_core.list_watch import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_S
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
-from tpfabric_operator import fabric_health
+from tpfabric_operator import fabric_health, leadership
 from tpfabric_operator.children import (
     ATTEMPT_LABEL,
     JOB_LABEL,
@@ -46,6 +46,7 @@ from tpfabric_operator.children import (
     headless_service,
     worker_pod,
 )
+from tpfabric_operator.create_backoff import CreateBackoff, partial_gang
 from tpfabric_operator.kube import KubeAdapter, extended_resources
 from tpfabric_operator.lifecycle import (
     Intent,
@@ -56,6 +57,7 @@ from tpfabric_operator.lifecycle import (
     honour_problem,
     job_status,
 )
+from tpfabric_operator.obstacles import not_owned_message, stuck_message, stuck_terminating
 from tpfabric_operator.plan_waits import PLAN_ANSWERS, PlanWaits
 from tpfabric_operator.pod_cache import JobKey, PodCache, owner_uid, worker_of
 from tpfabric_operator.queueing import (
@@ -156,10 +158,11 @@ def pods() -> PodCache:
 
 @kopf.on.cleanup()
 def stop_background(**_: Any) -> None:
-    """Stop the pod cache and the waker with the operator."""
+    """Stop the pod cache and the waker with the operator, then release the Lease."""
     _waker.stop()
     if _pod_cache is not None:
         _pod_cache.stop()
+    leadership.stop()
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -213,36 +216,30 @@ def _warn(body: kopf.Body, reason: str, message: str) -> None:
     kopf.warn(body, reason=reason, message=message)
 
 
-def _fail_invalid(body: kopf.Body, patch: kopf.Patch, message: str) -> None:
+def _invalid_spec(body: kopf.Body, patch: kopf.Patch, message: str) -> None:
+    """Say that the spec is invalid: condition ``InvalidSpec`` True and a Warning Event.
+
+    Not terminal: the CRD refuses at admission what the models refuse, so an invalid spec comes
+    only past an older CRD, often as an edit of a running job. The job keeps its phase and its
+    pods, nothing is created, deleted or charged, and the condition turns False once the spec
+    is valid again (``lifecycle.job_status``).
+    """
     status = body.get("status") or {}
     generation = body.meta.get("generation")
-    shown = next(
-        (
-            c
-            for c in status.get("conditions") or []
-            if c.get("type") == "Failed" and c.get("reason") == "InvalidSpec"
-        ),
-        None,
-    )
-    if (
-        status.get("phase") == "Failed"
-        and shown
-        and shown.get("message") == message
-        and shown.get("observedGeneration") == generation
-    ):
+    conditions = [dict(c) for c in status.get("conditions") or []]
+    shown = next((c for c in conditions if c.get("type") == "InvalidSpec"), {})
+    held = shown.get("status") == "True"
+    if held and shown.get("message") == message and shown.get("observedGeneration") == generation:
         return  # already said, for this generation: no PATCH, no Event every tick
-    now = rfc3339(_now())
-    patch.status["phase"] = "Failed"
-    patch.status["conditions"] = [
-        {
-            "type": "Failed",
-            "status": "True",
-            "reason": "InvalidSpec",
-            "message": message,
-            "lastTransitionTime": now,
-            "observedGeneration": generation,
-        }
-    ]
+    condition = {
+        "type": "InvalidSpec",
+        "status": "True",
+        "reason": "ValidationFailed",
+        "message": message,
+        "lastTransitionTime": shown["lastTransitionTime"] if held else rfc3339(_now()),
+        "observedGeneration": generation,
+    }
+    patch.status["conditions"] = [c for c in conditions if c is not shown] + [condition]
     _warn(body, "InvalidSpec", message)
 
 
@@ -318,8 +315,8 @@ def reconcile(
     """
     uid = str(body.meta["uid"])
     version = str(body.meta.get("resourceVersion") or "")
-    if body.meta.get("deletionTimestamp"):
-        return True
+    if body.meta.get("deletionTimestamp") or not leadership.leading():
+        return True  # a follower acts on nothing (:mod:`.leadership`)
     if not pods().synced.is_set():
         return False  # never act on an empty view of the pods: a second set would be created
     if not _serial.enter(uid, version, body.get("status") or {}):
@@ -327,6 +324,8 @@ def reconcile(
     written = False
     try:
         _reconcile(body, patch, indexes)
+        if not leadership.leading():
+            patch.pop("status", None)  # the lease was lost meanwhile: the new leader writes it
         if apply is not None and patch:
             apply(body, patch)  # an error: nothing written
         written = bool(patch)
@@ -385,20 +384,35 @@ def reconcile_woken(job: JobKey) -> bool:
         raise
 
 
+def reconcile_every_job() -> None:
+    """Wake the reconcile of every job kopf has shown (this replica has just begun to lead)."""
+    if _kopf_state is not None:
+        for key in list(_kopf_state[0]["job_objects"]):
+            _waker.wake(key)
+
+
 #: a woken reconcile refused because kopf's view of the job is older than our last patch (it lags
 #: in a burst) is retried until that view may be stale no longer, and a tick has run after it
 _waker: Waker[JobKey] = Waker(reconcile_woken, give_up=STALE_BODY_SECONDS + RECONCILE_SECONDS)
+#: jobs whose last creation round the API server refused (see :mod:`.create_backoff`)
+_create_backoff = CreateBackoff()
 #: small gangs whose first worker waits for the plan (see :func:`_create_pods`)
 _plan_waits = PlanWaits(PLAN_DEFER_SECONDS)
 
 
 def _memory(status: Mapping[str, Any], replanning: bool) -> Memory:
     phase = status.get("phase")
-    if any(
-        c.get("type") == "Failed" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    ):
-        phase = "Failed"
+    failed = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == "Failed" and c.get("status") == "True"
+        ),
+        None,
+    )
+    if failed is not None:
+        # an older operator failed a job for an invalid spec; that is no longer terminal
+        phase = None if failed.get("reason") == "InvalidSpec" else "Failed"
     return Memory(
         phase=str(phase) if phase else None,
         created_before=bool(status.get("workersCreated")),
@@ -413,6 +427,31 @@ def _memory(status: Mapping[str, Any], replanning: bool) -> Memory:
     )
 
 
+class _JobPods:
+    """A job's worker pods by owner: its own, an older job's of the same name (``stale``), and
+    those no job owns (``foreign``: never adopted, never deleted; :mod:`.obstacles`)."""
+
+    def __init__(self, uid: str, workers: list[tuple[str, WorkerPod]]) -> None:
+        self.owned: list[WorkerPod] = []
+        self.stale: list[WorkerPod] = []
+        self.foreign: list[WorkerPod] = []
+        for owner, pod in workers:
+            if pod.index >= 0:
+                mine = self.owned if owner == uid else self.stale if owner else self.foreign
+                mine.append(pod)
+
+
+def _listed_workers(namespace: str, name: str) -> list[tuple[str, WorkerPod]]:
+    """Return (owner uid, worker) of the job's pods as the API server lists them now."""
+    workers = []
+    for found in adapter().list_job_pods(namespace, name):
+        meta = found["metadata"]
+        labels = meta.get("labels") or {}
+        spec, status = found.get("spec") or {}, found.get("status") or {}
+        workers.append(worker_of(meta["name"], labels, meta, spec, status))
+    return workers
+
+
 def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -> None:
     namespace, name = body.meta["namespace"], body.meta["name"]
     uid = body.meta["uid"]
@@ -422,19 +461,20 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -
     except ValidationError as err:
         first = err.errors()[0]
         where = pydantic_error_path(tuple(first["loc"]))
-        _fail_invalid(body, patch, f"{where}: {first['msg']}")
+        _invalid_spec(
+            body,
+            patch,
+            f"{where}: {first['msg']}; fix the spec (meanwhile the job keeps its pods and phase, "
+            "and nothing is created, restarted or charged)",
+        )
         return
-    owned: list[WorkerPod] = []
-    stale: list[WorkerPod] = []
-    for owner, pod in pods().workers((namespace, name)):
-        if pod.index < 0:
-            continue
-        (owned if owner in ("", uid) else stale).append(pod)
+    pods_now = _JobPods(uid, pods().workers((namespace, name)))
     placement = dict(status.get("placement") or {})
     replanning = placement.get("state") == "Replanning"
     memory = _memory(status, replanning)
     terminal = memory.phase in ("Succeeded", "Failed")
     expected = set(range(job.spec.workers)) - memory.succeeded - memory.restarting
+    owned = pods_now.owned
     if (
         memory.created_before
         and not replanning
@@ -447,21 +487,17 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -
     ):
         # a loss is about to be charged: confirm it with the API server. The index may lag
         # behind the status (a busy operator), and the placer writes Replanning before it
-        # deletes released pods, so the pod watch may be ahead of the job's
-        replanning = adapter().read_placement_state(namespace, name) == "Replanning"
+        # deletes released pods, so the pod watch may be ahead of the job's. The placement read
+        # here is the one this reconcile acts on, also when it creates workers: kopf's older
+        # view could show the plan the placer has just dropped, and workers would be born
+        # released onto it
+        seen = adapter().read_placement(namespace, name, uid)
+        if seen is None:
+            return  # the job is gone
+        placement, replanning = seen, seen.get("state") == "Replanning"
         memory = _memory(status, replanning)
-        owned, stale = [], []
-        for found in adapter().list_job_pods(namespace, name):
-            meta = found["metadata"]
-            owner, pod = worker_of(
-                meta["name"],
-                meta.get("labels") or {},
-                meta,
-                found.get("spec") or {},
-                found.get("status") or {},
-            )
-            if pod.index >= 0:
-                (owned if owner in ("", uid) else stale).append(pod)
+        pods_now = _JobPods(uid, _listed_workers(namespace, name))
+    owned = pods_now.owned
     now = _now()
     job, admission = _admission(body, job, owned, memory=memory, now=now)
     problem = None
@@ -470,7 +506,15 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -
         problem = honour_problem(job, nodes)
     on_bad_nodes = fabric_health.ranks_on_degraded_nodes(owned, indexes.get("degraded_nodes", {}))
     move = fabric_health.workers_to_move(job, on_bad_nodes)
-    intent = decide(job, owned, memory, now=now, stale=stale, move=move)
+    intent = decide(
+        job,
+        owned,
+        memory,
+        now=now,
+        stale=pods_now.stale,
+        foreign=pods_now.foreign,
+        move=move,
+    )
     straggler = ""
     if on_bad_nodes and job.spec.topology.on_degraded_link != "ignore":
         straggler = fabric_health.straggler_message(on_bad_nodes)
@@ -482,7 +526,16 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -
         intent.delete = [p.name for p in owned if p.active]
     elif problem:
         _warn(body, "CannotBeHonoured", problem)
-    create_error = _apply(body, job, intent, memory=memory, owned=owned, indexes=indexes, now=now)
+    stuck = stuck_terminating(owned + pods_now.stale, now)
+    stuck_words = stuck_message(stuck, now) if stuck else ""
+    if stuck_words:
+        _warn(body, "WorkerStuckTerminating", stuck_words)
+    create_error = _apply(
+        body, job, intent, memory=memory, owned=owned, placement=placement, indexes=indexes, now=now
+    )
+    if pods_now.foreign and not create_error:
+        create_error = not_owned_message(pods_now.foreign, name, namespace)
+        _warn(body, "PodNotOwned", create_error)
     _write_status(
         body,
         patch,
@@ -490,10 +543,12 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -
         intent,
         memory=memory,
         owned=owned,
+        placement=placement,
         create_error=create_error,
         admission=admission,
         now=now,
         straggler=straggler,
+        stuck=stuck_words,
     )
 
 
@@ -547,10 +602,15 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
     *,
     memory: Memory,
     owned: list[WorkerPod],
+    placement: Mapping[str, Any],
     indexes: Mapping[str, Any],
     now: float,
 ) -> str | None:
-    """Carry out ``intent``; return why creating a child failed, if it did."""
+    """Carry out ``intent``; return why creating a child failed, if it did.
+
+    ``placement``: the job's ``status.placement`` as this reconcile read it (the only view of it
+    that the creation uses, see :func:`_reconcile`).
+    """
     namespace, name, uid = body.meta["namespace"], body.meta["name"], body.meta["uid"]
     kube = adapter()
     error: str | None = None
@@ -564,17 +624,6 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
                 log.info("job %s/%s: deleted pod %s", namespace, name, pod_name)
         except ApiException as err:
             error = f"deleting pod {pod_name}: {err.status} {err.reason}"
-    for pod_name in intent.force_delete:
-        try:
-            if kube.delete_pod(namespace, pod_name, grace_seconds=0):
-                _warn(
-                    body,
-                    "WorkerForceDeleted",
-                    f"pod {pod_name} was still terminating long after its grace period (its "
-                    "node does not answer); force-deleted so that it can be replaced",
-                )
-        except ApiException as err:
-            error = f"force-deleting pod {pod_name}: {err.status} {err.reason}"
     kept = pods().failed((namespace, name))
     for pod_name in intent.keep:
         pod = next((p for p in owned if p.name == pod_name), None)
@@ -583,12 +632,14 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
             kept.append((uid, pod_name, pod.attempt if pod else memory.attempt))
         except ApiException as err:
             error = f"keeping failed pod {pod_name}: {err.status} {err.reason}"
-    newest = max((a for o, _, a in kept if o in ("", uid)), default=None)
+    newest = max((a for o, _, a in kept if o == uid), default=None)
     for owner, pod_name, attempt in kept:
-        # evidence of the last failed attempt stays; older attempts' (and old jobs') go
-        if owner not in ("", uid) or (newest is not None and attempt < newest):
+        # evidence of the last failed attempt stays; older attempts' (and old jobs') go; one
+        # that no job owns is the user's (kept by --cascade=orphan) and stays too
+        if (owner and owner != uid) or (owner == uid and newest is not None and attempt < newest):
             kube.delete_pod(namespace, pod_name)
     if intent.fail or intent.succeed or job.spec.suspend:
+        _create_backoff.done(uid)
         return error
     if intent.create or memory.created_before:
         services = indexes["job_services"].get((namespace, name), [])
@@ -598,16 +649,63 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
         manifest = worker_pod(job, name, namespace, index, INIT_IMAGE, attempt=intent.attempt)
         kopf.adopt(manifest, owner=body)
         manifests.append(manifest)
-    placement = (body.get("status") or {}).get("placement")
+    streak = _create_backoff.streak(uid)
+    if manifests and streak is not None and streak.waiting(now):
+        # the last round was refused: nothing is posted before the next one is due
+        intent.create = []
+        if streak.persisting(now):
+            _give_back(body, job, intent, memory=memory, owned=owned)
+            streak = _create_backoff.streak(uid) or streak
+        return streak.message()
     whole = len(manifests) == job.spec.workers  # none of the gang's workers exists yet
-    outcomes = _create_pods(kube, manifests, uid, placement, whole_gang=whole)
+    outcomes = _create_pods(
+        kube, manifests, uid, placement, whole_gang=whole, slow_start=streak is not None
+    )
     intent.create = [index for index, (ok, _) in zip(intent.create, outcomes, strict=True) if ok]
     if intent.create:
         log.info("job %s/%s: created worker pod(s) %s", namespace, name, _ranges(intent.create))
-    error = next((why for _, why in outcomes if why), error)
-    if error:
-        _warn(body, "CreateFailed", error)
+    refusal = next((why for _, why in outcomes if why), None)
+    if refusal is not None:
+        error = _create_backoff.refused(uid, refusal, now).message()
+        _warn(body, "CreateFailed", refusal)
+    elif manifests and all(ok for ok, _ in outcomes):
+        _create_backoff.done(uid)
     return error
+
+
+def _give_back(
+    body: kopf.Body,
+    job: TensorParallelJob,
+    intent: Intent,
+    *,
+    memory: Memory,
+    owned: list[WorkerPod],
+) -> None:
+    """Delete the pods of a gang whose creation is refused for long (``create_backoff``),
+    uncharged: workers of a gang restart go back to ``restartingWorkers``."""
+    namespace, name, uid = body.meta["namespace"], body.meta["name"], str(body.meta["uid"])
+    gang = partial_gang(job, owned, memory)
+    deleted = []
+    for pod in gang:
+        try:
+            adapter().delete_pod(namespace, pod.name)
+        except ApiException as err:
+            log.warning("job %s/%s: giving back pod %s: %s", namespace, name, pod.name, err)
+            continue
+        deleted.append(pod)
+    if not deleted:
+        return
+    intent.delete += [p.name for p in deleted]
+    if memory.created_before:
+        intent.restarting |= {p.index for p in deleted}
+    names = sorted(p.name for p in deleted)
+    _create_backoff.gave_back(uid, names)
+    _warn(
+        body,
+        "PartialGangDeleted",
+        f"the gang could not be created whole: its pod(s) {', '.join(names)} were deleted, "
+        "uncharged, so that their quota goes back; it is created again when the backoff ends",
+    )
 
 
 def _ensure_service(kube: KubeAdapter, body: kopf.Body, services: list[str]) -> str | None:
@@ -705,12 +803,15 @@ def _create_pods(
     placement: Mapping[str, Any] | None = None,
     *,
     whole_gang: bool = True,
+    slow_start: bool = False,
 ) -> list[tuple[bool, str | None]]:
     """Return, per manifest in order, (the pod is ours now, the error that stopped it).
 
     A gang's pods are created together (``CREATE_CONCURRENCY`` at a time over every job): one at
     a time, a 256-worker gang spends seconds in round trips before the placer can plan it. A 409
-    is ours when the existing pod belongs to this job (an earlier reconcile) or to nobody.
+    is ours only when the existing pod belongs to this job (an earlier reconcile). The first
+    refusal ends the round: no pod is posted after it (:mod:`.create_backoff`); with
+    ``slow_start`` (the job's last round was refused) the pods go out in batches of 1, 2, 4, ...
 
     The placer plans a gang once its first worker exists. A worker created under a plan of its
     attempt (``placement``: the job's as the reconcile saw it) is born released
@@ -726,6 +827,9 @@ def _create_pods(
       released onto it, or gated without one. Only a gang of which no worker exists yet
       (``whole_gang``) begins such a wait: the rest of a gang whose creation was cut short (a
       refused worker, an operator restart) is created at once, not one worker at a time.
+
+    A first worker that is not made (refused, or its name taken by a pod that is not ours) ends
+    the round: the rest is not posted.
     """
     if not manifests:
         return []
@@ -747,9 +851,9 @@ def _create_pods(
                 return True, None
         except ApiException as err:
             return False, f"creating pod {metadata['name']}: {_api_words(err)}"
-        # 409: ours from an earlier reconcile, or an older job's of the same name (not ours)
+        # 409: ours from an earlier reconcile, or not ours (an older job's, or nobody's)
         found = kube.read_pod(metadata["namespace"], metadata["name"])
-        return found is not None and owner_uid(found["metadata"]) in ("", uid), None
+        return found is not None and owner_uid(found["metadata"]) == uid, None
 
     if len(manifests) <= 1:
         return [create(m) for m in manifests]
@@ -764,8 +868,7 @@ def _create_pods(
             if first[0]:
                 _plan_waits.begin(key)
                 log.info("job %s/%s: first worker made; the rest follow its plan", namespace, name)
-                return [first, *later]
-            return [first, *list(_creator().map(create, manifests[1:]))]
+            return [first, *later]  # made: the rest follows its plan; else the round ends
         if phase != "new":
             # past the wait: ask the API server once (kopf's view of the job lags in a burst)
             seen = None if phase == "waiting" else kube.read_placement(namespace, name, uid)
@@ -779,14 +882,44 @@ def _create_pods(
     first_done: list[tuple[bool, str | None]] = []
     if len(manifests) > CREATE_CONCURRENCY and state != "Planned":
         first_done = [create(manifests[0])]
-        if first_done[0][0]:
-            plan = _wait_for_plan(kube, namespace, name, uid, attempt)
-            if plan is not None:
-                log.info(
-                    "job %s/%s: planned; the other workers are created released", namespace, name
-                )
+        if not first_done[0][0]:  # refused (or the name is taken): the round ends
+            return first_done + [(False, None)] * (len(manifests) - 1)
+        plan = _wait_for_plan(kube, namespace, name, uid, attempt)
+        if plan is not None:
+            log.info("job %s/%s: planned; the other workers are created released", namespace, name)
         manifests = manifests[1:]
-    return first_done + list(_creator().map(create, manifests))
+    return first_done + _post_until_refused(create, manifests, slow_start=slow_start)
+
+
+def _post_until_refused(
+    create: Callable[[dict[str, Any]], tuple[bool, str | None]],
+    manifests: list[dict[str, Any]],
+    *,
+    slow_start: bool,
+) -> list[tuple[bool, str | None]]:
+    """Return ``create``'s outcome per manifest, in order; none is posted once one was refused
+    (only creations already in flight finish).
+
+    All at once on the shared pool, or with ``slow_start`` in batches of 1, 2, 4, ..., each
+    once the one before was all accepted (the Job controller's slow start): a refusal that
+    persists then costs one POST.
+    """
+    refused = threading.Event()
+
+    def guarded(manifest: dict[str, Any]) -> tuple[bool, str | None]:
+        if refused.is_set():
+            return False, None
+        outcome = create(manifest)
+        if outcome[1] is not None:
+            refused.set()
+        return outcome
+
+    outcomes: list[tuple[bool, str | None]] = []
+    size = 1 if slow_start else max(1, len(manifests))
+    while len(outcomes) < len(manifests):
+        outcomes += _creator().map(guarded, manifests[len(outcomes) : len(outcomes) + size])
+        size *= 2
+    return outcomes
 
 
 _creating: concurrent.futures.ThreadPoolExecutor | None = None
@@ -835,10 +968,12 @@ def _write_status(
     *,
     memory: Memory,
     owned: list[WorkerPod],
+    placement: Mapping[str, Any],
     create_error: str | None,
     admission: Admission | None,
     now: float,
     straggler: str = "",
+    stuck: str = "",
 ) -> None:
     status = dict(body.get("status") or {})
     spec = job.spec
@@ -912,6 +1047,7 @@ def _write_status(
         terminal_message=terminal_message,
         create_error=create_error,
         degraded_links=straggler,
+        stuck=stuck,
         created_before=memory.created_before,
         admitted=(
             None
@@ -922,7 +1058,7 @@ def _write_status(
     wanted |= job_status(
         job,
         alive,
-        placement=dict(status.get("placement") or {}),
+        placement=dict(placement),
         previous_conditions=list(status.get("conditions") or []),
         outcome=outcome,
         generation=int(body.meta.get("generation") or 0),

@@ -36,6 +36,7 @@ class KubeAdapter:
             api.rest_client.request = with_default_timeout(api.rest_client.request)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.coordination = client.CoordinationV1Api(api)  # the operator's leader election
 
     def create(self, manifest: dict[str, Any]) -> bool:
         """Create a Pod or Service; return False when it already exists."""
@@ -59,10 +60,15 @@ class KubeAdapter:
             raise
         return True
 
-    def delete_pod(self, namespace: str, name: str, grace_seconds: int = 30) -> bool:
-        """Delete a pod (``grace_seconds=0`` forces it); return False when it was gone already."""
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        """Delete a pod with its own grace period; return False when it was gone already.
+
+        No grace period is given: the pod's ``terminationGracePeriodSeconds`` applies (a
+        checkpoint on SIGTERM may need minutes), and a pod is never force-deleted
+        (:mod:`.obstacles`).
+        """
         try:
-            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
+            self.core.delete_namespaced_pod(name, namespace)
         except ApiException as err:
             if err.status == 404:
                 return False
@@ -175,11 +181,6 @@ class KubeAdapter:
             {"status": dict(status)},
             _preload_content=False,
         ).read()
-
-    def read_placement_state(self, namespace: str, name: str) -> str | None:
-        """Return the job's ``status.placement.state`` as the API server has it now."""
-        state = (self.read_placement(namespace, name) or {}).get("state")
-        return str(state) if state else None
 
     def read_placement(
         self, namespace: str, name: str, uid: str | None = None

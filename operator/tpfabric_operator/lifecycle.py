@@ -12,8 +12,15 @@ Invariants:
 - one incident is charged once: the incident is written down (``restartingWorkers``, ``attempt``)
   in the same patch that charges it, and a worker already restarting is never charged again;
 - a worker the placer deleted for a re-plan (``replanning``) is recreated without a charge;
-- nothing is created while a pod of an older attempt, or of an older job of the same name, still
-  exists: with a static rendezvous the new gang must not meet the old one.
+- nothing is created while a pod of an older attempt, or of an older job of the same name (owned
+  by it, or by nobody), still exists: with a static rendezvous the new gang must not meet the
+  old one. A pod is never
+  force-deleted: its containers may still run on a kubelet that does not answer, and a forced
+  delete would let the next attempt start beside them. A pod stuck terminating is reported
+  (:mod:`.obstacles`); once its node is tainted ``node.kubernetes.io/out-of-service``,
+  kube-controller-manager's pod garbage collector removes it;
+- one restart is charged per incident, for both restart strategies: an incident is every loss
+  one reconcile sees (a node that takes two workers with it is one incident, not two).
 """
 
 from __future__ import annotations
@@ -25,7 +32,6 @@ from typing import Any, Literal
 from tpfabric_core.api import FailureRule, TensorParallelJob
 
 __all__ = [
-    "FORCE_DELETE_AFTER_SECONDS",
     "Failure",
     "Intent",
     "Memory",
@@ -36,10 +42,6 @@ __all__ = [
     "job_status",
     "rule_action",
 ]
-
-#: a pod still terminating this long after its deletion deadline is on a node that cannot
-#: confirm it (NotReady, partitioned): it is force-deleted so that its worker can be replaced
-FORCE_DELETE_AFTER_SECONDS = 30.0
 
 Action = Literal["FailJob", "Restart", "RestartIgnoreLimit", "Ignore"]
 
@@ -103,7 +105,6 @@ class Intent:
 
     create: list[int] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
-    force_delete: list[str] = field(default_factory=list)
     keep: list[str] = field(default_factory=list)  # failed pods to keep out of the gang
     attempt: int = 0  # the attempt of the pods to create (and of the job after this intent)
     restarting: set[int] = field(default_factory=set)
@@ -208,20 +209,9 @@ def _ignored(job: TensorParallelJob, pods: list[WorkerPod]) -> set[int]:
     }
 
 
-def _stop(pods: list[WorkerPod], now: float) -> tuple[list[str], list[str]]:
-    """Return (pods to delete, pods to force-delete) to stop every pod that may still run."""
-    delete = [p.name for p in pods if p.active]
-    return delete, _stuck(pods, now)
-
-
-def _stuck(pods: list[WorkerPod], now: float) -> list[str]:
-    return [
-        p.name
-        for p in pods
-        if p.deleting
-        and p.delete_deadline is not None
-        and now - p.delete_deadline > FORCE_DELETE_AFTER_SECONDS
-    ]
+def _stop(pods: list[WorkerPod]) -> list[str]:
+    """Return the pods to delete to stop every pod that may still run."""
+    return [p.name for p in pods if p.active]
 
 
 def _loss(index: int, pod: WorkerPod | None) -> Failure:
@@ -241,12 +231,15 @@ def decide(  # noqa: PLR0911, PLR0912 - one state machine, read top to bottom
     *,
     now: float,
     stale: list[WorkerPod] | None = None,
+    foreign: list[WorkerPod] | None = None,
     move: dict[int, str] | None = None,
 ) -> Intent:
     """Return the intent for ``job`` given every pod it owns and what its status remembers.
 
     ``stale`` are pods with the job's name owned by an older job of the same name: they are
-    deleted and nothing is created until they are gone. ``move`` are running workers to restart
+    deleted and nothing is created until they are gone. ``foreign`` are pods with the job's name
+    that no job owns (:mod:`.obstacles`): never adopted, never deleted, and nothing is created
+    while one exists. ``move`` are running workers to restart
     elsewhere, with why (a degraded node and ``onDegradedLink: restart-elsewhere``): an incident
     of reason ``DegradedLink`` that, like a disruption, is not charged unless a rule says so.
     """
@@ -258,28 +251,25 @@ def decide(  # noqa: PLR0911, PLR0912 - one state machine, read top to bottom
     for pod in stale or []:
         if not pod.deleting:
             intent.delete.append(pod.name)
-    intent.force_delete += _stuck(stale or [], now)
     if spec.suspend:
         # a suspended job keeps no pods; resuming starts the whole gang again
         intent.keep = [p.name for p in pods if _evidence(job, p)]
         intent.delete += [p.name for p in pods if not p.deleting and p.name not in intent.keep]
-        intent.force_delete += _stuck(pods, now)
         intent.restarting, intent.succeeded = set(), set()
         return intent
     success = _success(spec.success_policy, intent.succeeded, spec.workers, _ignored(job, pods))
     if success:
         intent.succeed = success
-        intent.delete, intent.force_delete = _stop(pods, now)
+        intent.delete = _stop(pods)
         return intent
     deadline = spec.active_deadline_seconds
     if deadline is not None and memory.start_time is not None:
         if now - memory.start_time >= deadline:
             intent.fail = f"the job ran longer than activeDeadlineSeconds ({deadline}s)"
             intent.fail_reason = "DeadlineExceeded"
-            intent.delete, intent.force_delete = _stop(pods, now)
+            intent.delete = _stop(pods)
             return intent
         intent.wait_seconds = memory.start_time + deadline - now
-    intent.force_delete += _stuck(pods, now)
     current, old = _attempts(job, pods, memory, intent.succeeded)
     lost, ignored = _losses(job, current, memory, intent.succeeded)
     if not lost and move:
@@ -292,7 +282,7 @@ def decide(  # noqa: PLR0911, PLR0912 - one state machine, read top to bottom
             if index in current and current[index].active and index not in memory.restarting
         ]
     if lost:
-        return _incident(job, pods, memory, intent, lost=lost, now=now)
+        return _incident(job, pods, memory, intent, lost=lost)
     # stop what belongs to an older attempt; keep its failures as evidence
     for pod in old:
         if _evidence(job, pod):
@@ -300,7 +290,7 @@ def decide(  # noqa: PLR0911, PLR0912 - one state machine, read top to bottom
         elif not pod.deleting:
             intent.delete.append(pod.name)
     # a new attempt never meets the old one, nor the pods of an older job of the same name
-    blocked = bool(stale) or any(not _evidence(job, p) for p in old)
+    blocked = bool(stale) or bool(foreign) or any(not _evidence(job, p) for p in old)
     if memory.restarting:
         backoff = spec.failure_policy.backoff_seconds
         if blocked:
@@ -330,7 +320,7 @@ def _finished(
     job: TensorParallelJob, pods: list[WorkerPod], memory: Memory, intent: Intent, now: float
 ) -> Intent:
     """Return the intent of a Succeeded or Failed job: stop what runs, delete it after its TTL."""
-    intent.delete, intent.force_delete = _stop(pods, now)
+    intent.delete = _stop(pods)
     intent.restarting = set()
     ttl = job.spec.ttl_seconds_after_finished
     if ttl is not None and memory.completion_time is not None:
@@ -393,9 +383,9 @@ def _incident(
     intent: Intent,
     *,
     lost: list[tuple[Failure, frozenset[str]]],
-    now: float,
 ) -> Intent:
-    """Return the intent for workers lost now: one restart charged, or the job failed."""
+    """Return the intent for workers lost now: one restart charged (for either strategy: the
+    losses one reconcile sees are one incident), or the job failed."""
     policy = job.spec.failure_policy
     gang = policy.restart_strategy == "RecreateGang"
     actions = [rule_action(policy.rules, f, c) for f, c in lost]
@@ -404,7 +394,7 @@ def _incident(
     fatal = [f for (f, _), a in zip(lost, actions, strict=True) if a == "FailJob"]
     first = (fatal or [f for f, _ in lost if f.exit_code] or [lost[0][0]])[0]
     intent.failure = first
-    charge = min(1, actions.count("Restart")) if gang else actions.count("Restart")
+    charge = min(1, actions.count("Restart"))
     if fatal or not policy.replace_failed_workers or memory.restarts + charge > policy.max_restarts:
         why = f"worker {first.worker} ({first.reason}: {first.message})"
         if fatal:
@@ -415,7 +405,7 @@ def _incident(
         else:
             intent.fail = f"{why} failed after {memory.restarts} of {policy.max_restarts} restarts"
             intent.fail_reason = "RestartsExhausted"
-        intent.delete, intent.force_delete = _stop(pods, now)
+        intent.delete = _stop(pods)
         intent.keep = [p.name for p in pods if _evidence(job, p)]
         return intent
     intent.charged = charge
@@ -480,6 +470,7 @@ class Outcome:
     create_error: str | None = None  # why creating a child failed (WorkersCreated False)
     admitted: tuple[bool, str, str] | None = None  # (admitted, reason, message) by a queue
     degraded_links: str = ""  # ranks on degraded nodes, in words (fabric_health)
+    stuck: str = ""  # pods stuck terminating, in words (:func:`stuck_message`)
     #: the gang existed whole before (``status.workersCreated``): a missing worker is lost, not
     #: still to come (a small gang's first worker is made a moment before the rest)
     created_before: bool = True
@@ -587,10 +578,16 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
         ),
         cond(
             "Degraded",
-            bool(lost or outcome.restarting or outcome.degraded_links)
-            and not terminal
-            and not spec.suspend,
-            "Restarting"
+            bool(outcome.stuck)
+            or (
+                bool(lost or outcome.restarting or outcome.degraded_links)
+                and not terminal
+                and not spec.suspend
+            ),
+            # a stuck pod first: it is why a restart (or a suspend) does not go on
+            "PodStuckTerminating"
+            if outcome.stuck
+            else "Restarting"
             if outcome.restarting
             else "WorkerLost"
             if lost
@@ -599,8 +596,8 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
             else "Creating"
             if missing
             else "AllWorkersPresent",
-            f"restarting worker(s) {sorted(outcome.restarting)}"
-            if outcome.restarting
+            outcome.stuck or f"restarting worker(s) {sorted(outcome.restarting)}"
+            if outcome.stuck or outcome.restarting
             else f"{lost} worker(s) missing"
             if lost
             else outcome.degraded_links
@@ -622,6 +619,8 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
             else f"{finished}/{total} workers succeeded",
         ),
     ]
+    if "InvalidSpec" in before:  # the spec was invalid (handlers._invalid_spec), valid now
+        conditions.append(cond("InvalidSpec", False, "SpecValid", "the spec is valid"))
     return {
         "phase": phase,
         "ready": f"{ready}/{total}",

@@ -49,7 +49,13 @@ def as_chart(
             extra_args=[f"--lease-namespace={CHART_NAMESPACE}", "--lease-name=tpfabric-placer"],
             run_as=chart_identities["scheduler"],
         )
-        start_operator(cluster, name=OPERATOR_AS_CHART, run_as=chart_identities["operator"])
+        start_operator(
+            cluster,
+            name=OPERATOR_AS_CHART,
+            run_as=chart_identities["operator"],
+            # the chart's lease, which only the chart's Role lets the operator take
+            extra_args=[f"--lease-namespace={CHART_NAMESPACE}", "--lease-name=tpfabric-operator"],
+        )
         yield cluster
     finally:
         cluster.stop_component(OPERATOR_AS_CHART)

@@ -296,6 +296,11 @@ def test_the_schema_rejects_bad_values_with_their_path(
             [],
             "operator.serviceAccount.name is required when operator.serviceAccount.create is false",
         ),
+        (
+            {"operator": {"leaderElect": False}},
+            [],
+            "operator.replicas > 1 needs operator.leaderElect=true",
+        ),
     ],
 )
 def test_inconsistent_values_fail_with_what_to_set(

@@ -8,9 +8,12 @@ kwok runs the pods; a test ends a worker the way a kubelet would, by writing its
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+import kubernetes.watch
 import yaml
 from kubernetes import client
 from test_operator import Tpj, operator, small_job, tpj
@@ -367,24 +370,46 @@ def test_a_deleted_headless_service_is_made_again(tpj: Tpj) -> None:
 # -- 6: a worker stuck Terminating on a node that does not answer --------------------------------
 
 
-def test_a_worker_on_an_unreachable_node_is_force_deleted_and_replaced(tpj: Tpj) -> None:
-    """A node that does not answer never confirms a deletion; a finalizer stands in for it here,
-    released only once the operator force-deletes the pod (as the API server then would)."""
+def test_a_worker_stuck_terminating_is_reported_never_force_deleted(tpj: Tpj) -> None:
+    """Issue 31, item 16 (this test asserted the old force-delete before): a node that does not
+    answer never confirms a deletion, and its containers may still run; a finalizer stands in
+    for it here. The operator says which pod, on which node, and the out-of-service taint that
+    lets kube-controller-manager delete it; it creates nothing of the next attempt meanwhile.
+    Once the pod goes (the test releases it, as the pod GC would), the gang restarts."""
     name = tpj.apply(small_job("partitioned", failurePolicy={"backoffSeconds": 1}))
     tpj.wait_phase(name, "Running")
     victim = tpj.pods(name)[1]
-    pod = victim.metadata.name
+    pod, node = victim.metadata.name, victim.spec.node_name
     tpj.core.patch_namespaced_pod(pod, tpj.namespace, {"metadata": {"finalizers": ["test/hold"]}})
     tpj.core.delete_namespaced_pod(pod, tpj.namespace, grace_period_seconds=1)
 
-    def force_deleted() -> bool:
+    def reported() -> dict[str, Any]:
+        degraded = tpj.condition(name, "Degraded")
+        return degraded if degraded.get("reason") == "PodStuckTerminating" else {}
+
+    def reasons() -> set[str]:
         events = tpj.core.list_namespaced_event(
             tpj.namespace, field_selector=f"involvedObject.name={name}"
         ).items
-        return "WorkerForceDeleted" in {e.reason for e in events}
+        return {e.reason for e in events}
+
+    def explain() -> str:
+        return f"the job's Events: {sorted(reasons())}"
 
     try:
-        wait_for(force_deleted, 90, interval=1, what="the stuck worker force-deleted")
+        degraded = wait_for(
+            reported, 90, interval=1, what="the stuck worker reported", explain=explain
+        )
+        assert f"{pod} on node {node}" in degraded["message"]
+        taint = f"kubectl taint nodes {node} node.kubernetes.io/out-of-service=nodeshutdown"
+        assert taint in degraded["message"]
+        assert "WorkerStuckTerminating" in reasons()
+        time.sleep(3)
+        # kwok, as a kubelet, ends each deletion with a grace of 0 itself: the pod's grace tells
+        # nothing; the operator's own word (it posted WorkerForceDeleted when it forced) does
+        assert "WorkerForceDeleted" not in reasons()
+        assert tpj.core.read_namespaced_pod(pod, tpj.namespace).metadata.uid == victim.metadata.uid
+        assert [p.metadata.name for p in tpj.pods(name)] == [pod], "nothing new meanwhile"
     finally:
         release(tpj, name)
 
@@ -398,6 +423,7 @@ def test_a_worker_on_an_unreachable_node_is_force_deleted_and_replaced(tpj: Tpj)
 
     wait_for(replaced, 90, what="the gang running again")
     assert tpj.status(name)["restarts"] == 1
+    assert tpj.condition(name, "Degraded")["reason"] != "PodStuckTerminating"
 
 
 # -- 9: suspend and resume -----------------------------------------------------------------------
@@ -427,6 +453,78 @@ def test_resume_while_old_pods_terminate_neither_fails_nor_charges(tpj: Tpj) -> 
         release(tpj, name)
     status = tpj.wait_phase(name, "Running", timeout=90)
     assert status["restarts"] == 0
+
+
+def deletion_graces(
+    tpj: Tpj, trigger: Callable[[], Any], wanted: set[str], timeout: int = 60
+) -> dict[str, int | None]:
+    """Return the grace period of each pod deleted after ``trigger()`` (at least ``wanted``), as
+    the API server recorded it in ``deletionGracePeriodSeconds``.
+
+    kwok removes a deleted pod at once, and ends each deletion with a grace of 0 itself (as a
+    kubelet does), so only the watch event that first carries the pod's ``deletionTimestamp``
+    shows the grace it was deleted with: one watch, from before the trigger, until all are seen.
+    """
+    graces: dict[str, int | None] = {}
+    version = tpj.core.list_namespaced_pod(tpj.namespace).metadata.resource_version
+    watch = kubernetes.watch.Watch()
+
+    def collect() -> None:
+        for event in watch.stream(
+            tpj.core.list_namespaced_pod,
+            tpj.namespace,
+            resource_version=version,
+            timeout_seconds=timeout,
+        ):
+            meta = event["object"].metadata
+            if meta.deletion_timestamp:
+                graces.setdefault(meta.name, meta.deletion_grace_period_seconds)
+            if wanted <= set(graces):
+                return
+
+    watcher = threading.Thread(target=collect, daemon=True)
+    watcher.start()
+    trigger()
+    watcher.join(timeout + 5)
+    watch.stop()
+    assert wanted <= set(graces), f"deletions seen in {timeout} s: {graces}"
+    return graces
+
+
+def test_a_worker_is_stopped_with_its_own_grace_period(tpj: Tpj) -> None:
+    """Issue 31, item 10: every delete gave 30 s, so a template's 600 s for a checkpoint on
+    SIGTERM was cut short at a gang restart and a suspend."""
+    template = {
+        "spec": {
+            "terminationGracePeriodSeconds": 600,
+            "containers": [{"name": "w", "image": "x"}],
+        }
+    }
+    restart = {"backoffSeconds": 1}
+    name = tpj.apply(small_job("checkpoints", template=template, failurePolicy=restart))
+    tpj.wait_phase(name, "Running")
+    # a gang restart: the operator deletes worker 0 of the attempt worker 1 failed in
+    restarted = deletion_graces(
+        tpj,
+        lambda: end_worker(tpj, f"{name}-worker-1", "Failed", exit_code=1, reason="Error"),
+        {f"{name}-worker-0"},
+    )
+    second = {f"{name}-worker-{i}-a1" for i in range(2)}
+    wait_for(
+        lambda: (
+            set(names(tpj, name)) == second
+            and all(p.status.phase == "Running" for p in tpj.pods(name))
+        ),
+        90,
+        what="the second attempt running",
+    )
+    # a suspend: the operator deletes every worker
+    suspended = deletion_graces(tpj, lambda: patch_spec(tpj, name, {"suspend": True}), second)
+    assert {**restarted, **suspended} == {
+        f"{name}-worker-0": 600,
+        f"{name}-worker-0-a1": 600,
+        f"{name}-worker-1-a1": 600,
+    }
 
 
 # -- 10: conditions and API errors ---------------------------------------------------------------
@@ -472,6 +570,118 @@ def test_a_quota_that_refuses_a_worker_shows_create_failed(tpj: Tpj) -> None:
     assert held_back(), tpj.status(name).get("placement")
     tpj.core.delete_namespaced_resource_quota("one-pod", tpj.namespace)
     tpj.wait_phase(name, "Running", timeout=90)
+
+
+def refused_pod_creations(tpj: Tpj) -> int:
+    """Return how many pod creations the API server has refused with 403 (its own counter:
+    ``apiserver_request_total``, ResourceQuota and PodSecurity refusals alike)."""
+    api = tpj.core.api_client
+    request = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    response = api.call_api(*request)
+    response.read()
+    total = 0
+    for line in response.data.decode().splitlines():
+        if line.startswith("apiserver_request_total{") and all(
+            label in line
+            for label in ('code="403"', 'resource="pods"', 'subresource=""', 'verb="POST"')
+        ):
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_a_refused_gang_backs_off_and_gives_its_quota_back(tpj: Tpj) -> None:
+    """Issue 31, item 11: a gang the API server refuses was posted again whole at every
+    reconcile, and its created part kept holding quota. A quota of one pod, a gang of four: the
+    first round stops at the first refusal, later rounds back off (1, 2, 4, 8, 16 s) and post one
+    pod each, and after 30 s the partial gang's pod is deleted, uncharged, so the quota is free
+    between rounds. The old operator posted three refused pods every second (one reconcile per
+    second here): about 120 in this window."""
+    tpj.core.create_namespaced_resource_quota(
+        tpj.namespace, {"metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}}
+    )
+    wait_for(
+        lambda: tpj.core.read_namespaced_resource_quota("one-pod", tpj.namespace).status.hard,
+        30,
+        what="the quota in force",
+    )
+    before = refused_pod_creations(tpj)
+    name = tpj.apply(small_job("refused-gang", workers=4))
+    wait_for(
+        lambda: tpj.condition(name, "WorkersCreated").get("reason") == "CreateFailed",
+        30,
+        what="the first refusal",
+    )
+
+    def given_back() -> list[Any]:
+        events = tpj.core.list_namespaced_event(
+            tpj.namespace, field_selector=f"involvedObject.name={name}"
+        ).items
+        return [e for e in events if e.reason == "PartialGangDeleted"]
+
+    first = time.monotonic()
+    while not given_back() and time.monotonic() - first < 45:
+        time.sleep(1)
+    refused = refused_pod_creations(tpj) - before
+    assert 1 <= refused <= 10, f"{refused} refused creations in {time.monotonic() - first:.0f}s"
+    events = given_back()
+    assert events, "the partial gang was not given back within 45 s of the first refusal"
+    assert f"{name}-worker-0" in events[0].message
+    created = tpj.condition(name, "WorkersCreated")
+    assert "exceeded quota" in created["message"]
+    assert "backing off" in created["message"]
+    assert f"{name}-worker-0 were deleted, uncharged" in created["message"]
+    wait_for(lambda: not tpj.pods(name), 30, what="the partial gang's pod gone")
+    assert tpj.status(name).get("restarts", 0) == 0
+    tpj.core.delete_namespaced_resource_quota("one-pod", tpj.namespace)
+    tpj.wait_phase(name, "Running", timeout=120)  # the next round (after at most 32 s) runs it
+
+
+def test_pods_left_by_cascade_orphan_are_not_taken_over_by_a_new_job(tpj: Tpj) -> None:
+    """Issue 31, item 14: a job deleted with ``--cascade=orphan`` leaves its pods, owned by
+    nobody; a new job of the same name took them as its own. It must neither adopt nor delete
+    them (they are the user's), create nothing while they exist, and say what to do."""
+    name = tpj.apply(small_job("orphans"))
+    tpj.wait_phase(name, "Running")
+    old = {p.metadata.name: p.metadata.uid for p in tpj.pods(name)}
+    done = run_kubectl(
+        tpj.cluster, "delete", "tpj", name, "-n", tpj.namespace, "--cascade=orphan", "--wait"
+    )
+    assert done.returncode == 0, done.stderr
+    wait_for(
+        lambda: all(not p.metadata.owner_references for p in tpj.pods(name)),
+        30,
+        what="the orphaned pods without an owner",
+    )
+    tpj.apply(small_job("orphans"))
+
+    def refused() -> dict[str, Any]:
+        created = tpj.condition(name, "WorkersCreated")
+        return created if "not owned by this job" in created.get("message", "") else {}
+
+    def explain() -> str:
+        owners = {
+            p.metadata.name: [r.uid for r in p.metadata.owner_references or []]
+            for p in tpj.pods(name)
+        }
+        return f"phase {tpj.status(name).get('phase')}; pods and their owners: {owners}"
+
+    created = wait_for(
+        refused, 30, what="WorkersCreated naming the pods it does not own", explain=explain
+    )
+    assert created["status"] == "False"
+    for pod in old:
+        assert pod in created["message"]
+    assert f"kubectl delete pod -n {tpj.namespace}" in created["message"]
+    time.sleep(3)  # several reconciles
+    pods = tpj.pods(name)
+    assert {p.metadata.name: p.metadata.uid for p in pods} == old, "kept, none added"
+    assert all(not p.metadata.owner_references for p in pods), "not adopted"
+    assert tpj.status(name).get("phase") != "Running"
+    for pod in old:
+        tpj.core.delete_namespaced_pod(pod, tpj.namespace)
+    tpj.wait_phase(name, "Running", timeout=90)
+    uid = tpj.get(name)["metadata"]["uid"]
+    assert {p.metadata.owner_references[0].uid for p in tpj.pods(name)} == {uid}
 
 
 def test_a_name_too_long_for_worker_hostnames_is_rejected_at_admission(tpj: Tpj) -> None:

@@ -117,3 +117,15 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{- /*
+Placement values (tpfabric.podPlacement's) of a component with several replicas: spread over
+nodes when they can be; the component's own `affinity` value replaces the spread.
+*/ -}}
+{{- define "tpfabric.replicaPlacement" -}}
+{{- $values := .values -}}
+{{- $selector := include "tpfabric.componentSelectorLabels" .component | fromYaml -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" $selector) -}}
+{{- $spread := dict "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) -}}
+{{- toYaml (dict "nodeSelector" $values.nodeSelector "tolerations" $values.tolerations "affinity" ($values.affinity | default $spread) "priorityClassName" $values.priorityClassName) -}}
+{{- end }}

@@ -18,11 +18,14 @@ from tpfabric_core.api.models import (
     CEL_IMMUTABLE_SHAPE,
     CEL_NAME_FITS,
     CEL_REPLACE_NEEDS_ELASTIC,
+    CEL_RULE_MATCHES_SOMETHING,
+    CEL_SUSPENDED,
     CEL_TP_FITS_NODES,
     CEL_WORLD_DIVISIBLE,
     GROUP,
     KIND,
     MAX_NAME_LENGTH,
+    MUTABLE_WHILE_SUSPENDED,
     NCCL_KEY_PATTERN,
     PLURAL,
     VERSION,
@@ -111,6 +114,14 @@ def _spec_schema() -> Schema:
             "message": "keys must be NCCL environment variables such as NCCL_DEBUG",
         }
     ]
+    props["failurePolicy"]["properties"]["rules"]["items"]["x-kubernetes-validations"] = [
+        {
+            "rule": CEL_RULE_MATCHES_SOMETHING,
+            "message": "a rule needs onExitCodes, onPodConditions or onReasons (a rule without "
+            "any would match every failure)",
+            "reason": "FieldValueRequired",
+        }
+    ]
     template = props["template"]
     template["x-kubernetes-preserve-unknown-fields"] = True
     template["properties"]["spec"] = {
@@ -155,6 +166,17 @@ def _spec_schema() -> Schema:
             "cannot change; delete and re-create the job",
             "reason": "FieldValueForbidden",
         },
+        *(
+            {
+                "rule": f"{CEL_SUSPENDED} || self.{field} == oldSelf.{field}",
+                "message": f"spec.{field} cannot change while the job is not suspended (a "
+                "replaced worker would run it beside the others); set spec.suspend to true "
+                "first (its pods stop), or delete and re-create the job",
+                "fieldPath": f".{field}",
+                "reason": "FieldValueForbidden",
+            }
+            for field in MUTABLE_WHILE_SUSPENDED
+        ),
     ]
     return spec
 

@@ -87,6 +87,17 @@ CEL_REPLACE_NEEDS_ELASTIC = (
 #: 63 characters
 MAX_NAME_LENGTH: Final = 50
 CEL_NAME_FITS = f"size(self.metadata.name) <= {MAX_NAME_LENGTH}"
+#: a failure rule must match on something (the twin of ``FailureRule._matches_something``)
+CEL_RULE_MATCHES_SOMETHING = " || ".join(
+    f"(has(self.{field}) && size(self.{field}) > 0)"
+    for field in ("onExitCodes", "onPodConditions", "onReasons")
+)
+#: what a worker pod is made of cannot change while the job may run: a replacement (ReplaceWorker)
+#: would run the new spec beside workers of the old one. A suspended job (before or after the
+#: update) keeps no pods, so it may change (as JobSet allows pod template changes only while
+#: suspended; Kueue adds node selectors and tolerations to a suspended job's template).
+MUTABLE_WHILE_SUSPENDED = ("template", "rdma", "launcher")
+CEL_SUSPENDED = "(has(oldSelf.suspend) && oldSelf.suspend) || (has(self.suspend) && self.suspend)"
 CEL_IMMUTABLE_SHAPE = (
     "self.workers == oldSelf.workers && self.gpusPerWorker == oldSelf.gpusPerWorker && "
     "self.tensorParallelSize == oldSelf.tensorParallelSize && "
@@ -186,8 +197,10 @@ class FailurePolicy(_Model):
     replace_failed_workers: bool = True
     """Restart after a failed or deleted worker at all; `false` fails the job on the first loss."""
     max_restarts: Annotated[int, Field(ge=0, le=1000)] = 3
-    """Restarts (one per incident: one gang restart, or one replaced worker) allowed before the
-    job is marked Failed."""
+    """Restarts allowed before the job fails (`RestartsExhausted`). One restart is charged per
+    incident, for either `restartStrategy`: an incident is every loss the operator sees at once
+    (a node that takes two workers with it is one incident, and so is a gang restart); losses a
+    rule or the defaults below do not charge (`RestartIgnoreLimit`, `Ignore`) are free."""
     backoff_seconds: Annotated[int, Field(ge=0, le=3600)] = 10
     """Delay after every loss before the restart is created."""
     rules: list[FailureRule] = Field(default_factory=list, max_length=32)
@@ -209,8 +222,9 @@ class Launcher(_Model):
     `none`: only the generic variables (`NODE_RANK`, `NNODES`, `MASTER_ADDR`, ...)."""
     rendezvous: Literal["static", "c10d"] = "static"
     """`static`: rank 0 is the master (`--node-rank` fixed per worker). `c10d`: elastic
-    rendezvous on worker 0 (`PET_RDZV_BACKEND=c10d`, `PET_RDZV_ENDPOINT`, `PET_RDZV_ID`), which
-    `restartStrategy: ReplaceWorker` requires."""
+    rendezvous on worker 0 (`PET_RDZV_BACKEND=c10d`, `PET_RDZV_ENDPOINT`, `PET_RDZV_ID`: one per
+    job and, under `RecreateGang`, per attempt), which `restartStrategy: ReplaceWorker`
+    requires."""
 
 
 class PodTemplate(_Model):
@@ -247,11 +261,12 @@ class TensorParallelJobSpec(_Model):
     topology: TopologyPolicy = Field(default_factory=TopologyPolicy)
     """Placement policy in the fabric."""
     rdma: RdmaSpec = Field(default_factory=RdmaSpec)
-    """RDMA devices and GPUDirect policy."""
+    """RDMA devices and GPUDirect policy; can change only while the job is suspended."""
     nccl: dict[Annotated[str, Field(pattern=NCCL_KEY_PATTERN)], str] = Field(default_factory=dict)
     """NCCL environment overrides, merged over what the init container derives."""
     template: PodTemplate
-    """Template of every worker pod."""
+    """Template of every worker pod; can change only while the job is suspended (a replaced
+    worker would otherwise run it beside workers of the old one)."""
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
     """Reaction to failed workers."""
     success_policy: Literal["AllWorkers", "Rank0", "AnyWorker"] = "AllWorkers"
@@ -264,9 +279,11 @@ class TensorParallelJobSpec(_Model):
     """Delete the job (and by garbage collection its pods) this long after it Succeeded or
     Failed. Unset: keep it."""
     launcher: Launcher = Field(default_factory=Launcher)
-    """The launcher whose environment the workers get."""
+    """The launcher whose environment the workers get; can change only while the job is
+    suspended."""
     suspend: bool = False
-    """Suspended jobs keep no pods; resuming plans the gang again."""
+    """Suspended jobs keep no pods; resuming plans the gang again. `template`, `rdma` and
+    `launcher` may change while the job is suspended, or in the update that suspends it."""
 
     @model_validator(mode="after")
     def _parallelism_fits(self) -> TensorParallelJobSpec:
@@ -298,7 +315,8 @@ class Condition(_Model):
     model_config = ConfigDict(extra="ignore")
 
     type: str
-    """Admitted, Placed, Ready, Degraded, Failed or Succeeded."""
+    """Admitted, WorkersCreated, Suspended, Placed, Ready, Degraded, Failed, Succeeded, or
+    InvalidSpec (True while the spec is one the operator cannot act on; not terminal)."""
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
     reason: str = ""
@@ -460,7 +478,8 @@ class TensorParallelJobStatus(_Model):
     placement: Placement | None = None
     """The persisted gang plan, or why the job waits."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Admitted, Placed, Ready, Degraded, Failed, Succeeded."""
+    """Admitted, WorkersCreated, Suspended, Placed, Ready, Degraded, Failed, Succeeded and,
+    after an invalid spec, InvalidSpec."""
     observed_generation: int | None = None
     """The `metadata.generation` the status describes."""
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from tpfabric_core.api import Placement, TensorParallelJob
 from tpfabric_core.api.crd import crd_name, render_crd_yaml, tensor_parallel_job_crd
 from tpfabric_core.fabric_description import pydantic_error_path
-from tpj_examples import INVALID_JOBS, valid_jobs
+from tpj_examples import INVALID_JOBS, VALIDATOR_CASES, constraint_cases, valid_jobs
 
 CRD_FILE = Path(__file__).parents[3] / "crds" / f"{crd_name()}.yaml"
 
@@ -34,8 +34,43 @@ def test_invalid_jobs_are_rejected_naming_the_field(case: str) -> None:
     with pytest.raises(ValidationError) as caught:
         TensorParallelJob.model_validate(manifest)
     paths = [pydantic_error_path(e["loc"]) for e in caught.value.errors()]
-    # cross-field rules are reported on the spec by pydantic, on the field by CEL
-    assert any(field.startswith(p) or p.startswith(field) for p in paths), paths
+    # cross-field rules are reported on the spec by pydantic, on the field by CEL; the name's
+    # rule on the whole object, in words that name the field
+    named = any(field.startswith(p) or p.startswith(field) for p in paths)
+    assert named or all(field in e["msg"] for e in caught.value.errors()), paths
+
+
+@pytest.mark.parametrize("case", sorted(constraint_cases()))
+def test_every_constraint_of_a_field_refuses_its_case_naming_the_field(case: str) -> None:
+    # the same cases go to the real API server (tests/integration/test_crd.py)
+    manifest, field = constraint_cases()[case]
+    with pytest.raises(ValidationError) as caught:
+        TensorParallelJob.model_validate(manifest)
+    paths = [pydantic_error_path(e["loc"]) for e in caught.value.errors()]
+    assert any(p.startswith(field) for p in paths), paths
+
+
+def _spec_models() -> list[type[Any]]:
+    from tpfabric_core.api import models  # noqa: PLC0415
+
+    schema = models.TensorParallelJobSpec.model_json_schema()
+    names = ["TensorParallelJob", "TensorParallelJobSpec", *schema.get("$defs", {})]
+    return [getattr(models, name) for name in names]
+
+
+def test_every_validator_of_the_models_has_cases_the_api_server_must_refuse_too() -> None:
+    # issue 31, item 12: a validator without a CRD twin lets the API server accept what the
+    # operator then refuses; every validator names its cases in tpj_examples.VALIDATOR_CASES
+    found = {
+        f"{model.__name__}.{name}"
+        for model in _spec_models()
+        for kind in ("model_validators", "field_validators")
+        for name in getattr(model.__pydantic_decorators__, kind)
+    }
+    assert found == set(VALIDATOR_CASES)
+    for cases in VALIDATOR_CASES.values():
+        assert cases
+        assert set(cases) <= set(INVALID_JOBS)
 
 
 def test_the_crd_file_is_the_generators_output() -> None:

@@ -150,8 +150,26 @@ def test_an_elastic_rendezvous_names_the_c10d_endpoint_and_no_node_rank() -> Non
     got = env(worker_pod(job, "j", "ns", 1, "init:1"))
     assert got["PET_RDZV_BACKEND"] == "c10d"
     assert got["PET_RDZV_ENDPOINT"] == "j-worker-0.j-workers.ns.svc:29500"
-    assert got["PET_RDZV_ID"] == "ns-j"
+    assert got["PET_RDZV_ID"] == "ns-j-a0"
     assert "PET_NODE_RANK" not in got  # c10d assigns node ranks itself
+
+
+def test_each_attempt_has_a_rendezvous_of_its_own_and_a_replacement_joins_the_running_one() -> None:
+    # issue 31, item 16: a new attempt must never join the rendezvous of an older one whose
+    # containers may still run; a ReplaceWorker replacement must join the running workers'
+    job = a_job(launcher={"rendezvous": "c10d"})
+    job.metadata["uid"] = "0123456789abcdef"
+
+    def rendezvous(job: TensorParallelJob, attempt: int) -> str:
+        return env(worker_pod(job, "j", "ns", 1, "init:1", attempt=attempt))["PET_RDZV_ID"]
+
+    assert rendezvous(job, 0) == "ns-j-01234567-a0"
+    assert rendezvous(job, 1) == "ns-j-01234567-a1"
+    replacing = a_job(
+        launcher={"rendezvous": "c10d"}, failurePolicy={"restartStrategy": "ReplaceWorker"}
+    )
+    replacing.metadata["uid"] = "0123456789abcdef"
+    assert rendezvous(replacing, 0) == rendezvous(replacing, 3) == "ns-j-01234567"
 
 
 def test_launcher_none_sets_no_pet_variables() -> None:

@@ -122,11 +122,12 @@ class _Pods:
     def __init__(self, existing: dict[str, str], refuse: set[str]) -> None:
         self.existing, self.refuse = existing, refuse
         self.lock = threading.Lock()
-        self.in_flight = self.most_in_flight = 0
+        self.in_flight = self.most_in_flight = self.posted = 0
 
     def create(self, manifest: dict[str, Any]) -> bool:
         name = manifest["metadata"]["name"]
         with self.lock:
+            self.posted += 1
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
         time.sleep(0.02)
@@ -147,15 +148,36 @@ class _Pods:
 
 def test_a_gangs_pods_are_created_concurrently_in_order_and_a_409_is_ours_only_if_owned() -> None:
     manifests = [{"metadata": {"name": f"w-{k}", "namespace": "ns"}} for k in range(40)]
-    pods = _Pods(existing={"w-3": "uid-1", "w-4": "uid-old"}, refuse={"w-7"})
+    pods = _Pods(existing={"w-3": "uid-1", "w-4": "uid-old", "w-5": ""}, refuse=set())
     outcomes = _create_pods(pods, manifests, "uid-1")  # type: ignore[arg-type]
     assert len(outcomes) == 40
     assert outcomes[3] == (True, None)  # an earlier reconcile's pod of this job
     assert outcomes[4] == (False, None)  # an older job's pod of the same name
-    assert outcomes[7][0] is False
-    assert "w-7: 403" in str(outcomes[7][1])
-    assert all(ok for k, (ok, _) in enumerate(outcomes) if k not in (4, 7))
+    assert outcomes[5] == (False, None)  # nobody's (issue 31, item 14: never adopted)
+    assert all(ok for k, (ok, _) in enumerate(outcomes) if k not in (4, 5))
     assert 1 < pods.most_in_flight <= CREATE_CONCURRENCY
+
+
+def test_no_pod_is_posted_after_the_first_refusal() -> None:
+    # issue 31, item 11: a 64-worker job refused by PodSecurity was posted whole every reconcile
+    manifests = [{"metadata": {"name": f"w-{k}", "namespace": "ns"}} for k in range(64)]
+    pods = _Pods(existing={}, refuse={f"w-{k}" for k in range(64)})
+    outcomes = _create_pods(pods, manifests, "uid-1")  # type: ignore[arg-type]
+    assert outcomes[0][0] is False
+    assert "w-0: 403" in str(outcomes[0][1])
+    assert pods.posted <= CREATE_CONCURRENCY, "only creations already in flight"
+    assert all(not ok for ok, _ in outcomes)
+    # a round of a job whose last round was refused posts one pod first (slow start)
+    again = _Pods(existing={}, refuse={f"w-{k}" for k in range(64)})
+    _create_pods(again, manifests, "uid-1", slow_start=True)  # type: ignore[arg-type]
+    assert again.posted == 1
+    # and doubles while they are accepted: worker 0 (alone: the plan), 1, 2, 4, 8, then the
+    # batch of 16 in which the refusal comes
+    partly = _Pods(existing={}, refuse={f"w-{k}" for k in range(20, 64)})
+    outcomes = _create_pods(partly, manifests, "uid-1", slow_start=True)  # type: ignore[arg-type]
+    assert all(ok for ok, _ in outcomes[:20])
+    assert partly.posted <= 1 + 1 + 2 + 4 + 8 + 16
+    assert not any(ok for ok, _ in outcomes[20:])
 
 
 def _gang(workers: int) -> list[dict[str, Any]]:
@@ -314,13 +336,14 @@ def test_a_small_gang_the_placer_answered_is_made_whole_at_once(waits: Any) -> N
         assert not plan_waits.answered("uid-1"), "no wait begun"
 
 
-def test_a_small_gang_whose_first_worker_was_refused_is_made_whole(waits: Any) -> None:
+def test_a_small_gang_whose_first_worker_was_refused_posts_nothing_more(waits: Any) -> None:
     plan_waits, _ = waits
-    pods = _Pods(existing={}, refuse={"big-worker-0"})
+    pods = _Pods(existing={}, refuse={f"big-worker-{i}" for i in range(4)})
     outcomes = _create_pods(pods, _gang(4), "uid-1")  # type: ignore[arg-type]
     assert outcomes[0][0] is False
     assert "403" in str(outcomes[0][1])
-    assert all(ok for ok, _ in outcomes[1:]), "no plan comes without a first worker: no wait"
+    assert outcomes[1:] == [(False, None)] * 3, "the round ends at the refusal"
+    assert pods.posted == 1
     assert not plan_waits.answered("uid-1")
 
 

@@ -6,7 +6,6 @@ from typing import Any
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_operator.children import WORKER_INDEX_LABEL
 from tpfabric_operator.lifecycle import (
-    FORCE_DELETE_AFTER_SECONDS,
     Failure,
     Memory,
     Outcome,
@@ -16,6 +15,7 @@ from tpfabric_operator.lifecycle import (
     job_status,
     rule_action,
 )
+from tpfabric_operator.obstacles import STUCK_AFTER_SECONDS, stuck_message, stuck_terminating
 from tpfabric_operator.pod_cache import worker_of
 
 NOW = 1_000_000.0
@@ -63,6 +63,13 @@ def test_pods_of_an_older_job_with_the_same_name_are_deleted_and_block_creation(
     intent = decide(a_job(workers=2), [], Memory(), now=NOW, stale=gang("Running", "Running"))
     assert intent.create == []
     assert intent.delete == ["j-worker-0", "j-worker-1"]
+
+
+def test_pods_no_job_owns_are_neither_adopted_nor_deleted_and_block_creation() -> None:
+    # issue 31, item 14: left by `kubectl delete --cascade=orphan`; they are the user's now
+    orphans = gang("Running", "Running")
+    intent = decide(a_job(workers=2), [], Memory(), now=NOW, foreign=orphans)
+    assert (intent.create, intent.delete, intent.keep) == ([], [], [])
 
 
 # -- terminal semantics --------------------------------------------------------------------------
@@ -199,12 +206,41 @@ def test_a_job_that_may_not_restart_fails_on_the_first_loss() -> None:
     assert "may not restart workers" in intent.fail
 
 
-def test_a_pod_stuck_terminating_past_its_grace_is_force_deleted() -> None:
-    stuck = replace(pod(1), deleting=True, delete_deadline=NOW - FORCE_DELETE_AFTER_SECONDS - 1)
+def test_a_pod_stuck_terminating_is_never_deleted_again_and_blocks_the_next_attempt() -> None:
+    # issue 31, item 16: its containers may still run on a kubelet that does not answer; the
+    # old rule force-deleted it, and the next attempt started beside them
+    stuck = replace(pod(1), deleting=True, delete_deadline=NOW - STUCK_AFTER_SECONDS - 1)
     fresh = replace(pod(2), deleting=True, delete_deadline=NOW - 1)
-    memory = replace(RUNNING, attempt=1, restarting=frozenset({0, 1, 2}))
+    memory = replace(RUNNING, attempt=1, restarting=frozenset({0, 1, 2}), last_failure=NOW - 60)
     intent = decide(a_job(), [stuck, fresh], memory, now=NOW)
-    assert intent.force_delete == ["j-worker-1"]
+    assert (intent.delete, intent.create, intent.charged) == ([], [], 0)
+    assert not hasattr(intent, "force_delete")
+    assert stuck_terminating([stuck, fresh], NOW) == [stuck]
+
+
+def test_a_stuck_pod_is_reported_with_its_node_and_the_out_of_service_taint() -> None:
+    stuck = replace(pod(1), deleting=True, delete_deadline=NOW - 45)
+    words = stuck_message([stuck], NOW)
+    assert "j-worker-1 on node n1 (45s past its deletion deadline)" in words
+    assert (
+        "kubectl taint nodes n1 node.kubernetes.io/out-of-service=nodeshutdown:NoExecute" in words
+    )
+    assert "Do not force-delete" in words
+    status = job_status(
+        a_job(),
+        [pod(0), stuck, pod(2)],
+        placement={},
+        previous_conditions=[],
+        outcome=Outcome(restarting=frozenset({0, 1, 2}), stuck=words),
+        generation=1,
+        now=NOW,
+    )
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == (
+        "True",
+        "PodStuckTerminating",
+        words,
+    )
 
 
 # -- failure rules -------------------------------------------------------------------------------
@@ -295,6 +331,17 @@ def test_an_ignored_failure_is_not_restarted_and_counts_as_finished() -> None:
 
 
 # -- failures: ReplaceWorker ---------------------------------------------------------------------
+
+
+def test_one_incident_is_one_restart_for_either_strategy() -> None:
+    # issue 31, item 17: ReplaceWorker charged one restart per lost worker, RecreateGang one per
+    # incident; a node taking two workers with it is one incident under both
+    elastic = {"launcher": {"rendezvous": "c10d"}}
+    for strategy in ("RecreateGang", "ReplaceWorker"):
+        job = a_job(workers=4, failurePolicy={"restartStrategy": strategy}, **elastic)
+        intent = decide(job, [pod(0), pod(3)], RUNNING, now=NOW)
+        assert intent.charged == 1, strategy
+        assert {1, 2} <= intent.restarting, strategy
 
 
 def test_replace_worker_replaces_only_the_lost_one() -> None:
@@ -411,3 +458,13 @@ def test_a_gang_still_being_created_is_not_degraded_and_one_that_lost_a_worker_i
         "False",
         "AllWorkersPresent",
     )
+
+
+def test_an_invalid_spec_made_valid_again_turns_its_condition_false() -> None:
+    invalid = {"type": "InvalidSpec", "status": "True", "reason": "ValidationFailed"}
+    valid_again = conditions(status_of(gang("Running", "Running", "Running"), {}, prev=[invalid]))
+    assert (valid_again["InvalidSpec"]["status"], valid_again["InvalidSpec"]["reason"]) == (
+        "False",
+        "SpecValid",
+    )
+    assert "InvalidSpec" not in conditions(status_of([], {}))  # never invalid: never shown
