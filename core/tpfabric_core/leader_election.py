@@ -25,6 +25,7 @@ fake API. This module only elects: what a leader does is the caller's business.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import logging
 import threading
@@ -34,7 +35,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["LeaseElector"]
+__all__ = ["LeaseElector", "add_timing_flags", "check_timing_flags"]
 
 log = logging.getLogger("tpfabric.leader_election")
 
@@ -295,3 +296,27 @@ class LeaseElector:
             self._reported = False
             if self.on_transition is not None:
                 self.on_transition(False)
+
+
+def add_timing_flags(group: argparse._ArgumentGroup, acts: str) -> None:
+    """Add ``--lease-seconds``, ``--renew-seconds`` and ``--retry-seconds`` (the elector's
+    timings, with client-go's defaults) to a command's flags; ``acts``: what a leader that
+    could not renew stops doing ("planning", "acting")."""
+    timings = {
+        "lease": (15.0, "a lease not renewed for this long may be taken over"),
+        "renew": (10.0, f"a leader that could not renew for this long stops {acts}"),
+        "retry": (2.0, "period of every acquire/renew attempt"),
+    }
+    for key, (default, words) in timings.items():
+        group.add_argument(
+            f"--{key}-seconds", type=float, default=default, help=f"{words} (default {default:g})"
+        )
+
+
+def check_timing_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit with a usage error unless 0 < retry < renew < lease (what the elector needs)."""
+    if not 0 < args.retry_seconds < args.renew_seconds < args.lease_seconds:
+        parser.error(
+            "need 0 < --retry-seconds < --renew-seconds < --lease-seconds, got "
+            f"{args.retry_seconds}, {args.renew_seconds}, {args.lease_seconds}"
+        )

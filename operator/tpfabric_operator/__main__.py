@@ -14,6 +14,8 @@ import logging
 import os
 import socket
 
+from tpfabric_core.leader_election import add_timing_flags, check_timing_flags
+
 
 def operator_identity() -> str:
     """Return who this operator is for kopf: ``$POD_ID``, else ``user@host`` (never raises).
@@ -61,19 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="holder identity, unique per process (default: env POD_ID, else user@host, and a "
         "random suffix)",
     )
-    timings = {"lease": (15.0, "a lease not renewed for this long may be taken over")}
-    timings["renew"] = (10.0, "a leader that could not renew for this long stops acting")
-    timings["retry"] = (2.0, "period of every acquire/renew attempt")
-    for key, (default, words) in timings.items():
-        election.add_argument(
-            f"--{key}-seconds", type=float, default=default, help=f"{words} (default {default:g})"
-        )
+    add_timing_flags(election, "acting")
     args = parser.parse_args(argv)
-    if not 0 < args.retry_seconds < args.renew_seconds < args.lease_seconds:
-        parser.error(
-            "need 0 < --retry-seconds < --renew-seconds < --lease-seconds, got "
-            f"{args.retry_seconds}, {args.renew_seconds}, {args.lease_seconds}"
-        )
+    check_timing_flags(parser, args)
     return args
 
 

@@ -25,6 +25,7 @@ from aiohttp import web
 from kubernetes import client, config
 
 from tpfabric_core.errors import InputError
+from tpfabric_core.leader_election import add_timing_flags, check_timing_flags
 from tpfabric_core.placement.topology import DEFAULT_LEVELS, LevelSpec, parse_levels
 from tpfabric_core.request_timeouts import with_default_timeout
 from tpfabric_scheduler.kube import Informer, KubeWriter, start_informers
@@ -288,30 +289,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}",
         help="holder identity (default env POD_NAME, else hostname_pid)",
     )
-    election.add_argument(
-        "--lease-seconds",
-        type=float,
-        default=15.0,
-        help="a lease not renewed for this long may be taken over (default 15)",
-    )
-    election.add_argument(
-        "--renew-seconds",
-        type=float,
-        default=10.0,
-        help="a leader that could not renew for this long stops planning (default 10)",
-    )
-    election.add_argument(
-        "--retry-seconds",
-        type=float,
-        default=2.0,
-        help="period of every acquire/renew attempt (default 2)",
-    )
+    add_timing_flags(election, "planning")
     args = parser.parse_args(argv)  # a string default goes through ``type`` too
-    if not 0 < args.retry_seconds < args.renew_seconds < args.lease_seconds:
-        parser.error(
-            "need 0 < --retry-seconds < --renew-seconds < --lease-seconds, got "
-            f"{args.retry_seconds}, {args.renew_seconds}, {args.lease_seconds}"
-        )
+    check_timing_flags(parser, args)
     return args
 
 
