@@ -183,6 +183,29 @@ def clear_jobs_and_pods(api: client.ApiClient, namespace: str) -> None:
 FabricFactory = Callable[[FabricDescription | str], list[str]]
 
 
+def two_leaves_of_four(name: str, prefix: str, *, rails: int) -> str:
+    """Return a fabric description (YAML) of 8 DGX-class nodes: one spine, two leaves of four.
+
+    Every name starts with ``prefix`` (block ``prefix``, spine ``prefix-su``, leaves
+    ``prefix-leaf1/2``, nodes ``prefix-l1-01``...), so a module's nodes never collide with
+    another's.
+    """
+    return f"""
+name: {name}
+rails: {rails}
+railOptimized: true
+rdmaResource: rdma/ib
+node: {{gpus: 8, rdma: 8, cpu: "128", memory: 2Ti, pods: 110}}
+blocks:
+- name: {prefix}
+  spines:
+  - name: {prefix}-su
+    leaves:
+    - {{name: {prefix}-leaf1, nodes: ["{prefix}-l1-[01-04]"]}}
+    - {{name: {prefix}-leaf2, nodes: ["{prefix}-l2-[01-04]"]}}
+"""
+
+
 @pytest.fixture
 def fake_nodes(api: client.ApiClient) -> Iterator[FabricFactory]:
     """Return a function that creates Ready kwok nodes from a fabric (object or YAML text).

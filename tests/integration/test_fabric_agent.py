@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 from test_operator import Tpj, small_job
 
-from conftest import wait_for
+from conftest import two_leaves_of_four, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric.fabric_condition import CONDITION_TYPE, DETAIL_ANNOTATION, parse_detail
@@ -35,20 +35,7 @@ from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
 INTERVAL = 1.0
 WINDOW = 4.0
 RECOVER = 3.0
-FABRIC = """
-name: agents
-rails: 4
-railOptimized: true
-rdmaResource: rdma/ib
-node: {gpus: 8, rdma: 8, cpu: "128", memory: 2Ti, pods: 110}
-blocks:
-- name: fa
-  spines:
-  - name: fa-su
-    leaves:
-    - {name: fa-leaf1, nodes: ["fa-l1-[01-04]"]}
-    - {name: fa-leaf2, nodes: ["fa-l2-[01-04]"]}
-"""
+FABRIC = two_leaves_of_four("agents", "fa", rails=4)
 
 
 @dataclass

@@ -1,19 +1,16 @@
-"""The gang path next to the rest of the cluster (issue 31), on the local control plane.
+"""Gangs made by another controller next to the rest of the cluster (issue 31), on the local
+control plane: real kube-apiserver, kube-controller-manager and kube-scheduler (tpfabric's
+profile with the extender), kwok nodes and the real placer/extender process. No operator runs in
+this module: the tests make each TensorParallelJob's worker pods themselves, as another
+controller would, and nothing else may make them.
 
-Real kube-apiserver, kube-controller-manager and kube-scheduler (tpfabric's profile with the
-extender), kwok nodes, the real placer/extender process and, where a test says so, the operator:
-
-- a node deleted under a running gang: the gang's next attempt is planned again at once;
 - a head-of-line gang that can never fit holds no domain (a small gang behind it runs);
 - several ranks of a gang on one node each hold their share until they bind;
-- a node kube-scheduler's own filters refuse (pod anti-affinity against another tenant's pod) is
-  left out of the next plan, and the status names it;
 - kube-scheduler's own preemption never evicts a running gang's member for a waiting worker.
 
-(The fence of a deposed placer's plan writes is tested in test_leader_election.py, where no
-operator acts on the job.)
-
-Each test brings its own eight nodes (two leaves of four, ``bnd-*``) and removes them.
+The gangs the operator makes are in test_operator_boundaries.py; the fence of a deposed placer's
+plan writes in test_leader_election.py, where no operator acts on the job. Each test brings its
+own eight nodes (two leaves of four, ``bnd-*``) and removes them.
 """
 
 from __future__ import annotations
@@ -25,13 +22,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from test_operator import Tpj, operator, small_job
 
 from conftest import (
     FabricFactory,
     Jobs,
     clear_jobs_and_pods,
     run_kubectl,
+    two_leaves_of_four,
     wait_for,
     worker_pod,
 )
@@ -40,22 +37,8 @@ from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_scheduler.store import GANG_GATE
 
-FABRIC = """
-name: boundaries
-rails: 8
-railOptimized: true
-rdmaResource: rdma/ib
-node: {gpus: 8, rdma: 8, cpu: "128", memory: 2Ti, pods: 110}
-blocks:
-- name: bnd
-  spines:
-  - name: bnd-su
-    leaves:
-    - {name: bnd-leaf1, nodes: ["bnd-l1-[01-04]"]}
-    - {name: bnd-leaf2, nodes: ["bnd-l2-[01-04]"]}
-"""
+FABRIC = two_leaves_of_four("boundaries", "bnd", rails=8)
 HOLD_GATE = "example.com/hold"
-__all__ = ["operator"]  # the operator process fixture, module-scoped
 
 
 @pytest.fixture
@@ -70,7 +53,7 @@ def nodes(
     clear_jobs_and_pods(api, namespace)
 
 
-def _plain_pod(
+def tenant_pod(
     name: str, node: str, gpus: int = 8, priority_class: str | None = None, **meta: Any
 ) -> dict[str, Any]:
     """A pod of another tenant, bound by ``nodeName`` (kwok runs it)."""
@@ -86,12 +69,12 @@ def _plain_pod(
     }
 
 
-def _fill(
+def fill_with_tenants(
     api: client.ApiClient, namespace: str, *nodes: str, priority_class: str | None = None
 ) -> None:
     core = client.CoreV1Api(api)
     for node in nodes:
-        pod = _plain_pod(f"tenant-{node}", node, priority_class=priority_class)
+        pod = tenant_pod(f"tenant-{node}", node, priority_class=priority_class)
         core.create_namespaced_pod(namespace, pod)
     wait_for(
         lambda: all(
@@ -117,45 +100,11 @@ def _job(custom: client.CustomObjectsApi, namespace: str, name: str, **spec: Any
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
 
 
-def test_a_gang_whose_node_was_deleted_is_planned_again_and_runs(
-    api: client.ApiClient, operator: LocalCluster, namespace: str, nodes: list[str]
-) -> None:
-    tpj = Tpj(api, operator, namespace)
-    tpj.apply(small_job("llm", 2, failurePolicy={"backoffSeconds": 1}))
-    tpj.wait_phase("llm", "Running", timeout=60)
-    first = tpj.status("llm")["placement"]["nodes"]
-    gone = first[1]
-    core = client.CoreV1Api(api)
-    core.delete_node(gone)
-    # pod GC force-deletes a deleted node's pods after its 40 s quarantine; do it now
-    for pod in tpj.pods("llm"):
-        if pod.spec.node_name == gone:
-            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
-
-    def running_again() -> dict[str, Any] | None:
-        status = tpj.status("llm")
-        placement = status.get("placement") or {}
-        again = (
-            status.get("phase") == "Running"
-            and status.get("attempt", 0) >= 1
-            and gone not in placement.get("nodes", [gone])
-        )
-        return status if again else None
-
-    status = wait_for(
-        running_again,
-        timeout=60,
-        what="the gang running again without the deleted node",
-        explain=lambda: str(tpj.status("llm").get("placement")),
-    )
-    assert len(status["placement"]["nodes"]) == 2
-
-
 def test_a_head_of_line_gang_that_can_never_fit_holds_no_domain(
     api: client.ApiClient, namespace: str, nodes: list[str], local_cluster: LocalCluster
 ) -> None:
     jobs = Jobs(api, namespace)
-    _fill(api, namespace, "bnd-l2-01", "bnd-l2-02", "bnd-l2-03")  # leaf2: room for 1
+    fill_with_tenants(api, namespace, "bnd-l2-01", "bnd-l2-02", "bnd-l2-03")  # leaf2: room for 1
     long_ago = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
     # 5 workers, required leaf, leaves of 4 nodes: never; waiting 10 min, past the head-of-line
     # bound (60 s on the local control plane)
@@ -181,7 +130,7 @@ def test_two_ranks_planned_onto_one_node_each_hold_their_share_until_they_bind(
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
     jobs = Jobs(api, namespace)
-    _fill(api, namespace, "bnd-l1-01", "bnd-l1-02", "bnd-l1-03", *nodes[4:7])
+    fill_with_tenants(api, namespace, "bnd-l1-01", "bnd-l1-02", "bnd-l1-03", *nodes[4:7])
     # a gang of two 4-GPU workers whose pods another controller still holds with a gate of
     # its own after the placer releases them: planned, not bound
     _job(custom, namespace, "pair", workers=2, gpusPerWorker=4, tensorParallelSize=4)
@@ -208,47 +157,6 @@ def test_two_ranks_planned_onto_one_node_each_hold_their_share_until_they_bind(
     bound = jobs.wait_running("pair", timeout=30)
     assert [p.spec.node_name for p in bound] == pair
     assert jobs.wait_running("single", timeout=30)[0].spec.node_name == single["nodes"][0]
-
-
-def test_a_node_kube_scheduler_refuses_is_left_out_of_the_next_plan(
-    api: client.ApiClient, operator: LocalCluster, namespace: str, nodes: list[str]
-) -> None:
-    core = client.CoreV1Api(api)
-    tpj = Tpj(api, operator, namespace)
-    # leaf1 has exactly two free nodes, one of which runs a pod the workers must avoid: the
-    # placer does not model anti-affinity against other tenants' pods, kube-scheduler does
-    _fill(api, namespace, "bnd-l1-03", "bnd-l1-04")
-    core.create_namespaced_pod(
-        namespace, _plain_pod("db", "bnd-l1-01", gpus=0, labels={"app": "db"})
-    )
-    avoid_db = {
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "topologyKey": "kubernetes.io/hostname",
-                    "labelSelector": {"matchLabels": {"app": "db"}},
-                }
-            ]
-        }
-    }
-    template = {"spec": {"affinity": avoid_db, "containers": [{"name": "w", "image": "x"}]}}
-    tpj.apply(small_job("apart", 2, template=template))
-
-    def running_without_db() -> dict[str, Any] | None:
-        status = tpj.status("apart")
-        placement = status.get("placement") or {}
-        ok = status.get("phase") == "Running" and "bnd-l1-01" not in placement.get("nodes", [])
-        return placement if ok else None
-
-    placement = wait_for(
-        running_without_db,
-        timeout=90,  # the bind bound on the local control plane is 30 s
-        what="the gang running off the node kube-scheduler refuses",
-        explain=lambda: str(tpj.status("apart").get("placement")),
-    )
-    refused = {r["node"]: r["reason"] for r in placement.get("refusedNodes") or []}
-    assert "bnd-l1-01" in refused, placement
-    assert "anti-affinity" in refused["bnd-l1-01"]
 
 
 @pytest.fixture
@@ -278,7 +186,7 @@ def test_a_waiting_worker_never_preempts_a_running_gangs_member(
     jobs = Jobs(api, namespace)
     # only bnd-l1-01 and bnd-l1-02 are free; the other tenant's pods outrank every worker, so
     # the running gang's are the only pods a preemption could pick
-    _fill(api, namespace, *nodes[2:], priority_class=high)
+    fill_with_tenants(api, namespace, *nodes[2:], priority_class=high)
     _job(custom, namespace, "running", workers=2)
     for index in range(2):
         core.create_namespaced_pod(

@@ -12,26 +12,13 @@ from pathlib import Path
 from kubernetes import client
 from typer.testing import CliRunner
 
-from conftest import FabricFactory
+from conftest import FabricFactory, two_leaves_of_four
 from tpfabric_cli.main import app
 from tpfabric_core import labels
 from tpfabric_core.fabric.fabric_condition import CONDITION_TYPE, DETAIL_ANNOTATION
 from tpfabric_localcluster.cluster import LocalCluster
 
-FABRIC = """
-name: health-show
-rails: 4
-railOptimized: true
-rdmaResource: rdma/ib
-node: {gpus: 8, rdma: 8, cpu: "128", memory: 2Ti, pods: 110}
-blocks:
-- name: hs
-  spines:
-  - name: hs-su
-    leaves:
-    - {name: hs-leaf1, nodes: ["hs-l1-[01-04]"]}
-    - {name: hs-leaf2, nodes: ["hs-l2-[01-04]"]}
-"""
+FABRIC = two_leaves_of_four("health-show", "hs", rails=4)
 SYMBOLS = "symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)"
 
 
