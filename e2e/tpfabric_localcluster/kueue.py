@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import yaml
 from tpfabric_localcluster.cluster import LocalCluster, free_ports
 from tpfabric_localcluster.toolchain import find_toolchain
 
-__all__ = ["KUEUE", "KUEUE_NAMESPACE", "start_kueue"]
+__all__ = ["KUEUE", "KUEUE_NAMESPACE", "PodsReadyWait", "start_kueue"]
 
 KUEUE = "kueue-controller"
 KUEUE_NAMESPACE = "kueue-system"
@@ -88,8 +89,44 @@ def _kubectl_apply(cluster: LocalCluster, objects: list[dict[str, Any]]) -> None
     _kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=stdin)
 
 
-def _configuration(folder: Path, webhook_port: int, probe_port: int) -> dict[str, Any]:
-    return {
+@dataclass(frozen=True, slots=True)
+class PodsReadyWait:
+    """Kueue's ``waitForPodsReady``: an admitted workload whose pods are not all ready within
+    ``timeout_seconds`` is evicted and requeued after a backoff (``backoff_base_seconds``
+    doubling up to ``backoff_max_seconds``); after ``backoff_limit_count`` requeues (None: no
+    limit) it is deactivated instead. Admission of others is never blocked meanwhile."""
+
+    timeout_seconds: int
+    backoff_base_seconds: int = 60
+    backoff_max_seconds: int = 3600
+    backoff_limit_count: int | None = None
+
+    def configuration(self) -> dict[str, Any]:
+        """Return the ``waitForPodsReady`` section of Kueue's configuration (v1beta2: its
+        presence turns the feature on)."""
+        strategy: dict[str, Any] = {
+            "timestamp": "Eviction",
+            "backoffBaseSeconds": self.backoff_base_seconds,
+            "backoffMaxSeconds": self.backoff_max_seconds,
+        }
+        if self.backoff_limit_count is not None:
+            strategy["backoffLimitCount"] = self.backoff_limit_count
+        return {
+            "timeout": f"{self.timeout_seconds}s",
+            "blockAdmission": False,
+            "requeuingStrategy": strategy,
+        }
+
+
+def _configuration(
+    folder: Path,
+    webhook_port: int,
+    probe_port: int,
+    *,
+    pods_ready: PodsReadyWait | None = None,
+    finished_retention_seconds: int | None = None,
+) -> dict[str, Any]:
+    config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": KUEUE_NAMESPACE,
@@ -103,10 +140,27 @@ def _configuration(folder: Path, webhook_port: int, probe_port: int) -> dict[str
         # the on-demand visibility API is an aggregated API server of its own: not needed here
         "featureGates": {"VisibilityOnDemand": False},
     }
+    if pods_ready is not None:
+        config["waitForPodsReady"] = pods_ready.configuration()
+    if finished_retention_seconds is not None:
+        config["objectRetentionPolicies"] = {
+            "workloads": {"afterFinished": f"{finished_retention_seconds}s"}
+        }
+    return config
 
 
-def start_kueue(cluster: LocalCluster) -> None:
-    """Install Kueue's CRDs and webhooks and start its controller (``KUEUE``) on ``cluster``."""
+def start_kueue(
+    cluster: LocalCluster,
+    *,
+    pods_ready: PodsReadyWait | None = None,
+    finished_retention_seconds: int | None = None,
+) -> None:
+    """Install Kueue's CRDs and webhooks and start its controller (``KUEUE``) on ``cluster``.
+
+    ``pods_ready``: turn on Kueue's ``waitForPodsReady`` (default off);
+    ``finished_retention_seconds``: Kueue deletes a finished Workload that long after it
+    finished (``objectRetentionPolicies.workloads.afterFinished``; default: kept).
+    """
     binary = find_toolchain(("kueue",)).path("kueue")
     manifests = binary.parent / "config"
     folder = cluster.folder / "kueue"
@@ -135,7 +189,14 @@ def start_kueue(cluster: LocalCluster) -> None:
     names = [f"crd/{crd['metadata']['name']}" for crd in crds]
     _kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", *names)
     config = folder / "config.yaml"
-    config.write_text(yaml.safe_dump(_configuration(folder, webhook_port, probe_port)))
+    settings = _configuration(
+        folder,
+        webhook_port,
+        probe_port,
+        pods_ready=pods_ready,
+        finished_retention_seconds=finished_retention_seconds,
+    )
+    config.write_text(yaml.safe_dump(settings))
     cluster.add_component(
         KUEUE,
         [str(binary), f"--config={config}", "--zap-log-level=2"],

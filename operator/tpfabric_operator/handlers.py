@@ -48,6 +48,9 @@ from tpfabric_operator.children import (
 )
 from tpfabric_operator.create_backoff import CreateBackoff, partial_gang
 from tpfabric_operator.kube import KubeAdapter, extended_resources
+from tpfabric_operator.kueue_podsets import PodSetInfo
+from tpfabric_operator.kueue_sync import KueueView, release_on_delete
+from tpfabric_operator.kueue_sync import sync as kueue_sync
 from tpfabric_operator.lifecycle import (
     Intent,
     Memory,
@@ -60,15 +63,7 @@ from tpfabric_operator.lifecycle import (
 from tpfabric_operator.obstacles import not_owned_message, stuck_message, stuck_terminating
 from tpfabric_operator.plan_waits import PLAN_ANSWERS, PlanWaits
 from tpfabric_operator.pod_cache import JobKey, PodCache, owner_uid, worker_of
-from tpfabric_operator.queueing import (
-    QUEUE_LABEL,
-    Admission,
-    admission_of,
-    finished_status,
-    requeued_status,
-    workload_for,
-    workload_name,
-)
+from tpfabric_operator.queueing import Admission
 from tpfabric_operator.wakeups import Waker
 
 log = logging.getLogger("tpfabric.operator")
@@ -499,7 +494,7 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -
         pods_now = _JobPods(uid, _listed_workers(namespace, name))
     owned = pods_now.owned
     now = _now()
-    job, admission = _admission(body, job, owned, memory=memory, now=now)
+    job = (kueue := _kueue(body, status, job, owned, memory=memory, now=now)).job
     problem = None
     if not terminal and not job.spec.suspend:
         nodes = [value for store in indexes["node_resources"].values() for value in store]
@@ -531,7 +526,15 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -
     if stuck_words:
         _warn(body, "WorkerStuckTerminating", stuck_words)
     create_error = _apply(
-        body, job, intent, memory=memory, owned=owned, placement=placement, indexes=indexes, now=now
+        body,
+        job,
+        intent,
+        memory=memory,
+        owned=owned,
+        placement=placement,
+        indexes=indexes,
+        now=now,
+        pod_set=kueue.pod_set,
     )
     if pods_now.foreign and not create_error:
         create_error = not_owned_message(pods_now.foreign, name, namespace)
@@ -545,54 +548,50 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, indexes: Mapping[str, Any]) -
         owned=owned,
         placement=placement,
         create_error=create_error,
-        admission=admission,
+        admission=kueue.admission,
         now=now,
         straggler=straggler,
         stuck=stuck_words,
     )
 
 
-def _admission(
-    body: kopf.Body, job: TensorParallelJob, owned: list[WorkerPod], *, memory: Memory, now: float
-) -> tuple[TensorParallelJob, Admission | None]:
-    """Return the job as Kueue's admission wants it (suspended or not) and Kueue's verdict.
+def _kueue(
+    body: kopf.Body,
+    status: dict[str, Any],
+    job: TensorParallelJob,
+    owned: list[WorkerPod],
+    *,
+    memory: Memory,
+    now: float,
+) -> KueueView:
+    """Return the job as Kueue's verdict wants it (:mod:`.kueue_sync`)."""
+    namespace, name = body.meta["namespace"], body.meta["name"]
+    return kueue_sync(
+        adapter(),
+        dict(body.meta),
+        status,
+        job,
+        owned,
+        memory=memory,
+        worker=lambda: worker_pod(job, name, namespace, 0, INIT_IMAGE),
+        now=now,
+    )
 
-    Only for jobs with a queue name; the Workload is created on first sight.
-    """
-    queue = str((body.meta.get("labels") or {}).get(QUEUE_LABEL) or "")
-    if not queue:
-        return job, None
-    namespace, name, uid = body.meta["namespace"], body.meta["name"], str(body.meta["uid"])
-    kube = adapter()
-    workload = kube.workload(namespace, workload_name(name, uid))
-    if workload is None:
-        worker = worker_pod(job, name, namespace, 0, INIT_IMAGE)
-        manifest = workload_for(job, worker, name=name, namespace=namespace, uid=uid)
-        workload = kube.create_workload(manifest)
-    admission = admission_of(workload, queue)
-    if memory.phase in ("Succeeded", "Failed"):
-        if not admission.finished:
-            kube.replace_workload_status(
-                workload,
-                finished_status(
-                    workload,
-                    succeeded=memory.phase == "Succeeded",
-                    message=f"TensorParallelJob {memory.phase}",
-                    now=rfc3339(now),
-                ),
-            )
-        return job, admission
-    if admission.hold != job.spec.suspend:
-        kube.set_suspend(namespace, name, admission.hold)
-        log.info("job %s/%s: %s", namespace, name, admission.message)
-        job = job.model_copy(
-            update={"spec": job.spec.model_copy(update={"suspend": admission.hold})}
-        )
-    holding = [p for p in owned if p.phase not in ("Succeeded", "Failed")]
-    if admission.evicted and not holding:
-        # every pod is gone: give the quota back so that Kueue requeues the workload
-        kube.replace_workload_status(workload, requeued_status(workload, now=rfc3339(now)))
-    return job, admission
+
+def _worker_manifests(
+    body: kopf.Body, job: TensorParallelJob, intent: Intent, admitted: PodSetInfo | None
+) -> list[dict[str, Any]]:
+    """Return the manifests of the workers ``intent`` creates, with what Kueue's admission adds
+    to them, owned by the job."""
+    namespace, name = body.meta["namespace"], body.meta["name"]
+    manifests = []
+    for index in intent.create:
+        manifest = worker_pod(job, name, namespace, index, INIT_IMAGE, attempt=intent.attempt)
+        if admitted is not None:
+            manifest = admitted.apply(manifest)
+        kopf.adopt(manifest, owner=body)
+        manifests.append(manifest)
+    return manifests
 
 
 def _apply(  # noqa: PLR0912 - carries out one intent, step by step
@@ -605,8 +604,11 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
     placement: Mapping[str, Any],
     indexes: Mapping[str, Any],
     now: float,
+    pod_set: Callable[[], PodSetInfo] | None = None,
 ) -> str | None:
     """Carry out ``intent``; return why creating a child failed, if it did.
+
+    ``pod_set``: what a Kueue admission adds to every worker (:mod:`.kueue_podsets`).
 
     ``placement``: the job's ``status.placement`` as this reconcile read it (the only view of it
     that the creation uses, see :func:`_reconcile`).
@@ -644,11 +646,13 @@ def _apply(  # noqa: PLR0912 - carries out one intent, step by step
     if intent.create or memory.created_before:
         services = indexes["job_services"].get((namespace, name), [])
         error = _ensure_service(kube, body, services) or error
-    manifests = []
-    for index in intent.create:
-        manifest = worker_pod(job, name, namespace, index, INIT_IMAGE, attempt=intent.attempt)
-        kopf.adopt(manifest, owner=body)
-        manifests.append(manifest)
+    admitted = pod_set() if pod_set is not None and intent.create else None
+    if admitted is not None and admitted.conflict:
+        intent.create = []
+        words = f"Kueue's admission cannot be applied to the workers: {admitted.conflict}"
+        _warn(body, "AdmissionConflict", words)
+        return words
+    manifests = _worker_manifests(body, job, intent, admitted)
     streak = _create_backoff.streak(uid)
     if manifests and streak is not None and streak.waiting(now):
         # the last round was refused: nothing is posted before the next one is due
@@ -1076,6 +1080,17 @@ def on_job_change(*, body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     """Reconcile at once when a job appears, changes, or the operator starts."""
     _remember_kopf(kwargs)
     reconcile(body, patch, kwargs)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+def on_job_delete(*, body: kopf.Body, **_: Any) -> None:
+    """Keep a deleted queued job's Kueue quota until its workers are gone (``kueue_sync``)."""
+    if not leadership.leading():
+        raise kopf.TemporaryError("not leading: the leader releases the job", delay=5)
+    meta = dict(body.meta)
+    namespace, name = meta["namespace"], meta["name"]
+    owned = _JobPods(str(meta["uid"]), pods().workers((namespace, name))).owned
+    release_on_delete(adapter(), meta, dict(body.get("status") or {}), owned)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RECONCILE_SECONDS, initial_delay=RECONCILE_SECONDS)

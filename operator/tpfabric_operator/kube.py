@@ -5,6 +5,7 @@ answers that mean "already so" are not errors."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,8 @@ from tpfabric_operator.children import FAILED_WORKER_LABEL, service_name
 from tpfabric_operator.queueing import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
 
 __all__ = ["KubeAdapter", "extended_resources"]
+
+log = logging.getLogger("tpfabric.operator")
 
 
 class KubeAdapter:
@@ -37,6 +40,8 @@ class KubeAdapter:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.coordination = client.CoordinationV1Api(api)  # the operator's leader election
+        self.apis = client.ApisApi(api)  # which Kueue API versions are served
+        self.scheduling = client.SchedulingV1Api(api)  # PriorityClass values for Workloads
 
     def create(self, manifest: dict[str, Any]) -> bool:
         """Create a Pod or Service; return False when it already exists."""
@@ -128,7 +133,9 @@ class KubeAdapter:
         return created
 
     def replace_workload_status(self, workload: dict[str, Any], status: dict[str, Any]) -> None:
-        """Write a Workload's status (optimistic: a conflict is retried by the next reconcile)."""
+        """Write a Workload's status, guarded by the resourceVersion it was read at: a conflict
+        (Kueue wrote meanwhile) or a refusal is logged and tried again by the next reconcile,
+        never raised into it."""
         meta = workload["metadata"]
         body = {**workload, "status": status}
         try:
@@ -142,7 +149,127 @@ class KubeAdapter:
             )
         except ApiException as err:
             if err.status not in (404, 409):
+                log.warning(
+                    "Workload %s/%s status refused: %s", meta["namespace"], meta["name"], err.reason
+                )
+
+    def set_workload_queue(self, workload: dict[str, Any], queue: str) -> None:
+        """Move a Workload that holds no quota to LocalQueue ``queue`` (Kueue's rule for a
+        suspended job whose queue label changed)."""
+        self._patch_workload(workload, {"spec": {"queueName": queue}})
+
+    def remove_workload_finalizer(self, workload: dict[str, Any], finalizer: str) -> None:
+        """Remove ``finalizer`` from a Workload."""
+        kept = [f for f in workload["metadata"].get("finalizers") or [] if f != finalizer]
+        self._patch_workload(workload, {"metadata": {"finalizers": kept}})
+
+    def _patch_workload(self, workload: dict[str, Any], patch: dict[str, Any]) -> None:
+        """Merge ``patch`` into a Workload, guarded by the resourceVersion it was read at (a
+        conflict, or a Workload gone meanwhile, is left to the next reconcile)."""
+        meta = workload["metadata"]
+        guarded = {
+            **patch,
+            "metadata": {
+                **patch.get("metadata", {}),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+        }
+        try:
+            self.custom.patch_namespaced_custom_object(
+                WORKLOAD_GROUP,
+                WORKLOAD_VERSION,
+                meta["namespace"],
+                WORKLOAD_PLURAL,
+                meta["name"],
+                guarded,
+            )
+        except ApiException as err:
+            if err.status not in (404, 409):
                 raise
+
+    def delete_workload(self, namespace: str, name: str) -> None:
+        """Delete a Workload (gone already: nothing to do)."""
+        try:
+            self.custom.delete_namespaced_custom_object(
+                WORKLOAD_GROUP, WORKLOAD_VERSION, namespace, WORKLOAD_PLURAL, name
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def kueue_versions(self) -> tuple[str, ...]:
+        """Return the versions of kueue.x-k8s.io the API server serves (empty: none)."""
+        for group in self.apis.get_api_versions().groups or []:
+            if group.name == WORKLOAD_GROUP:
+                return tuple(v.version for v in group.versions or [])
+        return ()
+
+    def resource_flavor(self, name: str) -> dict[str, Any] | None:
+        """Return a Kueue ResourceFlavor, or None when it does not exist."""
+        try:
+            found: dict[str, Any] = self.custom.get_cluster_custom_object(
+                WORKLOAD_GROUP, WORKLOAD_VERSION, "resourceflavors", name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return found
+
+    def queue_topology_levels(self, namespace: str, local_queue: str) -> tuple[str, ...]:
+        """Return the node-label levels of the Topology behind LocalQueue ``local_queue`` when
+        every flavor of its ClusterQueue uses that one Topology (a TAS queue); else empty."""
+
+        def get(plural: str, name: str, where: str | None = None) -> dict[str, Any]:
+            try:
+                if where is not None:
+                    return dict(
+                        self.custom.get_namespaced_custom_object(
+                            WORKLOAD_GROUP, WORKLOAD_VERSION, where, plural, name
+                        )
+                    )
+                return dict(
+                    self.custom.get_cluster_custom_object(
+                        WORKLOAD_GROUP, WORKLOAD_VERSION, plural, name
+                    )
+                )
+            except ApiException as err:
+                if err.status == 404:
+                    return {}
+                raise
+
+        queue = get("localqueues", local_queue, namespace)
+        cluster_queue = get("clusterqueues", str((queue.get("spec") or {}).get("clusterQueue")))
+        flavors = {
+            str(f.get("name"))
+            for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []
+            for f in group.get("flavors") or []
+        }
+        topologies = {
+            str((get("resourceflavors", f).get("spec") or {}).get("topologyName") or "")
+            for f in flavors
+        }
+        if len(topologies) != 1 or "" in topologies:
+            return ()
+        topology = get("topologies", topologies.pop())
+        return tuple(
+            str(level.get("nodeLabel"))
+            for level in (topology.get("spec") or {}).get("levels") or []
+        )
+
+    def priority_value(self, group: str, kind: str, name: str) -> int | None:
+        """Return the value of a PriorityClass or a Kueue WorkloadPriorityClass (None: none)."""
+        try:
+            if kind == "PriorityClass":
+                return int(self.scheduling.read_priority_class(name).value)
+            found = self.custom.get_cluster_custom_object(
+                group, WORKLOAD_VERSION, "workloadpriorityclasses", name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return int(found.get("value") or 0)
 
     def set_suspend(self, namespace: str, name: str, suspend: bool) -> None:
         """Set a TensorParallelJob's ``spec.suspend`` (Kueue's admission decides it)."""

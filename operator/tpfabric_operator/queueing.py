@@ -3,44 +3,125 @@
 A job labelled ``kueue.x-k8s.io/queue-name`` is one Kueue ``Workload`` with one pod set of
 ``workers`` pods. The operator keeps such a job suspended (no pods, so no plan and no reservation
 by the gang placer) until Kueue admits the workload; Kueue's eviction (preemption, a deactivated
-workload) suspends it again, every pod is stopped uncharged, and once all are gone the workload's
-quota reservation is released so that Kueue requeues it. A finished job marks its workload
-Finished, which returns its quota. Why not Kueue's plain-pod groups: those gate pods that already
-exist, and the gang placer would plan (and reserve nodes for) a gang that has no quota yet.
+workload, ``waitForPodsReady``'s timeout) suspends it again, every pod is stopped uncharged, and
+once all are gone the workload's quota reservation is released (once per eviction) so that Kueue
+requeues it. A finished job marks its workload Finished, which returns its quota. Why not Kueue's
+plain-pod groups: those gate pods that already exist, and the gang placer would plan (and reserve
+nodes for) a gang that has no quota yet.
+
+What Kueue's own job reconciler (``jobframework``, v0.17) does for its built-in jobs is done here
+for ours, decision by decision: the ``PodsReady`` condition, the priority, the
+``resource-in-use`` finalizer, the maximum execution time, reclaimable pods, and a Workload kept
+in step with its job (queue name, demand). What an admission decides for the pods (flavors,
+admission checks' pod-set updates, a TAS topology assignment) is :mod:`.kueue_podsets`.
 
 Nothing here talks to the API server: manifests and decisions only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tpfabric_core.api import API_VERSION, KIND, TensorParallelJob
+from tpfabric_core.labels import level_key
 
 __all__ = [
+    "MAX_EXEC_TIME_LABEL",
+    "PRIORITY_CLASS_LABEL",
     "QUEUE_LABEL",
+    "RESOURCE_IN_USE",
+    "SUPPORTED_VERSIONS",
     "WORKLOAD_GROUP",
     "WORKLOAD_PLURAL",
     "WORKLOAD_VERSION",
     "Admission",
+    "Priority",
     "admission_of",
     "finished_status",
+    "has_quota_reservation",
+    "out_of_step",
+    "pods_ready_condition",
+    "priority_source",
+    "reclaimable_status",
     "requeued_status",
+    "version_problem",
+    "with_condition",
     "workload_for",
     "workload_name",
 ]
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: a Kueue WorkloadPriorityClass for the job (before the template's ``priorityClassName``)
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+#: seconds the job may run admitted before Kueue evicts and deactivates it
+MAX_EXEC_TIME_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
+#: Kueue's finalizer of a Workload whose pods may still hold what its quota counts
+RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+#: Kueue's pod-template annotations asking for a topology (TAS), read from the job or template
+TOPOLOGY_ANNOTATIONS = {
+    "kueue.x-k8s.io/podset-required-topology": "required",
+    "kueue.x-k8s.io/podset-preferred-topology": "preferred",
+}
 WORKLOAD_GROUP = "kueue.x-k8s.io"
 WORKLOAD_VERSION = "v1beta2"
+#: the Kueue API versions tpfabric speaks: v1beta2, served by Kueue v0.15 and later (v0.17.0
+#: is the version tested); older Kueue serves only v1beta1
+SUPPORTED_VERSIONS = (WORKLOAD_VERSION,)
 WORKLOAD_PLURAL = "workloads"
 POD_SET = "workers"
+#: eviction reasons after which Kueue's job reconciler marks the workload Requeued at once
+_REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
 
 
 def workload_name(job: str, uid: str) -> str:
     """Return the name of the job's Workload (unique per job object, at most 63 characters)."""
     return f"tpj-{job}-{uid[:8]}"
+
+
+def version_problem(served: tuple[str, ...] | None) -> str | None:
+    """Return why queued jobs cannot be run with the Kueue the API server serves (None: they can).
+
+    ``served``: the versions of ``kueue.x-k8s.io`` the API server serves (None: not asked yet).
+    """
+    if served is None or WORKLOAD_VERSION in served:
+        return None
+    if not served:
+        return (
+            "Kueue is not installed: the API server serves no kueue.x-k8s.io API; install "
+            "Kueue v0.15 or later, or remove the kueue.x-k8s.io/queue-name label"
+        )
+    return (
+        f"Kueue serves kueue.x-k8s.io {', '.join(served)} only (Kueue older than v0.15); "
+        f"tpfabric needs {WORKLOAD_GROUP}/{WORKLOAD_VERSION} (Kueue v0.15 or later): upgrade "
+        "Kueue, or remove the kueue.x-k8s.io/queue-name label"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Priority:
+    """A Workload's priority: the class it names and that class's value."""
+
+    group: str  # scheduling.k8s.io (PriorityClass) or kueue.x-k8s.io (WorkloadPriorityClass)
+    kind: str
+    name: str
+    value: int
+
+
+def priority_source(job: TensorParallelJob) -> tuple[str, str, str] | None:
+    """Return (group, kind, name) of the class that sets the job's priority, as Kueue picks it:
+    the ``kueue.x-k8s.io/priority-class`` label (a WorkloadPriorityClass), else the template's
+    ``priorityClassName`` (a PriorityClass); None: neither (priority 0, or the cluster's
+    default PriorityClass, which Kueue's webhook does not fill in for us either)."""
+    label = str((job.metadata.get("labels") or {}).get(PRIORITY_CLASS_LABEL) or "")
+    if label:
+        return WORKLOAD_GROUP, "WorkloadPriorityClass", label
+    name = str(job.spec.template.spec.get("priorityClassName") or "")
+    if name:
+        return "scheduling.k8s.io", "PriorityClass", name
+    return None
 
 
 def _demand(container: dict[str, Any]) -> dict[str, Any]:
@@ -53,13 +134,49 @@ def _demand(container: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _topology_request(job: TensorParallelJob, tas_levels: tuple[str, ...]) -> dict[str, Any] | None:
+    """Return the pod set's ``topologyRequest``: Kueue's annotations on the job (or its
+    template, where Kueue's own jobs carry them) first; else, in a TAS ClusterQueue whose
+    Topology has the job's level as a level (``tas_levels``: its node label keys), the job's
+    own policy (``required`` or ``preferred`` on that level), so that Kueue assigns a domain the
+    placer can honour. Without it Kueue's implied request may spread the gang over several
+    leaves, and a job that requires one leaf would wait forever inside that assignment."""
+    template_meta = job.spec.template.metadata or {}
+    for notes in (job.metadata.get("annotations"), template_meta.get("annotations")):
+        for key, field in TOPOLOGY_ANNOTATIONS.items():
+            level = str((notes or {}).get(key) or "")
+            if level:
+                return {field: level}
+    key = level_key(job.spec.topology.level)
+    if key in tas_levels:
+        return {job.spec.topology.mode: key}
+    return None
+
+
+def _max_exec_seconds(job: TensorParallelJob) -> int | None:
+    value = str((job.metadata.get("labels") or {}).get(MAX_EXEC_TIME_LABEL) or "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def workload_for(
-    job: TensorParallelJob, worker: dict[str, Any], *, name: str, namespace: str, uid: str
+    job: TensorParallelJob,
+    worker: dict[str, Any],
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    priority: Priority | None = None,
+    tas_levels: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Return the Workload of ``job``: one pod set of ``workers`` pods shaped like ``worker``.
 
+    ``tas_levels``: the levels of the Topology of the job's ClusterQueue (a TAS queue), else
+    empty (see :func:`_topology_request`).
+
     ``worker`` is one worker pod's manifest; only what quota counts is kept (container
     resources, with limits standing in for missing requests, and the node constraints).
+    The Workload carries Kueue's ``resource-in-use`` finalizer: the operator removes it once
+    the job's pods are gone (a deleted job's quota is not free while its pods terminate).
     """
     spec = worker["spec"]
     template_spec: dict[str, Any] = {
@@ -72,13 +189,33 @@ def workload_for(
         if spec.get(key):
             template_spec[key] = spec[key]
     queue = str((job.metadata.get("labels") or {}).get(QUEUE_LABEL, ""))
+    pod_set: dict[str, Any] = {
+        "name": POD_SET,
+        "count": job.spec.workers,
+        "template": {"spec": template_spec},
+    }
+    topology = _topology_request(job, tas_levels)
+    if topology:
+        pod_set["topologyRequest"] = topology
+    workload_spec: dict[str, Any] = {"queueName": queue, "podSets": [pod_set]}
+    if priority is not None:
+        workload_spec["priorityClassRef"] = {
+            "group": priority.group,
+            "kind": priority.kind,
+            "name": priority.name,
+        }
+        workload_spec["priority"] = priority.value
+    seconds = _max_exec_seconds(job)
+    if seconds:
+        workload_spec["maximumExecutionTimeSeconds"] = seconds
     return {
         "apiVersion": f"{WORKLOAD_GROUP}/{WORKLOAD_VERSION}",
         "kind": "Workload",
         "metadata": {
             "name": workload_name(name, uid),
             "namespace": namespace,
-            "labels": {"kueue.x-k8s.io/job-uid": uid},
+            "labels": {JOB_UID_LABEL: uid},
+            "finalizers": [RESOURCE_IN_USE],
             "ownerReferences": [
                 {
                     "apiVersion": API_VERSION,
@@ -90,13 +227,57 @@ def workload_for(
                 }
             ],
         },
-        "spec": {
-            "queueName": queue,
-            "podSets": [
-                {"name": POD_SET, "count": job.spec.workers, "template": {"spec": template_spec}}
-            ],
-        },
+        "spec": workload_spec,
     }
+
+
+def _shape(pod_set: Mapping[str, Any], *, topology: bool = True) -> tuple[Any, ...]:
+    """Return what quota counts of a pod set: count, each container's requests, the node
+    constraints and (with ``topology``) the topology request."""
+    spec = (pod_set.get("template") or {}).get("spec") or {}
+
+    def requests(containers: Any) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+        return tuple(
+            (
+                str(c.get("name")),
+                tuple(
+                    sorted(
+                        (str(k), str(v))
+                        for k, v in ((c.get("resources") or {}).get("requests") or {}).items()
+                    )
+                ),
+            )
+            for c in containers or []
+        )
+
+    return (
+        int(pod_set.get("count") or 0),
+        requests(spec.get("containers")),
+        requests(spec.get("initContainers")),
+        tuple(sorted((spec.get("nodeSelector") or {}).items())),
+        repr(spec.get("tolerations") or []),
+        repr(sorted((pod_set.get("topologyRequest") or {}).items())) if topology else "",
+    )
+
+
+def out_of_step(workload: Mapping[str, Any], wanted: Mapping[str, Any]) -> str | None:
+    """Return how ``workload`` no longer matches the job's (``wanted``, from :func:`workload_for`),
+    in words; None when it matches.
+
+    The demand (pod count, requests, node constraints, topology request) makes a new Workload;
+    the queue name alone is updated in place while the job is suspended (Kueue's rules). The
+    topology request counts only while no quota is reserved: a ClusterQueue given a Topology
+    later does not stop the jobs it admitted before.
+    """
+    topology = not has_quota_reservation(workload)
+    have = [_shape(p, topology=topology) for p in (workload.get("spec") or {}).get("podSets") or []]
+    want = [_shape(p, topology=topology) for p in (wanted.get("spec") or {}).get("podSets") or []]
+    if have != want:
+        return "the job's demand changed (workers, resources, node constraints or topology)"
+    queue = (workload.get("spec") or {}).get("queueName")
+    if queue != (wanted.get("spec") or {}).get("queueName"):
+        return f"the job's queue changed from {queue!r}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +296,14 @@ class Admission:
         return not self.admitted or self.evicted
 
 
-def _conditions(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _conditions(workload: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {str(c.get("type")): c for c in (workload.get("status") or {}).get("conditions") or []}
+
+
+def has_quota_reservation(workload: Mapping[str, Any]) -> bool:
+    """Return whether the workload holds quota (``QuotaReserved`` True), as Kueue's
+    ``HasQuotaReservation`` reads it."""
+    return _conditions(workload).get("QuotaReserved", {}).get("status") == "True"
 
 
 def admission_of(workload: dict[str, Any] | None, queue: str) -> Admission:
@@ -144,28 +331,114 @@ def admission_of(workload: dict[str, Any] | None, queue: str) -> Admission:
     return Admission(False, False, finished, "Queued", message)
 
 
-def requeued_status(workload: dict[str, Any], *, now: str) -> dict[str, Any]:
-    """Return the Workload status after its evicted job stopped: no reservation, so requeued."""
+def _set_condition(
+    status: dict[str, Any], workload: Mapping[str, Any], condition: dict[str, Any], now: str
+) -> None:
+    """Set ``condition`` in ``status`` as ``meta.SetStatusCondition`` does: its transition time
+    moves only when its status changes."""
+    conditions = [dict(c) for c in status.get("conditions") or []]
+    shown = next((c for c in conditions if c.get("type") == condition["type"]), None)
+    new = {
+        **condition,
+        "observedGeneration": workload.get("metadata", {}).get("generation", 0),
+        "lastTransitionTime": now,
+    }
+    if shown is not None and shown.get("status") == condition["status"]:
+        new["lastTransitionTime"] = shown.get("lastTransitionTime") or now
+    status["conditions"] = [c for c in conditions if c is not shown] + [new]
+
+
+def requeued_status(workload: dict[str, Any], *, now: str) -> dict[str, Any] | None:
+    """Return the Workload status after its evicted job stopped: no reservation, so requeued;
+    None when its reservation is already released (one write per eviction).
+
+    As Kueue's job reconciler: ``Requeued`` (True at once after a preemption or node failures,
+    else False until Kueue's backoff ends), ``QuotaReserved`` False (``Pending``), no
+    ``admission``, ``Admitted`` False.
+    """
+    if not has_quota_reservation(workload) and not (workload.get("status") or {}).get("admission"):
+        return None
     status = dict(workload.get("status") or {})
+    evicted = _conditions(workload).get("Evicted", {})
+    reason = str(evicted.get("reason") or "Evicted")
+    message = str(evicted.get("message") or "the job's pods are gone after its eviction")
+    _set_condition(
+        status,
+        workload,
+        {
+            "type": "Requeued",
+            "status": "True" if reason in _REQUEUED_AT_ONCE else "False",
+            "reason": reason,
+            "message": message,
+        },
+        now,
+    )
     status.pop("admission", None)
-    kept = [
-        c
-        for c in status.get("conditions") or []
-        if c.get("type") not in ("QuotaReserved", "Admitted")
-    ]
-    message = "the job's pods are gone after its eviction; requeued"
-    for kind, reason in (("QuotaReserved", "Pending"), ("Admitted", "NoReservation")):
-        kept.append(
-            {
-                "type": kind,
-                "status": "False",
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": now,
-                "observedGeneration": workload.get("metadata", {}).get("generation", 0),
-            }
+    for kind, why in (("QuotaReserved", "Pending"), ("Admitted", "NoReservation")):
+        _set_condition(
+            status,
+            workload,
+            {"type": kind, "status": "False", "reason": why, "message": message},
+            now,
         )
-    status["conditions"] = kept
+    return status
+
+
+def pods_ready_condition(workload: Mapping[str, Any], *, ready: bool) -> dict[str, str] | None:
+    """Return the ``PodsReady`` condition the workload must show now (type, status, reason,
+    message), or None when it shows it already.
+
+    Kueue's ``generatePodsReadyCondition``: not admitted, WaitForStart; every worker ready (or
+    finished), Started (Recovered after a recovery); a gang that was ready and is no longer,
+    WaitForRecovery until it is. With ``waitForPodsReady`` on, a workload that does not reach
+    True in time is evicted by Kueue; one that never shows the condition would be too.
+    """
+    conditions = _conditions(workload)
+    shown = conditions.get("PodsReady")
+    admitted = conditions.get("Admitted", {}).get("status") == "True"
+    if not admitted:
+        wanted = ("False", "WaitForStart", "Not all pods are ready or succeeded")
+    elif ready:
+        recovering = shown is not None and shown.get("reason") in ("WaitForRecovery", "Recovered")
+        wanted = (
+            "True",
+            "Recovered" if recovering else "Started",
+            "All pods reached readiness and the workload is running",
+        )
+    elif shown is not None and (
+        shown.get("status") == "True" or shown.get("reason") == "WaitForRecovery"
+    ):
+        wanted = ("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery")
+    else:
+        wanted = ("False", "WaitForStart", "Not all pods are ready or succeeded")
+    if shown is not None and (shown.get("status"), shown.get("reason")) == wanted[:2]:
+        return None
+    status, reason, message = wanted
+    return {"type": "PodsReady", "status": status, "reason": reason, "message": message}
+
+
+def with_condition(
+    workload: dict[str, Any], condition: dict[str, str], *, now: str
+) -> dict[str, Any]:
+    """Return the workload's status with ``condition`` set."""
+    status = dict(workload.get("status") or {})
+    _set_condition(status, workload, dict(condition), now)
+    return status
+
+
+def reclaimable_status(workload: dict[str, Any], finished_workers: int) -> dict[str, Any] | None:
+    """Return the workload's status reporting ``finished_workers`` reclaimable pods (workers
+    that succeeded and will not run again: their quota can serve others), or None when it
+    says so already. Kueue never lets the count go down while quota is reserved, so a lower
+    count is left as it is."""
+    status = dict(workload.get("status") or {})
+    shown = {
+        str(p.get("name")): int(p.get("count") or 0) for p in status.get("reclaimablePods") or []
+    }
+    if finished_workers <= shown.get(POD_SET, 0):
+        return None
+    others = [p for p in status.get("reclaimablePods") or [] if p.get("name") != POD_SET]
+    status["reclaimablePods"] = [*others, {"name": POD_SET, "count": finished_workers}]
     return status
 
 

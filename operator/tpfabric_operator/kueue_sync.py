@@ -1,0 +1,343 @@
+"""One reconcile's part with Kueue: the Workload made, kept in step, and told what the job does.
+
+:func:`sync` is called by every reconcile of a job that carries the queue label (or that did,
+per its ``Admitted`` condition). It returns the job as Kueue's verdict wants it (suspended or
+not), the verdict, and, for an admitted job, what the admission adds to the workers
+(:mod:`.kueue_podsets`). The decisions are :mod:`.queueing`'s; this module reads and writes.
+
+Writes, as Kueue's own job reconciler makes them, and only when something changed (an idle
+job costs one GET of its Workload per tick, and no write):
+
+- the Workload, once, with the ``resource-in-use`` finalizer, the priority and the maximum
+  execution time; its ``spec.queueName`` when the queue label changes while the job waits; a
+  new Workload (the old one deleted once the job's pods are gone) when the demand changed, or
+  the queue changed while admitted;
+- one status write per change: ``PodsReady``, reclaimable pods, the requeue after an
+  eviction (once per eviction), Finished;
+- the finalizer removed once the pods are gone: after the job finished, after its Workload
+  was deleted, when the job leaves Kueue (queue label removed), or when the job is deleted
+  (:func:`release_on_delete`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.timestamps import rfc3339
+from tpfabric_operator.kube import KubeAdapter
+from tpfabric_operator.kueue_podsets import PodSetInfo, admitted_pod_set, flavor_names
+from tpfabric_operator.lifecycle import Memory, WorkerPod
+from tpfabric_operator.queueing import (
+    QUEUE_LABEL,
+    RESOURCE_IN_USE,
+    Admission,
+    Priority,
+    admission_of,
+    finished_status,
+    has_quota_reservation,
+    out_of_step,
+    pods_ready_condition,
+    priority_source,
+    reclaimable_status,
+    requeued_status,
+    version_problem,
+    with_condition,
+    workload_for,
+    workload_name,
+)
+
+__all__ = ["KueueView", "release_on_delete", "sync", "was_queued"]
+
+log = logging.getLogger("tpfabric.operator")
+
+#: how long the served Kueue versions are trusted before the API server is asked again
+VERSIONS_SECONDS = 60.0
+
+
+@dataclass
+class KueueView:
+    """What Kueue's verdict makes of the job in this reconcile."""
+
+    job: TensorParallelJob
+    admission: Admission | None
+    #: what the admission adds to each worker (None: not admitted, or no queue)
+    pod_set: Callable[[], PodSetInfo] | None = None
+
+
+class _Recent:
+    """Answers of the API server that change seldom, asked again after ``VERSIONS_SECONDS``:
+    the kueue.x-k8s.io versions it serves (a Kueue installed or upgraded later is seen without
+    restarting the operator) and the Topology levels behind each LocalQueue."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, ...], tuple[float, tuple[str, ...]]] = {}
+
+    def get(self, key: tuple[str, ...], ask: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None and time.monotonic() - seen[0] < VERSIONS_SECONDS:
+                return seen[1]
+        answer = ask()
+        with self._lock:
+            if len(self._seen) > 10_000:
+                self._seen.clear()
+            self._seen[key] = (time.monotonic(), answer)
+        return answer
+
+
+_recent = _Recent()
+
+
+def was_queued(job_labels: dict[str, Any], status: dict[str, Any]) -> bool:
+    """Return whether Kueue has a say on the job: it has the queue label, or its status still
+    shows Kueue's verdict (the label was removed: its Workload must go)."""
+    if job_labels.get(QUEUE_LABEL):
+        return True
+    return any(c.get("type") == "Admitted" for c in status.get("conditions") or [])
+
+
+def _holding(owned: list[WorkerPod]) -> list[WorkerPod]:
+    return [p for p in owned if p.phase not in ("Succeeded", "Failed")]
+
+
+def _release(kube: KubeAdapter, workload: dict[str, Any], *, delete: bool) -> None:
+    """Drop the finalizer (the pods are gone) and, with ``delete``, the Workload."""
+    if RESOURCE_IN_USE in (workload["metadata"].get("finalizers") or []):
+        kube.remove_workload_finalizer(workload, RESOURCE_IN_USE)
+    if delete and not workload["metadata"].get("deletionTimestamp"):
+        kube.delete_workload(workload["metadata"]["namespace"], workload["metadata"]["name"])
+
+
+def _priority(kube: KubeAdapter, job: TensorParallelJob) -> Priority | str | None:
+    """Return the job's priority, or why it cannot be read (the class is missing)."""
+    source = priority_source(job)
+    if source is None:
+        return None
+    group, kind, name = source
+    value = kube.priority_value(group, kind, name)
+    if value is None:
+        return f"the {kind} {name} the job names is not found; create it or change the job"
+    return Priority(group, kind, name, value)
+
+
+def sync(  # noqa: PLR0911, PLR0912 - Kueue's reconcile, read top to bottom
+    kube: KubeAdapter,
+    meta: dict[str, Any],
+    status: dict[str, Any],
+    job: TensorParallelJob,
+    owned: list[WorkerPod],
+    *,
+    memory: Memory,
+    worker: Callable[[], dict[str, Any]],
+    now: float,
+) -> KueueView:
+    """Bring the job's Workload in step with the job, and the job with Kueue's verdict.
+
+    ``worker``: one worker pod's manifest (what the Workload's pod set is shaped like).
+    """
+    labels = dict(meta.get("labels") or {})
+    queue = str(labels.get(QUEUE_LABEL) or "")
+    if not was_queued(labels, status):
+        return KueueView(job, None)
+    namespace, name, uid = meta["namespace"], meta["name"], str(meta["uid"])
+    problem = version_problem(_recent.get(("versions",), kube.kueue_versions))
+    if problem is not None:
+        if not queue:
+            return KueueView(job, None)
+        reason = "KueueNotInstalled" if "not installed" in problem else "KueueVersionUnsupported"
+        return _suspend_as(kube, job, meta, Admission(False, False, False, reason, problem))
+    workload = kube.workload(namespace, workload_name(name, uid))
+    terminal = memory.phase in ("Succeeded", "Failed")
+    holding = _holding(owned)
+    if not queue:
+        # the job left Kueue: its Workload (and the quota it holds) goes; the job keeps its
+        # pods and its suspend as they are, as a Kueue-managed Job whose label is removed
+        if workload is not None:
+            _release(kube, workload, delete=True)
+            log.info("job %s/%s: queue label removed; its Workload is deleted", namespace, name)
+        return KueueView(job, None)
+    tas_levels = _recent.get(
+        ("levels", namespace, queue), lambda: kube.queue_topology_levels(namespace, queue)
+    )
+    wanted = workload_for(
+        job, worker(), name=name, namespace=namespace, uid=uid, tas_levels=tas_levels
+    )
+    if workload is None:
+        if terminal:
+            return KueueView(job, None)  # finished, and Kueue deleted its Workload: not again
+        priority = _priority(kube, job)
+        if isinstance(priority, str):
+            return _suspend_as(kube, job, meta, Admission(False, False, False, "Queued", priority))
+        wanted = workload_for(
+            job,
+            worker(),
+            name=name,
+            namespace=namespace,
+            uid=uid,
+            priority=priority,
+            tas_levels=tas_levels,
+        )
+        workload = kube.create_workload(wanted)
+        log.info("job %s/%s: Workload %s created", namespace, name, wanted["metadata"]["name"])
+    if terminal:
+        _finish(kube, workload, memory, holding, now)
+        return KueueView(job, admission_of(workload, queue))
+    if workload["metadata"].get("deletionTimestamp"):
+        if not holding:
+            _release(kube, workload, delete=False)
+        words = "its Workload is being deleted; a new one follows once it is gone"
+        return _suspend_as(kube, job, meta, Admission(False, False, False, "Queued", words))
+    differs = out_of_step(workload, wanted)
+    if differs is not None:
+        reserved = has_quota_reservation(workload)
+        if differs.startswith("the job's queue") and job.spec.suspend and not reserved:
+            kube.set_workload_queue(workload, queue)
+            log.info("job %s/%s: Workload moved to LocalQueue %s", namespace, name, queue)
+            workload = kube.workload(namespace, workload_name(name, uid)) or workload
+        else:
+            if not holding:
+                _release(kube, workload, delete=True)
+            words = f"{differs}: a new Workload replaces the old one once the job's pods are gone"
+            log.info("job %s/%s: %s", namespace, name, words)
+            return _suspend_as(kube, job, meta, Admission(False, False, False, "Queued", words))
+    admission = admission_of(workload, queue)
+    view = _suspend_as(kube, job, meta, admission)
+    _report(kube, workload, admission, job=view.job, owned=owned, memory=memory, now=now)
+    if not admission.hold:
+        view.pod_set = _pod_set_of(kube, workload, job)
+    return view
+
+
+def _suspend_as(
+    kube: KubeAdapter, job: TensorParallelJob, meta: dict[str, Any], admission: Admission
+) -> KueueView:
+    """Return the view of ``job`` suspended as ``admission`` wants it (written when it differs)."""
+    if admission.hold != job.spec.suspend:
+        kube.set_suspend(meta["namespace"], meta["name"], admission.hold)
+        log.info("job %s/%s: %s", meta["namespace"], meta["name"], admission.message)
+        job = job.model_copy(
+            update={"spec": job.spec.model_copy(update={"suspend": admission.hold})}
+        )
+    return KueueView(job, admission)
+
+
+def _finish(
+    kube: KubeAdapter,
+    workload: dict[str, Any],
+    memory: Memory,
+    holding: list[WorkerPod],
+    now: float,
+) -> None:
+    """Mark the finished job's Workload Finished (once), then drop its finalizer once no pod of
+    the job holds what its quota counted."""
+    if not admission_of(workload, "").finished:
+        kube.replace_workload_status(
+            workload,
+            finished_status(
+                workload,
+                succeeded=memory.phase == "Succeeded",
+                message=f"TensorParallelJob {memory.phase}",
+                now=rfc3339(now),
+            ),
+        )
+        return
+    if not holding:
+        _release(kube, workload, delete=False)
+
+
+def _ready(job: TensorParallelJob, owned: list[WorkerPod], memory: Memory) -> bool:
+    """Return whether every worker of the gang is ready (or finished), as Kueue's
+    ``PodsReady`` means it."""
+    done = {p.index for p in owned if not p.deleting and p.phase == "Succeeded"} | memory.succeeded
+    ready = {p.index for p in owned if not p.deleting and p.phase == "Running" and p.ready}
+    return not memory.restarting and set(range(job.spec.workers)) <= done | ready
+
+
+def _report(
+    kube: KubeAdapter,
+    workload: dict[str, Any],
+    admission: Admission,
+    *,
+    job: TensorParallelJob,
+    owned: list[WorkerPod],
+    memory: Memory,
+    now: float,
+) -> None:
+    """Tell Kueue what the job does, in one status write when anything changed: the requeue
+    after an eviction (once the pods are gone), ``PodsReady`` and reclaimable pods."""
+    current = workload
+    changed = False
+    if admission.evicted and not _holding(owned):
+        requeued = requeued_status(current, now=rfc3339(now))
+        if requeued is not None:
+            current, changed = {**current, "status": requeued}, True
+    condition = pods_ready_condition(
+        current, ready=not job.spec.suspend and _ready(job, owned, memory)
+    )
+    if condition is not None:
+        current, changed = (
+            {**current, "status": with_condition(current, condition, now=rfc3339(now))},
+            True,
+        )
+    if not admission.hold:
+        reclaimable = reclaimable_status(current, len(memory.succeeded))
+        if reclaimable is not None:
+            current, changed = {**current, "status": reclaimable}, True
+    if changed:
+        kube.replace_workload_status(workload, current["status"])
+
+
+def _pod_set_of(
+    kube: KubeAdapter, workload: dict[str, Any], job: TensorParallelJob
+) -> Callable[[], PodSetInfo]:
+    """Return a reader of what the admission adds to the workers (read once, when a worker is
+    about to be created: the flavors are GETs)."""
+    memo: list[PodSetInfo] = []
+
+    def read() -> PodSetInfo:
+        if not memo:
+            flavors = {n: f for n in flavor_names(workload) if (f := kube.resource_flavor(n))}
+            selector = dict(job.spec.template.spec.get("nodeSelector") or {})
+            memo.append(admitted_pod_set(workload, flavors, selector))
+        return memo[0]
+
+    return read
+
+
+def release_on_delete(
+    kube: KubeAdapter, meta: dict[str, Any], status: dict[str, Any], owned: list[WorkerPod]
+) -> None:
+    """Keep a deleted job's quota until its pods are gone, then let its Workload go.
+
+    Called by the operator's deletion handler: the job waits (kopf's finalizer) while its
+    workers terminate; they are deleted here (the garbage collector would delete them only
+    after the job is gone); once none is left, the Workload's ``resource-in-use`` finalizer is
+    removed and the garbage collector deletes it with the job. Raises ``kopf.TemporaryError``
+    while pods remain.
+    """
+    if not was_queued(dict(meta.get("labels") or {}), status):
+        return
+    namespace, name, uid = meta["namespace"], meta["name"], str(meta["uid"])
+    workload = kube.workload(namespace, workload_name(name, uid))
+    if workload is None or RESOURCE_IN_USE not in (workload["metadata"].get("finalizers") or []):
+        return
+    remaining = _holding(owned)
+    if remaining:
+        for pod in remaining:
+            if not pod.deleting:
+                kube.delete_pod(namespace, pod.name)
+        raise kopf.TemporaryError(
+            f"{len(remaining)} worker pod(s) still terminating: the Workload keeps its quota "
+            "until they are gone",
+            delay=2,
+        )
+    kube.remove_workload_finalizer(workload, RESOURCE_IN_USE)
