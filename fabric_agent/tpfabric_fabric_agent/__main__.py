@@ -44,14 +44,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--hcas",
         default="",
-        help="fabric HCAs in rail order, comma-separated (default: every InfiniBand HCA)",
+        help="fabric HCAs in rail order, comma-separated (default: the compute NICs' ports, "
+        "the ones the RDMA init container pairs with GPUs)",
+    )
+    parser.add_argument(
+        "--compute-nics",
+        default="",
+        help="this node's compute NICs in rail order by PCI address or node GUID, "
+        "comma-separated (overrides discovery; per node: compute_nics in --config)",
     )
     parser.add_argument(
         "--config",
         type=Path,
         help="YAML/JSON file of judgement settings (window_seconds, recover_seconds, "
-        "symbol_error_ber, counter_limits, expected_rate_gbps, expected_width, rate_tolerance, "
-        "check_pcie)",
+        "symbol_errors_per_hour, symbol_error_ber, counter_limits, expected_rate_gbps, "
+        "expected_width, rate_tolerance, check_pcie) and compute_nics: a list of PCI addresses "
+        "or node GUIDs, or a mapping of node name to such a list",
     )
     parser.add_argument("--window-seconds", type=float, help="sliding window of the rates")
     parser.add_argument("--recover-seconds", type=float, help="clean time before ok again")
@@ -75,6 +83,9 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         if not isinstance(loaded, dict):
             raise ValueError(f"{args.config}: expected a mapping of judgement settings")
         data.update(loaded)
+    compute_nics = _compute_nics(data.pop("compute_nics", None), args.node, args.config)
+    if args.compute_nics:
+        compute_nics = tuple(n.strip() for n in args.compute_nics.split(",") if n.strip())
     for key in ("window_seconds", "recover_seconds", "expected_rate_gbps"):
         if getattr(args, key) is not None:
             data[key] = getattr(args, key)
@@ -90,7 +101,23 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         interval_seconds=args.interval,
         hcas=tuple(h for h in args.hcas.split(",") if h),
         judge=judge,
+        compute_nics=compute_nics,
     )
+
+
+def _compute_nics(value: object, node: str, source: Path | None) -> tuple[str, ...]:
+    """Return this node's compute NICs of a config's ``compute_nics`` (a list, or a mapping of
+    node name to a list; a node not in the mapping has none)."""
+    if value is None:
+        return ()
+    if isinstance(value, dict):
+        value = value.get(node, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(
+            f"{source}: compute_nics: expected a list of PCI addresses or node GUIDs, or a "
+            "mapping of node name to such a list"
+        )
+    return tuple(value)
 
 
 def main(argv: list[str] | None = None) -> int:

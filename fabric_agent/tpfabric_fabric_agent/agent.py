@@ -3,6 +3,14 @@
 One :meth:`FabricAgent.step` is a read of ``ports x (4 + counters)`` small files plus the PCIe
 link files, one :class:`~tpfabric_core.fabric.link_judgement.LinkJudge` observation, and API
 writes only when the publication changed (none on a quiet fabric). The clock is injected.
+
+Which ports are judged is decided once, at start, by the rule the RDMA init container pairs GPUs
+with (:mod:`tpfabric_core.fabric.compute_rails`): the ports of the NICs on a GPU's PCIe switch,
+in GPU order (rail *i* is GPU *i*'s port), never a storage/frontend NIC, a BlueField DPU, an
+SR-IOV VF or the uncabled port of a dual-port card. A node override names the compute NICs by PCI
+address or node GUID (``--compute-nics``, or ``compute_nics`` per node in the config file);
+``--hcas`` names them by device name. The static parts of the reads (which ports, their netdevs,
+the PCIe slots' maxima) are resolved once; an interval lists no folder.
 """
 
 from __future__ import annotations
@@ -15,6 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from tpfabric_core.fabric.compute_rails import (
+    compute_nic_roles,
+    matches_override,
+    pair_gpus_with_hcas,
+    uncabled_ports,
+)
 from tpfabric_core.fabric.fabric_condition import FabricPublication, publication_of
 from tpfabric_core.fabric.link_judgement import (
     LinkJudge,
@@ -23,14 +37,17 @@ from tpfabric_core.fabric.link_judgement import (
     NodeVerdict,
 )
 from tpfabric_core.fabric.sysfs_links import (
+    SysfsNic,
     find_gpus,
-    hca_sort_key,
+    port_netdevs,
+    read_gpu_places,
+    read_nics,
     read_pcie_links,
-    read_port_samples,
+    read_ports,
 )
 from tpfabric_fabric_agent.metrics import AgentMetrics
 
-__all__ = ["AgentSettings", "FabricAgent", "Publisher", "fabric_rails"]
+__all__ = ["AgentSettings", "FabricAgent", "Publisher", "fabric_ports", "fabric_rails"]
 
 log = logging.getLogger("tpfabric.fabric_agent")
 
@@ -50,20 +67,62 @@ class AgentSettings:
     node: str
     sys_root: Path = Path("/sys")
     interval_seconds: float = 10.0
-    #: the fabric HCAs in rail order (rail i is hcas[i]); empty: every InfiniBand HCA
+    #: the fabric HCAs in rail order (rail i is hcas[i]); empty: the compute NICs' ports
     hcas: tuple[str, ...] = ()
     judge: LinkJudgeConfig = field(default_factory=LinkJudgeConfig)
+    #: this node's compute NICs by PCI address or node GUID, in rail order (the node override)
+    compute_nics: tuple[str, ...] = ()
 
 
-def fabric_rails(sys_root: Path, hcas: tuple[str, ...] = ()) -> dict[str, int]:
-    """Return ``{hca: rail}``: ``hcas`` in order, else the InfiniBand HCAs in natural order (all
-    HCAs when none is InfiniBand, e.g. a RoCE fabric)."""
+def fabric_ports(
+    sys_root: Path, hcas: tuple[str, ...] = (), compute_nics: tuple[str, ...] = ()
+) -> list[tuple[str, int]]:
+    """Return the ``(hca, port)`` the agent judges, in rail order.
+
+    ``hcas`` (names): every port of those HCAs, in that order. Else the compute NICs (named by
+    ``compute_nics``, or on a GPU's PCIe switch) without their uncabled ports: paired with the
+    GPUs as the init container pairs them (GPU order), in ``compute_nics`` order when named, and
+    on a node without GPUs in natural order, InfiniBand ones only when there are any.
+    """
+    nics = read_nics(sys_root)
     if hcas:
-        return {name: rail for rail, name in enumerate(hcas)}
-    ports = read_port_samples(sys_root)
-    names = sorted({p.hca for p in ports if p.link_layer == "InfiniBand"}, key=hca_sort_key)
-    if not names:
-        names = sorted({p.hca for p in ports}, key=hca_sort_key)
+        by_name = {nic.name: nic for nic in nics}
+        return [
+            (name, port.number)
+            for name in hcas
+            for port in (by_name[name].ports if name in by_name else ())
+        ] or [(name, 1) for name in hcas]
+    gpus = read_gpu_places(sys_root)
+    roles = compute_nic_roles(nics, gpus, compute_nics)
+    pool = [nic for nic in nics if roles[nic.name] == "compute"]
+    uncabled = uncabled_ports(pool)
+    ports = [
+        (nic.name, port.number, port.link_layer)
+        for nic in pool
+        for port in nic.ports
+        if (nic.name, port.number) not in {(u.hca, u.port) for u in uncabled}
+    ]
+    if compute_nics:
+        order = {nic.name: compute_nics.index(_named(nic, compute_nics)) for nic in pool}
+        return [(h, p) for h, p, _ in sorted(ports, key=lambda i: (order[i[0]], i[1]))]
+    if gpus:
+        exclude = frozenset(str(port) for port in uncabled)
+        pairs = pair_gpus_with_hcas(gpus, pool, roles, exclude)
+        return list(dict.fromkeys((pair.hca, pair.port) for pair in pairs))
+    infiniband = [(h, p) for h, p, layer in ports if layer == "InfiniBand"]
+    return infiniband or [(h, p) for h, p, _ in ports]
+
+
+def _named(nic: SysfsNic, names: tuple[str, ...]) -> str:
+    """Return the entry of ``names`` that names ``nic``."""
+    return next(name for name in names if matches_override(nic, (name,)))
+
+
+def fabric_rails(
+    sys_root: Path, hcas: tuple[str, ...] = (), compute_nics: tuple[str, ...] = ()
+) -> dict[str, int]:
+    """Return ``{hca: rail}`` of the HCAs of :func:`fabric_ports`, in rail order."""
+    names = dict.fromkeys(hca for hca, _ in fabric_ports(sys_root, hcas, compute_nics))
     return {name: rail for rail, name in enumerate(names)}
 
 
@@ -82,17 +141,21 @@ class FabricAgent:
         self.publisher = publisher
         self.metrics = metrics or AgentMetrics()
         self._clock = clock
-        self.rails = fabric_rails(settings.sys_root, settings.hcas)
+        self.ports = fabric_ports(settings.sys_root, settings.hcas, settings.compute_nics)
+        names = dict.fromkeys(hca for hca, _ in self.ports)
+        self.rails = {name: rail for rail, name in enumerate(names)}
         self.gpus = find_gpus(settings.sys_root) if settings.judge.check_pcie else []
         self.judge = LinkJudge(settings.judge, self.rails)
         self.last: NodeVerdict | None = None
+        self._netdevs = port_netdevs(settings.sys_root, self.ports)
+        self._slots: dict[str, tuple[float | None, int | None]] = {}
 
     def read(self) -> NodeSample:
         """Return what sysfs shows now (fabric HCAs' ports, their PCIe links and the GPUs')."""
         root = self.settings.sys_root
-        ports = tuple(p for p in read_port_samples(root) if p.hca in self.rails)
+        ports = tuple(read_ports(root, self.ports, self._netdevs))
         pcie = (
-            tuple(read_pcie_links(root, list(self.rails), self.gpus))
+            tuple(read_pcie_links(root, list(self.rails), self.gpus, self._slots))
             if self.settings.judge.check_pcie
             else ()
         )

@@ -4,9 +4,13 @@
 Documentation/ABI/stable/sysfs-class-infiniband and sysfs-bus-pci):
 
 - ``class/infiniband/mlx5_<i>/ports/<p>/{state,phys_state,rate,link_layer,counters/*}`` with
-  ``4: ACTIVE``, ``5: LinkUp``, ``400 Gb/sec (4X NDR)`` and every error counter at 0;
+  ``4: ACTIVE``, ``5: LinkUp``, ``400 Gb/sec (4X NDR)`` and every error counter at 0, the
+  driver's ``hw_counters/*`` at 0, and per port an IPoIB netdev ``ibp<bus>s0`` (``dev_port``,
+  ``carrier_changes``, ``statistics/rx_crc_errors``) below the PCI function;
 - ``class/infiniband/mlx5_<i>/device`` as a symlink into ``devices/pci0000:00/...`` like the
-  kernel's, and ``bus/pci/devices/<bdf>`` symlinks to the same directories;
+  kernel's, and ``bus/pci/devices/<bdf>`` symlinks to the same directories; HCAs and GPUs share
+  PCIe switch ports ``0000:00:<s+1>.0`` in order (a DGX: GPU *i*'s NIC is HCA *i*; with 4 HCAs
+  and 2 GPUs each GPU's port holds two HCAs), so the agent's compute-rail rule keeps them all;
 - per HCA and GPU ``{current,max}_link_{speed,width}`` (``32.0 GT/s PCIe``, ``16``), ``vendor``
   and ``class``.
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tpfabric_core.fabric.sysfs_links import ERROR_COUNTERS
+from tpfabric_core.fabric.sysfs_links import ERROR_COUNTERS, HW_COUNTERS
 
 __all__ = ["FakeSysfs"]
 
@@ -44,7 +48,9 @@ class FakeSysfs:
         self.gpus = [f"0000:{0x40 + i:02x}:00.0" for i in range(gpus)]
         for index, hca in enumerate(self.hcas):
             bdf = f"0000:{0x10 + index:02x}:00.0"
-            device = self._pci_device(bdf, vendor="0x15b3", klass="0x020700")
+            device = self._pci_device(
+                bdf, self._slot(index, hcas, gpus), vendor="0x15b3", klass="0x020700"
+            )
             ib = root / "class" / "infiniband" / hca
             ib.mkdir(parents=True, exist_ok=True)
             link = ib / "device"
@@ -59,11 +65,26 @@ class FakeSysfs:
                 (directory / "link_layer").write_text("InfiniBand\n")
                 for name in ERROR_COUNTERS:
                     self.set_counter(hca, port, name, 0)
-        for bdf in self.gpus:
-            self._pci_device(bdf, vendor="0x10de", klass="0x030200")
+                (directory / "hw_counters").mkdir(exist_ok=True)
+                for name in HW_COUNTERS:
+                    (directory / "hw_counters" / name).write_text("0\n")
+                netdev = device / "net" / f"ibp{0x10 + index:x}s0{'' if port == 1 else 'd1'}"
+                (netdev / "statistics").mkdir(parents=True, exist_ok=True)
+                (netdev / "dev_port").write_text(f"{port - 1}\n")
+                (netdev / "carrier_changes").write_text("1\n")
+                (netdev / "statistics" / "rx_crc_errors").write_text("0\n")
+        for index, bdf in enumerate(self.gpus):
+            self._pci_device(bdf, self._slot(index, gpus, hcas), vendor="0x10de", klass="0x030200")
 
-    def _pci_device(self, bdf: str, *, vendor: str, klass: str) -> Path:
-        device = self.pci_root / "0000:00:01.0" / bdf
+    @staticmethod
+    def _slot(index: int, count: int, others: int) -> int:
+        """Return the switch port of the ``index``-th of ``count`` devices sharing
+        ``min(count, others)`` ports (all of them when there are no others) in order."""
+        ports = min(count, others) or count
+        return index * ports // count
+
+    def _pci_device(self, bdf: str, slot: int, *, vendor: str, klass: str) -> Path:
+        device = self.pci_root / f"0000:00:{slot % 31 + 1:02x}.0" / bdf
         device.mkdir(parents=True, exist_ok=True)
         (device / "vendor").write_text(vendor + "\n")
         (device / "class").write_text(klass + "\n")
@@ -112,5 +133,5 @@ class FakeSysfs:
         if bdf_or_hca in self.hcas:
             device = (self.root / "class" / "infiniband" / bdf_or_hca / "device").resolve()
         else:
-            device = self.pci_root / "0000:00:01.0" / bdf_or_hca
+            device = (self.root / "bus" / "pci" / "devices" / bdf_or_hca).resolve()
         self._write_link(device, speed=speed, width=width)

@@ -51,7 +51,11 @@ GPU_RESOURCE = "nvidia.com/gpu"
 INIT_CONTAINER = "rdma-init"
 NCCL_LIBRARY_ANNOTATION = "tpfabric.io/nccl-library"
 CUDA_MAJOR_ANNOTATION = "tpfabric.io/cuda-major"
-SYSTEM_NCCL_CONF = "/etc/nccl.conf"
+#: Where NCCL < 2.23 finds a user's config (``$HOME/.nccl.conf``, root's home): the one file that
+#: ``NCCL_CONF_FILE`` replaces in NCCL >= 2.23.4. The image's ``/etc/nccl.conf`` is never covered:
+#: NCCL reads it after ours for the keys still unset (a cloud image's net-plugin settings).
+USER_NCCL_CONF = "/root/.nccl.conf"
+NCCL_ENV_FACTS = ("NCCL_NET", "NCCL_NET_PLUGIN")
 #: Label of a failed pod kept for ``kubectl logs`` after it left the gang (value: the job name);
 #: it carries no job label, so the placer, the Service and the operator's worker index skip it.
 FAILED_WORKER_LABEL = "tpfabric.io/failed-worker-of"
@@ -201,6 +205,13 @@ def _main_container_facts(
         cuda = str(cuda_version).split(".")[0]
     if cuda.isdigit():
         facts["cudaMajor"] = int(cuda)
+    nccl_env = {
+        str(e["name"]): str(e["value"])
+        for e in container.get("env") or []
+        if e.get("name") in NCCL_ENV_FACTS and isinstance(e.get("value"), str)
+    }
+    if nccl_env:  # a net plugin (EFA, TCPX/TCPXO, gIB): the init container writes no NCCL_NET
+        facts["ncclEnv"] = nccl_env
     return facts
 
 
@@ -288,7 +299,7 @@ def worker_pod(
             {"name": "tpfabric-shared", "mountPath": SHARED_MOUNT},
             {
                 "name": "tpfabric-shared",
-                "mountPath": SYSTEM_NCCL_CONF,
+                "mountPath": USER_NCCL_CONF,
                 "subPath": "nccl.conf",
                 "readOnly": True,
             },

@@ -9,9 +9,14 @@ dual-port ConnectX-7, the two PCI functions of a dual-PF design and the two plan
 ConnectX-8 are all kept. For each GPU of the pod:
 
 1. the candidates at the smallest path type (then the same NUMA node) win;
-2. among those, the NIC's *role*, read from its type and never from its name, breaks the tie:
-   a compute ConnectX first, then a slower port (storage/frontend runs below the fabric rate),
-   then a BlueField DPU (``0xa2d6``/``0xa2dc``: north-south);
+2. among those, the NIC's *role* breaks the tie: what the NIC is and where it sits, never its
+   name or live state (a down port's ``10 Gb/sec (4X SDR)`` or a retrained port's rate does not
+   demote it; :mod:`~tpfabric_rdma_init.checks` reports that port): a NIC on a GPU's PCIe switch
+   first, then any other (storage, frontend). A BlueField on no GPU's switch is a north-south
+   DPU and never a candidate; a BlueField-3 SuperNIC on its GPU's switch is a compute NIC. The
+   uncabled port of a dual-port card (not ACTIVE while its sibling is, where no card runs two
+   ports) is not a rail. The rule is :mod:`tpfabric_rdma_init.compute_rails`, the fabric agent's
+   too;
 3. GPUs whose winners are the same set share them in PCIe order: with as many ports as GPUs
    each GPU gets its own (switchless GB200-like trays: every device on its own root complex,
    all PHB, so the k-th GPU of a NUMA node gets its k-th NIC in bus order); with more ports than
@@ -35,9 +40,19 @@ the NIC's own PCI function is used.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
-from tpfabric_rdma_init.discovery import Gpu, Hca, PciLocation, natural_key
+from tpfabric_rdma_init.compute_rails import (
+    GpuHcaPair,
+    NicPort,
+    PathType,
+    compute_nic_roles,
+    path_type,
+    uncabled_ports,
+)
+from tpfabric_rdma_init.compute_rails import (
+    pair_gpus_with_hcas as _pair,
+)
+from tpfabric_rdma_init.discovery import Gpu, Hca, natural_key
 
 __all__ = [
     "FabricSelection",
@@ -47,142 +62,44 @@ __all__ = [
     "RailAssignment",
     "RailsAnnotationError",
     "assign_rails",
-    "nic_role",
+    "nic_roles",
     "pair_gpus_with_hcas",
     "parse_rails_annotation",
     "path_type",
     "select_fabric_hcas",
 ]
 
-BLUEFIELD_DEVICE_IDS = frozenset({"0xa2d2", "0xa2d6", "0xa2dc", "0xa2df"})
-BLUEFIELD_HCA_TYPES = ("MT41682", "MT41686", "MT41692")
-ROLE_RANK = {"compute": 0, "slower": 1, "dpu": 2}
+_ROLE_WORDS = {
+    "dpu": "a BlueField DPU (north-south: on no GPU's PCIe switch); never a rail",
+    "vf": "an SR-IOV virtual function of a PF of this node",
+}
 
 
-class PathType(IntEnum):
-    """NCCL's path types between a GPU and a NIC, closest first (names as NCCL spells them)."""
-
-    LOC = 0
-    PIX = 1
-    PXB = 2
-    PHB = 3
-    SYS = 4
-
-
-def path_type(a: PciLocation | None, b: PciLocation | None) -> PathType:
-    """Return the NCCL path type between two PCI functions (SYS when either has no PCI path)."""
-    if a is None or b is None:
-        return PathType.SYS
-    if a.bdf == b.bdf:
-        return PathType.LOC
-    common = 0
-    for left, right in zip(a.bridges, b.bridges, strict=False):
-        if left != right:
-            break
-        common += 1
-    if common == 0:
-        same_numa = a.numa_node is not None and a.numa_node == b.numa_node
-        return PathType.PHB if same_numa or a.root_complex == b.root_complex else PathType.SYS
-    # Below the deepest shared bridge (a switch's upstream port) each side passes its own
-    # downstream port: one port each is one switch (PIX), anything deeper crosses several (PXB).
-    if max(len(a.bridges), len(b.bridges)) - common <= 1:
-        return PathType.PIX
-    return PathType.PXB
-
-
-@dataclass(frozen=True, order=True)
-class NicPort:
-    """One port of one HCA: a rail endpoint (``mlx5_0:1``)."""
-
-    hca: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.hca}:{self.port}"
-
-
-def nic_role(hca: Hca, fastest_gbps: float | None) -> str:
-    """Return ``dpu`` (BlueField by PCI id or hca_type), ``slower`` (below the fastest port's
-    rate: storage/frontend) or ``compute``; the name is never looked at."""
-    if (hca.pci_device_id or "").lower() in BLUEFIELD_DEVICE_IDS or (hca.hca_type or "").startswith(
-        BLUEFIELD_HCA_TYPES
-    ):
-        return "dpu"
-    rates = [port.rate_gbps for port in hca.ports if port.rate_gbps]
-    if fastest_gbps and rates and max(rates) < fastest_gbps:
-        return "slower"
-    return "compute"
-
-
-@dataclass(frozen=True)
-class GpuHcaPair:
-    """A GPU, one of its fabric ports and the NCCL path type between them."""
-
-    gpu: str
-    hca: str
-    path: PathType
-    port: int = 1
-
-
-def _pci_order(hca: Hca) -> tuple[object, ...]:
-    if hca.pci is None:
-        return (1, "", natural_key(hca.name))
-    return (0, hca.pci.bdf, natural_key(hca.name))
-
-
-def _endpoints(hcas: tuple[Hca, ...], exclude: frozenset[str]) -> list[tuple[Hca, NicPort]]:
-    return [
-        (hca, NicPort(hca.name, port.number))
-        for hca in sorted(hcas, key=_pci_order)
-        for port in hca.ports
-        if f"{hca.name}:{port.number}" not in exclude
-    ]
+def nic_roles(hcas: tuple[Hca, ...], gpus: tuple[Gpu, ...]) -> dict[str, str]:
+    """Return ``{hca: role}`` by what each NIC is and where it sits, never its live state:
+    ``compute`` (on a GPU's PCIe switch), ``other`` (storage, frontend), ``dpu`` (a BlueField on
+    no GPU's switch), ``vf``. Without GPUs, every PF but a BlueField is ``compute``."""
+    roles = compute_nic_roles(hcas, gpus)
+    # a pod's VF is its share of the fabric (SR-IOV device plugin): a candidate like a PF
+    return {name: "compute" if role == "vf" else role for name, role in roles.items()}
 
 
 def pair_gpus_with_hcas(
     gpus: tuple[Gpu, ...], hcas: tuple[Hca, ...], exclude: frozenset[str] = frozenset()
 ) -> tuple[GpuHcaPair, ...]:
     """Return the pairs of every GPU (bus-id order) with each of its closest ports."""
-    endpoints = _endpoints(hcas, exclude)
-    if not endpoints or not gpus:
-        return ()
-    fastest = max((p.rate_gbps or 0.0 for h in hcas for p in h.ports), default=0.0) or None
-    roles = {hca.name: ROLE_RANK[nic_role(hca, fastest)] for hca in hcas}
-    winners: list[tuple[Gpu, tuple[tuple[Hca, NicPort], ...]]] = []
-    for gpu in sorted(gpus, key=lambda g: g.bdf):
-        gpu_numa = gpu.pci.numa_node if gpu.pci else None
+    return _pair(gpus, hcas, nic_roles(hcas, gpus), exclude)
 
-        def key(
-            item: tuple[Hca, NicPort], gpu: Gpu = gpu, numa: int | None = gpu_numa
-        ) -> tuple[PathType, bool, int]:
-            hca = item[0]
-            hca_numa = hca.pci.numa_node if hca.pci else None
-            return (path_type(gpu.pci, hca.pci), numa is None or hca_numa != numa, roles[hca.name])
 
-        best = min(key(item) for item in endpoints)
-        winners.append((gpu, tuple(item for item in endpoints if key(item) == best)))
-    groups: dict[tuple[NicPort, ...], list[Gpu]] = {}
-    for gpu, items in winners:
-        groups.setdefault(tuple(port for _, port in items), []).append(gpu)
-    by_port = {port: hca for hca, port in endpoints}
-    assigned: dict[str, list[NicPort]] = {}
-    for ports, members in groups.items():
-        for k, gpu in enumerate(members):
-            if len(ports) >= len(members):
-                mine = [p for i, p in enumerate(ports) if i % len(members) == k]
-            else:
-                mine = [ports[k % len(ports)]]
-            assigned[gpu.bdf] = mine
-    pairs = []
-    for gpu, _ in winners:
-        for port in assigned[gpu.bdf]:
-            hca = by_port[port]
-            pairs.append(
-                GpuHcaPair(
-                    gpu=gpu.bdf, hca=hca.name, port=port.port, path=path_type(gpu.pci, hca.pci)
-                )
-            )
-    return tuple(pairs)
+def _endpoints(hcas: tuple[Hca, ...], exclude: frozenset[str]) -> list[tuple[Hca, NicPort]]:
+    return [
+        (hca, NicPort(hca.name, port.number))
+        for hca in sorted(
+            hcas, key=lambda h: (h.pci is None, h.pci.bdf if h.pci else "", natural_key(h.name))
+        )
+        for port in hca.ports
+        if f"{hca.name}:{port.number}" not in exclude
+    ]
 
 
 @dataclass(frozen=True)
@@ -211,15 +128,27 @@ def select_fabric_hcas(
     whole, port_excludes = _split_exclusions(exclude)
     excluded = {h.name: "excluded by --exclude-hca" for h in hcas if h.name in whole}
     excluded.update(dict.fromkeys(sorted(port_excludes), "excluded by --exclude-hca"))
-    candidates = tuple(h for h in hcas if h.name not in whole and h.ports)
-    excluded.update({h.name: "has no ports" for h in hcas if h.name not in whole and not h.ports})
+    roles = nic_roles(hcas, gpus)
+    for hca in hcas:
+        if hca.name not in whole and roles[hca.name] in _ROLE_WORDS:
+            excluded[hca.name] = _ROLE_WORDS[roles[hca.name]]
+    candidates = tuple(h for h in hcas if h.name not in excluded and h.ports)
+    excluded.update(
+        {h.name: "has no ports" for h in hcas if h.name not in excluded and not h.ports}
+    )
     allocated = tuple(h for h in candidates if h.uverbs_present)
     if allocated:
         for hca in candidates:
             if not hca.uverbs_present:
                 excluded[hca.name] = "no /dev/infiniband device in this pod (not allocated to it)"
         candidates = allocated
-    pairs = pair_gpus_with_hcas(gpus, candidates, port_excludes) if gpus else ()
+    # the one-port-per-card rule is judged on the compute NICs (a dual-port storage card with
+    # both ports up says nothing about how the compute cards are cabled)
+    compute = tuple(h for h in candidates if roles[h.name] == "compute") or candidates
+    uncabled = {str(port): reason for port, reason in uncabled_ports(compute).items()}
+    excluded.update(uncabled)
+    port_excludes = port_excludes | frozenset(uncabled)
+    pairs = _pair(gpus, candidates, roles, port_excludes) if gpus else ()
     if pairs:
         endpoints = tuple(dict.fromkeys(NicPort(p.hca, p.port) for p in pairs))
         reason = "not the closest port of any GPU of this pod (storage, frontend or DPU)"
@@ -233,7 +162,9 @@ def select_fabric_hcas(
         reason = "no /dev/infiniband device in this pod (not allocated to it)"
     chosen = {port.hca for port in endpoints}
     for hca in candidates:
-        if hca.name not in chosen:
+        if hca.name not in chosen and not all(
+            f"{hca.name}:{p.number}" in uncabled for p in hca.ports
+        ):
             excluded[hca.name] = reason
     return FabricSelection(
         hcas=tuple(sorted(chosen, key=natural_key)),

@@ -3,10 +3,12 @@
 Two kinds of problem, because they fall back differently under the ``preferred`` policy:
 
 - ``rdma``: no HCA, no ``/dev/infiniband``, no uverbs device, a fabric port not ACTIVE, a RoCE
-  port without a GID of the pod's own netdevs, memory the *main* container cannot pin -> that
+  port without a GID of the pod's own addresses, memory the *main* container cannot pin -> that
   rail is dropped (a problem naming a port), or the job falls back to TCP (any other);
-- ``gpudirect``: GPUs present but no peer-memory module and no dma-buf -> IB stays, GPUDirect is
-  switched off (``NCCL_NET_GDR_LEVEL=LOC``, staging through host memory).
+- ``gpudirect``: GPUs present but no peer-memory module and no dma-buf, or GPUs and NICs on
+  Hyper-V VMBus without a topology file (NCCL would not use GPUDirect across the host bridge)
+  -> IB stays, GPUDirect is switched off (``NCCL_NET_GDR_LEVEL=LOC``, staging through host
+  memory).
 
 Pinning is judged for the main container, not for this init container: ``ibv_reg_mr`` succeeds
 when the memlock limit is high enough *or* CAP_IPC_LOCK is in the main process's *effective* set.
@@ -22,7 +24,7 @@ read files or exit; the policy decides what a problem means.
 from __future__ import annotations
 
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpfabric_rdma_init.affinity import NicPort
 from tpfabric_rdma_init.discovery import Gid, Hca, HostInventory, IbPort
@@ -36,6 +38,7 @@ __all__ = [
     "fabric_port",
     "format_bytes",
     "pod_gid",
+    "pod_gid_of",
     "port_of",
 ]
 
@@ -66,6 +69,8 @@ class MainContainer:
     privileged: bool = False
     capabilities_add: tuple[str, ...] = ()
     cuda_major: int | None = None
+    nccl_env: dict[str, str] = field(default_factory=dict)
+    """The template's ``NCCL_NET``/``NCCL_NET_PLUGIN`` env: they win over any config file."""
 
     def ipc_lock_effective(self) -> bool | None:
         """Return whether CAP_IPC_LOCK lands in the main process's effective set (None unknown)."""
@@ -106,16 +111,33 @@ def port_of(inventory: HostInventory, endpoint: NicPort) -> IbPort | None:
     return None
 
 
-def pod_gid(port: IbPort, pod_netdevs: set[str]) -> tuple[Gid | None, Gid | None]:
-    """Return (the RoCE v2 IPv4 GID of a netdev of this pod, the one NCCL would pick unpinned).
+def pod_gid(
+    port: IbPort, pod_netdevs: set[str], pod_addresses: frozenset[str] | None = None
+) -> tuple[Gid | None, Gid | None]:
+    """Return (the RoCE v2 GID of this pod, the one NCCL would pick unpinned for its family).
 
-    NCCL (>= 2.21, unpinned) takes the first RoCE v2 GID of the address family; in a pod that
-    shares the HCA, that may belong to the host's netdev (another namespace), which MLNX_OFED
-    rejects at MODIFY_QP. A GID without a netdev attribute (old kernels) counts as the pod's.
+    The pod's GID is the one whose address is one of the pod's own (every macvlan pod names its
+    interface ``net1``, so the netdev name cannot tell two pods apart); only when the pod's
+    addresses are unknown is it told by netdev name (a GID without one, old kernels, counts).
+    IPv4 is preferred, as NCCL's default ``NCCL_IB_ADDR_FAMILY`` AF_INET; an IPv6-only fabric
+    gives an IPv6 GID (NCCL then needs AF_INET6). NCCL (>= 2.21, unpinned) takes the first
+    RoCE v2 GID of the family that is not link-local; in a pod that shares the HCA, that may
+    belong to the host's netdev (another namespace), which MLNX_OFED rejects at MODIFY_QP.
     """
-    v2 = [g for g in port.gids if g.type == "RoCE v2" and g.ipv4_mapped]
-    own = next((g for g in v2 if g.netdev is None or g.netdev in pod_netdevs), None)
-    return own, (v2[0] if v2 else None)
+    v2 = [g for g in port.gids if g.type == "RoCE v2" and not g.link_local]
+    if pod_addresses is not None:
+        mine = [g for g in v2 if g.address in pod_addresses]
+    else:
+        mine = [g for g in v2 if g.netdev is None or g.netdev in pod_netdevs]
+    own = next((g for g in mine if g.ipv4_mapped), mine[0] if mine else None)
+    ipv4 = own is None or own.ipv4_mapped
+    return own, next((g for g in v2 if g.ipv4_mapped == ipv4), None)
+
+
+def pod_gid_of(inventory: HostInventory, port: IbPort) -> tuple[Gid | None, Gid | None]:
+    """Return :func:`pod_gid` with the pod's interfaces and addresses of ``inventory``."""
+    netdevs = {iface.name for iface in inventory.interfaces}
+    return pod_gid(port, netdevs, inventory.pod_addresses)
 
 
 def _memlock_problem(
@@ -200,9 +222,14 @@ def _port_problems(
             )
         )
     elif port.link_layer == "Ethernet":
-        own, _ = pod_gid(port, {iface.name for iface in inventory.interfaces})
+        own, _ = pod_gid_of(inventory, port)
         if own is None:
             owners = sorted({g.netdev for g in port.gids if g.netdev and g.type == "RoCE v2"})
+            told = (
+                "an address of this pod"
+                if inventory.pod_addresses is not None
+                else "a network interface of this pod"
+            )
             problems.append(
                 Problem(
                     code="no-pod-gid",
@@ -210,10 +237,82 @@ def _port_problems(
                     hca=hca.name,
                     port=number,
                     message=(
-                        f"{hca.name} port {number} has no RoCE v2 IPv4 GID of a network interface "
-                        f"of this pod (GIDs belong to {', '.join(owners) or 'no netdev'}); attach "
-                        "a secondary network on this port (Multus macvlan/SR-IOV, one per rail) "
-                        "with an IPv4 address, or run the pod with hostNetwork"
+                        f"{hca.name} port {number} has no RoCE v2 GID (IPv4 or IPv6) of {told} "
+                        f"(GIDs belong to {', '.join(owners) or 'no netdev'}); attach a secondary "
+                        "network on this port (Multus macvlan/SR-IOV, one per rail) with an IP "
+                        "address, or run the pod with hostNetwork"
+                    ),
+                )
+            )
+    return problems
+
+
+def _topology_problem(
+    inventory: HostInventory, endpoints: tuple[NicPort, ...], topology_file: str | None
+) -> tuple[Problem | None, str | None]:
+    """Return (the problem, the warning) of GPUs or NICs whose PCI path NCCL cannot read.
+
+    On Hyper-V (VMBus) every device sits alone below its own host bridge: NCCL, reading sysfs
+    as this module does, puts GPU and NIC at PHB and by default (``NCCL_NET_GDR_LEVEL`` PXB)
+    does not use GPUDirect RDMA between them; the VM image's topology file puts them back under
+    their switch. A device with no PCI path at all is paired by name order.
+    """
+    fabric = {e.hca for e in endpoints}
+    devices = [(gpu.bdf, gpu.pci) for gpu in inventory.gpus]
+    devices += [(hca.name, hca.pci) for hca in inventory.hcas if hca.name in fabric]
+    vmbus = [name for name, pci in devices if pci is not None and pci.vmbus]
+    unplaced = [name for name, pci in devices if pci is None]
+    warning = (
+        f"{', '.join(unplaced)}: no PCI path in sysfs; paired by name order, not by distance"
+        if unplaced
+        else None
+    )
+    if not vmbus or topology_file or not inventory.gpus:
+        return None, warning
+    return Problem(
+        code="no-pci-topology",
+        kind=GPUDIRECT,
+        message=(
+            f"GPUs and NICs are on Hyper-V VMBus ({len(vmbus)} devices, paired by NUMA node): "
+            "NCCL sees no PCIe switch between a GPU and its NIC and does not use GPUDirect RDMA "
+            "across the host bridge; set spec.nccl NCCL_TOPO_FILE to the VM image's topology "
+            "file (Azure ND H100 v5: /opt/microsoft/ndv5-topo.xml)"
+        ),
+    ), warning
+
+
+def _retrained_port_problems(
+    inventory: HostInventory, endpoints: tuple[NicPort, ...]
+) -> list[Problem]:
+    """Return a ``port-degraded`` problem per ACTIVE fabric port below the others' rate or width.
+
+    A compute port that retrained on fewer lanes or at a lower speed stays a compute port (its
+    role comes from what the NIC is); NCCL would run that rail at its rate, so it is a problem
+    of that rail (dropped under ``preferred``).
+    """
+    active = [
+        (endpoint, port)
+        for endpoint in endpoints
+        if (port := port_of(inventory, endpoint)) is not None and port.active
+    ]
+    best_rate = max((port.rate_gbps or 0.0 for _, port in active), default=0.0)
+    best_width = max((port.width or 0 for _, port in active), default=0)
+    problems = []
+    for endpoint, port in active:
+        slow = port.rate_gbps is not None and port.rate_gbps < best_rate
+        narrow = port.width is not None and port.width < best_width
+        if slow or narrow:
+            problems.append(
+                Problem(
+                    code="port-degraded",
+                    kind=RDMA,
+                    hca=endpoint.hca,
+                    port=endpoint.port,
+                    message=(
+                        f"{endpoint.hca} port {endpoint.port} runs at {port.rate_gbps or 0:g} "
+                        f"Gb/s ({port.rate}), the other fabric ports at {best_rate:g} Gb/s "
+                        f"({best_width}X): reseat or replace the cable or transceiver "
+                        f"(ibstat {endpoint.hca} {endpoint.port}) or cordon the node"
                     ),
                 )
             )
@@ -225,8 +324,13 @@ def check_host(
     endpoints: tuple[NicPort, ...],
     min_memlock: int = UNLIMITED,
     main: MainContainer | None = None,
+    topology_file: str | None = None,
 ) -> tuple[list[Problem], list[str]]:
-    """Return (problems, warnings) for using ``endpoints`` with GPUDirect RDMA in this pod."""
+    """Return (problems, warnings) for using ``endpoints`` with GPUDirect RDMA in this pod.
+
+    ``topology_file`` is the user's ``NCCL_TOPO_FILE`` (spec.nccl), which NCCL reads instead of
+    the PCI paths.
+    """
     problems: list[Problem] = []
     warnings: list[str] = []
     if not inventory.hcas:
@@ -264,6 +368,7 @@ def check_host(
     for endpoint in endpoints:
         hca = by_name[endpoint.hca]
         problems.extend(_port_problems(hca, port_of(inventory, endpoint), endpoint.port, inventory))
+    problems.extend(_retrained_port_problems(inventory, endpoints))
     link_layers = {
         port.link_layer for e in endpoints if (port := port_of(inventory, e)) is not None
     }
@@ -281,6 +386,9 @@ def check_host(
                 ),
             )
         )
+    topology, unplaced = _topology_problem(inventory, endpoints, topology_file)
+    problems.extend([topology] if topology is not None else [])
+    warnings.extend([unplaced] if unplaced is not None else [])
     if not inventory.gpus:
         warnings.append("no NVIDIA GPU visible: GPUDirect RDMA not checked")
     elif inventory.gpu_allocation == "all" and inventory.gpus_on_node > 1:

@@ -178,9 +178,10 @@ def _summary(result: InitResult, options: InitOptions) -> str:
             f"({host['memlock_source']}), CAP_IPC_LOCK effective here: {host['cap_ipc_lock']}"
         ),
     ]
+    if fabric["pairs"]:
+        lines.append("  pairing (GPU -> NIC port: NCCL path type, NUMA, role):")
+        lines += [f"    {p['gpu']} -> {p['hca']}:{p['port']}: {p['why']}" for p in fabric["pairs"]]
     if options.report_only:
-        lines.append("  pairing (GPU -> port, NCCL path type):")
-        lines += [f"    {p['gpu']} -> {p['hca']}:{p['port']} {p['path']}" for p in fabric["pairs"]]
         lines.append(
             "  rails: " + ", ".join(f"{r['rail']}={r['hca']}:{r['port']}" for r in fabric["rails"])
         )

@@ -7,16 +7,21 @@ files ``ibstat``, ``ibv_devinfo`` and NCCL's own topology detection read:
   gids/<i>,gid_attrs/types/<i>,gid_attrs/ndevs/<i>,counters/*}}``
 - ``sys/class/infiniband_verbs/uverbs<N>/ibdev`` and ``dev/infiniband/{uverbs<N>,rdma_cm}``
 - ``sys/bus/pci/devices/<bdf>/{numa_node,vendor,class}`` and the PCI path the ``device`` symlinks
-  resolve to (``sys/devices/pci0000:00/0000:00:01.0/.../<bdf>``)
-- GPUs from ``proc/driver/nvidia/gpus/<bdf>``, else PCI class 0x0302/0x0300 with vendor 0x10de
+  resolve to (``sys/devices/pci0000:00/0000:00:01.0/.../<bdf>``; on Hyper-V below a VMBus
+  device, ``sys/devices/.../VMBUS:00/<guid>/pci0001:00/0001:00:00.0``)
+- AWS EFA adapters: ``sys/class/infiniband/<dev>/device/vendor`` 0x1d0f (aws-ofi-nccl's)
+- GPUs: PCI class 0x0302/0x0300 with vendor 0x10de, with UUID and minor from
+  ``proc/driver/nvidia/gpus/<bdf>`` (masked in a pod to the pod's own GPUs)
 - GPUDirect from ``sys/module/{nvidia_peermem,nv_peer_mem}``,
   ``sys/kernel/mm/memory_peers/nv_mem*``, else dma-buf (open GPU kernel module and Linux >= 5.12)
 - ``proc/self/status`` (CapEff only: a capability in the bounding set is not granted),
-  ``proc/self/limits`` (memlock; the probe ``resource.getrlimit`` only when the file is missing)
-  and ``proc/net/route``, all below the *process* root;
-- which GPUs belong to this pod: ``NVIDIA_VISIBLE_DEVICES`` (UUIDs or indices, matched against
-  ``proc/driver/nvidia/gpus/<bdf>/information``), else the ``dev/nvidia<minor>`` nodes the
-  runtime put into the pod, else every GPU (then the report says so).
+  ``proc/self/limits`` (memlock; the probe ``resource.getrlimit`` only when the file is
+  missing), ``proc/net/route`` and the pod's addresses (``proc/net/fib_trie``,
+  ``proc/net/if_inet6``), all below the *process* root;
+- which GPUs belong to this pod: ``NVIDIA_VISIBLE_DEVICES`` (UUIDs, bus ids, or the host's
+  indices in bus order; ``void``/``none``/empty, CDI mode's values, name none), else the
+  ``dev/nvidia<minor>`` nodes the runtime put into the pod, else the pod's masked
+  ``proc/driver/nvidia/gpus`` listing, else every GPU (then the report says so).
 
 This module only reads. It must never write below the root, load a kernel module, open a device
 or decide anything: missing files become ``None``/empty values, judging them is for
@@ -25,6 +30,8 @@ or decide anything: missing files become ``None``/empty values, judging them is 
 
 from __future__ import annotations
 
+import ipaddress
+import itertools
 import os
 import re
 import resource
@@ -85,6 +92,8 @@ class PciLocation:
     root_complex: str
     """The ``pciDDDD:BB`` host bridge the path starts at."""
     numa_node: int | None
+    vmbus: bool = False
+    """Below a Hyper-V VMBus device (Azure): no PCIe switch is visible, whatever the hardware."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,20 @@ class Gid:
         """Return whether the GID is an IPv4-mapped IPv6 address (``::ffff:a.b.c.d``)."""
         return self.gid.lower().replace(":", "").startswith("00000000000000000000ffff")
 
+    @property
+    def link_local(self) -> bool:
+        """Return whether the GID is link-local (``fe80::/64``): NCCL never picks one for RoCE."""
+        return self.gid.lower().startswith("fe80")
+
+    @property
+    def address(self) -> str | None:
+        """Return the IP address the GID carries (``10.0.0.5``, ``fd00::5``), None if unparsable."""
+        try:
+            ip = ipaddress.IPv6Address(self.gid)
+        except ValueError:
+            return None
+        return str(ip.ipv4_mapped or ip)
+
 
 @dataclass(frozen=True)
 class IbPort:
@@ -118,6 +141,8 @@ class IbPort:
     """``InfiniBand`` or ``Ethernet`` (RoCE)."""
     gids: tuple[Gid, ...]
     counters: dict[str, int] = field(default_factory=dict)
+    width: int | None = None
+    """Lanes the link trained on: the ``4`` of ``(4X NDR)`` in ``rate``; None when not said."""
 
     @property
     def active(self) -> bool:
@@ -142,6 +167,8 @@ class Hca:
     """The PCI device id (``0xa2dc`` is a BlueField-3); the NIC's type, never its name."""
     hca_type: str | None = None
     """``sys/class/infiniband/<dev>/hca_type`` (``MT4129`` ConnectX-7, ``MT41692`` BlueField-3)."""
+    virtual_function: bool = False
+    """An SR-IOV VF (``device/physfn`` exists): a pod's share of a PF, down until assigned."""
 
 
 @dataclass(frozen=True)
@@ -201,8 +228,14 @@ class HostInventory:
     memlock_source: str = "probe"
     """``proc/self/limits`` or ``probe``."""
     gpus_on_node: int = 0
+    pod_addresses: frozenset[str] | None = None
+    """This pod's own IP addresses (``proc/net/fib_trie`` LOCAL, ``proc/net/if_inet6``) below
+    the process root; None when neither file is there (then GIDs are told by netdev name)."""
+    efa_devices: tuple[str, ...] = ()
+    """RDMA devices of AWS EFA (PCI vendor 0x1d0f): NCCL reaches them only via aws-ofi-nccl."""
     gpu_allocation: str = "all"
-    """How the pod's GPUs were told apart: ``NVIDIA_VISIBLE_DEVICES``, ``dev/nvidia*``, ``all``."""
+    """How the pod's GPUs were told apart: ``NVIDIA_VISIBLE_DEVICES``, ``dev/nvidia*``,
+    ``proc/driver/nvidia/gpus (masked)`` or ``all``."""
 
 
 def _read(path: Path) -> str | None:
@@ -229,8 +262,17 @@ def _listdir(path: Path) -> list[str]:
         return []
 
 
+_HOST_BRIDGE = re.compile(r"^pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}$")
+
+
 def _pci_location(root: Path, device_link: Path) -> PciLocation | None:
-    """Return the PCI location a sysfs ``device`` link (or PCI device directory) resolves to."""
+    """Return the PCI location a sysfs ``device`` link (or PCI device directory) resolves to.
+
+    Bare metal paths start at the host bridge (``pci0000:00/...``); on Hyper-V (Azure) the
+    host bridge of each device hangs below its VMBus device
+    (``LNXSYSTM:00/.../VMBUS:00/<guid>/pci0001:00/0001:00:00.0``): the PCI part is the same,
+    with no switch above the device, so only the NUMA node tells devices apart.
+    """
     if not device_link.exists():
         return None
     resolved = Path(os.path.realpath(device_link))
@@ -238,9 +280,10 @@ def _pci_location(root: Path, device_link: Path) -> PciLocation | None:
         parts = resolved.relative_to(Path(os.path.realpath(root / "sys" / "devices"))).parts
     except ValueError:
         return None
-    if not parts or not parts[0].startswith("pci") or not _BDF.match(parts[-1]):
+    start = next((i for i, part in enumerate(parts) if _HOST_BRIDGE.match(part)), None)
+    if start is None or not _BDF.match(parts[-1]):
         return None  # a virtual device (soft-RoCE, platform device): no PCI path
-    chain = [part for part in parts[1:] if _BDF.match(part)]
+    chain = [part for part in parts[start + 1 :] if _BDF.match(part)]
     bdf = chain[-1].lower()
     numa = _read_int(root / "sys" / "bus" / "pci" / "devices" / bdf / "numa_node")
     if numa is None:
@@ -248,8 +291,9 @@ def _pci_location(root: Path, device_link: Path) -> PciLocation | None:
     return PciLocation(
         bdf=bdf,
         bridges=tuple(part.lower() for part in chain[:-1]),
-        root_complex=parts[0],
+        root_complex=parts[start],
         numa_node=numa if numa is not None and numa >= 0 else None,
+        vmbus=any(part.upper().startswith("VMBUS") for part in parts[:start]),
     )
 
 
@@ -263,6 +307,11 @@ def _after_colon(text: str | None) -> str:
 def _rate_gbps(rate: str) -> float | None:
     match = re.match(r"^\s*([0-9.]+)\s*Gb/sec", rate)
     return float(match.group(1)) if match else None
+
+
+def _rate_width(rate: str) -> int | None:
+    match = re.search(r"\((\d+)X\b", rate)
+    return int(match.group(1)) if match else None
 
 
 def _port(port_dir: Path, number: int) -> IbPort:
@@ -296,6 +345,7 @@ def _port(port_dir: Path, number: int) -> IbPort:
         link_layer=_read(port_dir / "link_layer") or "InfiniBand",
         gids=tuple(gids),
         counters=counters,
+        width=_rate_width(rate),
     )
 
 
@@ -337,27 +387,29 @@ def _hcas(root: Path) -> tuple[Hca, ...]:
                 uverbs_present=uverbs is not None
                 and (root / "dev" / "infiniband" / uverbs).exists(),
                 netdevs=tuple(_listdir(dev / "device" / "net")),
+                virtual_function=(pci_dir / "physfn").exists(),
             )
         )
     return tuple(hcas)
 
 
 def _gpus(root: Path) -> tuple[Gpu, ...]:
+    """Return every GPU of the node in bus order: the PCI bus's, with procfs's UUID and minor.
+
+    A pod's ``proc/driver/nvidia/gpus`` is masked to its own GPUs (libnvidia-container) while
+    sysfs shows the whole node, so the node's GPUs are the union of both.
+    """
     procfs = root / "proc" / "driver" / "nvidia" / "gpus"
     pci_devices = root / "sys" / "bus" / "pci" / "devices"
-    from_procfs = [name.lower() for name in _listdir(procfs) if _BDF.match(name)]
-    if from_procfs:
-        source, bdfs = "procfs", from_procfs
-    else:
-        source = "pci"
-        bdfs = [
-            bdf
-            for bdf in _listdir(pci_devices)
-            if _read(pci_devices / bdf / "vendor") == NVIDIA_VENDOR
-            and (_read(pci_devices / bdf / "class") or "").startswith(GPU_CLASSES)
-        ]
+    from_procfs = {name.lower() for name in _listdir(procfs) if _BDF.match(name)}
+    from_pci = {
+        bdf.lower()
+        for bdf in _listdir(pci_devices)
+        if _read(pci_devices / bdf / "vendor") == NVIDIA_VENDOR
+        and (_read(pci_devices / bdf / "class") or "").startswith(GPU_CLASSES)
+    }
     gpus = []
-    for bdf in sorted(bdfs):
+    for bdf in sorted(from_procfs | from_pci):
         info = _read(procfs / bdf / "information") or ""
         uuid = re.search(r"^GPU UUID:\s*(\S+)", info, re.MULTILINE)
         minor = re.search(r"^Device Minor:\s*(\d+)", info, re.MULTILINE)
@@ -365,12 +417,37 @@ def _gpus(root: Path) -> tuple[Gpu, ...]:
             Gpu(
                 bdf=bdf,
                 pci=_pci_location(root, pci_devices / bdf),
-                source=source,
+                source="procfs" if bdf in from_procfs else "pci",
                 uuid=uuid.group(1) if uuid else None,
                 minor=int(minor.group(1)) if minor else None,
             )
         )
     return tuple(gpus)
+
+
+UNKNOWN_VISIBLE_DEVICES = ("", "void", "none")
+"""Values that name no GPU: CDI mode (``void``), no GPU requested (``none``), unset. Under CDI
+the runtime injects the devices itself, so these mean "ask the device nodes", never "no GPUs"."""
+
+
+def _by_visible_devices(gpus: tuple[Gpu, ...], tokens: list[str]) -> tuple[Gpu, ...] | None:
+    """Return the GPUs ``tokens`` name (UUIDs, bus ids or host indices), None if any is unknown.
+
+    An index is the host's: the n-th GPU of the node in bus order (nvidia-smi's order), never
+    a position in the pod's masked procfs listing.
+    """
+    chosen: list[Gpu] = []
+    for token in tokens:
+        if token.isdigit():
+            gpu = gpus[int(token)] if int(token) < len(gpus) else None
+        else:
+            gpu = next(
+                (g for g in gpus if token in (g.uuid, g.bdf) or token.lower() == g.bdf), None
+            )
+        if gpu is None:
+            return None
+        chosen.append(gpu)
+    return tuple(sorted(set(chosen), key=lambda g: g.bdf))
 
 
 def pod_gpus(
@@ -379,29 +456,29 @@ def pod_gpus(
     """Return (the GPUs allocated to this pod, how that was decided).
 
     The NVIDIA device plugin tells the runtime through ``NVIDIA_VISIBLE_DEVICES`` (UUIDs, or
-    indices in bus order); CDI and the runtime both leave only the allocated ``/dev/nvidiaN``.
+    host indices in bus order); in CDI mode it is ``void`` and only the allocated
+    ``/dev/nvidiaN`` are in the pod; a masked procfs listing holds only the pod's GPUs.
     """
     value = (visible_devices or "").strip()
     if value == "all":
         return gpus, "NVIDIA_VISIBLE_DEVICES"
-    if value:
-        if value in ("none", "void"):
-            return (), "NVIDIA_VISIBLE_DEVICES"
-        wanted = [token.strip() for token in value.split(",") if token.strip()]
-        chosen = [
-            gpu
-            for index, gpu in enumerate(gpus)
-            if (gpu.uuid is not None and gpu.uuid in wanted) or str(index) in wanted
-        ]
+    if value.lower() not in UNKNOWN_VISIBLE_DEVICES:
+        tokens = [token.strip() for token in value.split(",") if token.strip()]
+        chosen = _by_visible_devices(gpus, tokens)
         if chosen:
-            return tuple(chosen), "NVIDIA_VISIBLE_DEVICES"
+            return chosen, "NVIDIA_VISIBLE_DEVICES"
     nodes = {
         int(name[6:])
         for name in _listdir(root / "dev")
         if name.startswith("nvidia") and name[6:].isdigit()
     }
-    if nodes and all(gpu.minor is not None for gpu in gpus):
-        return tuple(gpu for gpu in gpus if gpu.minor in nodes), "dev/nvidia*"
+    listed = [gpu for gpu in gpus if gpu.source == "procfs"]
+    if nodes and listed and all(gpu.minor is not None for gpu in listed):
+        chosen_by_node = tuple(gpu for gpu in listed if gpu.minor in nodes)
+        if chosen_by_node:
+            return chosen_by_node, "dev/nvidia*"
+    if listed and len(listed) < len(gpus):
+        return tuple(listed), "proc/driver/nvidia/gpus (masked)"
     return gpus, "all"
 
 
@@ -486,6 +563,41 @@ def _interfaces(root: Path) -> tuple[NetInterface, ...]:
     )
 
 
+AMAZON_VENDOR = "0x1d0f"
+
+
+def _efa_devices(root: Path) -> tuple[str, ...]:
+    """Return the RDMA devices that are AWS EFA adapters (by PCI vendor, never by name)."""
+    ib_class = root / "sys" / "class" / "infiniband"
+    return tuple(
+        name
+        for name in _listdir(ib_class)
+        if _read(ib_class / name / "device" / "vendor") == AMAZON_VENDOR
+    )
+
+
+def _pod_addresses(root: Path) -> frozenset[str] | None:
+    """Return the addresses of this network namespace, None when procfs names none."""
+    trie = _read(root / "proc" / "net" / "fib_trie")
+    inet6 = _read(root / "proc" / "net" / "if_inet6")
+    if trie is None and inet6 is None:
+        return None
+    addresses: set[str] = set()
+    lines = (trie or "").splitlines()
+    for line, following in itertools.pairwise(lines):
+        match = re.match(r"^[\s|`+-]*-- (\d+\.\d+\.\d+\.\d+)$", line.rstrip())
+        if match and "host LOCAL" in following:
+            addresses.add(match.group(1))
+    for row in (inet6 or "").splitlines():
+        fields = row.split()
+        if fields and len(fields[0]) == 32:
+            try:
+                addresses.add(str(ipaddress.IPv6Address(int(fields[0], 16))))
+            except ValueError:
+                continue
+    return frozenset(addresses)
+
+
 def discover_host(
     root: Path | str = "/",
     memlock: MemlockProbe = read_memlock_limit,
@@ -519,4 +631,6 @@ def discover_host(
         memlock_hard=hard,
         cap_ipc_lock=_cap_ipc_lock(own),
         interfaces=_interfaces(own),
+        pod_addresses=_pod_addresses(own),
+        efa_devices=_efa_devices(root),
     )

@@ -1,21 +1,26 @@
 """The NCCL settings of a pod and their files: ``nccl.conf`` and the optional topology XML.
 
-Settings written (every NCCL reads ``/etc/nccl.conf``, where the operator mounts this file;
-NCCL >= 2.23 also reads ``NCCL_CONF_FILE``; the environment wins over both files):
+Settings written (NCCL >= 2.23.4 reads ``NCCL_CONF_FILE``, older NCCL ``~/.nccl.conf``, where
+the operator puts this file, then ``/etc/nccl.conf`` for the keys still unset; the environment
+wins over every file):
 
 - ``NCCL_IB_HCA==mlx5_0:1,mlx5_3:1,...`` — fabric ports in rail order with the leading ``=`` that
   makes NCCL match names exactly (without it ``mlx5_1`` also selects ``mlx5_10`` and ``mlx5_11``);
   every port of every plane a GPU is paired with is listed;
 - ``NCCL_CROSS_NIC=0`` when the pod is rail-aligned (rails from the placement annotation, or each
   GPU paired with its own ports) and no rail was dropped;
-- RoCE: ``NCCL_IB_GID_INDEX`` of the GID that belongs to the pod's own netdev of each rail, when
-  every rail has it at the same index; when the indexes differ NCCL (>= 2.21) picks per device,
-  which is right only where its pick (the first RoCE v2 IPv4 GID) is the pod's: any other rail
-  is a problem (``foreign-gid``), so nothing is left to a wrong guess;
+- RoCE: ``NCCL_IB_GID_INDEX`` of the GID that carries one of the pod's own addresses on each
+  rail, when every rail has it at the same index; when the indexes differ NCCL (>= 2.21) picks
+  per device (``NCCL_IB_ADDR_FAMILY`` AF_INET, or AF_INET6 on an IPv6-only fabric), which is
+  right only where its pick (the first RoCE v2 GID of the family) is the pod's: any other rail
+  is a problem (``foreign-gid``), so nothing is left to a wrong guess; an index the user pins
+  in spec.nccl is judged the same way (``gid-index``);
 - ``NCCL_SOCKET_IFNAME==<if>`` for bootstrap and the TCP fallback: the pod's primary interface;
 - ``NCCL_NET_GDR_LEVEL=LOC`` only when GPUDirect is off: otherwise NCCL's own default applies
   (never a more permissive level; ``spec.nccl`` may still set one);
-- TCP fallback: ``NCCL_IB_DISABLE=1`` and ``NCCL_NET=Socket``.
+- TCP fallback: ``NCCL_IB_DISABLE=1`` and ``NCCL_NET=Socket``;
+- a net plugin (``NCCL_NET`` other than IB/Socket, or ``NCCL_NET_PLUGIN``, in spec.nccl or the
+  main container's env): no ``NCCL_NET`` nor ``NCCL_IB_*`` at all, whatever the policy.
 
 User overrides (a JSON object of ``NCCL_*`` keys from the job's ``spec.nccl``, which is also
 where ``NCCL_IB_TC``/``NCCL_IB_SL`` come from: the CRD has no field of its own) are applied last;
@@ -30,7 +35,7 @@ from collections.abc import Mapping
 from xml.etree import ElementTree as ET
 
 from tpfabric_rdma_init.affinity import FabricSelection, NicPort, RailAssignment
-from tpfabric_rdma_init.checks import RDMA, Problem, fabric_port, pod_gid, port_of
+from tpfabric_rdma_init.checks import RDMA, Problem, fabric_port, pod_gid_of, port_of
 from tpfabric_rdma_init.discovery import ARPHRD_INFINIBAND, Hca, HostInventory, PciLocation
 
 __all__ = [
@@ -38,10 +43,13 @@ __all__ = [
     "apply_overrides",
     "build_nccl_settings",
     "check_traffic_class",
+    "gid_index_override",
+    "net_plugin_in_use",
     "parse_overrides",
     "rdma_netdevs",
     "render_nccl_conf",
     "render_topology_xml",
+    "roce_address_family",
     "roce_gid_index",
     "socket_interface",
 ]
@@ -126,18 +134,68 @@ def check_traffic_class(
     return chosen, warnings
 
 
+def _pinned_gid_problems(
+    inventory: HostInventory, endpoints: tuple[NicPort, ...], pinned: int
+) -> list[Problem]:
+    """Return a problem per RoCE rail whose GID at the user's pinned index is not the pod's."""
+    problems = []
+    for endpoint in endpoints:
+        port = port_of(inventory, endpoint)
+        if port is None or port.link_layer != "Ethernet":
+            continue
+        own, _ = pod_gid_of(inventory, port)
+        if own is None or own.index == pinned:
+            continue  # a port without any GID of the pod is check_host's no-pod-gid
+        gid = next((g for g in port.gids if g.index == pinned), None)
+        what = (
+            "no GID of this port"
+            if gid is None
+            else f"{gid.address or gid.gid} of {gid.netdev or 'no netdev'} ({gid.type})"
+        )
+        problems.append(
+            Problem(
+                code="gid-index",
+                kind=RDMA,
+                hca=endpoint.hca,
+                port=endpoint.port,
+                message=(
+                    f"{endpoint}: spec.nccl NCCL_IB_GID_INDEX={pinned} is {what}, not an address "
+                    f"of this pod (queue pairs on it fail at MODIFY_QP); this pod's RoCE v2 GID "
+                    f"is index {own.index} ({own.address}): set NCCL_IB_GID_INDEX={own.index}, "
+                    "or remove it when the rails' indexes differ"
+                ),
+            )
+        )
+    return problems
+
+
+def roce_address_family(inventory: HostInventory, endpoints: tuple[NicPort, ...]) -> str:
+    """Return ``AF_INET6`` when the pod's RoCE GIDs are IPv6 (an IPv6-only fabric), else AF_INET."""
+    for endpoint in endpoints:
+        port = port_of(inventory, endpoint)
+        if port is not None and port.link_layer == "Ethernet":
+            own, _ = pod_gid_of(inventory, port)
+            if own is not None and not own.ipv4_mapped:
+                return "AF_INET6"
+    return "AF_INET"
+
+
 def roce_gid_index(
-    inventory: HostInventory, endpoints: tuple[NicPort, ...]
+    inventory: HostInventory, endpoints: tuple[NicPort, ...], pinned: int | None = None
 ) -> tuple[int | None, list[Problem], list[str]]:
-    """Return (the pod's GID index to pin or None, rail problems, warnings) for RoCE ports."""
-    netdevs = {iface.name for iface in inventory.interfaces}
+    """Return (the pod's GID index to pin or None, rail problems, warnings) for RoCE ports.
+
+    ``pinned`` is the user's ``NCCL_IB_GID_INDEX`` (spec.nccl): it is judged, not replaced.
+    """
+    if pinned is not None:
+        return pinned, _pinned_gid_problems(inventory, endpoints, pinned), []
     own_index: dict[NicPort, int] = {}
     nccl_pick: dict[NicPort, int | None] = {}
     for endpoint in endpoints:
         port = port_of(inventory, endpoint)
         if port is None or port.link_layer != "Ethernet":
             continue
-        own, first = pod_gid(port, netdevs)
+        own, first = pod_gid_of(inventory, port)
         if own is not None:  # ports without one are reported by check_host
             own_index[endpoint] = own.index
             nccl_pick[endpoint] = first.index if first else None
@@ -168,6 +226,16 @@ def roce_gid_index(
             + "); NCCL_IB_GID_INDEX left to NCCL (>= 2.21 picks per device)"
         )
     return None, problems, warnings
+
+
+def gid_index_override(overrides: Mapping[str, str | None]) -> int | None:
+    """Return the user's ``NCCL_IB_GID_INDEX`` from spec.nccl, None when unset."""
+    value = overrides.get("NCCL_IB_GID_INDEX")
+    if value is None:
+        return None
+    if not value.strip().isdigit():
+        raise OverridesError(f"NCCL overrides: NCCL_IB_GID_INDEX must be an integer, not {value!r}")
+    return int(value)
 
 
 def rdma_netdevs(inventory: HostInventory) -> set[str]:
@@ -205,6 +273,38 @@ def socket_interface(
     return "eth0" if "eth0" in names else None
 
 
+NCCL_OWN_NETS = ("IB", "Socket")
+
+
+def net_plugin_in_use(
+    overrides: Mapping[str, str | None],
+    main_env: Mapping[str, str],
+    efa_devices: tuple[str, ...] = (),
+) -> str | None:
+    """Return what says NCCL runs on a net plugin (``NCCL_NET=gIB`` in spec.nccl), else None.
+
+    Cloud fabrics reach NCCL through a plugin (aws-ofi-nccl on EFA, GCP's TCPX/TCPXO and gIB),
+    named by ``NCCL_NET`` (anything but NCCL's own ``IB``/``Socket``) or ``NCCL_NET_PLUGIN``.
+    The main container's env wins over spec.nccl, as the environment wins over NCCL's config
+    file. The plugin lives in the main container's image, which this init container cannot
+    see: the job says so through either. AWS EFA adapters on the node need no word: NCCL's own
+    IB transport cannot drive them (SRD, not RC), only aws-ofi-nccl can.
+    """
+    effective = {key: value for key, value in overrides.items() if value is not None}
+    effective.update(main_env)
+    net = (effective.get("NCCL_NET") or "").strip()
+    plugin = (effective.get("NCCL_NET_PLUGIN") or "").strip()
+    source = "the main container's env" if "NCCL_NET" in main_env else "spec.nccl"
+    if net and net not in NCCL_OWN_NETS:
+        return f"NCCL_NET={net} ({source})"
+    plugin_source = "the main container's env" if "NCCL_NET_PLUGIN" in main_env else "spec.nccl"
+    if plugin and plugin.lower() != "none" and not net:
+        return f"NCCL_NET_PLUGIN={plugin} ({plugin_source})"
+    if efa_devices and not net:
+        return f"aws-ofi-nccl for the node's EFA devices ({', '.join(efa_devices)})"
+    return None
+
+
 def build_nccl_settings(
     inventory: HostInventory,
     selection: FabricSelection,
@@ -213,8 +313,10 @@ def build_nccl_settings(
     transport: str,
     socket_ifname: str | None,
     rails_dropped: bool = False,
+    gid_index: int | None = None,
 ) -> tuple[dict[str, str], list[str]]:
-    """Return (NCCL settings, warnings) for ``transport`` ``ib``, ``ib-no-gdr`` or ``tcp``."""
+    """Return (NCCL settings, warnings) for ``transport`` ``ib``, ``ib-no-gdr``, ``tcp`` or
+    ``net-plugin`` (then no ``NCCL_NET``/``NCCL_IB_*``: those would switch the plugin off)."""
     settings: dict[str, str] = {}
     warnings: list[str] = []
     if socket_ifname:
@@ -224,6 +326,8 @@ def build_nccl_settings(
             "no primary network interface found for NCCL's sockets; NCCL picks one itself "
             "(set --socket-ifname)"
         )
+    if transport == "net-plugin":
+        return settings, warnings
     if transport == "tcp":
         settings["NCCL_IB_DISABLE"] = "1"
         settings["NCCL_NET"] = "Socket"
@@ -243,12 +347,12 @@ def build_nccl_settings(
         settings["NCCL_CROSS_NIC"] = "0"
     ports = [port for e in endpoints if (port := port_of(inventory, e)) is not None]
     if ports and all(port.link_layer == "Ethernet" for port in ports):
-        index, _, gid_warnings = roce_gid_index(inventory, endpoints)
+        index, _, gid_warnings = roce_gid_index(inventory, endpoints, gid_index)
         warnings.extend(gid_warnings)
         if index is not None:
             settings["NCCL_IB_GID_INDEX"] = str(index)
         else:
-            settings["NCCL_IB_ADDR_FAMILY"] = "AF_INET"
+            settings["NCCL_IB_ADDR_FAMILY"] = roce_address_family(inventory, endpoints)
             settings["NCCL_IB_ROCE_VERSION_NUM"] = "2"
     if transport == "ib-no-gdr":
         settings["NCCL_NET_GDR_LEVEL"] = "LOC"

@@ -9,16 +9,22 @@ Policies (``--policy``, from the job):
   fabric through a neighbour's NIC and its traffic crosses rails above the leaves); any other
   RDMA problem, or no healthy rail -> TCP sockets (``NCCL_IB_DISABLE=1``); a GPUDirect-only
   problem -> IB without GPUDirect (``NCCL_NET_GDR_LEVEL=LOC``); each with a warning; exit 0;
-- ``disabled``: TCP sockets, nothing checked; exit 0.
+- ``disabled``: TCP sockets, nothing checked; exit 0;
+- whatever the policy, NCCL on a net plugin (``NCCL_NET``/``NCCL_NET_PLUGIN`` in spec.nccl or
+  the main container's env: EFA, TCPX/TCPXO, gIB) -> outcome ``net-plugin``: the plugin's
+  devices are not checked and no ``NCCL_NET``/``NCCL_IB_*`` is written (they would switch it
+  off); exit 0 with a warning.
 
 Files in the shared volume (``--shared-dir``; paths inside them use ``--mount-path``, where the
 main container mounts the same volume):
 
 - ``rdma-init-report.json`` — always, even on failure;
-- ``nccl.conf`` — the NCCL settings; the operator mounts it as ``/etc/nccl.conf`` (read by every
-  NCCL) and sets ``NCCL_CONF_FILE`` to it (read by NCCL >= 2.23);
+- ``nccl.conf`` — the NCCL settings; the operator sets ``NCCL_CONF_FILE`` to it (read by NCCL
+  >= 2.23.4) and mounts it as ``/root/.nccl.conf`` (the user file older NCCL reads instead),
+  never over the image's ``/etc/nccl.conf``, which NCCL reads after it for the keys still unset;
 - ``nccl.env`` — the same env for images that source it;
-- ``nccl-topo.xml`` — with ``--topology-xml`` only (``NCCL_TOPO_FILE`` then points to it);
+- ``nccl-topo.xml`` — with ``--topology-xml`` only (``NCCL_TOPO_FILE`` then points to it), and
+  never when a GPU or NIC has no PCI switch path to describe (Hyper-V VMBus, no sysfs path);
 - ``lib/libnccl.so.2`` and ``lib/libnccl-net*.so`` — with ``--nccl-library=shipped`` when a
   library of the main container's CUDA major that the driver can run is in the image.
 
@@ -58,6 +64,8 @@ from tpfabric_rdma_init.nccl_config import (
     apply_overrides,
     build_nccl_settings,
     check_traffic_class,
+    gid_index_override,
+    net_plugin_in_use,
     parse_overrides,
     render_nccl_conf,
     render_topology_xml,
@@ -205,6 +213,7 @@ def parse_main_container(text: str | None) -> MainContainer | None:
         privileged=bool(data.get("privileged", False)),
         capabilities_add=tuple(str(c) for c in data.get("capabilitiesAdd") or ()),
         cuda_major=int(cuda) if isinstance(cuda, int) else None,
+        nccl_env={str(k): str(v) for k, v in (data.get("ncclEnv") or {}).items()},
     )
 
 
@@ -235,10 +244,66 @@ def _inventory_report(inventory: HostInventory) -> dict[str, Any]:
         if data[key] == UNLIMITED:
             data[key] = "unlimited"
     data["gpudirect"]["available"] = inventory.gpudirect.available
+    if inventory.pod_addresses is not None:
+        data["pod_addresses"] = sorted(inventory.pod_addresses)
     return data
 
 
+_PATH_WORDS = {
+    "LOC": "same PCI device",
+    "PIX": "same PCIe switch",
+    "PXB": "PCIe switches, no host bridge",
+    "PHB": "through the CPU's host bridge",
+    "SYS": "across the CPU interconnect",
+}
+
+
+def _pair_reports(inventory: HostInventory, selection: FabricSelection) -> list[dict[str, Any]]:
+    """Return each GPU's port with why it was paired: path type, NUMA nodes, the NIC's role."""
+    gpus = {gpu.bdf: gpu for gpu in inventory.gpus}
+    hcas = {hca.name: hca for hca in inventory.hcas}
+    roles = affinity.nic_roles(inventory.hcas, inventory.gpus)
+    sharing = {
+        (p.hca, p.port): sum(1 for q in selection.pairs if (q.hca, q.port) == (p.hca, p.port))
+        for p in selection.pairs
+    }
+    reports = []
+    for pair in selection.pairs:
+        gpu_pci = gpus[pair.gpu].pci if pair.gpu in gpus else None
+        nic_pci = hcas[pair.hca].pci if pair.hca in hcas else None
+        gpu_numa = gpu_pci.numa_node if gpu_pci else None
+        nic_numa = nic_pci.numa_node if nic_pci else None
+        words = _PATH_WORDS[pair.path.name]
+        if gpu_pci is None or nic_pci is None:
+            words = "no PCI path in sysfs: paired by name order"
+        elif gpu_pci.vmbus or nic_pci.vmbus:
+            words = "Hyper-V VMBus: no PCIe switch visible, paired by NUMA node and bus order"
+        numa = (
+            f"same NUMA node {gpu_numa}"
+            if gpu_numa is not None and gpu_numa == nic_numa
+            else f"GPU on NUMA node {gpu_numa}, NIC on {nic_numa}"
+        )
+        role = roles.get(pair.hca, "unknown")
+        why = f"{pair.path.name} ({words}), {numa}, {role} NIC"
+        if sharing[(pair.hca, pair.port)] > 1:
+            why += f", shared by {sharing[(pair.hca, pair.port)]} GPUs"
+        reports.append(
+            {
+                "gpu": pair.gpu,
+                "hca": pair.hca,
+                "port": pair.port,
+                "path": pair.path.name,
+                "gpu_numa": gpu_numa,
+                "nic_numa": nic_numa,
+                "role": role,
+                "why": why,
+            }
+        )
+    return reports
+
+
 def _fabric_report(
+    inventory: HostInventory,
     selection: FabricSelection,
     rails: RailAssignment | None,
     settings: dict[str, str],
@@ -253,10 +318,7 @@ def _fabric_report(
         "rail_source": rails.source if rails else None,
         "rail_aligned": settings.get("NCCL_CROSS_NIC") == "0",
         "dropped_rails": [{"rail": r, "endpoint": str(e)} for e, r in dropped.items()],
-        "pairs": [
-            {"gpu": pair.gpu, "hca": pair.hca, "port": pair.port, "path": pair.path.name}
-            for pair in selection.pairs
-        ],
+        "pairs": _pair_reports(inventory, selection),
         "excluded": selection.excluded,
     }
 
@@ -346,16 +408,18 @@ def _split_rail_problems(
     return rest, failed
 
 
-def _checks_report(problems: list[Problem], policy: str) -> list[dict[str, str]]:
+def _checks_report(
+    problems: list[Problem], policy: str, skipped: bool = False
+) -> list[dict[str, str]]:
     names = {
         "devices": ("no-hca", "no-fabric-hca", "no-dev-infiniband", "no-uverbs"),
         "ports": ("no-port", "port-down"),
-        "roce-gid": ("no-pod-gid", "foreign-gid"),
+        "roce-gid": ("no-pod-gid", "foreign-gid", "gid-index"),
         "memlock": ("memlock",),
-        "gpudirect": ("no-peermem",),
+        "gpudirect": ("no-peermem", "no-pci-topology"),
         "rails-annotation": ("rails",),
     }
-    if policy == "disabled":
+    if policy == "disabled" or skipped:
         return [{"check": name, "result": "skipped"} for name in names]
     report = []
     for name, codes in names.items():
@@ -421,6 +485,18 @@ class _Written:
     conf_text: str = ""
 
 
+def _pci_placed(inventory: HostInventory, selection: FabricSelection) -> str | None:
+    """Return why the topology skeleton would be wrong (VMBus, no PCI path), None if it is not."""
+    fabric = set(selection.hcas)
+    locations = [gpu.pci for gpu in inventory.gpus]
+    locations += [hca.pci for hca in inventory.hcas if hca.name in fabric]
+    if any(pci is not None and pci.vmbus for pci in locations):
+        return "GPUs and NICs on Hyper-V VMBus have no PCIe switch to describe"
+    if any(pci is None for pci in locations):
+        return "a GPU or NIC has no PCI path in sysfs"
+    return None
+
+
 def _nccl_files(
     options: InitOptions,
     *,
@@ -443,6 +519,7 @@ def _nccl_files(
         transport=transport,
         socket_ifname=ifname,
         rails_dropped=bool(verdict.dropped),
+        gid_index=gid_index_override(overrides),
     )
     warnings.extend(config_warnings)
     out.library = _choose_library(options, inventory, main, warnings)
@@ -453,11 +530,19 @@ def _nccl_files(
             "set spec.nccl NCCL_IB_GID_INDEX"
         )
     if out.library is not None and not options.report_only:
-        plugins = find_net_plugins(options.net_plugin_dir) if transport != "tcp" else ()
+        wanted = transport in ("ib", "ib-no-gdr")  # never over the image's own net plugin
+        plugins = find_net_plugins(options.net_plugin_dir) if wanted else ()
         out.installed = install_libraries(out.library, plugins, options.shared_dir)
         if plugin := net_plugin_name(plugins):
             settings["NCCL_NET_PLUGIN"] = plugin
-    if options.topology_xml and transport != "tcp":
+    placed = _pci_placed(inventory, selection)
+    topology = options.topology_xml and transport in ("ib", "ib-no-gdr")
+    if topology and placed is not None:
+        warnings.append(
+            f"{placed}: no NCCL topology file written (NCCL reads the PCI paths itself); give "
+            "the VM image's topology file as spec.nccl NCCL_TOPO_FILE"
+        )
+    elif topology:
         if not options.report_only:
             xml = render_topology_xml(inventory, selection, gdr=transport == "ib")
             _write(options.shared_dir / TOPO_FILE, xml)
@@ -487,21 +572,29 @@ def _collect_problems(
 ) -> list[Problem]:
     if options.policy == "disabled":
         return []
-    problems, check_warnings = check_host(inventory, rails.endpoints, options.min_memlock, main)
+    problems, check_warnings = check_host(
+        inventory,
+        rails.endpoints,
+        options.min_memlock,
+        main,
+        topology_file=overrides.get("NCCL_TOPO_FILE"),
+    )
     warnings.extend(check_warnings)
     roce = any(
         (port := port_of(inventory, e)) is not None and port.link_layer == "Ethernet"
         for e in rails.endpoints
     )
     if roce:
-        _, gid_problems, _ = roce_gid_index(inventory, rails.endpoints)
+        _, gid_problems, _ = roce_gid_index(
+            inventory, rails.endpoints, gid_index_override(overrides)
+        )
         problems.extend(gid_problems)
         warnings.extend(check_traffic_class(overrides, roce=True)[1])
     return problems
 
 
-def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limit) -> InitResult:
-    """Return the result of discovering, checking and writing the pod's NCCL files."""
+def _checked_overrides(options: InitOptions) -> tuple[dict[str, str | None], dict[str, str]]:
+    """Return (the user's NCCL overrides, their traffic class); raise UsageError on bad options."""
     if options.policy not in POLICIES:
         raise UsageError(f"--policy {options.policy!r}: choose one of {', '.join(POLICIES)}")
     if options.nccl_library not in LIBRARY_MODES:
@@ -509,8 +602,15 @@ def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limi
     try:
         overrides = parse_overrides(options.nccl_overrides)
         traffic, _ = check_traffic_class(overrides, roce=False)
+        gid_index_override(overrides)
     except OverridesError as err:
         raise UsageError(str(err)) from err
+    return overrides, traffic
+
+
+def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limit) -> InitResult:
+    """Return the result of discovering, checking and writing the pod's NCCL files."""
+    overrides, traffic = _checked_overrides(options)
     main = parse_main_container(options.main_container)
     if not options.report_only:
         try:
@@ -534,10 +634,23 @@ def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limi
             problems.append(Problem(code="rails", kind="rails", message=str(err)))
         else:
             warnings.append(f"{err}; using the pairing order")
-    problems += _collect_problems(
-        options, inventory=inventory, rails=rails, main=main, overrides=overrides, warnings=warnings
-    )
-    verdict = _judge(options.policy, problems, rails, warnings)
+    plugin = net_plugin_in_use(overrides, main.nccl_env if main else {}, inventory.efa_devices)
+    if plugin is not None:
+        warnings.append(
+            f"NCCL runs on a net plugin ({plugin}): its devices, RDMA and GPUDirect are the "
+            "plugin's and not checked here; no NCCL_NET or NCCL_IB_* written"
+        )
+        verdict = _Verdict([], [], rails, {}, "net-plugin", "net-plugin")
+    else:
+        problems += _collect_problems(
+            options,
+            inventory=inventory,
+            rails=rails,
+            main=main,
+            overrides=overrides,
+            warnings=warnings,
+        )
+        verdict = _judge(options.policy, problems, rails, warnings)
     written = _Written()
     if verdict.transport == "none":
         if not options.report_only:
@@ -562,8 +675,10 @@ def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limi
         "exit_code": exit_code,
         "problems": [asdict(problem) for problem in verdict.problems],
         "warnings": warnings,
-        "checks": _checks_report(verdict.found, options.policy),
-        "fabric": _fabric_report(selection, verdict.rails, written.settings, verdict.dropped),
+        "checks": _checks_report(verdict.found, options.policy, skipped=plugin is not None),
+        "fabric": _fabric_report(
+            inventory, selection, verdict.rails, written.settings, verdict.dropped
+        ),
         "nccl": {
             "settings": written.settings,
             "overridden": sorted(overrides),

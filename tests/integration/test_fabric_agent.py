@@ -185,7 +185,7 @@ def test_climbing_symbol_errors_flip_the_node_within_two_intervals_and_clear_aft
     assert time.monotonic() - started <= 2 * INTERVAL + 1.0
     assert reason == "LinkDegraded"
     assert message.startswith("symbol errors ")
-    assert message.endswith("/min on mlx5_2 port 1 (limit 24/min)")
+    assert message.endswith("/h on mlx5_2 port 1 (limit 120/h, IBTA)")
     others = [n for n in calm_fabric.agents if n != target]
     assert all(node_health(api, n)[0] == "ok" for n in others)
     detail = parse_detail(

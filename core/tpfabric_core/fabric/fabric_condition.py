@@ -7,8 +7,8 @@ The fabric agent publishes, per node, three things, and writes them only when th
   ``LinkDown`` (a fabric port is not ACTIVE/LinkUp), ``LinkDegraded`` (errors over their limits,
   a port below the expected rate or width) or ``PcieDegraded`` (only a PCIe link trained below
   its capability); ``Unknown``/``NoFabricPorts`` when the node shows no fabric port. The message
-  is the reasons joined by ``; ``, e.g. ``symbol errors 1,200/min on mlx5_3 port 1 (limit
-  24/min)``. ``lastHeartbeatTime`` moves only with ``lastTransitionTime``: a heartbeat per
+  is the reasons joined by ``; ``, e.g. ``symbol errors 12,000/h on mlx5_3 port 1 (limit
+  120/h, IBTA)``. ``lastHeartbeatTime`` moves only with ``lastTransitionTime``: a heartbeat per
   interval would be an API write per node per interval on a quiet fabric;
 - the label ``topology.tpfabric.io/health``: ``ok`` or ``degraded`` (any port degraded or down,
   or a degraded PCIe link); left alone while the condition is ``Unknown``;
@@ -16,7 +16,7 @@ The fabric agent publishes, per node, three things, and writes them only when th
 
     {"state": "degraded",
      "rails": {"3": {"hca": "mlx5_3", "state": "degraded",
-                     "reasons": ["symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)"]},
+                     "reasons": ["symbol errors 12,000/h on mlx5_3 port 1 (limit 120/h, IBTA)"]},
                "0": {"hca": "mlx5_0", "state": "ok"}},
      "pcie": ["PCIe x8 at 32 GT/s, capable of x16 at 32 GT/s, on mlx5_3 (0000:17:00.0)"]}
 

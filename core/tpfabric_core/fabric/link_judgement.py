@@ -28,11 +28,17 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tpfabric_core.fabric.sysfs_links import ERROR_COUNTERS, PcieLink, PortSample
+from tpfabric_core.fabric.sysfs_links import (
+    ERROR_COUNTERS,
+    HW_COUNTERS,
+    NETDEV_COUNTERS,
+    PcieLink,
+    PortSample,
+)
 
 __all__ = [
     "COUNTER_BITS",
@@ -48,6 +54,7 @@ __all__ = [
 ]
 
 PortState = Literal["ok", "degraded", "down"]
+_N = TypeVar("_N", int, float)
 _SEVERITY: dict[PortState, int] = {"ok": 0, "degraded": 1, "down": 2}
 
 #: Widths of the IBTA PortCounters attribute (IBA spec vol. 1, 16.1.3.5): where they saturate.
@@ -60,14 +67,25 @@ COUNTER_BITS: dict[str, int] = {
     "local_link_integrity_errors": 4,
     "excessive_buffer_overrun_errors": 4,
     "port_xmit_discards": 16,
+    # driver and netdev counters are 64-bit (carrier_changes 32): they wrap, never saturate
+    "rnr_nak_retry_err": 64,
+    "local_ack_timeout_err": 64,
+    "roce_slow_restart": 64,
+    "carrier_changes": 32,
+    "rx_crc_errors": 64,
 }
+_JUDGED = (*ERROR_COUNTERS, *HW_COUNTERS, *NETDEV_COUNTERS)
 
 #: Limits in events per minute over the window; 0 means any increment is too many. Sources:
-#: NVIDIA NVSentinel's NIC health monitor defaults (link_downed, local_link_integrity_errors and
-#: excessive_buffer_overrun_errors: any increment is fatal; link_error_recovery > 5/min;
-#: port_rcv_errors > 10/s; port_xmit_discards > 100/s); port_rcv_remote_physical_errors (a packet
-#: marked bad upstream) is held to the port_rcv_errors limit. symbol_error is absent on purpose:
-#: its limit follows the link rate (``symbol_error_ber``).
+#: NVIDIA NVSentinel's NIC health monitor defaults (docs/nic-health-monitor/
+#: link-counter-detection.md, Appendix A): link_downed, local_link_integrity_errors,
+#: excessive_buffer_overrun_errors and rnr_nak_retry_err: any increment is fatal;
+#: link_error_recovery > 5/min; port_rcv_errors > 10/s; port_xmit_discards > 100/s;
+#: local_ack_timeout_err > 1/s; roce_slow_restart > 10/s. port_rcv_remote_physical_errors (a
+#: packet marked bad upstream) and rx_crc_errors (Ethernet FCS errors of a RoCE port's netdev)
+#: are held to the port_rcv_errors limit; carrier_changes (a link down and up between two reads,
+#: the Ethernet side of link_downed) to link_downed's. symbol_error is absent on purpose: its
+#: limit is per hour (``symbol_errors_per_hour``).
 DEFAULT_COUNTER_LIMITS: dict[str, float] = {
     "link_error_recovery": 5.0,
     "link_downed": 0.0,
@@ -76,6 +94,11 @@ DEFAULT_COUNTER_LIMITS: dict[str, float] = {
     "local_link_integrity_errors": 0.0,
     "excessive_buffer_overrun_errors": 0.0,
     "port_xmit_discards": 6000.0,
+    "rnr_nak_retry_err": 0.0,
+    "local_ack_timeout_err": 60.0,
+    "roce_slow_restart": 600.0,
+    "carrier_changes": 0.0,
+    "rx_crc_errors": 600.0,
 }
 
 _WORDS = {
@@ -87,6 +110,11 @@ _WORDS = {
     "local_link_integrity_errors": "local link integrity errors",
     "excessive_buffer_overrun_errors": "buffer overrun errors",
     "port_xmit_discards": "transmit discards",
+    "rnr_nak_retry_err": "RNR NAK retries exhausted",
+    "local_ack_timeout_err": "ACK timeouts",
+    "roce_slow_restart": "RoCE slow restarts",
+    "carrier_changes": "carrier changes",
+    "rx_crc_errors": "Ethernet CRC errors",
 }
 
 
@@ -101,11 +129,18 @@ class LinkJudgeConfig(BaseModel):
     recover_seconds: float = Field(
         120.0, ge=0, description="a bad port turns ok only after this long without a bad sample"
     )
-    symbol_error_ber: float = Field(
-        1e-12,
+    symbol_errors_per_hour: float = Field(
+        120.0,
+        ge=0,
+        description="symbol_error limit per port, judged on the window's worth of time (a "
+        "window of 300 s allows 10): the IBTA link limit NVIDIA NVSentinel cites and offers as "
+        "its fatal setting (120/hour; its non-fatal default is 10/s)",
+    )
+    symbol_error_ber: float | None = Field(
+        None,
         gt=0,
-        description="bit error ratio the symbol_error limit follows (IBTA's maximum BER, 10^-12): "
-        "rate x BER per second, e.g. 24/min at 400 Gb/s",
+        description="instead of the per-hour limit, a bit error ratio the limit follows: rate x "
+        "BER per second (1e-12: 24/min at 400 Gb/s)",
     )
     counter_limits: dict[str, float] = Field(
         default_factory=lambda: dict(DEFAULT_COUNTER_LIMITS),
@@ -227,6 +262,7 @@ class _PortMemory:
     downs: deque[float] = field(default_factory=deque)  # when the port went down, in the window
     was_up: bool = True
     last_bad: float | None = None
+    span: float = 0.0  # seconds between the window's base sample and the newest
 
 
 class LinkJudge:
@@ -296,15 +332,31 @@ class LinkJudge:
         if len(samples) < 2:
             return {}, {}
         span = samples[-1][0] - samples[0][0]
+        memory.span = span
         minutes = span / 60.0 if span > 0 else 1.0
         events = {name: totals.get(name, 0) for name in counters if name in older}
         return {name: count / minutes for name, count in events.items()}, events
 
-    def _symbol_limit(self, rate_gbps: float) -> float:
+    def _symbol_limit(self, rate_gbps: float) -> float | None:
+        """Return the per-minute symbol_error limit when one is configured (an entry of
+        ``counter_limits`` or ``symbol_error_ber``), None for the per-hour default."""
         limits = self.config.counter_limits
         if "symbol_error" in limits:
             return limits["symbol_error"]
-        return rate_gbps * 1e9 * self.config.symbol_error_ber * 60.0
+        if self.config.symbol_error_ber is not None:
+            return rate_gbps * 1e9 * self.config.symbol_error_ber * 60.0
+        return None
+
+    def _symbols_per_hour(self, events: int, span: float) -> str | None:
+        """Return the reason when ``events`` symbol errors over ``span`` seconds break the
+        per-hour limit. Judged on at least the window's worth of time: one error ten seconds
+        after the start is not 360 an hour."""
+        hours = max(span, self.config.window_seconds) / 3600.0
+        per_hour = events / hours
+        limit = self.config.symbol_errors_per_hour
+        if per_hour <= limit and not (limit == 0 and events):
+            return None
+        return f"{_count(per_hour)}/h"
 
     def _raw(
         self,
@@ -313,13 +365,15 @@ class LinkJudge:
         events: Mapping[str, int],
         expected_rate: float,
         expected_width: int,
+        *,
+        span: float = 0.0,
     ) -> tuple[PortState, dict[str, str]]:
         """Return (state, {kind: reason}) of one sample, before hysteresis."""
         where = port.where
         found: dict[str, str] = {}
         if not port.up:
             found["down"] = f"link {port.state} ({port.phys_state}) on {where}"
-        for name in ERROR_COUNTERS:
+        for name in _JUDGED:
             if name not in rates:
                 continue
             limit = (
@@ -327,6 +381,14 @@ class LinkJudge:
                 if name == "symbol_error"
                 else self.config.counter_limits.get(name)
             )
+            if limit is None and name == "symbol_error":
+                per_hour = self._symbols_per_hour(events.get(name, 0), span)
+                if per_hour is not None:
+                    found[name] = (
+                        f"{_WORDS[name]} {per_hour} on {where} "
+                        f"(limit {self.config.symbol_errors_per_hour:g}/h, IBTA)"
+                    )
+                continue
             if limit is None:
                 continue
             if (limit == 0 and events.get(name, 0) > 0) or (limit > 0 and rates[name] > limit):
@@ -351,7 +413,9 @@ class LinkJudge:
     ) -> PortVerdict:
         memory = self._ports.setdefault((port.hca, port.port), _PortMemory())
         rates, events = self._rates(memory, now, port.counters)
-        state, found = self._raw(port, rates, events, expected_rate, expected_width)
+        state, found = self._raw(
+            port, rates, events, expected_rate, expected_width, span=memory.span
+        )
         if memory.was_up and not port.up:
             memory.downs.append(now)
         memory.was_up = port.up
@@ -410,20 +474,33 @@ class LinkJudge:
         """
         found = []
         for link in links:
-            narrow = link.width is not None and link.max_width and link.width < link.max_width
+            max_width = _lesser(link.max_width, link.path_max_width)
+            max_speed = _lesser(link.max_speed_gts, link.path_max_speed_gts)
+            narrow = link.width is not None and max_width and link.width < max_width
             slow = (
                 link.role == "hca"
                 and link.speed_gts is not None
-                and link.max_speed_gts is not None
-                and link.speed_gts < link.max_speed_gts
+                and max_speed is not None
+                and link.speed_gts < max_speed
             )
             if narrow or slow:
                 where = link.name + (f" ({link.bdf})" if link.bdf != link.name else "")
+                slot = (max_width, max_speed) != (link.max_width, link.max_speed_gts)
                 found.append(
                     PcieVerdict(
                         link,
                         f"PCIe {_pcie_text(link.width, link.speed_gts)}, capable of "
-                        f"{_pcie_text(link.max_width, link.max_speed_gts)}, on {where}",
+                        f"{_pcie_text(max_width, max_speed)}{' (slot)' if slot else ''}, "
+                        f"on {where}",
                     )
                 )
         return found
+
+
+def _lesser(own: _N | None, slot: _N | None) -> _N | None:
+    """Return what a link can train at: the lesser of the device's and its upstream port's
+    maximum, as the kernel's ``pcie_bandwidth_available`` walks the path (either may be
+    unknown)."""
+    if own is None or slot is None:
+        return own if slot is None else slot
+    return min(own, slot)

@@ -10,9 +10,16 @@ show:
   no width file of its own, and a port that retrained on fewer lanes shows ``(2X NDR)`` there;
 - ``class/infiniband/<hca>/ports/<p>/counters/<name>``: the IBTA PortCounters (kernel
   Documentation/ABI/stable/sysfs-class-infiniband);
+- ``class/infiniband/<hca>/ports/<p>/hw_counters/<name>``: the driver's transport counters
+  (mlx5: ``rnr_nak_retry_err``, ``local_ack_timeout_err``, ``roce_slow_restart``);
+- the port's netdev (``device/net/<if>``, the one whose ``dev_port`` is the port number - 1):
+  ``carrier_changes`` and ``statistics/rx_crc_errors`` (on RoCE ports the only PHY-side errors
+  sysfs shows: the IB PMA counters do not see Ethernet PHY errors, and the pre-FEC ones,
+  ``rx_symbol_err_phy``/``rx_corrected_bits_phy``, are only in ``ethtool -S``);
 - ``class/infiniband/<hca>/device``: the link to the HCA's PCI function, whose
   ``{current,max}_link_{speed,width}`` say whether the PCIe link trained below what it can do
-  (``16.0 GT/s PCIe``, ``16``);
+  (``16.0 GT/s PCIe``, ``16``), and whose parent (the upstream port it trains with) says what
+  the slot can do; ``device/physfn`` marks an SR-IOV VF, ``device/device`` is the PCI id;
 - GPUs: ``bus/pci/devices/<bdf>`` with vendor ``0x10de`` and a display/3D class.
 
 Reading files is all this module may do: no tools, no network, no writes. Missing or unreadable
@@ -21,20 +28,31 @@ files become ``None``; judging what was read is :mod:`tpfabric_core.fabric.link_
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
     "ERROR_COUNTERS",
+    "HW_COUNTERS",
+    "NETDEV_COUNTERS",
+    "PciPlace",
     "PcieLink",
     "PortSample",
+    "SysfsGpu",
+    "SysfsNic",
+    "SysfsPort",
     "find_gpus",
     "hca_sort_key",
     "parse_rate",
+    "port_netdevs",
+    "read_gpu_places",
     "read_hca_ports",
+    "read_nics",
     "read_pcie_links",
     "read_port_samples",
+    "read_ports",
 ]
 
 #: The error counters the agent watches, by their sysfs names.
@@ -48,11 +66,17 @@ ERROR_COUNTERS = (
     "excessive_buffer_overrun_errors",
     "port_xmit_discards",
 )
+#: Driver counters of ``hw_counters/`` the agent watches (mlx5 names; absent ones are left out).
+HW_COUNTERS = ("rnr_nak_retry_err", "local_ack_timeout_err", "roce_slow_restart")
+#: Counters of the port's netdev: ``carrier_changes`` (a link that went down and up between two
+#: reads) and ``statistics/rx_crc_errors`` (Ethernet FCS errors, mlx5e's PHY/MAC count).
+NETDEV_COUNTERS = ("carrier_changes", "rx_crc_errors")
 NVIDIA_VENDOR = "0x10de"
 _GPU_CLASSES = ("0x0302", "0x0300")  # 3D controller (datacenter GPUs), VGA controller
 _RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec(?:\s*\((\d+)X\b)?")
 _SPEED = re.compile(r"^\s*([0-9.]+)\s*GT/s")
 _MLX_INDEX = re.compile(r"(\d+)$")
+_BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +115,9 @@ class PcieLink:
     max_speed_gts: float | None
     width: int | None
     max_width: int | None
+    #: what the upstream port the device trains with can do (the slot); None when unread
+    path_max_speed_gts: float | None = None
+    path_max_width: int | None = None
 
 
 def parse_rate(text: str) -> tuple[float | None, int | None]:
@@ -101,14 +128,23 @@ def parse_rate(text: str) -> tuple[float | None, int | None]:
     return float(match[1]), int(match[2]) if match[2] else None
 
 
-def _text(path: Path) -> str | None:
+def _text(path: Path | str) -> str | None:
+    # os.open/os.read, not Path.read_text: no text wrapper per file, a third of the CPU per
+    # interval (a step reads ~10 files per port)
     try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace").strip()
 
 
-def _int(path: Path) -> int | None:
+def _int(path: Path | str) -> int | None:
     text = _text(path)
     try:
         return int(text.split()[0]) if text else None
@@ -156,36 +192,103 @@ def read_hca_ports(ib_class: Path) -> list[PortSample]:
             (p for p in _dirs(device / "ports") if p.name.isdigit()), key=lambda p: int(p.name)
         )
         for port_dir in ports:
-            rate, width = parse_rate(_text(port_dir / "rate") or "")
-            counters = {
-                name: value
-                for name in ERROR_COUNTERS
-                if (value := _int(port_dir / "counters" / name)) is not None
-            }
-            result.append(
-                PortSample(
-                    hca=device.name,
-                    port=int(port_dir.name),
-                    state=_after_colon(_text(port_dir / "state")),
-                    phys_state=_after_colon(_text(port_dir / "phys_state")),
-                    rate_gbps=rate,
-                    width=width,
-                    link_layer=_text(port_dir / "link_layer") or "InfiniBand",
-                    counters=counters,
-                )
-            )
+            netdev = _port_netdev(device, int(port_dir.name))
+            result.append(_port_sample(device.name, int(port_dir.name), port_dir, netdev))
     return result
 
 
-def _pcie(device: Path, role: str, name: str) -> PcieLink:
+def _port_sample(hca: str, number: int, port_dir: Path, netdev: Path | None) -> PortSample:
+    base = str(port_dir)
+    rate, width = parse_rate(_text(f"{base}/rate") or "")
+    counters = {
+        name: value
+        for name in ERROR_COUNTERS
+        if (value := _int(f"{base}/counters/{name}")) is not None
+    }
+    counters.update(
+        (name, value)
+        for name in HW_COUNTERS
+        if (value := _int(f"{base}/hw_counters/{name}")) is not None
+    )
+    if netdev is not None:
+        for name, path in (
+            ("carrier_changes", f"{netdev}/carrier_changes"),
+            ("rx_crc_errors", f"{netdev}/statistics/rx_crc_errors"),
+        ):
+            if (value := _int(path)) is not None:
+                counters[name] = value
+    return PortSample(
+        hca=hca,
+        port=number,
+        state=_after_colon(_text(f"{base}/state")),
+        phys_state=_after_colon(_text(f"{base}/phys_state")),
+        rate_gbps=rate,
+        width=width,
+        link_layer=_text(f"{base}/link_layer") or "InfiniBand",
+        counters=counters,
+    )
+
+
+def _port_netdev(device: Path, port: int) -> Path | None:
+    """Return the netdev folder of port ``port`` of the HCA folder ``device``, None if none."""
+    netdevs = _dirs(device / "device" / "net")
+    if len(netdevs) == 1:
+        return netdevs[0]
+    return next((n for n in netdevs if _int(n / "dev_port") == port - 1), None)
+
+
+def port_netdevs(sys_root: Path, ports: list[tuple[str, int]]) -> dict[tuple[str, int], Path]:
+    """Return the netdev folder of each ``(hca, port)`` that has one (read once: netdevs of a
+    port do not change while the agent runs)."""
+    ib_class = sys_root / "class" / "infiniband"
+    found = {}
+    for hca, port in ports:
+        netdev = _port_netdev(ib_class / hca, port)
+        if netdev is not None:
+            found[(hca, port)] = netdev
+    return found
+
+
+def read_ports(
+    sys_root: Path,
+    ports: list[tuple[str, int]],
+    netdevs: dict[tuple[str, int], Path] | None = None,
+) -> list[PortSample]:
+    """Return the samples of exactly ``ports`` (``(hca, port)``, in that order), as
+    :func:`read_port_samples` reads them, without listing any folder; a port whose folder is
+    gone reads as state ``UNKNOWN``."""
+    ib_class = sys_root / "class" / "infiniband"
+    netdevs = netdevs or {}
+    return [
+        _port_sample(hca, port, ib_class / hca / "ports" / str(port), netdevs.get((hca, port)))
+        for hca, port in ports
+        if (ib_class / hca).is_dir()
+    ]
+
+
+def _slot(device: Path) -> tuple[float | None, int | None]:
+    """Return (max speed, max width) of the upstream port ``device`` trains with, if it says."""
+    parent = device.resolve().parent
+    return _speed(parent / "max_link_speed"), _int(parent / "max_link_width")
+
+
+def _pcie(
+    device: Path, role: str, name: str, slots: dict[str, tuple[float | None, int | None]]
+) -> PcieLink:
+    bdf = device.resolve().name if device.exists() else device.name
+    if bdf not in slots:
+        slots[bdf] = _slot(device)
+    slot_speed, slot_width = slots[bdf]
     return PcieLink(
-        bdf=device.resolve().name if device.exists() else device.name,
+        bdf=bdf,
         role=role,
         name=name,
         speed_gts=_speed(device / "current_link_speed"),
         max_speed_gts=_speed(device / "max_link_speed"),
         width=_int(device / "current_link_width"),
         max_width=_int(device / "max_link_width"),
+        path_max_speed_gts=slot_speed,
+        path_max_width=slot_width,
     )
 
 
@@ -203,24 +306,128 @@ def find_gpus(sys_root: Path) -> list[str]:
 
 
 def read_pcie_links(
-    sys_root: Path, hcas: list[str] | None = None, gpus: list[str] | None = None
+    sys_root: Path,
+    hcas: list[str] | None = None,
+    gpus: list[str] | None = None,
+    slots: dict[str, tuple[float | None, int | None]] | None = None,
 ) -> list[PcieLink]:
     """Return the PCIe links of the HCAs (``hcas``, default every one) and of the GPUs (``gpus``
-    by bus id, default :func:`find_gpus`).
+    by bus id, default :func:`find_gpus`), each with what its upstream port can do.
 
     A device without ``current_link_speed`` (a virtual function, soft-RoCE) is left out.
+    ``slots`` caches the upstream ports' maxima by bus id (they do not change): pass the same
+    dict every interval to read them once.
     """
+    slots = {} if slots is None else slots
     result: list[PcieLink] = []
     ib_class = sys_root / "class" / "infiniband"
     names = hcas if hcas is not None else [p.name for p in _dirs(ib_class)]
     for name in sorted(names, key=hca_sort_key):
         device = ib_class / name / "device"
         if (device / "current_link_speed").is_file():
-            result.append(_pcie(device, "hca", name))
+            result.append(_pcie(device, "hca", name, slots))
     pci = sys_root / "bus" / "pci" / "devices"
     result.extend(
-        _pcie(pci / bdf, "gpu", bdf)
+        _pcie(pci / bdf, "gpu", bdf, slots)
         for bdf in (find_gpus(sys_root) if gpus is None else gpus)
         if (pci / bdf / "current_link_speed").is_file()
     )
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class PciPlace:
+    """Where a PCI function sits: bus id, bridges from the root port down, root complex, NUMA."""
+
+    bdf: str
+    bridges: tuple[str, ...]
+    root_complex: str
+    numa_node: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SysfsPort:
+    """A port's number and logical state, what the compute-rail rule needs of it."""
+
+    number: int
+    state: str
+    link_layer: str = "InfiniBand"
+
+
+@dataclass(frozen=True, slots=True)
+class SysfsNic:
+    """An RDMA device as the compute-rail rule sees it (what it is and where it sits)."""
+
+    name: str
+    node_guid: str | None
+    pci: PciPlace | None
+    ports: tuple[SysfsPort, ...]
+    pci_device_id: str | None
+    hca_type: str | None
+    virtual_function: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SysfsGpu:
+    """An NVIDIA GPU's bus id and PCI place."""
+
+    bdf: str
+    pci: PciPlace | None
+
+
+def _place(sys_root: Path, device: Path) -> PciPlace | None:
+    """Return the PCI place a ``device`` link (or PCI device folder) resolves to."""
+    if not device.exists():
+        return None
+    resolved = device.resolve()
+    try:
+        parts = resolved.relative_to((sys_root / "devices").resolve()).parts
+    except ValueError:
+        return None
+    if not parts or not parts[0].startswith("pci") or not _BDF.match(parts[-1]):
+        return None  # a virtual device (soft-RoCE) or a VMBus path: no PCI tree to read
+    chain = [part.lower() for part in parts[1:] if _BDF.match(part)]
+    numa = _int(resolved / "numa_node")
+    return PciPlace(
+        chain[-1], tuple(chain[:-1]), parts[0], numa if numa is not None and numa >= 0 else None
+    )
+
+
+def read_nics(sys_root: Path) -> list[SysfsNic]:
+    """Return every RDMA device under ``class/infiniband`` in natural order, with its PCI place,
+    PCI id, hca_type, node GUID, whether it is a VF and its ports' states. Read once: what a NIC
+    is and where it sits does not change while the agent runs."""
+    ib_class = sys_root / "class" / "infiniband"
+    nics = []
+    for device in sorted(_dirs(ib_class), key=lambda p: hca_sort_key(p.name)):
+        ports = tuple(
+            SysfsPort(
+                int(port.name),
+                _after_colon(_text(port / "state")),
+                _text(port / "link_layer") or "InfiniBand",
+            )
+            for port in sorted(
+                (p for p in _dirs(device / "ports") if p.name.isdigit()), key=lambda p: int(p.name)
+            )
+        )
+        nics.append(
+            SysfsNic(
+                name=device.name,
+                node_guid=_text(device / "node_guid"),
+                pci=_place(sys_root, device / "device"),
+                ports=ports,
+                pci_device_id=_text(device / "device" / "device"),
+                hca_type=_text(device / "hca_type"),
+                virtual_function=(device / "device" / "physfn").exists(),
+            )
+        )
+    return nics
+
+
+def read_gpu_places(sys_root: Path, gpus: list[str] | None = None) -> list[SysfsGpu]:
+    """Return the PCI place of each GPU (``gpus`` by bus id, default :func:`find_gpus`)."""
+    pci = sys_root / "bus" / "pci" / "devices"
+    return [
+        SysfsGpu(bdf, _place(sys_root, pci / bdf))
+        for bdf in (find_gpus(sys_root) if gpus is None else gpus)
+    ]

@@ -56,25 +56,25 @@ def mlx5_3(verdict: NodeVerdict) -> PortVerdict:
     return next(p for p in verdict.ports if p.hca == "mlx5_3")
 
 
-def test_steady_symbol_errors_over_the_ber_limit_degrade_the_port_at_the_second_sample() -> None:
+def test_steady_symbol_errors_over_120_an_hour_degrade_the_port_at_the_second_sample() -> None:
     verdicts = feed(judge(), ([port(symbol_error=200 * i)] for i in range(4)))
     assert [v.state for v in verdicts] == ["ok", "degraded", "degraded", "degraded"]
     assert mlx5_3(verdicts[1]).reasons == (
-        "symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)",
+        "symbol errors 12,000/h on mlx5_3 port 1 (limit 120/h, IBTA)",
     )
     assert mlx5_3(verdicts[3]).rates["symbol_error"] == pytest.approx(1200.0)
     assert mlx5_3(verdicts[3]).rail == 3
 
 
 def test_steady_symbol_errors_under_the_limit_stay_ok() -> None:
-    # 3 per 10 s = 18/min < 24/min (BER 1e-12 at 400 Gb/s)
-    verdicts = feed(judge(), ([port(symbol_error=3 * i)] for i in range(8)))
+    # one a minute = 60/hour < 120/hour
+    verdicts = feed(judge(), ([port(symbol_error=i // 6)] for i in range(20)))
     assert {v.state for v in verdicts} == {"ok"}
 
 
-def test_the_symbol_limit_follows_the_link_rate() -> None:
-    # 18/min is over the 12/min limit of a 200 Gb/s fabric
-    j = judge(expected_rate_gbps=200.0)
+def test_a_configured_ber_makes_the_symbol_limit_follow_the_link_rate() -> None:
+    # 18/min is over the 12/min limit of a 200 Gb/s fabric at BER 1e-12
+    j = judge(expected_rate_gbps=200.0, symbol_error_ber=1e-12)
     verdicts = feed(j, ([port(rate=200.0, symbol_error=3 * i)] for i in range(3)))
     assert verdicts[-1].state == "degraded"
     assert "(limit 12/min)" in mlx5_3(verdicts[-1]).reasons[0]
@@ -255,3 +255,35 @@ def test_a_fabric_hca_that_vanishes_from_sysfs_is_a_down_rail() -> None:
         "link ABSENT (gone from /sys/class/infiniband) on mlx5_3 port 1",
     )
     assert mlx5_3(verdict).rail == 3
+
+
+def test_symbol_errors_over_120_an_hour_degrade_a_400g_port() -> None:
+    # 1 per 10 s = 6/min: under the old BER-derived 24/min at 400 Gb/s, over IBTA's 120/hour;
+    # the third error in the 60 s window is over (120/h x 60 s = 2)
+    verdicts = feed(judge(), ([port(symbol_error=i)] for i in range(8)))
+    assert [v.state for v in verdicts[:4]] == ["ok", "ok", "ok", "degraded"]
+    assert mlx5_3(verdicts[-1]).reasons == (
+        "symbol errors 180/h on mlx5_3 port 1 (limit 120/h, IBTA)",
+    )
+
+
+def test_one_symbol_error_right_after_start_is_not_120_an_hour() -> None:
+    # the limit is judged on the window's worth of time, not on the first ten seconds
+    verdicts = feed(judge(), [[port(symbol_error=0)], [port(symbol_error=1)]])
+    assert verdicts[-1].state == "ok"
+
+
+def test_an_rnr_nak_retry_error_degrades_the_port_at_once() -> None:
+    verdicts = feed(judge(), ([port(rnr_nak_retry_err=i // 2)] for i in range(4)))
+    assert [v.state for v in verdicts] == ["ok", "ok", "degraded", "degraded"]
+    assert "RNR NAK retries exhausted" in mlx5_3(verdicts[2]).reasons[0]
+
+
+def test_a_gen5_hca_in_a_gen4_slot_is_ok_but_one_below_the_slot_is_not() -> None:
+    slot_gen4 = PcieLink("0000:17:00.0", "hca", "mlx5_3", 16.0, 32.0, 16, 16, 16.0, 16)
+    assert judge().observe(NodeSample(0.0, BOTH, (slot_gen4,))).state == "ok"
+    below = PcieLink("0000:17:00.0", "hca", "mlx5_3", 8.0, 32.0, 16, 16, 16.0, 16)
+    verdict = judge().observe(NodeSample(0.0, BOTH, (below,)))
+    assert verdict.reasons == (
+        "PCIe x16 at 8 GT/s, capable of x16 at 16 GT/s (slot), on mlx5_3 (0000:17:00.0)",
+    )

@@ -8,6 +8,8 @@ import pytest
 
 from tpfabric_core.fabric.sysfs_links import (
     ERROR_COUNTERS,
+    HW_COUNTERS,
+    NETDEV_COUNTERS,
     parse_rate,
     read_pcie_links,
     read_port_samples,
@@ -50,7 +52,7 @@ def test_every_port_is_read_with_state_rate_width_and_all_error_counters(tmp_pat
         400.0,
         4,
     )
-    assert set(three.counters) == set(ERROR_COUNTERS)
+    assert set(three.counters) == {*ERROR_COUNTERS, *HW_COUNTERS, *NETDEV_COUNTERS}
     assert three.counters["symbol_error"] == 7
     down = next(p for p in ports if p.hca == "mlx5_2" and p.port == 2)
     assert (down.state, down.phys_state, down.up) == ("DOWN", "Polling", False)
@@ -85,3 +87,30 @@ def test_pcie_links_of_hcas_and_gpus_are_read_through_the_device_links(tmp_path:
 def test_an_empty_root_has_no_ports_and_no_links(tmp_path: Path) -> None:
     assert read_port_samples(tmp_path) == []
     assert read_pcie_links(tmp_path) == []
+
+
+def test_the_pcie_path_maximum_includes_the_upstream_ports(tmp_path: Path) -> None:
+    sysfs = FakeSysfs(tmp_path, hcas=1, gpus=0)
+    slot = sysfs.pci_root / "0000:00:01.0"  # the root port the HCA sits below: a Gen4 slot
+    (slot / "max_link_speed").write_text("16.0 GT/s PCIe\n")
+    (slot / "max_link_width").write_text("16\n")
+    sysfs.set_pcie("mlx5_0", speed=16.0, width=16)
+    (link,) = read_pcie_links(tmp_path)
+    assert (link.max_speed_gts, link.path_max_speed_gts, link.path_max_width) == (32.0, 16.0, 16)
+
+
+def test_hw_counters_and_the_netdev_counters_are_read(tmp_path: Path) -> None:
+    sysfs = FakeSysfs(tmp_path, hcas=1, ports=2, gpus=0)
+    hw = sysfs.port_dir("mlx5_0", 2) / "hw_counters"
+    (hw / "rnr_nak_retry_err").write_text("3\n")
+    (hw / "roce_slow_restart").write_text("5\n")
+    net = (tmp_path / "class" / "infiniband" / "mlx5_0" / "device").resolve() / "net"
+    second = net / "ibp10s0d1"  # port 2's netdev: dev_port 1
+    (second / "carrier_changes").write_text("4\n")
+    (second / "statistics" / "rx_crc_errors").write_text("9\n")
+    one, two = read_port_samples(tmp_path)
+    assert (one.counters["rnr_nak_retry_err"], one.counters["carrier_changes"]) == (0, 1)
+    assert two.counters["rnr_nak_retry_err"] == 3
+    assert two.counters["roce_slow_restart"] == 5
+    assert two.counters["carrier_changes"] == 4
+    assert two.counters["rx_crc_errors"] == 9

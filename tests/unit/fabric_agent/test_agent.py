@@ -76,7 +76,7 @@ def test_climbing_symbol_errors_flip_within_two_intervals_and_clear_after_hyster
         fabric_agent.step()
     assert [p.label for p in recorder.published] == ["ok", "degraded"]
     assert recorder.published[-1].message == (
-        "symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)"
+        "symbol errors 12,000/h on mlx5_3 port 1 (limit 120/h, IBTA)"
     )
     metrics = fabric_agent.metrics.registry
     assert (
@@ -145,3 +145,16 @@ def test_the_publisher_writes_on_change_only_and_repairs_after_a_resync(tmp_path
     fabric_agent.step()
     assert core.writes[-2:] == ["metadata", "status"]
     assert core.conditions[0]["reason"] == "LinkDown"
+
+
+def test_a_gen5_hca_in_a_gen4_slot_is_not_degraded_for_ever(tmp_path: Path) -> None:
+    sysfs, fabric_agent, recorder, _ = agent(tmp_path)
+    slot = sysfs.pci_root / "0000:00:01.0"  # the port mlx5_0 (and GPU 0) sit below
+    (slot / "max_link_speed").write_text("16.0 GT/s PCIe\n")
+    (slot / "max_link_width").write_text("16\n")
+    sysfs.set_pcie("mlx5_0", speed=16.0, width=16)  # a Gen5 x16 NIC trained at Gen4: the slot's
+    fabric_agent.step()
+    assert recorder.published[-1].label == "ok", recorder.published[-1].message
+    sysfs.set_pcie("mlx5_0", speed=8.0, width=16)  # below what the slot can do
+    fabric_agent.step()
+    assert recorder.published[-1].reason == "PcieDegraded"

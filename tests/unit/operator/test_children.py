@@ -241,15 +241,40 @@ def test_cuda_major_falls_back_to_the_containers_cuda_version() -> None:
     assert main_facts(worker_pod(a_job(template=template), "j", "ns", 0, "i"))["cudaMajor"] == 12
 
 
-def test_every_nccl_reads_the_config_through_etc_nccl_conf() -> None:
+def test_nccl_reads_the_config_without_covering_the_images_etc_nccl_conf() -> None:
+    # NCCL >= 2.23.4 reads NCCL_CONF_FILE, older ones ~/.nccl.conf; both read /etc/nccl.conf
+    # after it for the keys still unset, so a cloud image's own settings (net plugin) stay.
     container = worker_pod(a_job(), "j", "ns", 0, "init:1")["spec"]["containers"][0]
+    assert not any(m["mountPath"] == "/etc/nccl.conf" for m in container["volumeMounts"])
     assert {
         "name": "tpfabric-shared",
-        "mountPath": "/etc/nccl.conf",
+        "mountPath": "/root/.nccl.conf",
         "subPath": "nccl.conf",
         "readOnly": True,
     } in container["volumeMounts"]
-    assert "LD_LIBRARY_PATH" not in env({"spec": {"containers": [container]}})
+    variables = env({"spec": {"containers": [container]}})
+    assert variables["NCCL_CONF_FILE"] == "/tpfabric/nccl.conf"
+    assert "LD_LIBRARY_PATH" not in variables
+
+
+def test_the_init_container_learns_the_templates_net_plugin_env() -> None:
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "t",
+                    "image": "i",
+                    "env": [
+                        {"name": "NCCL_NET", "value": "AWS Libfabric"},
+                        {"name": "NCCL_DEBUG", "value": "INFO"},
+                    ],
+                }
+            ]
+        }
+    }
+    facts = main_facts(worker_pod(a_job(template=template), "j", "ns", 0, "i"))
+    assert facts["ncclEnv"] == {"NCCL_NET": "AWS Libfabric"}
+    assert "ncclEnv" not in main_facts(worker_pod(a_job(), "j", "ns", 0, "i"))
 
 
 def test_the_shipped_nccl_is_put_on_the_main_containers_library_path() -> None:

@@ -9,6 +9,7 @@ switchless tray, a ConnectX-8 two-plane node, a RoCE v2 host, and the broken var
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -516,9 +517,9 @@ class PodView:
         return self
 
 
-def roce_multus_host(root: Path, *, same_index: bool = True) -> HostTree:
-    """Return a RoCE host whose two HCAs carry the host's GID (index 3, netdev ensNf0np0) and
-    a GID for the pod's Multus macvlan of each rail (``net1``/``net2``, index 5, or 5 and 6)."""
+def _roce_host(root: Path, gids_of: Callable[[int, str], list[tuple[str, ...]]]) -> HostTree:
+    """Return a RoCE v2 host with two GPU/HCA pairs, each pair on its own PCIe switch and NUMA
+    node; ``gids_of(index, host netdev)`` gives rail ``index``'s GID table."""
     tree = HostTree(root)
     tree.nvidia_driver(open_module=True, kernel="6.8.0-45-generic")
     for index in range(2):
@@ -534,6 +535,26 @@ def roce_multus_host(root: Path, *, same_index: bool = True) -> HostTree:
             minor=index,
         )
         host_dev = f"ens{index}f0np0"
+        tree.hca(
+            f"mlx5_{index}",
+            f"0000:{base + 4:02x}:00.0",
+            (*switch, f"0000:{base + 2:02x}:01.0"),
+            root_complex=root_complex,
+            numa=index,
+            uverbs=index,
+            link_layer="Ethernet",
+            rate="400 Gb/sec (4X NDR)",
+            gids=tuple(gids_of(index, host_dev)),
+            netdev=host_dev,
+        )
+    return tree.rdma_cm().peermem()
+
+
+def roce_multus_host(root: Path, *, same_index: bool = True) -> HostTree:
+    """Return a RoCE host whose two HCAs carry the host's GID (index 3, netdev ensNf0np0) and
+    a GID for the pod's Multus macvlan of each rail (``net1``/``net2``, index 5, or 5 and 6)."""
+
+    def gids_of(index: int, host_dev: str) -> list[tuple[str, ...]]:
         pod_dev = f"net{index + 1}"
         gids: list[tuple[str, ...]] = [
             (link_local_gid(0x100 + index), "IB/RoCE v1", host_dev),
@@ -545,16 +566,273 @@ def roce_multus_host(root: Path, *, same_index: bool = True) -> HostTree:
         ]
         if not same_index and index == 1:
             gids.insert(4, (ipv4_gid("10.99.0.1"), "RoCE v2", "ens1f0v1"))
+        return gids
+
+    return _roce_host(root, gids_of)
+
+
+# --- GPU allocation, VMBus, IPv6 RoCE and net-plugin layouts (issue 33 items 1, 4, 5, 6, 7) ---
+
+
+def mask_gpu_procfs(tree: HostTree, keep_minors: tuple[int, ...]) -> HostTree:
+    """Mask ``proc/driver/nvidia/gpus`` to the GPUs of ``keep_minors``, as libnvidia-container
+    does in a pod: the listing holds only the allocated GPUs, sysfs still shows every GPU."""
+    procfs = tree.root / "proc/driver/nvidia/gpus"
+    for entry in procfs.iterdir():
+        info = (entry / "information").read_text()
+        minor = int(info.split("Device Minor:")[1].split()[0])
+        if minor not in keep_minors:
+            for child in entry.iterdir():
+                child.unlink()
+            entry.rmdir()
+    return tree
+
+
+# Azure ND H100 v5 (Hyper-V): every GPU and every ConnectX-7 VF sits alone in its own PCI
+# domain below a VMBus device, so sysfs paths start with the ACPI/VMBus chain, not ``pci...``.
+VMBUS_PREFIX = "LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00"
+
+
+def azure_nd_h100_v5(root: Path) -> HostTree:
+    """Return an Azure ND H100 v5 VM: 8 GPUs (domains 0001-0008) and 8 InfiniBand VFs
+    ``mlx5_ib0..7`` (domains 0101-0108) on VMBus, four of each per NUMA node."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=False, kernel="5.15.0-1061-azure")
+    tree.interface("eth0", default_route=True)
+    for index in range(8):
+        numa = 0 if index < 4 else 1
+        gpu_domain = f"{index + 1:04x}"
+        tree.gpu(
+            f"{gpu_domain}:00:00.0",
+            (),
+            root_complex=f"{VMBUS_PREFIX}/0000000{index}-0001-0000-3130-444531304244/"
+            f"pci{gpu_domain}:00",
+            numa=numa,
+            procfs=True,
+            minor=index,
+        )
+        nic_domain = f"{0x101 + index:04x}"
         tree.hca(
-            f"mlx5_{index}",
+            f"mlx5_ib{index}",
+            f"{nic_domain}:00:00.0",
+            (),
+            root_complex=f"{VMBUS_PREFIX}/0000000{index}-0002-0000-3130-444531304244/"
+            f"pci{nic_domain}:00",
+            numa=numa,
+            uverbs=index,
+            device_id="0x101e",  # ConnectX-7 virtual function
+        )
+    return tree.rdma_cm().peermem().capabilities(CAPS_IPC_LOCK)
+
+
+def ipv6_gid(address: str) -> str:
+    """Return the sysfs spelling of the GID of an IPv6 ``address``."""
+    return ipaddress.IPv6Address(address).exploded
+
+
+def pod_addresses(view: PodView, ipv4: dict[str, str], ipv6: dict[str, str]) -> PodView:
+    """Write the pod's own addresses: ``proc/net/fib_trie`` (IPv4 LOCAL entries) and
+    ``proc/net/if_inet6`` (interface -> address), the files the init program reads them from."""
+    trie = ["Main:", "  +-- 0.0.0.0/0 3 0 5"]
+    for address in ipv4.values():
+        trie += [f"     |-- {address}", "        /32 host LOCAL"]
+    _write(view.root / "proc/net/fib_trie", "\n".join(trie))
+    rows = [
+        f"{ipv6_gid(address).replace(':', '')} {index + 2:02x} 40 00 80 {name:>8}"
+        for index, (name, address) in enumerate(ipv6.items())
+    ]
+    _write(view.root / "proc/net/if_inet6", "\n".join(rows))
+    for name in {**ipv4, **ipv6}:
+        view.interface(name)
+    return view
+
+
+def roce_ipv6_macvlan_host(root: Path) -> HostTree:
+    """Return a RoCE v2 host on an IPv6-only fabric: each of two HCAs carries the host's GID
+    (``ensNf0np0``, index 3), another pod's macvlan GID (index 4) and this pod's (index 5); the
+    macvlan of rail N is ``net<N+1>`` in every pod, so only the address tells the pods apart."""
+
+    def gids_of(index: int, host_dev: str) -> list[tuple[str, ...]]:
+        return [
+            (link_local_gid(0x100 + index), "IB/RoCE v1", host_dev),
+            (link_local_gid(0x100 + index), "RoCE v2", host_dev),
+            (ipv6_gid(f"fd00:{index}::5"), "IB/RoCE v1", host_dev),
+            (ipv6_gid(f"fd00:{index}::5"), "RoCE v2", host_dev),
+            (ipv6_gid(f"fd77:{index}::8"), "RoCE v2", f"net{index + 1}"),  # another pod's
+            (ipv6_gid(f"fd77:{index}::9"), "RoCE v2", f"net{index + 1}"),  # this pod's
+        ]
+
+    return _roce_host(root, gids_of).capabilities(CAPS_IPC_LOCK)
+
+
+EFA_VENDOR = "0x1d0f"  # Amazon
+
+
+def efa_like_host(root: Path, *, efa: bool = False) -> HostTree:
+    """Return an AWS p5-like node for NCCL with a net plugin (aws-ofi-nccl): 8 GPUs, no
+    InfiniBand HCA the init program could vet; with ``efa`` one EFA device per GPU switch
+    (``rdmapNs0``, vendor 0x1d0f), the plugin's own devices, in ``sys/class/infiniband``."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=True, kernel="6.1.102-111.182.amzn2023.x86_64")
+    tree.interface("eth0", default_route=True)
+    for index in range(8):
+        base = 0x10 + index * 0x20
+        tree.gpu(
+            f"0000:{base + 3:02x}:00.0",
+            (f"0000:{base:02x}:01.0",),
+            root_complex=f"pci0000:{base:02x}",
+            numa=0 if index < 4 else 1,
+            procfs=True,
+            minor=index,
+        )
+        if efa:
+            bdf = f"0000:{base + 4:02x}:00.0"
+            tree.hca(
+                f"rdmap{base + 4}s0",
+                bdf,
+                (f"0000:{base:02x}:01.0",),
+                root_complex=f"pci0000:{base:02x}",
+                numa=0 if index < 4 else 1,
+                uverbs=index,
+                link_layer="Unspecified",
+                rate="100 Gb/sec",
+                device_id="0xefa1",
+                hca_type="efa",
+            )
+            _write(root / "sys" / "bus" / "pci" / "devices" / bdf / "vendor", EFA_VENDOR)
+    return tree.capabilities(CAPS_IPC_LOCK)
+
+
+DOWN_PORT = ("1: DOWN", "2: Polling", "10 Gb/sec (4X SDR)")  # a port with no link: SDR's rate
+
+
+def set_port(root: Path, hca: str, port: int, state: str, phys_state: str, rate: str) -> None:
+    """Rewrite one port's state, physical state and rate (a cable pulled, a link retrained)."""
+    directory = root / "sys" / "class" / "infiniband" / hca / "ports" / str(port)
+    _write(directory / "state", state)
+    _write(directory / "phys_state", phys_state)
+    _write(directory / "rate", rate)
+
+
+def hgx_shared_switch(
+    root: Path, *, down: str | None = None, retrained: str | None = None
+) -> HostTree:
+    """Return an HGX H100 with four PCIe switches, each holding two GPUs and two ConnectX-7
+    (``mlx5_2s``, ``mlx5_2s+1``); ``down`` names a NIC whose port has no link, ``retrained`` one
+    whose link came up on two lanes (``200 Gb/sec (2X NDR)``)."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=False, kernel="5.15.0-113-generic")
+    tree.interface("eth0", default_route=True)
+    for switch_index in range(4):
+        base = 0x10 + switch_index * 0x20
+        numa = switch_index // 2
+        root_complex = f"pci0000:{base:02x}"
+        switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+        for slot in range(2):
+            number = 2 * switch_index + slot
+            tree.gpu(
+                f"0000:{base + 3 + 2 * slot:02x}:00.0",
+                (*switch, f"0000:{base + 2:02x}:0{2 * slot}.0"),
+                root_complex=root_complex,
+                numa=numa,
+                procfs=True,
+                minor=number,
+            )
+            name = f"mlx5_{number}"
+            tree.hca(
+                name,
+                f"0000:{base + 4 + 2 * slot:02x}:00.0",
+                (*switch, f"0000:{base + 2:02x}:0{2 * slot + 1}.0"),
+                root_complex=root_complex,
+                numa=numa,
+                uverbs=number,
+            )
+            if name == down:
+                set_port(root, name, 1, *DOWN_PORT)
+            if name == retrained:
+                set_port(root, name, 1, "4: ACTIVE", "5: LinkUp", "200 Gb/sec (2X NDR)")
+    return tree.rdma_cm().peermem().capabilities(CAPS_IPC_LOCK)
+
+
+def hgx_dual_port_one_cabled(root: Path, *, separate_pfs: bool) -> HostTree:
+    """Return :func:`hgx_dual_port_cx7` with only the first port of every card cabled: the
+    second port (or PCI function) has no link."""
+    tree = hgx_dual_port_cx7(root, separate_pfs=separate_pfs)
+    for index in range(8):
+        if separate_pfs:
+            set_port(root, f"mlx5_{2 * index + 1}", 1, *DOWN_PORT)
+        else:
+            set_port(root, f"mlx5_{index}", 2, *DOWN_PORT)
+    return tree
+
+
+def spectrum_x_bf3(root: Path) -> HostTree:
+    """Return a Spectrum-X node: 4 GPUs, each with a BlueField-3 SuperNIC (``0xa2dc``) on its
+    PCIe switch (east-west, RoCE), and a dual-port BlueField-3 DPU (same PCI id) on a CPU root
+    port of socket 0 (north-south). The DPU enumerates first: ``mlx5_0``/``mlx5_1``."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=True, kernel="6.8.0-45-generic")
+    tree.interface("eth0", default_route=True)
+    for function in (0, 1):
+        tree.hca(
+            f"mlx5_{function}",
+            f"0000:0c:00.{function}",
+            ("0000:0c:01.0",),
+            root_complex="pci0000:0c",
+            numa=0,
+            uverbs=function,
+            link_layer="Ethernet",
+            rate="200 Gb/sec (4X HDR)",
+            gids=((ipv4_gid(f"10.9.0.{7 + function}"), "RoCE v2"),),
+            device_id="0xa2dc",
+            hca_type="MT41692",
+        )
+    for index in range(4):
+        base = 0x20 + index * 0x20
+        numa = index // 2
+        root_complex = f"pci0000:{base:02x}"
+        switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+        tree.gpu(
+            f"0000:{base + 3:02x}:00.0",
+            (*switch, f"0000:{base + 2:02x}:00.0"),
+            root_complex=root_complex,
+            numa=numa,
+            procfs=True,
+            minor=index,
+        )
+        tree.hca(
+            f"mlx5_{index + 2}",
             f"0000:{base + 4:02x}:00.0",
             (*switch, f"0000:{base + 2:02x}:01.0"),
             root_complex=root_complex,
-            numa=index,
-            uverbs=index,
+            numa=numa,
+            uverbs=index + 2,
             link_layer="Ethernet",
-            rate="400 Gb/sec (4X NDR)",
-            gids=tuple(gids),
-            netdev=host_dev,
+            gids=((ipv4_gid(f"10.0.{index}.5"), "RoCE v2"),),
+            device_id="0xa2dc",
+            hca_type="MT41692",
         )
-    return tree.rdma_cm().peermem()
+    return tree.rdma_cm().peermem().capabilities(CAPS_IPC_LOCK)
+
+
+def add_virtual_function(root: Path, pf_bdf: str, name: str, uverbs: int) -> Path:
+    """Add an SR-IOV VF of the PF at ``pf_bdf`` (``device/physfn`` -> the PF), unassigned: its
+    port is DOWN. Returns the VF's PCI directory."""
+    pf = (root / "sys" / "bus" / "pci" / "devices" / pf_bdf).resolve()
+    bus, rest = pf_bdf.rsplit(":", 1)
+    vf_bdf = f"{bus}:{int(rest.split('.')[0], 16) + 0:02x}.{int(rest.split('.')[1]) + 2}"
+    vf = pf.parent / vf_bdf
+    for entry in ("vendor", "class", "numa_node"):
+        _write(vf / entry, (pf / entry).read_text().strip())
+    _write(vf / "device", "0x101e")
+    _link(vf / "physfn", pf)
+    dev = root / "sys" / "class" / "infiniband" / name
+    _link(dev / "device", vf)
+    _write(dev / "node_guid", "0000:0000:0000:0000")
+    port = dev / "ports" / "1"
+    _write(port / "state", "1: DOWN")
+    _write(port / "phys_state", "3: Disabled")
+    _write(port / "rate", "10 Gb/sec (4X SDR)")
+    _write(port / "link_layer", "InfiniBand")
+    _write(root / "sys" / "class" / "infiniband_verbs" / f"uverbs{uverbs}" / "ibdev", name)
+    return vf

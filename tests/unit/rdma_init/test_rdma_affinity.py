@@ -14,9 +14,13 @@ from rdma_host_builder import (
     gb200_nic_name,
     gpu_uuid,
     hgx_dual_port_cx7,
+    hgx_dual_port_one_cabled,
+    hgx_shared_switch,
+    spectrum_x_bf3,
 )
 
 from tpfabric_rdma_init.affinity import (
+    FabricSelection,
     NicPort,
     PathType,
     RailsAnnotationError,
@@ -24,6 +28,7 @@ from tpfabric_rdma_init.affinity import (
     parse_rails_annotation,
     select_fabric_hcas,
 )
+from tpfabric_rdma_init.checks import check_host
 from tpfabric_rdma_init.discovery import HostInventory, discover_host
 
 
@@ -176,3 +181,76 @@ def test_switchless_gb200_pairs_by_pcie_root_and_never_with_the_bluefield(
 def test_rails_follow_gpu_order_when_names_run_against_the_bus(host_root: Path) -> None:
     endpoints = fabric(gb200_like(host_root, reversed_names=True).root)
     assert endpoints == ("mlx5_4:1", "mlx5_3:1", "mlx5_1:1", "mlx5_0:1")
+
+
+def selection_of(root: Path, exclude: frozenset[str] = frozenset()) -> FabricSelection:
+    inventory = discover_host(root, UNLIMITED_MEMLOCK)
+    return select_fabric_hcas(inventory.hcas, inventory.gpus, exclude)
+
+
+def one_nic_per_gpu(selection: FabricSelection) -> list[str]:
+    return [pair.hca for pair in selection.pairs]
+
+
+@pytest.mark.parametrize("problem", ["down", "retrained"])
+def test_a_compute_nic_keeps_its_gpu_and_rail_when_its_port_is_down_or_retrained(
+    host_root: Path, problem: str
+) -> None:
+    # two GPUs and two NICs per PCIe switch: the live rate (10 Gb/s SDR when down, 200 when
+    # retrained) must not make mlx5_2 a "slower" NIC that loses the tie to its sibling mlx5_3
+    root = hgx_shared_switch(host_root, **{problem: "mlx5_2"}).root
+    selection = selection_of(root)
+    assert one_nic_per_gpu(selection) == [f"mlx5_{i}" for i in range(8)]
+    assert NicPort("mlx5_2", 1) in selection.endpoints
+    assert "mlx5_2" not in selection.excluded
+
+
+def test_a_retrained_compute_port_is_a_problem_of_its_rail(host_root: Path) -> None:
+    root = hgx_shared_switch(host_root, retrained="mlx5_2").root
+    inventory = discover_host(root, UNLIMITED_MEMLOCK)
+    selection = select_fabric_hcas(inventory.hcas, inventory.gpus)
+    problems, _ = check_host(inventory, selection.endpoints)
+    assert [(p.code, p.hca, p.port) for p in problems] == [("port-degraded", "mlx5_2", 1)]
+    assert "200 Gb/s" in problems[0].message
+    assert "400 Gb/s" in problems[0].message
+
+
+@pytest.mark.parametrize("separate_pfs", [False, True], ids=["two-ports", "two-functions"])
+def test_the_uncabled_port_of_a_dual_port_card_is_not_a_rail(
+    host_root: Path, separate_pfs: bool
+) -> None:
+    selection = selection_of(hgx_dual_port_one_cabled(host_root, separate_pfs=separate_pfs).root)
+    if separate_pfs:
+        assert [str(e) for e in selection.endpoints] == [f"mlx5_{2 * i}:1" for i in range(8)]
+        assert "not cabled" in selection.excluded["mlx5_1:1"]
+    else:
+        assert [str(e) for e in selection.endpoints] == [f"mlx5_{i}:1" for i in range(8)]
+        assert "not cabled" in selection.excluded["mlx5_0:2"]
+
+
+def test_a_bluefield_supernic_on_the_gpu_switch_is_a_rail_and_the_dpu_never(
+    host_root: Path,
+) -> None:
+    root = spectrum_x_bf3(host_root).root
+    assert [str(e) for e in selection_of(root).endpoints] == [f"mlx5_{i}:1" for i in (2, 3, 4, 5)]
+    # GPU 0's SuperNIC excluded: it falls back to the other SuperNICs, never to the DPU
+    selection = selection_of(root, frozenset({"mlx5_2"}))
+    assert "mlx5_0" not in selection.hcas
+    assert "mlx5_1" not in selection.hcas
+    assert "DPU" in selection.excluded["mlx5_0"]
+
+
+def test_a_gpu_without_its_connectx_never_falls_back_to_the_bluefield_dpu(
+    host_root: Path,
+) -> None:
+    root = gb200_like(host_root).root
+    selection = selection_of(root, frozenset({"mlx5_1", "mlx5_2"}))  # socket 0's ConnectX-7
+    assert "mlx5_0" not in selection.hcas
+    assert "DPU" in selection.excluded["mlx5_0"]
+
+
+def test_the_init_containers_rule_is_the_fabric_agents_rule() -> None:
+    here = Path(__file__).resolve().parents[3]
+    core = here / "core" / "tpfabric_core" / "fabric" / "compute_rails.py"
+    copy = here / "rdma_init" / "tpfabric_rdma_init" / "compute_rails.py"
+    assert copy.read_text() == core.read_text(), f"copy {core} over {copy}: they drifted"

@@ -223,7 +223,7 @@ def test_report_only_prints_everything_and_changes_nothing(
     out = capsys.readouterr().out
     assert sorted(p.name for p in shared_dir.iterdir()) == ["nccl.conf"]
     assert (shared_dir / "nccl.conf").read_text() == "NCCL_IB_HCA=kept\n"
-    assert "0000:13:00.0 -> mlx5_0:1 PIX" in out
+    assert "0000:13:00.0 -> mlx5_0:1: PIX (same PCIe switch)" in out
     assert "ports: fail (mlx5_0 port 1 is DOWN" in out
     assert "memlock: pass" in out
     assert "exit code of a real run: 1" in out
