@@ -16,11 +16,11 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.fabric_description import FabricDescription, FabricNode
+from tpfabric_core.pod_wiring import GPU_RESOURCE
 from tpfabric_localcluster.cluster import KWOK_NODE_ANNOTATION
 
 __all__ = ["GPU_RESOURCE", "apply_fake_nodes", "delete_nodes", "fake_node_manifest", "wait_ready"]
 
-GPU_RESOURCE = "nvidia.com/gpu"
 FAKE_NODE_LABEL = "tpfabric.io/fake-node"
 NOT_READY_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 

@@ -12,7 +12,6 @@ rank order without changing after creation.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +24,13 @@ from tpfabric_core.api import (
     TensorParallelJob,
 )
 from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
+from tpfabric_core.pod_wiring import (
+    GPU_RESOURCE,
+    NCCL_CONF_ENV,
+    SHARED_MOUNT,
+    RdmaWiring,
+    wire_rdma,
+)
 
 __all__ = [
     "ATTEMPT_LABEL",
@@ -45,17 +51,6 @@ __all__ = [
 ]
 
 MASTER_PORT = 29500
-SHARED_MOUNT = "/tpfabric"
-PODINFO_MOUNT = "/etc/podinfo"
-GPU_RESOURCE = "nvidia.com/gpu"
-INIT_CONTAINER = "rdma-init"
-NCCL_LIBRARY_ANNOTATION = "tpfabric.io/nccl-library"
-CUDA_MAJOR_ANNOTATION = "tpfabric.io/cuda-major"
-#: Where NCCL < 2.23 finds a user's config (``$HOME/.nccl.conf``, root's home): the one file that
-#: ``NCCL_CONF_FILE`` replaces in NCCL >= 2.23.4. The image's ``/etc/nccl.conf`` is never covered:
-#: NCCL reads it after ours for the keys still unset (a cloud image's net-plugin settings).
-USER_NCCL_CONF = "/root/.nccl.conf"
-NCCL_ENV_FACTS = ("NCCL_NET", "NCCL_NET_PLUGIN")
 #: Label of a failed pod kept for ``kubectl logs`` after it left the gang (value: the job name);
 #: it carries no job label, so the placer, the Service and the operator's worker index skip it.
 FAILED_WORKER_LABEL = "tpfabric.io/failed-worker-of"
@@ -100,11 +95,6 @@ def headless_service(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def _library_mode(job: TensorParallelJob) -> str:
-    annotations = (job.spec.template.metadata or {}).get("annotations") or {}
-    return "shipped" if annotations.get(NCCL_LIBRARY_ANNOTATION) == "shipped" else "image"
-
-
 def rendezvous_id(job: TensorParallelJob, name: str, namespace: str, attempt: int) -> str:
     """Return ``PET_RDZV_ID``: the c10d rendezvous a worker joins.
 
@@ -136,7 +126,7 @@ def _env(
         "TENSOR_PARALLEL_SIZE": spec.tensor_parallel_size,
         "PIPELINE_PARALLEL_SIZE": spec.pipeline_parallel_size,
         "TPFABRIC_JOB": name,
-        "NCCL_CONF_FILE": f"{SHARED_MOUNT}/nccl.conf",
+        "NCCL_CONF_FILE": NCCL_CONF_ENV["value"],
     }
     launcher = spec.launcher
     if launcher.kind == "torchrun":
@@ -158,63 +148,6 @@ def _env(
     return [{"name": key, "value": str(value)} for key, value in values.items()]
 
 
-def _merge_env(existing: list[dict[str, Any]], ours: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Return ``ours`` followed by the user's variables (the user's win on a name clash)."""
-    names = {item.get("name") for item in existing}
-    return [item for item in ours if item["name"] not in names] + existing
-
-
-def _with_library_path(env: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Return ``env`` with the shipped NCCL first on ``LD_LIBRARY_PATH`` (the user's path after).
-
-    The pod spec's value replaces the image's ``ENV LD_LIBRARY_PATH``, which Kubernetes cannot
-    reference: a template relying on the image's value must repeat it in its env.
-    """
-    path = f"{SHARED_MOUNT}/lib"
-    for item in env:
-        if item.get("name") == "LD_LIBRARY_PATH" and "value" in item:
-            item["value"] = f"{path}:{item['value']}" if item["value"] else path
-            return env
-    return [*env, {"name": "LD_LIBRARY_PATH", "value": path}]
-
-
-def _main_container_facts(
-    container: dict[str, Any], pod_spec: dict[str, Any], job: TensorParallelJob
-) -> dict[str, Any]:
-    """Return what the init container needs to judge pinning and NCCL for the main container."""
-    pod_security = pod_spec.get("securityContext") or {}
-    security = container.get("securityContext") or {}
-    facts: dict[str, Any] = {
-        "container": container.get("name"),
-        "runAsUser": security.get("runAsUser", pod_security.get("runAsUser")),
-        "runAsNonRoot": bool(security.get("runAsNonRoot", pod_security.get("runAsNonRoot"))),
-        "privileged": bool(security.get("privileged")),
-        "capabilitiesAdd": list((security.get("capabilities") or {}).get("add") or []),
-    }
-    annotations = (job.spec.template.metadata or {}).get("annotations") or {}
-    cuda = str(annotations.get(CUDA_MAJOR_ANNOTATION, ""))
-    if not cuda.isdigit():
-        cuda_version = next(
-            (
-                e.get("value", "")
-                for e in container.get("env") or []
-                if e.get("name") == "CUDA_VERSION"
-            ),
-            "",
-        )
-        cuda = str(cuda_version).split(".")[0]
-    if cuda.isdigit():
-        facts["cudaMajor"] = int(cuda)
-    nccl_env = {
-        str(e["name"]): str(e["value"])
-        for e in container.get("env") or []
-        if e.get("name") in NCCL_ENV_FACTS and isinstance(e.get("value"), str)
-    }
-    if nccl_env:  # a net plugin (EFA, TCPX/TCPXO, gIB): the init container writes no NCCL_NET
-        facts["ncclEnv"] = nccl_env
-    return facts
-
-
 def _resources(container: dict[str, Any], job: TensorParallelJob) -> dict[str, Any]:
     resources = dict(container.get("resources") or {})
     limits = dict(resources.get("limits") or {})
@@ -230,48 +163,6 @@ def _resources(container: dict[str, Any], job: TensorParallelJob) -> dict[str, A
     return resources
 
 
-def _with_ipc_lock(container: dict[str, Any]) -> dict[str, Any]:
-    security = dict(container.get("securityContext") or {})
-    capabilities = dict(security.get("capabilities") or {})
-    added = list(capabilities.get("add") or [])
-    if "IPC_LOCK" not in added:
-        added.append("IPC_LOCK")  # RDMA registers (pins) memory
-    capabilities["add"] = added
-    security["capabilities"] = capabilities
-    return {**container, "securityContext": security}
-
-
-def _init_container(
-    job: TensorParallelJob, image: str, main_facts: dict[str, Any]
-) -> dict[str, Any]:
-    rdma = job.spec.rdma
-    args = [
-        f"--policy={rdma.gpu_direct if rdma.count else 'disabled'}",
-        f"--shared-dir={SHARED_MOUNT}",
-        f"--annotations-file={PODINFO_MOUNT}/annotations",
-        f"--nccl-library={_library_mode(job)}",
-    ]
-    if job.spec.nccl:
-        args.append(f"--nccl-overrides={json.dumps(job.spec.nccl, sort_keys=True)}")
-    # The same devices as the main container: the kubelet hands them on to it.
-    limits = {GPU_RESOURCE: str(job.spec.gpus_per_worker)}
-    if rdma.count:
-        limits[rdma.resource_name] = str(rdma.count)
-    return {
-        "name": INIT_CONTAINER,
-        "image": image,
-        "args": args,
-        "env": [
-            {"name": "TPFABRIC_MAIN_CONTAINER", "value": json.dumps(main_facts, sort_keys=True)}
-        ],
-        "resources": {"limits": limits},
-        "volumeMounts": [
-            {"name": "tpfabric-shared", "mountPath": SHARED_MOUNT},
-            {"name": "tpfabric-podinfo", "mountPath": PODINFO_MOUNT, "readOnly": True},
-        ],
-    }
-
-
 def worker_pod(
     job: TensorParallelJob,
     name: str,
@@ -283,7 +174,6 @@ def worker_pod(
 ) -> dict[str, Any]:
     """Return the gated pod of worker ``index``: the template plus rank env, RDMA wiring, gate."""
     template = job.spec.template
-    pod_spec = json.loads(json.dumps(template.spec))  # deep copy of plain JSON
     meta = template.metadata or {}
     labels = {
         **(meta.get("labels") or {}),
@@ -291,48 +181,23 @@ def worker_pod(
         WORKER_INDEX_LABEL: str(index),
         ATTEMPT_LABEL: str(attempt),
     }
-    containers = []
-    shipped = _library_mode(job) == "shipped"
-    for container in pod_spec.get("containers") or []:
-        mounts = [
-            *container.get("volumeMounts", []),
-            {"name": "tpfabric-shared", "mountPath": SHARED_MOUNT},
-            {
-                "name": "tpfabric-shared",
-                "mountPath": USER_NCCL_CONF,
-                "subPath": "nccl.conf",
-                "readOnly": True,
-            },
-        ]
-        env = _merge_env(container.get("env") or [], _env(job, name, namespace, index, attempt))
-        containers.append(
-            _with_ipc_lock(
-                {
-                    **container,
-                    "env": _with_library_path(env) if shipped else env,
-                    "resources": _resources(container, job),
-                    "volumeMounts": mounts,
-                }
-            )
-        )
-    pod_spec["containers"] = containers
-    main_facts = _main_container_facts(containers[0], pod_spec, job) if containers else {}
-    pod_spec["initContainers"] = [
-        _init_container(job, init_image, main_facts),
-        *(pod_spec.get("initContainers") or []),
+    containers = [
+        {**container, "resources": _resources(container, job)}
+        for container in template.spec.get("containers") or []
     ]
-    pod_spec["volumes"] = [
-        *(pod_spec.get("volumes") or []),
-        {"name": "tpfabric-shared", "emptyDir": {}},
-        {
-            "name": "tpfabric-podinfo",
-            "downwardAPI": {
-                "items": [
-                    {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
-                ]
-            },
-        },
-    ]
+    pod_spec = wire_rdma(  # a new spec: the template is never changed
+        {**template.spec, "containers": containers},
+        RdmaWiring(
+            init_image=init_image,
+            gpus=job.spec.gpus_per_worker,
+            rdma_resource=job.spec.rdma.resource_name,
+            rdma_count=job.spec.rdma.count,
+            gpu_direct=job.spec.rdma.gpu_direct,
+            nccl_overrides=job.spec.nccl,
+            annotations=meta.get("annotations") or {},
+        ),
+        _env(job, name, namespace, index, attempt),
+    )
     pod_spec["schedulerName"] = SCHEDULER_NAME
     pod_spec["hostname"] = worker_hostname(name, index)  # DNS stays across attempts
     pod_spec["subdomain"] = service_name(name)

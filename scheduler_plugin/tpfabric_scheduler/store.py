@@ -23,6 +23,7 @@ from tpfabric_core.api import (
     TensorParallelJob,
 )
 from tpfabric_core.placement.pod_fit import host_ports, pod_requests, repels_peers, resource_amount
+from tpfabric_core.pod_wiring import GPU_RESOURCE
 
 __all__ = [
     "GANG_GATE",
@@ -38,22 +39,6 @@ __all__ = [
     "index_nodes",
     "index_pods",
 ]
-
-GPU_RESOURCE = "nvidia.com/gpu"
-
-
-def parse_quantity(value: Any) -> int:
-    """Return an integer count from a Kubernetes quantity of a countable resource."""
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    suffixes = {"k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
-    for suffix, factor in sorted(suffixes.items(), key=lambda kv: -len(kv[0])):
-        if text.endswith(suffix):
-            return int(float(text[: -len(suffix)]) * factor)
-    if text.endswith("m"):
-        return int(text[:-1]) // 1000
-    return int(float(text))
 
 
 @dataclass(frozen=True, slots=True)

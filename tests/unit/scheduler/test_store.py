@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from builders import a_job, a_node, a_worker
 
-from tpfabric_scheduler.store import ClusterStore, parse_quantity
+from tpfabric_core.placement.pod_fit import parse_quantity
+from tpfabric_scheduler.store import ClusterStore
 
 
 def test_bound_pods_use_node_capacity_and_deletion_gives_it_back() -> None:

@@ -1,0 +1,201 @@
+"""The gang webhook's decision for one pod: an AdmissionReview in, its response out. Pure.
+
+A pod that belongs to a gang (:func:`tpfabric_core.gangs.gang_of`: a LeaderWorkerSet group, a
+JobSet, a labelled pod group) is given what the operator gives a TensorParallelJob's workers:
+
+- the gang's scheduling gate and tpfabric's scheduler, so that no pod of the gang binds before
+  the placer has a plan for all of them;
+- the ``rdma-init`` init container with its shared volume, ``NCCL_CONF_FILE`` and ``IPC_LOCK``
+  (:mod:`tpfabric_core.pod_wiring`, the same wiring as a TensorParallelJob's);
+- the RDMA devices, when the pod asks for them (``tpfabric.io/rdma-count``) or the chart does;
+- the labels the placer finds the gang's pods by (``tpfabric.io/gang``, ``tpfabric.io/rank``
+  where the rank is known at creation).
+
+The webhook never refuses a pod: what it cannot take in (a gang label without a size, a level
+that is not configured, another scheduler named) is admitted unchanged, with a warning that
+names the label and says what would fix it; ``kubectl`` and the owner's controller show it. A
+pod wired already (a reinvocation, a pod re-created from a wired manifest) is left as it is. A
+request that is not an AdmissionReview raises :class:`BadReviewError` (the server answers 400).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpfabric_core import labels as topology_labels
+from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
+from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL, GangMember, GangSettings, gang_of
+from tpfabric_core.placement.pod_fit import resource_amount
+from tpfabric_core.pod_wiring import GPU_RESOURCE, NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
+
+__all__ = [
+    "RDMA_COUNT_ANNOTATION",
+    "BadReviewError",
+    "WebhookSettings",
+    "admit",
+    "default_levels",
+    "mutate_pod",
+]
+
+RDMA_COUNT_ANNOTATION = "tpfabric.io/rdma-count"
+GPU_DIRECT_ANNOTATION = "tpfabric.io/gpu-direct"
+_GPU_DIRECT = ("required", "preferred", "disabled")
+_DEFAULT_SCHEDULERS = ("", "default-scheduler")
+
+
+class BadReviewError(ValueError):
+    """The request body is not an AdmissionReview this webhook can answer."""
+
+
+def default_levels() -> dict[str, str]:
+    """Return tpfabric's own levels and their node label keys."""
+    return {name: topology_labels.level_key(name) for name in ("leaf", "spine", "block")}
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    """The chart's values the webhook needs."""
+
+    init_image: str
+    gangs: GangSettings = field(default_factory=lambda: GangSettings(levels=default_levels()))
+    scheduler_name: str = SCHEDULER_NAME
+    rdma_resource: str = "rdma/ib"
+    #: RDMA devices a pod is given when it names none (0: only on ``tpfabric.io/rdma-count``)
+    rdma_count: int = 0
+    gpu_direct: str = "preferred"
+
+
+def _problems(pod: Mapping[str, Any], member: GangMember, settings: WebhookSettings) -> list[str]:
+    """Return why the pod is admitted unchanged (empty: it is wired)."""
+    problems = [p.words() for p in member.problems]
+    spec = pod.get("spec") or {}
+    scheduler = str(spec.get("schedulerName") or "")
+    if scheduler not in (*_DEFAULT_SCHEDULERS, settings.scheduler_name):
+        problems.append(
+            f"spec.schedulerName: the pod names {scheduler!r}; two schedulers cannot place one "
+            f"gang (drop the field, or set {settings.scheduler_name!r})"
+        )
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    count = annotations.get(RDMA_COUNT_ANNOTATION)
+    if count is not None and not (str(count).isdigit() and int(count) <= 64):
+        problems.append(f"{RDMA_COUNT_ANNOTATION}: {count!r} is not a whole number up to 64")
+    direct = annotations.get(GPU_DIRECT_ANNOTATION)
+    if direct is not None and direct not in _GPU_DIRECT:
+        problems.append(f"{GPU_DIRECT_ANNOTATION}: {direct!r} is none of {', '.join(_GPU_DIRECT)}")
+    return problems
+
+
+def _with_rdma_devices(
+    containers: list[dict[str, Any]], resource: str, count: int
+) -> list[dict[str, Any]]:
+    """Return ``containers`` with ``count`` RDMA devices on each that takes GPUs (else the
+    first); a container that names the resource already keeps its own amount."""
+    takers = [i for i, c in enumerate(containers) if _gpus(c)] or [0]
+    result = []
+    for index, container in enumerate(containers):
+        resources = dict(container.get("resources") or {})
+        limits = dict(resources.get("limits") or {})
+        requests = resources.get("requests") or {}
+        if index in takers and resource not in limits and resource not in requests:
+            limits[resource] = str(count)
+            resources["limits"] = limits
+            result.append({**container, "resources": resources})
+        else:
+            result.append(container)
+    return result
+
+
+def _gpus(container: Mapping[str, Any]) -> int:
+    resources = container.get("resources") or {}
+    amount = (resources.get("limits") or {}).get(GPU_RESOURCE)
+    if amount is None:
+        amount = (resources.get("requests") or {}).get(GPU_RESOURCE)
+    try:
+        return resource_amount(GPU_RESOURCE, amount) if amount is not None else 0
+    except ValueError:
+        return 0
+
+
+def mutate_pod(
+    pod: Mapping[str, Any], member: GangMember, settings: WebhookSettings
+) -> dict[str, Any]:
+    """Return the pod as the gang needs it: labels, gate, scheduler, RDMA wiring (a new dict)."""
+    meta = dict(pod.get("metadata") or {})
+    annotations = meta.get("annotations") or {}
+    spec = dict(pod.get("spec") or {})
+    count_text = annotations.get(RDMA_COUNT_ANNOTATION)
+    count = int(count_text) if count_text is not None else settings.rdma_count
+    containers = list(spec.get("containers") or [])
+    if count:
+        containers = _with_rdma_devices(containers, settings.rdma_resource, count)
+    gpus = max((_gpus(c) for c in containers), default=0)
+    wiring = RdmaWiring(
+        init_image=settings.init_image,
+        gpus=gpus,
+        rdma_resource=settings.rdma_resource,
+        rdma_count=count,
+        gpu_direct=str(annotations.get(GPU_DIRECT_ANNOTATION) or settings.gpu_direct),
+        annotations=annotations,
+    )
+    spec = wire_rdma({**spec, "containers": containers}, wiring, [dict(NCCL_CONF_ENV)])
+    spec["schedulerName"] = settings.scheduler_name
+    gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GANG_GATE]
+    spec["schedulingGates"] = [*gates, {"name": GANG_GATE}]
+    labels = {**(meta.get("labels") or {}), GANG_LABEL: member.gang}
+    if member.rank is not None:
+        labels[RANK_LABEL] = str(member.rank)
+    meta["labels"] = labels
+    return {**pod, "metadata": meta, "spec": spec}
+
+
+def _patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Return the JSON patch from ``before`` to ``after`` on the pod's labels and spec fields."""
+    ops: list[dict[str, Any]] = []
+    old_meta, new_meta = before.get("metadata") or {}, after.get("metadata") or {}
+    if old_meta.get("labels") != new_meta.get("labels"):
+        ops.append({"op": "add", "path": "/metadata/labels", "value": new_meta["labels"]})
+    old_spec, new_spec = before.get("spec") or {}, after.get("spec") or {}
+    # "add" on an object's member replaces it; the spec's top-level keys need no escaping
+    ops.extend(
+        {"op": "add", "path": f"/spec/{key}", "value": value}
+        for key, value in new_spec.items()
+        if old_spec.get(key) != value
+    )
+    return ops
+
+
+def admit(review: Mapping[str, Any], settings: WebhookSettings) -> dict[str, Any]:
+    """Return the AdmissionReview answering ``review`` (raises :class:`BadReviewError`)."""
+    request = review.get("request") if isinstance(review, Mapping) else None
+    if not isinstance(request, Mapping) or not request.get("uid"):
+        raise BadReviewError("not an AdmissionReview: request.uid is missing")
+    api_version = str(review.get("apiVersion") or "admission.k8s.io/v1")
+    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    answer = {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+    pod = request.get("object")
+    kind = (request.get("kind") or {}).get("kind")
+    if kind != "Pod" or request.get("operation") != "CREATE":
+        return answer  # the configuration sends pod creations only; anything else passes
+    if not isinstance(pod, Mapping):
+        raise BadReviewError("request.object is not a pod")
+    member = gang_of(
+        pod.get("metadata") or {}, settings.gangs, namespace=str(request.get("namespace") or "")
+    )
+    if member is None or is_wired(pod.get("spec") or {}):
+        return answer
+    problems = _problems(pod, member, settings)
+    if problems:
+        response["warnings"] = [
+            f"tpfabric: pod admitted unchanged, not placed as gang {member.gang!r}: {p}"
+            for p in problems
+        ]
+        return answer
+    ops = _patch(pod, mutate_pod(pod, member, settings))
+    if ops:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+    return answer

@@ -1,0 +1,247 @@
+"""``python -m tpfabric_operator.webhook``: the gang webhook, a small HTTPS server of its own.
+
+``POST /mutate-pods`` answers kube-apiserver's AdmissionReviews (:mod:`.gang_admission`);
+``/healthz`` and ``/metrics`` (admission latency, answers by outcome) are served on the same
+port. A body that is not an AdmissionReview gets a 400 with the reason; an unexpected error
+inside a decision admits the pod unchanged with a warning, never a refusal and never a crash.
+
+Why a component of its own, not a part of the operator: the webhook is in the path of every
+opted-in pod creation, so it must answer in milliseconds from any replica. It holds no state
+and reads nothing from the API server, so it runs as many replicas as wanted without leader
+election, and an operator's leader change, a long reconcile or a kopf restart never slows an
+admission. It ships in the operator's image.
+
+TLS: ``--cert-dir`` holds ``tls.crt`` and ``tls.key`` (a Secret's mount); the files are read again
+when they change (checked every ``--reload-seconds``), so a rotated certificate is served without
+a restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+
+from tpfabric_core.api import SCHEDULER_NAME
+from tpfabric_core.gangs import GangSettings
+from tpfabric_operator.gang_admission import (
+    BadReviewError,
+    WebhookSettings,
+    admit,
+    default_levels,
+)
+
+__all__ = ["WebhookMetrics", "main", "make_app", "serve"]
+
+log = logging.getLogger("tpfabric.webhook")
+MAX_BODY = 8 * 1024 * 1024  # a pod is at most 1.5 MiB in etcd; its review is a few times that
+
+
+class WebhookMetrics:
+    """The webhook's Prometheus metrics, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.seconds = Histogram(
+            "tpfabric_webhook_admission_seconds",
+            "Time to answer one AdmissionReview",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+            registry=self.registry,
+        )
+        self.answers = Counter(
+            "tpfabric_webhook_answers_total",
+            "AdmissionReviews answered, by outcome (wired, unchanged, warned, bad, error)",
+            ["outcome"],
+            registry=self.registry,
+        )
+
+
+def _outcome(answer: dict[str, object]) -> str:
+    response = answer.get("response")
+    if not isinstance(response, dict):
+        return "unchanged"
+    if "patch" in response:
+        return "wired"
+    return "warned" if response.get("warnings") else "unchanged"
+
+
+def make_app(settings: WebhookSettings, metrics: WebhookMetrics) -> web.Application:
+    """Return the aiohttp application of the webhook."""
+
+    async def handle_mutate(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        body = await request.read()
+        try:
+            review = orjson.loads(body)
+            answer = admit(review, settings)
+        except (orjson.JSONDecodeError, BadReviewError) as err:
+            metrics.answers.labels("bad").inc()
+            return web.Response(text=f"bad request: {err}", status=400)
+        except Exception as err:  # never refuse a pod for our own fault
+            log.exception("admission failed; the pod is admitted unchanged")
+            metrics.answers.labels("error").inc()
+            uid = ((review.get("request") or {}).get("uid")) if isinstance(review, dict) else None
+            if not uid:
+                return web.Response(text=f"bad request: {err!r}", status=400)
+            answer = {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {
+                    "uid": uid,
+                    "allowed": True,
+                    "warnings": [f"tpfabric: pod admitted unchanged: webhook error {err!r}"],
+                },
+            }
+        else:
+            metrics.answers.labels(_outcome(answer)).inc()
+        response = web.Response(body=orjson.dumps(answer), content_type="application/json")
+        metrics.seconds.observe(time.perf_counter() - started)
+        return response
+
+    async def handle_healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def handle_metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    app = web.Application(client_max_size=MAX_BODY)
+    app.router.add_post("/mutate-pods", handle_mutate)
+    app.router.add_get("/healthz", handle_healthz)
+    app.router.add_get("/metrics", handle_metrics)
+    return app
+
+
+def _tls(cert_dir: Path) -> tuple[ssl.SSLContext, Callable[[], bool]]:
+    """Return the server's TLS context and a function that reloads changed files into it."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert, key = cert_dir / "tls.crt", cert_dir / "tls.key"
+    seen: list[tuple[float, float]] = []
+
+    def reload() -> bool:
+        stamp = (cert.stat().st_mtime, key.stat().st_mtime)
+        if seen and seen[-1] == stamp:
+            return False
+        context.load_cert_chain(cert, key)  # new handshakes use it; open connections keep theirs
+        seen[:] = [stamp]
+        return True
+
+    reload()
+    return context, reload
+
+
+async def serve(
+    settings: WebhookSettings,
+    cert_dir: Path,
+    *,
+    host: str = "0.0.0.0",  # noqa: S104 - a pod's webhook is reached through its Service
+    port: int = 9443,
+    reload_seconds: float = 60.0,
+) -> None:
+    """Serve the webhook until cancelled."""
+    context, reload = _tls(cert_dir)
+    runner = web.AppRunner(make_app(settings, WebhookMetrics()), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, ssl_context=context).start()
+    log.info("gang webhook serving on https://%s:%d/mutate-pods", host, port)
+    try:
+        while True:
+            await asyncio.sleep(reload_seconds)
+            try:
+                if reload():
+                    log.info("serving certificate reloaded from %s", cert_dir)
+            except (OSError, ssl.SSLError) as err:  # a half-written rotation: keep the old one
+                log.warning("certificate not reloaded from %s: %s", cert_dir, err)
+    finally:
+        await runner.cleanup()
+
+
+def _level(text: str) -> tuple[str, str]:
+    name, sep, key = text.partition("=")
+    if not sep or not name or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=NODE_LABEL_KEY")
+    return name, key
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Return the webhook's flags (exits with the reason on a bad one)."""
+    parser = argparse.ArgumentParser(prog="tpfabric-webhook", description=__doc__)
+    parser.add_argument("--cert-dir", type=Path, required=True, help="holds tls.crt and tls.key")
+    parser.add_argument("--host", default="0.0.0.0")  # noqa: S104
+    parser.add_argument("--port", type=int, default=9443)
+    parser.add_argument("--reload-seconds", type=float, default=60.0)
+    parser.add_argument("--init-image", required=True, help="the rdma-init image")
+    parser.add_argument("--scheduler-name", default=SCHEDULER_NAME)
+    parser.add_argument("--rdma-resource", default="rdma/ib")
+    parser.add_argument(
+        "--rdma-count",
+        type=int,
+        default=0,
+        help="RDMA devices a gang pod is given when it names none (default 0: only on request)",
+    )
+    parser.add_argument(
+        "--gpu-direct", choices=("required", "preferred", "disabled"), default="preferred"
+    )
+    parser.add_argument(
+        "--level",
+        type=_level,
+        action="append",
+        default=[],
+        help="a topology level and its node label key, NAME=KEY (repeatable; default: leaf, "
+        "spine and block under topology.tpfabric.io/)",
+    )
+    parser.add_argument(
+        "--owner",
+        action="append",
+        choices=("LeaderWorkerSet", "JobSet"),
+        help="owner kinds taken in without a tpfabric label (repeatable; default: both)",
+    )
+    parser.add_argument("--max-gang-size", type=int, default=1024)
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse flags and serve until SIGTERM."""
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper())
+    settings = WebhookSettings(
+        init_image=args.init_image,
+        gangs=GangSettings(
+            levels=dict(args.level) or default_levels(),
+            owners=frozenset(args.owner or ("LeaderWorkerSet", "JobSet")),
+            max_size=args.max_gang_size,
+        ),
+        scheduler_name=args.scheduler_name,
+        rdma_resource=args.rdma_resource,
+        rdma_count=args.rdma_count,
+        gpu_direct=args.gpu_direct,
+    )
+    asyncio.run(
+        serve(
+            settings,
+            args.cert_dir,
+            host=args.host,
+            port=args.port,
+            reload_seconds=args.reload_seconds,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

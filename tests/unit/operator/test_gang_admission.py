@@ -1,0 +1,179 @@
+"""The gang webhook's answers: what a gang pod is given, what passes untouched, and why."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
+from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
+from tpfabric_operator.gang_admission import (
+    RDMA_COUNT_ANNOTATION,
+    BadReviewError,
+    WebhookSettings,
+    admit,
+)
+
+pytestmark = pytest.mark.unit
+
+SETTINGS = WebhookSettings(init_image="registry.local/rdma-init:dev")
+
+
+def pod(
+    pod_labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod being created (no name yet on a generateName pod, no namespace in the object)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "bert-",
+            "labels": pod_labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/pytorch:24.08-py3",
+                    "env": [{"name": "NCCL_DEBUG", "value": "INFO"}],
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                },
+                {"name": "sidecar", "image": "busybox"},
+            ],
+            **spec,
+        },
+    }
+
+
+def review(obj: dict[str, Any], *, operation: str = "CREATE") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": operation,
+            "namespace": "train",
+            "object": obj,
+        },
+    }
+
+
+def patched(obj: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    """Apply the answer's JSON patch as kube-apiserver would (the webhook only emits ``add``)."""
+    response = answer["response"]
+    assert response["allowed"] is True
+    result = copy.deepcopy(obj)
+    if "patch" not in response:
+        return result
+    assert response["patchType"] == "JSONPatch"
+    for op in json.loads(base64.b64decode(response["patch"])):
+        assert op["op"] == "add"
+        parent, key = op["path"].rsplit("/", 1)
+        target = result
+        for part in parent.strip("/").split("/"):
+            target = target[part]
+        target[key] = op["value"]
+    return result
+
+
+GANG = {GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "6", RANK_LABEL: "2"}
+
+
+def test_a_gang_pod_is_gated_for_tpfabrics_scheduler_and_wired_for_rdma() -> None:
+    obj = pod(GANG, {RDMA_COUNT_ANNOTATION: "4"})
+    answer = admit(review(obj), SETTINGS)
+    assert answer["response"]["uid"] == "705ab4f5-6393-11e8-b7cc-42010a800002"
+    wired = patched(obj, answer)
+    spec, labels = wired["spec"], wired["metadata"]["labels"]
+    assert spec["schedulerName"] == SCHEDULER_NAME
+    assert spec["schedulingGates"] == [{"name": GANG_GATE}]
+    assert labels[GANG_LABEL] == "bert"
+    assert labels[RANK_LABEL] == "2"
+    init = spec["initContainers"][0]
+    assert init["name"] == "rdma-init"
+    assert init["image"] == SETTINGS.init_image
+    assert init["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "4"}
+    assert "--policy=preferred" in init["args"]
+    main, sidecar = spec["containers"]
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "4"}
+    assert "rdma/ib" not in (sidecar.get("resources") or {}).get("limits", {})  # takes no GPU
+    assert main["env"][0] == {"name": "NCCL_CONF_FILE", "value": "/tpfabric/nccl.conf"}
+    assert {"name": "NCCL_DEBUG", "value": "INFO"} in main["env"]  # the user's stay
+    assert "IPC_LOCK" in main["securityContext"]["capabilities"]["add"]
+    assert {v["name"] for v in spec["volumes"]} == {"tpfabric-shared", "tpfabric-podinfo"}
+
+
+def test_without_a_count_no_rdma_devices_are_asked_for_and_gpudirect_is_not_checked() -> None:
+    wired = patched(pod(GANG), admit(review(pod(GANG)), SETTINGS))
+    main = wired["spec"]["containers"][0]
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert "--policy=disabled" in wired["spec"]["initContainers"][0]["args"]
+
+
+def test_a_container_that_names_the_rdma_resource_keeps_its_own_amount() -> None:
+    obj = pod(GANG, {RDMA_COUNT_ANNOTATION: "8"})
+    obj["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "2"
+    main = patched(obj, admit(review(obj), SETTINGS))["spec"]["containers"][0]
+    assert main["resources"]["limits"]["rdma/ib"] == "2"
+
+
+def test_a_pod_that_opts_into_no_gang_passes_untouched() -> None:
+    answer = admit(review(pod({"app": "web"})), SETTINGS)
+    assert answer["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+def test_a_pod_wired_already_is_left_as_it_is() -> None:
+    """A reinvocation (``reinvocationPolicy: IfNeeded``) must not wire it twice."""
+    once = patched(pod(GANG), admit(review(pod(GANG)), SETTINGS))
+    again = admit(review(once), SETTINGS)
+    assert "patch" not in again["response"]
+
+
+@pytest.mark.parametrize(
+    ("pod_labels", "annotations", "spec", "words"),
+    [
+        ({GANG_NAME_LABEL: "bert"}, {}, {}, f"{GANG_SIZE_LABEL}: missing"),
+        ({GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "0"}, {}, {}, "0 is outside 1..1024"),
+        (GANG, {"tpfabric.io/topology-level": "rack"}, {}, "level 'rack' is not configured"),
+        (GANG, {RDMA_COUNT_ANNOTATION: "lots"}, {}, f"{RDMA_COUNT_ANNOTATION}: 'lots'"),
+        (GANG, {"tpfabric.io/gpu-direct": "yes"}, {}, "tpfabric.io/gpu-direct: 'yes'"),
+        (GANG, {}, {"schedulerName": "volcano"}, "spec.schedulerName: the pod names 'volcano'"),
+    ],
+)
+def test_bad_input_is_admitted_unchanged_with_a_warning_naming_the_field(
+    pod_labels: dict[str, str], annotations: dict[str, str], spec: dict[str, Any], words: str
+) -> None:
+    answer = admit(review(pod(pod_labels, annotations, **spec)), SETTINGS)
+    response = answer["response"]
+    assert response["allowed"] is True
+    assert "patch" not in response
+    assert len(response["warnings"]) == 1
+    assert words in response["warnings"][0]
+    assert "admitted unchanged" in response["warnings"][0]
+
+
+def test_only_pod_creations_are_changed() -> None:
+    answer = admit(review(pod(GANG), operation="UPDATE"), SETTINGS)
+    assert "patch" not in answer["response"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"request": {}},
+        {"request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}}},
+        [],
+    ],
+)
+def test_what_is_not_an_admission_review_is_refused_with_a_reason(body: Any) -> None:
+    with pytest.raises(BadReviewError, match=r"AdmissionReview|not a pod"):
+        admit(body, SETTINGS)
