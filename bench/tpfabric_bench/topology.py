@@ -14,6 +14,10 @@ Times are wall-clock seconds, best and median of ``--repeat`` runs. Peak memory 
 separate run with tracemalloc on (it slows Python down, so it never overlaps the timed runs), and
 ``ru_maxrss`` gives the process's high-water mark including the generator and the text. It prints a
 rich table and, with ``--json FILE``, writes the same numbers. It measures; it never asserts.
+
+``--nodes 4096,12288`` runs each size in turn and adds how discovery scales: its best time per
+node at each size, over the first size's (1.0: linear; the target is under 2.0). The JSON is then
+``{"benchmark": "topology", "runs": [...], "scaling": [...]}``, one run document per size.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from tpfabric_core.fabric.model import Fabric
 from tpfabric_core.fabric.node_labels import fabric_node_labels, label_diff
 from tpfabric_core.fabric.rails import analyze_rails
 
-__all__ = ["main", "run"]
+__all__ = ["main", "run", "scaling"]
 
 _UNIT = 32  # nodes per scalable unit, as in a DGX SuperPOD
 _MIB = 1024 * 1024
@@ -157,6 +161,39 @@ def run(nodes: int, rails: int, seed: int, repeat: int, units_per_block: int) ->
     }  # fmt: skip
 
 
+def scaling(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return, per run, discovery's best time per node and its ratio to the first run's."""
+    per_node = [r["discover_best_s"] / r["params"]["nodes"] for r in results]
+    return [
+        {"nodes": r["params"]["nodes"], "discover_best_s": r["discover_best_s"],
+         "discover_us_per_node": round(t * 1e6, 1), "per_node_vs_first": round(t / per_node[0], 2)}
+        for r, t in zip(results, per_node, strict=True)
+    ]  # fmt: skip
+
+
+def _scaling_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("nodes", "discover best (s)", "µs per node", "per node vs first",
+                  title="topology discovery: scaling")  # fmt: skip
+    for row in rows:
+        table.add_row(
+            str(row["nodes"]), f"{row['discover_best_s']:.3f}",
+            f"{row['discover_us_per_node']:.1f}", f"{row['per_node_vs_first']:.2f}x",
+        )  # fmt: skip
+    return table
+
+
+def _node_counts(text: str) -> list[int]:
+    """Return the sizes of ``--nodes`` (``4096`` or ``4096,12288``)."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError as error:
+        message = f"expected sizes such as 4096,12288, got {text!r}"
+        raise argparse.ArgumentTypeError(message) from error
+    if any(size < 1 for size in sizes):
+        raise argparse.ArgumentTypeError(f"sizes must be >= 1, got {text!r}")
+    return sizes
+
+
 def _table(result: dict[str, Any]) -> Table:
     fabric, params = result["fabric"], result["params"]
     table = Table(
@@ -185,19 +222,30 @@ def main(argv: list[str] | None = None) -> int:
         prog="tpfabric bench topology",
         description="Time parse, build, rails and label of a generated ibnetdiscover fabric.",
     )
-    parser.add_argument("--nodes", type=int, default=4096, help="nodes (units of 32)")
+    parser.add_argument(
+        "--nodes", type=_node_counts, default=[4096], metavar="N[,N...]",
+        help="nodes (units of 32); several sizes also report per-node scaling",
+    )  # fmt: skip
     parser.add_argument("--rails", type=int, default=8, choices=range(1, 9), metavar="1..8")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per phase")
     parser.add_argument("--units-per-block", type=int, default=16, help="units per spine group")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results here")
     args = parser.parse_args(argv)
-    if args.nodes < 1 or args.repeat < 1 or args.units_per_block < 1:
-        parser.error("--nodes, --repeat and --units-per-block must be >= 1")
-    result = run(args.nodes, args.rails, args.seed, args.repeat, args.units_per_block)
-    Console(highlight=False).print(_table(result))
+    if args.repeat < 1 or args.units_per_block < 1:
+        parser.error("--repeat and --units-per-block must be >= 1")
+    console = Console(highlight=False)
+    results = []
+    for nodes in args.nodes:
+        results.append(run(nodes, args.rails, args.seed, args.repeat, args.units_per_block))
+        console.print(_table(results[-1]))
+    document: dict[str, Any] = results[0]
+    if len(results) > 1:
+        rows = scaling(results)
+        console.print(_scaling_table(rows))
+        document = {"benchmark": "topology", "runs": results, "scaling": rows}
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
         print(f"wrote {args.json}")
     return 0
 

@@ -46,6 +46,7 @@ __all__ = [
     "FabricDescription",
     "FabricNode",
     "NodeResources",
+    "node_name_problem",
     "parse_fabric_description",
     "pydantic_error_path",
     "uniform_fabric",
@@ -59,6 +60,19 @@ _QUALIFIED_NAME = re.compile(
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 Name = Annotated[str, Field(min_length=1, max_length=253)]
+
+NODE_NAME_RULE = (
+    "RFC 1123 subdomain: lower-case letters, digits, '-' and '.', alphanumeric at both ends, "
+    "at most 253 characters"
+)
+"""Why a name is not a Kubernetes node name, in the words of the rule."""
+
+
+def node_name_problem(name: str) -> str:
+    """Return why ``name`` cannot be a Kubernetes node name ('' when it can be one)."""
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        return f"{name!r} is not a valid Kubernetes node name ({NODE_NAME_RULE})"
+    return ""
 
 
 class _Model(BaseModel):
@@ -100,11 +114,8 @@ class Leaf(_Model):
             except HostlistError as err:
                 raise ValueError(str(err)) from err
         for name in names:
-            if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-                raise ValueError(
-                    f"node name {name!r} is not a valid Kubernetes node name "
-                    "(lower-case letters, digits, '-' and '.')"
-                )
+            if problem := node_name_problem(name):
+                raise ValueError(f"node name {problem}")
         return names
 
 

@@ -4,7 +4,7 @@ Every command reads the fabric from exactly one source:
 
 - ``--ibnetdiscover FILE`` (``-`` for stdin), with an optional ``--node-map FILE`` (GUID -> node)
   and ``--node-pattern REGEX`` (only matching hosts are cluster nodes);
-- ``--slurm-topology FILE``: a Slurm tree ``topology.conf``;
+- ``--slurm-topology FILE``: a Slurm ``topology.conf`` (tree or block) or ``topology.yaml``;
 - ``--labels-from FILE --convention NAME|FILE``: existing node labels of another convention, as
   ``{node: {key: value}}`` or a ``kubectl get nodes -o json`` list;
 - ``--fabric FILE``: a fabric description (the local cluster's YAML);

@@ -65,7 +65,11 @@ NodePatternOpt = Annotated[
 ]
 SlurmOpt = Annotated[
     Path | None,
-    typer.Option("--slurm-topology", metavar="FILE", help="Slurm topology.conf (tree plugin)."),
+    typer.Option(
+        "--slurm-topology",
+        metavar="FILE",
+        help="Slurm topology.conf (tree or block) or topology.yaml (its cluster_default).",
+    ),
 ]
 LabelsFromOpt = Annotated[
     Path | None,
@@ -180,6 +184,8 @@ def discover_command(
         print_table(discovery)
         out.print(escape(summary_line(discovery)))
     _warn(discovery)
+    if discovery.levels:
+        err.print(f"plan on these labels directly: --levels {escape(discovery.levels)}")
     _exit_if_empty(discovery)
 
 
@@ -216,6 +222,9 @@ def show_command(
     tree = domain_tree(discovery)
     print_uncropped(render_tree(tree, show_rails=rails))
     pictures = [(path, fmt) for path, fmt in ((svg, "svg"), (png, "png")) if path is not None]
+    if pictures and not discovery.labels:
+        names = " and ".join(escape(str(path)) for path, _ in pictures)
+        err.print(f"[yellow]warning:[/] not drawing {names}: the fabric has no cluster node")
     if pictures and discovery.labels:
         from tpfabric_cli.fabric_picture import draw_fabric  # noqa: PLC0415
 

@@ -17,7 +17,15 @@ from tpfabric_core import labels
 from tpfabric_core.fabric.model import Fabric
 from tpfabric_core.hostlist import compress_hostlist
 
-__all__ = ["BlockView", "DomainTree", "LeafDomainView", "SpineView", "domain_tree"]
+__all__ = [
+    "BlockView",
+    "DomainTree",
+    "IgnoredGroup",
+    "LeafDomainView",
+    "SpineView",
+    "domain_tree",
+    "ignored_groups",
+]
 
 _RAIL_KEY = re.compile(rf"^{re.escape(labels.PREFIX)}rail-(\d+)$")
 _UNKNOWN = "(none)"
@@ -87,6 +95,27 @@ class DomainTree:
     def flat_blocks(self) -> bool:
         """Return whether every block is a single spine domain of the same name (no core tier)."""
         return all(len(b.spines) == 1 and b.spines[0].name == b.name for b in self.blocks)
+
+
+@dataclass(frozen=True, slots=True)
+class IgnoredGroup:
+    """The hosts kept out of the node set for one reason, as one hostlist."""
+
+    hosts: str
+    reason: str
+    hcas: int
+
+
+def ignored_groups(discovery: Discovery) -> tuple[IgnoredGroup, ...]:
+    """Return the ignored hosts grouped by reason, each group's names compressed into a hostlist
+    (a dump can ignore hundreds of hosts), ordered by the groups' first host."""
+    hosts: dict[str, list[str]] = defaultdict(list)
+    hcas: Counter[str] = Counter()
+    for host in discovery.ignored_hosts:
+        hosts[host.reason].append(host.host)
+        hcas[host.reason] += len(host.guids)
+    groups = [IgnoredGroup(compress_hostlist(names), r, hcas[r]) for r, names in hosts.items()]
+    return tuple(sorted(groups, key=lambda g: (min(hosts[g.reason]), g.reason)))
 
 
 def _rails_of(node_labels: Mapping[str, str]) -> dict[int, str]:
@@ -215,7 +244,7 @@ def domain_tree(discovery: Discovery) -> DomainTree:
             f"{len(switches)} switches: add them with --node-map"
         )
     notes.extend(
-        f"ignored {h.host} ({h.reason}, {len(h.guids)} HCAs)" for h in discovery.ignored_hosts
+        f"ignored {g.hosts} ({g.reason}, {g.hcas} HCAs)" for g in ignored_groups(discovery)
     )
     return DomainTree(
         title=f"{discovery.title}: {', '.join(facts)}",

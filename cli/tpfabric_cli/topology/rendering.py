@@ -13,7 +13,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.tree import Tree
 
-from tpfabric_cli.topology.domains import DomainTree, LeafDomainView, domain_tree
+from tpfabric_cli.topology.domains import DomainTree, LeafDomainView, domain_tree, ignored_groups
 from tpfabric_cli.topology.sources import Discovery
 from tpfabric_core.hostlist import compress_hostlist
 
@@ -84,7 +84,7 @@ def summary_line(discovery: Discovery) -> str:
         parts.append(f"{len(discovery.unassigned_hcas)} unassigned HCAs")
         parts.append(f"{len(discovery.degraded_links)} degraded links")
     if discovery.ignored_hosts:
-        hosts = ", ".join(f"{h.host} ({h.reason})" for h in discovery.ignored_hosts)
+        hosts = ", ".join(f"{g.hosts} ({g.reason})" for g in ignored_groups(discovery))
         parts.append(f"ignored hosts: {hosts}")
     return f"{discovery.source}: " + "; ".join(parts)
 
@@ -117,7 +117,7 @@ def print_table(discovery: Discovery) -> None:
             unassigned.add_row(switch, str(count))
         print_uncropped(unassigned)
     if discovery.ignored_hosts:
-        ignored = Table("host", "reason", "HCAs", title="hosts kept out of the node set")
-        for host in discovery.ignored_hosts:
-            ignored.add_row(escape(host.host), host.reason, str(len(host.guids)))
+        ignored = Table("hosts", "reason", "HCAs", title="hosts kept out of the node set")
+        for group in ignored_groups(discovery):
+            ignored.add_row(escape(group.hosts), group.reason, str(group.hcas))
         print_uncropped(ignored)

@@ -29,6 +29,8 @@ from tpfabric_core.fabric.conventions import (
     Convention,
     canonical_labels,
     detect_convention,
+    levels_flag,
+    tiers_above_block,
 )
 from tpfabric_core.fabric.fabric_condition import (
     CONDITION_TYPE,
@@ -52,7 +54,7 @@ from tpfabric_core.fabric.ibnetdiscover import (
 from tpfabric_core.fabric.model import Fabric, HcaRole
 from tpfabric_core.fabric.node_labels import fabric_node_labels
 from tpfabric_core.fabric.rails import CablingAnomaly, analyze_rails
-from tpfabric_core.fabric.slurm import fabric_from_slurm_tree, parse_topology_conf
+from tpfabric_core.fabric.slurm import fabric_from_slurm, parse_slurm_topology
 from tpfabric_core.fabric_description import parse_fabric_description, pydantic_error_path
 from tpfabric_core.hostlist import compress_hostlist
 
@@ -79,6 +81,8 @@ class Discovery:
     """The unhealthy nodes the live cluster reports (``--cluster`` only), by node."""
     suspect_switches: frozenset[str] = frozenset()
     """Rail leaf switches (label values) that several nodes' sick rails point at."""
+    levels: str = ""
+    """The scheduler's ``--levels`` that plans on the source's own label keys (label sources)."""
 
     @property
     def title(self) -> str:
@@ -155,14 +159,9 @@ def discover(sources: Sources) -> Discovery:
         )  # fmt: skip
     if sources.slurm_topology is not None:
         path = sources.slurm_topology
-        topology = parse_topology_conf(_read_text(path, "topology.conf"), str(path))
-        if not topology.switches:
-            raise InputError(
-                str(path),
-                "has no SwitchName lines: a block topology names no switches to build a fabric of",
-                "give a tree topology (topology/tree)",
-            )
-        return _from_fabric(str(path), fabric_from_slurm_tree(topology), sources, ())
+        topology = parse_slurm_topology(_read_text(path, "Slurm topology"), str(path))
+        imported = fabric_from_slurm(topology)
+        return _from_fabric(str(path), imported.fabric, sources, imported.warnings)
     if sources.fabric is not None:
         path = sources.fabric
         description = parse_fabric_description(_read_text(path, "fabric file"), str(path))
@@ -199,7 +198,11 @@ def _from_fabric(
 ) -> Discovery:
     """Return the discovery of a cabled fabric: counters applied, rails analysed, labels made."""
     notes = list(warnings)
-    degraded: tuple[DegradedLink, ...] = ()
+    # Cables the source itself marks degraded (an ibnetdiscover cable whose ends report different
+    # rates); --counters, when given, decides every cable's health instead.
+    degraded = tuple(
+        DegradedLink(link.key, ("marked degraded by the source",)) for link in fabric.degraded_links
+    )
     if sources.counters is not None:
         path = sources.counters
         if path.is_dir():
@@ -239,8 +242,27 @@ def _load_mapping(path: Path, what: str) -> Any:
         raise InputError(str(path), f"not valid YAML or JSON: {error}") from error
 
 
+_LABEL_SHAPES = (
+    "{node: {label key: value}}, `kubectl get nodes -o json`, or AWS's "
+    '{"Nodes": [{"Name": node, "Topology": {label key: value}}]}'
+)
+
+
+def _shape(value: Any) -> str:
+    return "nothing" if value is None else f"a {type(value).__name__} ({str(value)[:40]!r})"
+
+
 def _node_label_maps(data: Any, source: str) -> dict[str, dict[str, str]]:
-    """Return ``{node: labels}`` from ``{node: {key: value}}`` or a Kubernetes NodeList."""
+    """Return ``{node: labels}`` from ``{node: {key: value}}``, a Kubernetes NodeList, or the
+    shape AWS documents for EKS topology labels (aws/aws-ofi-nccl ``doc/topology-aware.md``)."""
+    if isinstance(data, dict) and isinstance(data.get("Nodes"), list):
+        nodes = data["Nodes"]
+        if not all(isinstance(n, dict) and isinstance(n.get("Name"), str) for n in nodes):
+            raise InputError(
+                f"{source}: Nodes",
+                f"every item needs a 'Name' and a 'Topology'; expected {_LABEL_SHAPES}",
+            )
+        data = {n["Name"]: n.get("Topology") or {} for n in nodes}
     if isinstance(data, dict) and isinstance(data.get("items"), list):
         data = {
             (item.get("metadata") or {}).get("name"): (item.get("metadata") or {}).get("labels")
@@ -249,13 +271,15 @@ def _node_label_maps(data: Any, source: str) -> dict[str, dict[str, str]]:
             if isinstance(item, dict)
         }
     if not isinstance(data, dict):
-        raise InputError(
-            source, "expected a mapping {node: {label key: value}} or a `kubectl get nodes -o json`"
-        )
+        raise InputError(source, f"expected {_LABEL_SHAPES}, found {_shape(data)}")
     result: dict[str, dict[str, str]] = {}
     for node, node_labels in data.items():
         if not isinstance(node, str) or not isinstance(node_labels, dict):
-            raise InputError(f"{source}: {node}", "expected a mapping of label keys to values")
+            raise InputError(
+                f"{source}: {node}",
+                f"a node's labels must be a mapping of label keys to values, found "
+                f"{_shape(node_labels)}; the file should be {_LABEL_SHAPES}",
+            )
         result[node] = {str(k): str(v) for k, v in node_labels.items() if v is not None}
     return result
 
@@ -299,9 +323,17 @@ def _from_labels(path: Path, convention_name: str) -> Discovery:
             f"{len(missing)} node(s) carry none of the {convention.name} keys: "
             f"{compress_hostlist(missing)}"
         )
+    above = {node: tiers_above_block(lbl, convention) for node, lbl in nodes.items()}
+    if high := sorted(node for node, keys in above.items() if keys):
+        keys = sorted({key for node in high for key in above[node]})
+        warnings.append(
+            f"{len(high)} node(s) carry tiers above block ({', '.join(keys)}): the "
+            "topology.tpfabric.io/ labels stop at block; the --levels printed last keeps the "
+            "tiers every node has"
+        )
     return Discovery(
         f"{path} ({convention.name})", canonical, warnings=tuple(warnings),
-        name=f"{path.name} ({convention.name})",
+        name=f"{path.name} ({convention.name})", levels=levels_flag(nodes, convention) or "",
     )  # fmt: skip
 
 

@@ -8,7 +8,8 @@ Modules, by concern:
 - :mod:`.model`: the immutable :class:`~.model.Fabric` (a frozen networkx graph plus maps
   precomputed at build time);
 - :mod:`.builder`: :class:`~.builder.FabricBuilder` and the fabric of a description file;
-- :mod:`.ibnetdiscover`, :mod:`.slurm`, :mod:`.conventions`, :mod:`.health`: importers;
+- :mod:`.ibnetdiscover`, :mod:`.slurm` (with :mod:`.slurm_yaml`), :mod:`.conventions`,
+  :mod:`.health`: importers;
 - :mod:`.rails`: rail detection and cabling anomalies;
 - :mod:`.node_labels`: the canonical ``topology.tpfabric.io/`` labels and the label diff;
 - :mod:`.sysfs_links`, :mod:`.link_judgement`, :mod:`.fabric_condition`: live link health of one

@@ -6,24 +6,33 @@ adapter (``Ca 1 "H-<guid>" # "<description>"``), each followed by one line per c
     [1]	"H-e09d7303007a4bd8"[1](e09d7303007a4bd8) 		# "a08-p1-dgx-04-c01 mlx5_5" lid 647 4xNDR
     [1](e09d7303007a5a68) 	"S-2c5eab0300b87b40"[17]		# lid 657 lmc 0 "MF0;..." lid 73 4xNDR
 
-Every cable appears twice (once from each end) and is kept once.
+Every cable appears twice (once from each end) and is kept once. When its two ends report
+different rates (``4xSDR`` and ``1xSDR``: the link retrained while the scan ran), it is kept at the
+lower rate, marked degraded, and a warning names both lines. Ports of a switch cabled to each other
+(loopback cables) are left out, with a warning.
 
 Who an HCA belongs to comes from its node description, never from guessing:
 
-- ``"<host> HCA-<n>"`` is rail ``n - 1``; ``"<host> mlx5_<n>"`` is rail ``n``;
+- ``"<host> HCA-<n>"`` is rail ``n - 1``; ``"<host> mlx<N>_<n>"`` (``mlx5_3``, ConnectX-3's
+  ``mlx4_0``) is rail ``n``; ``"<host> <device>"`` (``hfi1_0``, ``qib0``) names the host and an HCA
+  whose rail is the device's number;
 - an optional GUID map (:func:`parse_guid_map`) names HCAs outright and wins over descriptions;
+- an HCA whose rail neither says is on the rail most node HCAs of its leaf are on, and the one HCA
+  of a node that has only one is on rail 0 (a single-rail cluster, as the Slurm importer has it);
 - HCAs that report only the adapter model (``"MT4129 ConnectX7 ..."``) are *unassigned*: reported,
   and counted as compute ports of their leaf, but given to no node;
 - management hosts are kept out of the node set and reported: SHARP aggregation nodes, hosts
-  matching a management pattern (UFM; generic names such as ``localhost`` that many machines
-  share), host names that are not valid Kubernetes node names (``B11-P1-CUFM-02``), and hosts
-  whose description has no rail token.
+  whose whole name matches a management pattern (a UFM server such as ``ufm01``, but not
+  ``r-ufm100``; generic names such as ``localhost`` that many machines share), host names that are
+  not valid Kubernetes node names (``B11-P1-CUFM-02``), and one-word descriptions that name no HCA.
 
 A dump without any switch (taken from a lone adapter) yields an *empty* fabric and a warning in
 the report rather than an error: it is well-formed, just useless; callers decide whether that is
-fatal (the CLI exits non-zero). A line that fits none of the forms above -- garbage, or a line cut
-short by a truncated file -- raises :class:`~tpfabric_core.errors.InputError` naming
-``<source>:<line>``.
+fatal (the CLI exits non-zero). Lines that are not records -- the ``Chassis N`` / ``Non-Chassis
+Nodes`` headers of ``ibnetdiscover -g``, an error message captured with ``2>&1`` -- are skipped
+with a warning naming them. A record that cannot be read (a port or block line cut short by a
+truncated file), or a file with no record at all, raises :class:`~tpfabric_core.errors.InputError`
+naming ``<source>:<line>``.
 
 This module reads text only; it never runs ``ibnetdiscover`` or touches the network.
 """
@@ -33,14 +42,15 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric.builder import FabricBuilder
-from tpfabric_core.fabric.model import LANE_GBPS, Fabric, HcaRole
+from tpfabric_core.fabric.model import LANE_GBPS, Fabric, HcaRole, LinkKey
+from tpfabric_core.hostlist import compress_hostlist
 
 __all__ = [
     "GuidMapEntry",
@@ -58,13 +68,24 @@ _BLOCK = re.compile(
     r'\s*(?:#\s*"(?P<desc>[^"]*)".*)?$'
 )
 _PORT = re.compile(
-    r"^\[(?P<port>\d+)\](?:\([0-9a-fA-F]+\))?\s+"
-    r'"(?P<prefix>[SHR])-(?P<guid>[0-9a-fA-F]+)"\[(?P<peer_port>\d+)\](?:\([0-9a-fA-F]+\))?'
+    r"^\[(?P<port>\d+)\](?:\[ext \d+\])?(?:\([0-9a-fA-F]+\))?\s+"
+    r'"(?P<prefix>[SHR])-(?P<guid>[0-9a-fA-F]+)"\[(?P<peer_port>\d+)\](?:\[ext \d+\])?'
+    r"(?:\s*\([0-9a-fA-F]+\))?"
     r'\s*#\s*(?:lid\s+\d+\s+lmc\s+\d+\s+)?"(?P<desc>[^"]*)"\s+lid\s+\d+\s+'
-    r"(?P<width>\d+)x(?P<speed>[A-Z0-9]+)\s*$"
+    r"(?P<width>\d+)x(?P<speed>[A-Z0-9]+)(?:\s+\S.*)?$"
 )
-_HEADER = re.compile(r"^(vendid|devid|sysimgguid|switchguid|caguid|routerguid|Routerguid)=\S+$")
-_RAIL_TOKEN = re.compile(r"^(?:HCA-(?P<hca>\d+)|mlx5_(?P<mlx>\d+))$")
+"""A port line; ``-g`` adds ``[ext N]`` after port numbers, ``-f`` ``s=.. w=.. v=..`` at the end."""
+_HEADER = re.compile(
+    r"^(vendid|devid|sysimgguid|switchguid|caguid|routerguid|Routerguid)=\S+(?:\s+#.*)?$"
+)
+"""An id line; with ``-g`` a switch's carries its chassis slot (``# ISR9288 Voltaire Line 3``)."""
+_RAIL_TOKEN = re.compile(r"^(?:HCA-(?P<hca>\d+)|mlx\d+_(?P<mlx>\d+))$")
+_DEVICE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
+"""An RDMA device name (``hfi1_0``, ``qib0``, ``bnxt_re1``) as the second word of a description."""
+_DEVICE_NUMBER = re.compile(r"(\d+)$")
+_RECORD_START = re.compile(r"^(?:\[|(?:Switch|Ca|Rt)\s)")
+_GROUPING = re.compile(r"^(?:Chassis\s+\S+.*|Non-Chassis Nodes)$")
+_SAMPLES = 3
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GUID = re.compile(r"^[0-9a-f]{1,16}$")
 
@@ -76,8 +97,13 @@ class IbnetdiscoverOptions(BaseModel):
 
     node_pattern: str | None = None
     """When set, only hosts whose name matches are cluster nodes."""
-    management_patterns: tuple[str, ...] = (r"(?i).*ufm.*", r"localhost", r"ubuntu")
-    """Host names that are never cluster nodes (UFM servers, generic default host names)."""
+    management_patterns: tuple[str, ...] = (
+        r"(?i)c?ufm[-_]?\d*",
+        r"localhost(?:\.localdomain)?",
+        r"ubuntu",
+    )
+    """Whole host names that are never cluster nodes: UFM servers (``ufm``, ``ufm01``, ``cufm-02``;
+    not ``r-ufm100``, an ordinary host), generic default host names."""
     unnamed_pattern: str = r"MT\d+\b.*"
     """Descriptions that carry no host name, only the adapter model."""
     aggregation_pattern: str = r"(?i).*aggregation node.*"
@@ -188,6 +214,24 @@ def parse_guid_map(text: str, source: str = "<guid-map>") -> dict[str, GuidMapEn
     return result
 
 
+class _Cable(NamedTuple):
+    """One port line: the cable from ``a`` to ``b`` as ``a``'s end reports it, on ``line``.
+
+    A tuple, not a dataclass: a large dump has hundreds of thousands of port lines."""
+
+    a: str
+    a_port: int
+    b: str
+    b_port: int
+    width: int
+    speed: str
+    line: int
+
+    @property
+    def rate(self) -> str:
+        return f"{self.width}x{self.speed}"
+
+
 @dataclass
 class _Dump:
     """The raw contents of a dump: blocks, descriptions and cables, before interpretation."""
@@ -195,8 +239,69 @@ class _Dump:
     switches: dict[str, str] = field(default_factory=dict)
     cas: dict[str, str] = field(default_factory=dict)
     peer_desc: dict[str, str] = field(default_factory=dict)
-    cables: list[tuple[str, int, str, int, int, str]] = field(default_factory=list)
+    cables: dict[LinkKey, _Cable] = field(default_factory=dict)
+    """Each cable as the first of its two ends reports it, by its ends in sorted order."""
+    disagreements: list[tuple[_Cable, _Cable]] = field(default_factory=list)
+    """(first, second) reports of a cable whose ends report different rates."""
+    loops: dict[str, set[tuple[int, int]]] = field(default_factory=lambda: defaultdict(set))
+    """Ports of a switch (or HCA) cabled to each other, by vertex."""
+    groupings: list[tuple[int, str]] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
     routers: int = 0
+
+
+def _samples(lines: list[tuple[int, str]]) -> str:
+    """Return the first few ``line N 'text'`` of ``lines``, and how many more there are."""
+    shown = ", ".join(f"line {n} {text[:60]!r}" for n, text in lines[:_SAMPLES])
+    more = len(lines) - _SAMPLES
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _read_block(dump: _Dump, block: re.Match[str]) -> str:
+    """Record a Switch/Ca/Rt block header in ``dump``; return its vertex id."""
+    vertex = f"{block['prefix']}-{block['guid'].lower()}"
+    desc = block["desc"] or ""
+    if block["kind"] == "Switch":
+        dump.switches[vertex] = desc
+    elif block["kind"] == "Ca":
+        dump.cas[vertex] = desc
+    else:
+        dump.routers += 1
+    return vertex
+
+
+def _read_port(dump: _Dump, current: str, port: re.Match[str], number: int, source: str) -> None:
+    """Record the port line ``port`` of block ``current`` in ``dump``: each cable once (the hot
+    loop of a large dump: one dictionary look-up per line)."""
+    speed = port["speed"]
+    if speed not in LANE_GBPS:
+        raise InputError(f"{source}:{number}", f"unknown link speed {speed!r} (truncated line?)")
+    peer = f"{port['prefix']}-{port['guid'].lower()}"
+    dump.peer_desc.setdefault(peer, port["desc"])
+    own_port, peer_port = int(port["port"]), int(port["peer_port"])
+    if peer == current:
+        dump.loops[current].add((min(own_port, peer_port), max(own_port, peer_port)))
+        return
+    if current.startswith("R-") or peer.startswith("R-"):
+        return
+    own, other = (current, own_port), (peer, peer_port)
+    key = (own, other) if own <= other else (other, own)
+    width = int(port["width"])
+    known = dump.cables.get(key)
+    if known is None:
+        dump.cables[key] = _Cable(current, own_port, peer, peer_port, width, speed, number)
+    elif known.width != width or known.speed != speed:
+        report = _Cable(current, own_port, peer, peer_port, width, speed, number)
+        dump.disagreements.append((known, report))
+
+
+def _unreadable(line: str, where: str) -> InputError:
+    return InputError(
+        where,
+        f"cannot read {line[:80]!r}",
+        "expected a Switch/Ca block header, a port line or a comment; "
+        "is the file truncated or not ibnetdiscover output?",
+    )
 
 
 def _read(text: str, source: str) -> _Dump:
@@ -204,48 +309,93 @@ def _read(text: str, source: str) -> _Dump:
     current: str | None = None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if not line or line.startswith("#") or _HEADER.match(line):
+        if not line or line[0] == "#":
             continue
-        if block := _BLOCK.match(line):
-            guid = block["guid"].lower()
-            vertex = f"{block['prefix']}-{guid}"
-            desc = block["desc"] or ""
-            if block["kind"] == "Switch":
-                dump.switches[vertex] = desc
-            elif block["kind"] == "Ca":
-                dump.cas[vertex] = desc
-            else:
-                dump.routers += 1
-            current = vertex
+        if line[0] == "[":
+            port = _PORT.match(line)
+            if port is None:
+                raise _unreadable(line, f"{source}:{number}")
+            if current is None:
+                raise InputError(f"{source}:{number}", "port line before any Switch or Ca block")
+            _read_port(dump, current, port, number, source)
+        elif block := _BLOCK.match(line):
+            current = _read_block(dump, block)
+        elif _HEADER.match(line):
             continue
-        port = _PORT.match(line)
-        where = f"{source}:{number}"
-        if port is None:
-            raise InputError(
-                where,
-                f"cannot read {line[:80]!r}",
-                "expected a Switch/Ca block header, a port line or a comment; "
-                "is the file truncated or not ibnetdiscover output?",
-            )
-        if current is None:
-            raise InputError(where, "port line before any Switch or Ca block")
-        if port["speed"] not in LANE_GBPS:
-            raise InputError(where, f"unknown link speed {port['speed']!r} (truncated line?)")
-        peer = f"{port['prefix']}-{port['guid'].lower()}"
-        dump.peer_desc.setdefault(peer, port["desc"])
-        if not current.startswith("R-") and not peer.startswith("R-"):
-            dump.cables.append(
-                (current, int(port["port"]), peer, int(port["peer_port"]), int(port["width"]),
-                 port["speed"])
-            )  # fmt: skip
+        elif _RECORD_START.match(line):
+            raise _unreadable(line, f"{source}:{number}")
+        else:
+            # Not a record: a grouping header of `ibnetdiscover -g`, or a message on stderr
+            # captured with 2>&1. A record cut short still starts like one and stays an error.
+            (dump.groupings if _GROUPING.match(line) else dump.skipped).append((number, line))
+    if not (dump.switches or dump.cas or dump.routers) and (dump.skipped or dump.groupings):
+        number, line = min(dump.skipped + dump.groupings)
+        raise InputError(
+            f"{source}:{number}",
+            f"cannot read {line[:80]!r}, and no line of the file is a Switch or Ca block",
+            "is it ibnetdiscover output?",
+        )
     return dump
 
 
-def _rail_token(token: str) -> int | None:
-    match = _RAIL_TOKEN.match(token)
-    if match is None:
-        return None
-    return int(match["hca"]) - 1 if match["hca"] is not None else int(match["mlx"])
+def _read_warnings(dump: _Dump, source: str) -> list[str]:
+    """Return the warnings about what reading skipped: non-records and loopback cables."""
+    warnings = []
+    if dump.groupings:
+        warnings.append(
+            f"{source}: skipped {len(dump.groupings)} grouping header(s) of "
+            f"`ibnetdiscover -g`: {_samples(dump.groupings)}"
+        )
+    if dump.skipped:
+        warnings.append(
+            f"{source}: skipped {len(dump.skipped)} line(s) that are not records (an error "
+            f"message captured with the dump?): {_samples(dump.skipped)}"
+        )
+    for vertex, pairs in sorted(dump.loops.items()):
+        desc = dump.switches.get(vertex) or dump.cas.get(vertex) or dump.peer_desc.get(vertex, "")
+        ports = ", ".join(f"{a}-{b}" for a, b in sorted(pairs))
+        warnings.append(
+            f"{vertex} ({desc!r}) has ports cabled to each other ({ports}): loopback cables, "
+            "left out of the fabric"
+        )
+    return warnings
+
+
+def _settle_disagreements(dump: _Dump, source: str, warnings: list[str]) -> set[LinkKey]:
+    """Return the cables whose two ends report different rates, each now kept in ``dump`` at the
+    lower rate, with a warning naming both lines: the link retrained while the scan ran."""
+    degraded: set[LinkKey] = set()
+    for first, second in dump.disagreements:
+        slower = min((first, second), key=lambda c: (c.width * LANE_GBPS[c.speed], c.line))
+        own, other = (first.a, first.a_port), (first.b, first.b_port)
+        key = (own, other) if own <= other else (other, own)
+        (a, a_port), (b, b_port) = key
+        warnings.append(
+            f"{source}: lines {first.line} and {second.line} report the cable {a}[{a_port}] - "
+            f"{b}[{b_port}] as {first.rate} and {second.rate} (retrained during the scan?); "
+            f"kept as {slower.rate} and marked degraded"
+        )
+        dump.cables[key] = slower
+        degraded.add(key)
+    return degraded
+
+
+def _hca_of(tokens: list[str]) -> tuple[bool, int | None]:
+    """Return whether a description's words name an HCA, and its rail when they say: the last
+    word ``HCA-<n>`` (rail n - 1) or ``mlx<N>_<n>`` (rail n), or, after a host name alone, a
+    device name (rail: its number, if it ends in one)."""
+    if len(tokens) < 2:
+        return False, None
+    match = _RAIL_TOKEN.match(tokens[-1])
+    if match is not None:
+        if match["hca"] is not None:
+            number = int(match["hca"])
+            return True, number - 1 if number > 0 else None
+        return True, int(match["mlx"])
+    if len(tokens) == 2 and _DEVICE.match(tokens[1]):
+        index = _DEVICE_NUMBER.search(tokens[1])
+        return True, int(index[1]) if index is not None else None
+    return False, None
 
 
 def _classify(desc: str, options: IbnetdiscoverOptions) -> tuple[HcaRole, str, int | None, str]:
@@ -255,15 +405,16 @@ def _classify(desc: str, options: IbnetdiscoverOptions) -> tuple[HcaRole, str, i
     if not desc.strip() or re.fullmatch(options.unnamed_pattern, desc):
         return HcaRole.UNASSIGNED, "", None, "no host name in the description"
     tokens = desc.split()
-    host, rail = tokens[0], _rail_token(tokens[-1]) if len(tokens) > 1 else None
+    host = tokens[0]
+    names_hca, rail = _hca_of(tokens)
     if any(re.fullmatch(p, host) for p in options.management_patterns):
         reason = "management or generic host name"
     elif not _NODE_NAME.match(host) or len(host) > 253:
         reason = "not a valid Kubernetes node name"
     elif options.node_pattern is not None and not re.fullmatch(options.node_pattern, host):
         reason = "does not match the node pattern"
-    elif rail is None:
-        reason = "no rail token (HCA-<n> or mlx5_<n>)"
+    elif not names_hca:
+        reason = "no rail token: the description names no HCA (HCA-<n>, mlx5_<n>, a device)"
     else:
         return HcaRole.NODE, host, rail, ""
     return HcaRole.MANAGEMENT, host, rail, reason
@@ -272,11 +423,11 @@ def _classify(desc: str, options: IbnetdiscoverOptions) -> tuple[HcaRole, str, i
 def _hca_locations(dump: _Dump) -> dict[str, tuple[str, int]]:
     """Return ``{hca vertex: (switch, port)}`` for every HCA cabled to a switch."""
     where: dict[str, tuple[str, int]] = {}
-    for a, a_port, b, b_port, _, _ in dump.cables:
-        if a.startswith("S-") and b.startswith("H-"):
-            where.setdefault(b, (a, a_port))
-        elif b.startswith("S-") and a.startswith("H-"):
-            where.setdefault(a, (b, b_port))
+    for cable in dump.cables.values():
+        if cable.a.startswith("S-") and cable.b.startswith("H-"):
+            where.setdefault(cable.b, (cable.a, cable.a_port))
+        elif cable.b.startswith("S-") and cable.a.startswith("H-"):
+            where.setdefault(cable.a, (cable.b, cable.b_port))
     return where
 
 
@@ -292,10 +443,59 @@ def _add_switches(builder: FabricBuilder, dump: _Dump, warnings: list[str]) -> N
     """Add every switch of the dump, including cabled ones without a block (with a warning)."""
     for vertex, desc in dump.switches.items():
         builder.add_switch(vertex, desc)
-    for _, _, peer, _, _, _ in dump.cables:
+    for cable in dump.cables.values():
+        peer = cable.b
         if peer.startswith("S-") and not builder.has_switch(peer):
             warnings.append(f"switch {peer} is cabled but has no block of its own (truncated?)")
             builder.add_switch(peer, dump.peer_desc.get(peer, ""))
+
+
+def _roles(
+    hcas: list[str], descs: dict[str, str], mapping: dict[str, GuidMapEntry],
+    options: IbnetdiscoverOptions,
+) -> dict[str, tuple[HcaRole, str, int | None, str]]:  # fmt: skip
+    """Return (role, host, rail if known, reason) of every HCA; the GUID map wins."""
+    roles: dict[str, tuple[HcaRole, str, int | None, str]] = {}
+    for vertex in hcas:
+        role, host, rail, reason = _classify(descs[vertex], options)
+        if (entry := mapping.get(vertex.removeprefix("H-"))) is not None:
+            role, host, reason = HcaRole.NODE, entry.node, ""
+            rail = entry.rail if entry.rail is not None else rail
+        roles[vertex] = (role, host, rail, reason)
+    return roles
+
+
+def _node_rails(
+    roles: dict[str, tuple[HcaRole, str, int | None, str]], where: dict[str, tuple[str, int]]
+) -> tuple[dict[str, int | None], set[str]]:
+    """Return the rail of every node HCA and the nodes left with a rail-less HCA: the rail said,
+    else the one most node HCAs of its leaf are on, else 0 for a node's only HCA."""
+    leaf_rails: dict[str, Counter[int]] = defaultdict(Counter)
+    hcas_per_node: Counter[str] = Counter()
+    for vertex, (role, host, rail, _) in roles.items():
+        if role is HcaRole.NODE:
+            hcas_per_node[host] += 1
+            if rail is not None and vertex in where:
+                leaf_rails[where[vertex][0]][rail] += 1
+    rails: dict[str, int | None] = {}
+    railless: set[str] = set()
+    for vertex, (role, host, said, _) in roles.items():
+        if role is not HcaRole.NODE:
+            continue
+        rail = said
+        if rail is None and vertex in where:
+            rail = _dominant_rail(leaf_rails[where[vertex][0]])
+        if rail is None and hcas_per_node[host] == 1:
+            rail = 0
+        if rail is None:
+            railless.add(host)
+        rails[vertex] = rail
+    return rails, railless
+
+
+def _listed(items: list[str]) -> str:
+    more = f" and {len(items) - _SAMPLES} more" if len(items) > _SAMPLES else ""
+    return ", ".join(items[:_SAMPLES]) + more
 
 
 def parse_ibnetdiscover(
@@ -307,13 +507,13 @@ def parse_ibnetdiscover(
 ) -> tuple[Fabric, IbnetdiscoverReport]:
     """Return the fabric of an ibnetdiscover dump and a report of what is not a cluster node.
 
-    A GUID map entry without a rail takes the rail of the description, else the one rail the
-    other node HCAs of its leaf are on; failing both, the HCA gets no rail and a warning.
+    An HCA's rail is the GUID map's, else the description's, else the one rail the other node HCAs
+    of its leaf are on, else 0 when it is its node's only HCA; failing all, it has no rail, and one
+    warning names every node with such HCAs.
     """
-    opts = options or IbnetdiscoverOptions()
     dump = _read(text, source)
-    mapping = guid_map or {}
-    warnings: list[str] = []
+    warnings = _read_warnings(dump, source)
+    degraded = _settle_disagreements(dump, source, warnings)
     if dump.routers:
         warnings.append(f"{dump.routers} router block(s) ignored")
     if not dump.switches:
@@ -325,37 +525,35 @@ def parse_ibnetdiscover(
     hcas = sorted(set(dump.cas) | {p for p in dump.peer_desc if p.startswith("H-")})
     descs = {v: dump.cas.get(v) or dump.peer_desc.get(v, "") for v in hcas}
     where = _hca_locations(dump)
-    classified = {v: _classify(descs[v], opts) for v in hcas}
-    leaf_rails: dict[str, Counter[int]] = defaultdict(Counter)
-    for vertex, (role, _, rail, _) in classified.items():
-        if role is HcaRole.NODE and rail is not None and vertex in where:
-            leaf_rails[where[vertex][0]][rail] += 1
+    roles = _roles(hcas, descs, guid_map or {}, options or IbnetdiscoverOptions())
+    rails, railless = _node_rails(roles, where)
 
     unassigned: list[UnassignedHca] = []
     ignored: dict[tuple[str, str], list[str]] = defaultdict(list)
     for vertex in hcas:
         guid, desc = vertex.removeprefix("H-"), descs[vertex]
-        role, host, rail, reason = classified[vertex]
+        role, host, rail, reason = roles[vertex]
         switch, port = where.get(vertex, (None, None))
-        if (entry := mapping.get(guid)) is not None:
-            role, host = HcaRole.NODE, entry.node
-            rail = next(
-                (r for r in (entry.rail, rail, _dominant_rail(leaf_rails[switch or ""]))
-                 if r is not None),
-                None,
-            )  # fmt: skip
-            if rail is None:
-                warnings.append(f"HCA {guid} mapped to {host} has no known rail; add it to the map")
-        if switch is None:
-            warnings.append(f"HCA {guid} ({desc!r}) is not cabled to any switch")
         if role is HcaRole.UNASSIGNED:
             unassigned.append(UnassignedHca(guid, desc, switch, port))
         elif role is HcaRole.MANAGEMENT:
             ignored[(host, reason)].append(guid)
-        builder.add_hca(guid, desc, host if role is HcaRole.NODE else None, rail, role)
+        node = host if role is HcaRole.NODE else None
+        builder.add_hca(guid, desc, node, rails.get(vertex, rail), role)
+    if uncabled := [f"{v.removeprefix('H-')} ({descs[v]!r})" for v in hcas if v not in where]:
+        warnings.append(f"{len(uncabled)} HCA(s) not cabled to any switch: {_listed(uncabled)}")
+    if railless:
+        warnings.append(
+            f"{len(railless)} node(s) have several HCAs and no known rail on some: "
+            f"{compress_hostlist(sorted(railless))}; give the rails in the node map "
+            "('guid node rail')"
+        )
 
-    for a, a_port, b, b_port, width, speed in dump.cables:
-        builder.add_link(a, a_port, b, b_port, width=width, speed=speed)
+    for key, cable in dump.cables.items():
+        builder.add_link(
+            cable.a, cable.a_port, cable.b, cable.b_port, width=cable.width, speed=cable.speed,
+            health="degraded" if key in degraded else "ok",
+        )  # fmt: skip
     report = IbnetdiscoverReport(
         unassigned_hcas=tuple(unassigned),
         ignored_hosts=tuple(

@@ -10,7 +10,15 @@ search over the switch graph, done on first use per source leaf and then remembe
 
 Levels come from the graph, never from switch names: leaves are the switches that compute HCAs
 (of cluster nodes, or unassigned ones) plug into; every other switch's level is its distance in
-switch hops from the nearest leaf (1: spine, 2: core, 3+: ``tier-N``).
+switch hops from the nearest leaf (1: spine, 2: core, 3+: ``tier-N``). Two exceptions keep odd
+fabrics from skewing the tiers:
+
+- a switch with compute HCAs that is cabled to two or more such switches carrying more of them
+  is a spine with a few hosts on it (storage, login), not a leaf: its HCAs are *outside the leaf
+  domains* (:attr:`Fabric.off_leaf_hcas`), reported, and give their node no leaf or rail;
+- a switch without hosts above the spines is a core only when it joins two spine domains or
+  reaches every spine of its one domain; otherwise it is a leaf-level switch that happens to have
+  no hosts (level 0), and it names no block.
 
 Domains: a node's *leaf domain* is the set of leaves its HCAs plug into (in a rail-optimized unit
 all nodes share the same set of rail leaves; in a classic fat tree it is the one leaf). The *spine
@@ -26,7 +34,7 @@ This module must never do I/O; it takes data and returns data.
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -178,6 +186,79 @@ def _absorb_subsets(keys: set[frozenset[str]]) -> dict[frozenset[str], frozenset
     return home
 
 
+def _leaf_switches(
+    compute_ports: Mapping[str, int], adj: Mapping[str, frozenset[str]]
+) -> frozenset[str]:
+    """Return the leaves: the switches with compute HCAs, less those cabled to two or more switches
+    that carry more compute HCAs than they do (a spine with a storage or login host on it is not
+    where the compute hosts are). O(switch cables)."""
+    return frozenset(
+        switch
+        for switch, count in compute_ports.items()
+        if sum(1 for peer in adj.get(switch, ()) if compute_ports.get(peer, 0) > count) < 2
+    )
+
+
+def _distances_from(sources: Iterable[str], adj: Mapping[str, frozenset[str]]) -> dict[str, int]:
+    """Return the switch-hop distance of every switch reachable from ``sources`` (multi-source
+    breadth-first search)."""
+    level = dict.fromkeys(sources, 0)
+    queue = deque(sorted(level))
+    while queue:
+        switch = queue.popleft()
+        for peer in adj.get(switch, ()):
+            if peer not in level:
+                level[peer] = level[switch] + 1
+                queue.append(peer)
+    return level
+
+
+def _spine_domains(level: Mapping[str, int], adj: Mapping[str, frozenset[str]]) -> dict[str, str]:
+    """Return the connected component (a representative switch) of every switch of level <= 1."""
+    domain: dict[str, str] = {}
+    for start in sorted(s for s, lv in level.items() if lv <= 1):
+        if start in domain:
+            continue
+        domain[start] = start
+        queue = deque([start])
+        while queue:
+            switch = queue.popleft()
+            for peer in adj.get(switch, ()):
+                if peer not in domain and level.get(peer, 2) <= 1:
+                    domain[peer] = start
+                    queue.append(peer)
+    return domain
+
+
+def _switch_levels(
+    leaves: frozenset[str], adj: Mapping[str, frozenset[str]], hosted: set[str]
+) -> dict[str, int]:
+    """Return the level of every switch a leaf reaches: its distance from the nearest leaf, except
+    that a switch without hosts two hops up is a core only when it joins two spine domains or
+    reaches every spine of its one domain. Otherwise it is cabled like a leaf (to some of the
+    spines) and is one whose hosts are gone: level 0, and the levels are counted again from it.
+    Each round adds a leaf, so this ends; real fabrics take one or two rounds."""
+    sources = set(leaves)
+    while True:
+        level = _distances_from(sources, adj)
+        domain = _spine_domains(level, adj)
+        spines: dict[str, set[str]] = defaultdict(set)
+        for switch, root in domain.items():
+            if level[switch] == 1:
+                spines[root].add(switch)
+        leaf_like = set()
+        for switch, lv in level.items():
+            if lv != 2 or switch in hosted:
+                continue
+            below = {peer for peer in adj.get(switch, ()) if level.get(peer) == 1}
+            roots = {domain[peer] for peer in below}
+            if len(roots) == 1 and below != spines[roots.pop()]:
+                leaf_like.add(switch)
+        if not leaf_like:
+            return level
+        sources |= leaf_like
+
+
 class Fabric:
     """An immutable fabric; build it with a ``FabricBuilder``. See the module docstring."""
 
@@ -195,6 +276,7 @@ class Fabric:
         "_node_hcas",
         "_node_leaves",
         "_node_rails",
+        "_off_leaf_hcas",
         "_switch_adj",
         "_switches",
     )
@@ -218,7 +300,7 @@ class Fabric:
         for link in self._links:
             incident[link.a].append(link)
             incident[link.b].append(link)
-            if link.a in self._switches and link.b in self._switches:
+            if link.a in self._switches and link.b in self._switches and link.a != link.b:
                 adj[link.a].add(link.b)
                 adj[link.b].add(link.a)
             for end in (link.a, link.b):
@@ -227,39 +309,40 @@ class Fabric:
         self._incident = {k: tuple(v) for k, v in incident.items()}
         self._switch_adj = {k: frozenset(v) for k, v in adj.items()}
 
+        compute_ports: Counter[str] = Counter(
+            switch
+            for hca_vertex, switch in hca_switch.items()
+            if self._hcas[hca_vertex].role is not HcaRole.MANAGEMENT
+        )
+        leaves = _leaf_switches(compute_ports, self._switch_adj)
+
         node_hcas: dict[str, list[Hca]] = defaultdict(list)
         node_leaves: dict[str, set[str]] = defaultdict(set)
         node_rails: dict[str, dict[int, str]] = defaultdict(dict)
         leaf_nodes: dict[str, set[str]] = defaultdict(set)
-        leaves: set[str] = set()
+        off_leaf: list[Hca] = []
         for hca in sorted(self._hcas.values(), key=lambda h: h.guid):
             switch = hca_switch.get(hca.id)
             if hca.node is not None:
                 node_hcas[hca.node].append(hca)
             if switch is None or hca.role is HcaRole.MANAGEMENT:
                 continue
-            leaves.add(switch)
+            if switch not in leaves:
+                off_leaf.append(hca)
+                continue
             if hca.node is not None and hca.role is HcaRole.NODE:
                 node_leaves[hca.node].add(switch)
                 leaf_nodes[switch].add(hca.node)
                 if hca.rail is not None:
                     node_rails[hca.node].setdefault(hca.rail, switch)
+        self._off_leaf_hcas = tuple(off_leaf)
         self._node_hcas = {n: tuple(h) for n, h in node_hcas.items() if n in node_leaves}
         self._node_leaves = {n: frozenset(v) for n, v in node_leaves.items()}
         self._node_rails = {
             n: MappingProxyType(dict(sorted(r.items()))) for n, r in node_rails.items()
         }
         self._leaf_nodes = {k: frozenset(v) for k, v in leaf_nodes.items()}
-
-        # Multi-source BFS from the leaves gives every reachable switch its level.
-        level = dict.fromkeys(leaves, 0)
-        queue = deque(sorted(leaves))
-        while queue:
-            switch = queue.popleft()
-            for peer in self._switch_adj.get(switch, ()):
-                if peer not in level:
-                    level[peer] = level[switch] + 1
-                    queue.append(peer)
+        level = _switch_levels(leaves, self._switch_adj, set(compute_ports))
         self._level = level
         self._index_domains()
         self._degraded_leaves = frozenset(
@@ -370,6 +453,12 @@ class Fabric:
     def rails(self) -> tuple[int, ...]:
         """Return the rail indices present on any node, sorted."""
         return tuple(sorted({r for rails in self._node_rails.values() for r in rails}))
+
+    @property
+    def off_leaf_hcas(self) -> tuple[Hca, ...]:
+        """Return the compute HCAs (of nodes, or unassigned) cabled to a switch that is not a leaf,
+        such as a storage host on a spine: outside the leaf domains, they give no leaf or rail."""
+        return self._off_leaf_hcas
 
     def level_of(self, switch: str) -> int | None:
         """Return the level of ``switch`` (0 leaf, 1 spine, ...), None when no leaf reaches it."""

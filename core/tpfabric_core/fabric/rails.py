@@ -6,6 +6,9 @@ each HCA (unassigned ones included) serves, and reports every departure from the
 :class:`CablingAnomaly`. Nothing is repaired or hidden: the model keeps the cabling as found, and
 the anomalies say where it differs from what the rest of the unit shows.
 
+Compute HCAs cabled to a switch that is not a leaf (a storage or login host on a spine) are
+``outside-leaf-domains`` anomalies: they give their node no leaf or rail label.
+
 How "the rest of the unit" is decided: each leaf's *home* is the leaf domain most of its nodes
 belong to; a node's home is the home of most of its leaves. A minority never outvotes a unit, so
 one miscabled HCA is reported instead of redefining the unit. All of it is O(HCAs).
@@ -21,12 +24,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, TypeVar
 
-from tpfabric_core.fabric.model import Fabric, HcaRole
+from tpfabric_core.fabric.model import Fabric, HcaRole, tier_name
 
 __all__ = ["AnomalyKind", "CablingAnomaly", "RailReport", "analyze_rails"]
 
 _K = TypeVar("_K")
-AnomalyKind = Literal["foreign-leaf", "mixed-rail-leaf", "missing-hca", "duplicate-rail"]
+AnomalyKind = Literal[
+    "foreign-leaf", "mixed-rail-leaf", "missing-hca", "duplicate-rail", "outside-leaf-domains"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,7 @@ def analyze_rails(fabric: Fabric) -> RailReport:
         anomalies.extend(_mixed_rail_leaves(fabric, leaf_rails, leaf_rail))
     anomalies.extend(_duplicate_rails(fabric))
     anomalies.extend(_unit_anomalies(fabric, leaf_rail, rail_optimized))
+    anomalies.extend(_outside_leaf_domains(fabric))
     anomalies.sort(key=lambda a: (a.node or "", a.rail if a.rail is not None else -1, a.kind))
     return RailReport(
         rail_optimized=rail_optimized,
@@ -185,4 +191,24 @@ def _unit_anomalies(
                     f"{node} has {len(rails)} HCAs, other nodes of its leaf {unit_size[home]}",
                 )
             )  # fmt: skip
+    return found
+
+
+def _outside_leaf_domains(fabric: Fabric) -> list[CablingAnomaly]:
+    """Return an anomaly per compute HCA cabled to a switch above the leaves."""
+    found: list[CablingAnomaly] = []
+    for hca in fabric.off_leaf_hcas:
+        links = fabric.links_of(hca.id)
+        switch = next(link.other(hca.id) for link in links if link.other(hca.id) in fabric.switches)
+        level = fabric.level_of(switch)
+        tier = "unconnected" if level is None else tier_name(level)
+        who = hca.node if hca.node is not None else f"unassigned HCA {hca.guid}"
+        rail = "" if hca.rail is None else f" (rail {hca.rail})"
+        found.append(
+            CablingAnomaly(
+                "outside-leaf-domains", hca.node, hca.rail, switch,
+                f"{who}{rail} is cabled to {switch}, a {tier} switch: outside the leaf domains, "
+                "so it gives no leaf or rail label",
+            )
+        )  # fmt: skip
     return found

@@ -39,6 +39,19 @@ def test_bench_topology_passes_its_arguments_through(tmp_path: Path) -> None:
     assert "parse" in result.stdout
 
 
+def test_bench_topology_reports_per_node_scaling_over_several_sizes(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    result = tpfabric(
+        "bench", "topology", "--nodes", "32,96", "--rails", "1", "--repeat", "1", "--json", out
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert [run["params"]["nodes"] for run in report["runs"]] == [32, 96]
+    assert [row["nodes"] for row in report["scaling"]] == [32, 96]
+    assert report["scaling"][0]["per_node_vs_first"] == 1.0
+    assert "scaling" in result.stdout
+
+
 def test_bench_topology_help_is_the_benchmarks_own() -> None:
     result = tpfabric("bench", "topology", "--help")
     assert result.exit_code == 0

@@ -230,6 +230,89 @@ def test_a_slurm_tree_is_a_source(tmp_path: Path) -> None:
     assert {v["labels"][labels.SPINE] for v in nodes.values()} == {"s1"}
 
 
+# -- issue 36: Slurm blocks and topology.yaml, the labels other tools write ----------------------
+
+AWS_DOC = Path(__file__).parents[1] / "fabric" / "data" / "real" / "aws-eks-labels-doc"
+
+
+def test_an_empty_slurm_file_says_what_it_lacks(tmp_path: Path) -> None:
+    conf = tmp_path / "topology.conf"
+    conf.write_text("# nothing yet\n")
+    result = tpfabric("topology", "discover", "--slurm-topology", conf)
+    assert result.exit_code == EXIT_INPUT
+    assert "names no switch and no block (no SwitchName or BlockName line)" in result.stderr
+    assert "block topology" not in result.stderr
+
+
+def test_a_slurm_block_file_is_a_source(tmp_path: Path) -> None:
+    conf = tmp_path / "topology.conf"
+    conf.write_text("BlockName=r1 Nodes=n[1-2]\nBlockName=r2 Nodes=n[3-4]\nBlockSizes=2,4\n")
+    nodes = discover_json("--slurm-topology", conf)["nodes"]
+    assert {n: v["labels"][labels.LEAF] for n, v in nodes.items()} == {
+        "n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2"
+    }  # fmt: skip
+    assert {v["labels"][labels.SPINE] for v in nodes.values()} == {"r1..r2"}
+
+
+def test_a_slurm_topology_yaml_is_a_source(tmp_path: Path) -> None:
+    conf = tmp_path / "topology.yaml"
+    conf.write_text(
+        "- topology: t1\n  cluster_default: true\n  tree:\n    switches:\n"
+        "      - switch: l1\n        nodes: n[1-2]\n"
+    )
+    nodes = discover_json("--slurm-topology", conf)["nodes"]
+    assert {v["labels"][labels.LEAF] for v in nodes.values()} == {"l1"}
+
+
+def test_slurm_hosts_kubernetes_cannot_name_are_warned_about(tmp_path: Path) -> None:
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=l1 Nodes=n1,H-003048c749450000\n")
+    result = tpfabric("topology", "discover", "--slurm-topology", conf)
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(result.stdout)["nodes"]) == ["n1"]
+    assert "topology.conf:1: skipped 1 node(s) that cannot be Kubernetes node names" in (
+        " ".join(result.stderr.split())
+    )
+
+
+@pytest.mark.parametrize("name", ["aws-ofi-nccl-topology.json", "labels.yaml"])
+def test_awss_documented_labels_are_read_in_awss_own_shape_too(name: str) -> None:
+    result = tpfabric("topology", "discover", "--labels-from", AWS_DOC / name)
+    assert result.exit_code == 0, result.output
+    nodes = json.loads(result.stdout)["nodes"]
+    assert nodes["ip-192-168-51-1.us-west-2.compute.internal"]["labels"] == {
+        labels.BLOCK: "nn-4444444444example",
+        labels.SPINE: "nn-7777777777example",
+        labels.LEAF: "nn-8888888888example",
+    }
+    layer = "topology.k8s.aws/network-node-layer-"
+    assert f"--levels block={layer}1,spine={layer}2,leaf={layer}3" in "".join(
+        result.stderr.split("\n")
+    )
+
+
+def test_a_labels_file_of_another_shape_says_what_was_expected_and_found(tmp_path: Path) -> None:
+    source = tmp_path / "labels.json"
+    source.write_text(json.dumps([{"Name": "n1"}]))
+    result = tpfabric("topology", "discover", "--labels-from", source)
+    assert result.exit_code == EXIT_INPUT
+    message = " ".join(result.stderr.split())
+    assert "found a list" in message
+    assert 'AWS\'s {"Nodes": [{"Name": node, "Topology": {label key: value}}]}' in message
+
+
+def test_topograph_tiers_above_block_are_reported_and_kept_by_levels(tmp_path: Path) -> None:
+    tier = "fabric.topograph.run/tier-"
+    source = tmp_path / "labels.yaml"
+    source.write_text(yaml.safe_dump({"n1": {f"{tier}{n}": f"sw{n}" for n in range(4)}}))
+    result = tpfabric("topology", "discover", "--labels-from", source)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["nodes"]["n1"]["labels"][labels.BLOCK] == "sw2"
+    stderr = "".join(result.stderr.split("\n"))
+    assert f"1 node(s) carry tiers above block ({tier}3)" in stderr
+    assert f"--levels tier-3={tier}3,block={tier}2,spine={tier}1,leaf={tier}0" in stderr
+
+
 def test_counters_over_the_limit_mark_the_leafs_nodes_degraded(
     example_out: Path, tmp_path: Path
 ) -> None:

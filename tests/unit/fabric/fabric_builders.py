@@ -68,3 +68,16 @@ def two_unit_rail_fabric() -> Fabric:
         for n in (1, 2):
             tiny.node(f"u{u}-n{n}", f"u{u}r0", f"u{u}r1")
     return tiny.build()
+
+
+def storage_on_a_spine() -> Fabric:
+    """Return four leaves of eight nodes (l<i>-n<j>) under spines s1 and s2, two cables from each
+    leaf to each spine, and a storage host (nfs-01) on s1."""
+    tiny = TinyFabric()
+    leaves = [f"l{i}" for i in range(1, 5)]
+    for leaf in leaves:
+        tiny.switch(leaf)
+        for n in range(1, 9):
+            tiny.node(f"{leaf}-n{n}", leaf)
+    tiny.switch("s1", *leaves, cables=2).switch("s2", *leaves, cables=2)
+    return tiny.hca("s1", node="nfs-01", rail=0, description="nfs-01 mlx5_0").build()

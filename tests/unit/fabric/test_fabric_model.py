@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
-from fabric_builders import TinyFabric, two_unit_rail_fabric
+from fabric_builders import TinyFabric, storage_on_a_spine, two_unit_rail_fabric
 
 from tpfabric_core import labels
 from tpfabric_core.fabric.builder import fabric_from_description
@@ -33,6 +33,26 @@ def test_management_hosts_do_not_make_a_switch_a_leaf() -> None:
     )  # fmt: skip
     assert fabric.leaves == ("l1",)
     assert fabric.level_of("s1") == 1
+
+
+def test_a_spine_with_a_host_on_it_stays_a_spine() -> None:
+    fabric = storage_on_a_spine()
+    assert fabric.leaves == ("l1", "l2", "l3", "l4")
+    assert fabric.switches_at(1) == ("s1", "s2")
+    assert fabric.oversubscription("l1") == 2.0  # 8 down, 4 up: not 8 down over s2's 2
+    assert "nfs-01" not in fabric.nodes
+    assert [h.node for h in fabric.off_leaf_hcas] == ["nfs-01"]
+
+
+def test_a_switch_without_hosts_cabled_like_a_leaf_is_not_a_core() -> None:
+    fabric = (
+        TinyFabric().switch("l1").switch("l2").switch("s1", "l1", "l2").switch("s2", "l1", "l2")
+        .switch("x", "s1").node("n1", "l1").node("n2", "l2").build()
+    )  # fmt: skip
+    assert fabric.level_of("x") == 0
+    assert fabric.switches_at(2) == ()
+    assert fabric.block_of("n1") == fabric.spine_domain_of("n1")
+    assert fabric.uplinks("s1") == ()
 
 
 def test_leaf_of_gives_each_rails_leaf() -> None:

@@ -128,9 +128,16 @@ def test_a_speed_cut_short_is_an_error() -> None:
         parse_ibnetdiscover(f"{SWITCH}\n{PORT.removesuffix('R')}\n", "dump")
 
 
-def test_garbage_is_an_error_with_its_line_number() -> None:
-    with pytest.raises(InputError, match=r"^dump:3:"):
-        parse_ibnetdiscover(f"# comment\n{SWITCH}\nhello world\n", "dump")
+def test_a_line_that_is_not_a_record_is_skipped_with_a_warning_naming_it() -> None:
+    fabric, report = parse_ibnetdiscover(f"# comment\n{SWITCH}\nhello world\n{PORT}\n", "dump")
+    assert fabric.nodes == ("dgx-01",)
+    assert any(w.startswith("dump: skipped 1 line") and "line 3 'hello world'" in w
+               for w in report.warnings)  # fmt: skip
+
+
+def test_a_file_without_any_record_is_an_error_naming_its_first_line() -> None:
+    with pytest.raises(InputError, match=r"^dump:2: cannot read 'hello world'"):
+        parse_ibnetdiscover("# comment\nhello world\n", "dump")
 
 
 def test_a_port_line_before_any_block_is_an_error() -> None:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from fabric_builders import TinyFabric, two_unit_rail_fabric
+from fabric_builders import TinyFabric, storage_on_a_spine, two_unit_rail_fabric
 
 from tpfabric_core.fabric.generator import generate_fat_tree, generate_superpod
 from tpfabric_core.fabric.ibnetdiscover import IbnetdiscoverReport
@@ -26,6 +26,14 @@ def test_unassigned_hcas_get_the_rail_of_their_leaf() -> None:
     fabric = tiny.hca("r1", role=HcaRole.UNASSIGNED).build()
     unassigned = next(h for h in fabric.hcas.values() if h.role is HcaRole.UNASSIGNED)
     assert analyze_rails(fabric).hca_rail[unassigned.guid] == 1
+
+
+def test_a_host_on_a_spine_is_reported_outside_the_leaf_domains() -> None:
+    anomalies = analyze_rails(storage_on_a_spine()).anomalies
+    assert [(a.kind, a.node, a.rail, a.switch) for a in anomalies] == [
+        ("outside-leaf-domains", "nfs-01", 0, "s1")
+    ]
+    assert "a spine switch: outside the leaf domains" in anomalies[0].detail
 
 
 def test_an_hca_on_another_units_leaf_is_reported() -> None:
