@@ -104,24 +104,24 @@ def crds_generate(
         bool, typer.Option(help="Only check that the files are current; exit 1 when stale.")
     ] = False,
 ) -> None:
-    """Write the TensorParallelJob CRD generated from the pydantic models."""
-    from tpfabric_core.api.crd import crd_name, render_crd_yaml  # noqa: PLC0415
+    """Write the CRDs (TensorParallelJob, Gang) generated from the pydantic models."""
+    from tpfabric_core.api.crd import crd_files  # noqa: PLC0415
 
-    text = render_crd_yaml()
     stale = False
     for folder in out or list(REPO_CRD_FOLDERS):
-        path = folder / f"{crd_name()}.yaml"
-        if check:
-            current = path.read_text() if path.exists() else ""
-            if current != text:
-                err_console.print(f"{path} is stale: run `tpfabric crds generate`")
-                stale = True
-            else:
-                console.print(f"{path} is current")
-            continue
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        console.print(f"wrote {path}")
+        for name, text in crd_files().items():
+            path = folder / name
+            if check:
+                current = path.read_text() if path.exists() else ""
+                if current != text:
+                    err_console.print(f"{path} is stale: run `tpfabric crds generate`")
+                    stale = True
+                else:
+                    console.print(f"{path} is current")
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            console.print(f"wrote {path}")
     if out is None:  # the reference is generated beside the repo's CRD
         from tpfabric_core.api.reference import render_reference  # noqa: PLC0415
 

@@ -12,12 +12,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes import client, utils
 from kubernetes.client.rest import ApiException
 
-from tpfabric_core.api.crd import tensor_parallel_job_crd
+from tpfabric_core.api.crd import gang_crd, tensor_parallel_job_crd
 from tpfabric_localcluster.cluster import LocalCluster, api_client, free_ports
 from tpfabric_scheduler.config import SCHEDULER_NAME, scheduler_configuration
 
@@ -41,8 +42,12 @@ TPFABRIC_SCHEDULER = "kube-scheduler-tpfabric"
 
 
 def install_crd(cluster: LocalCluster) -> None:
-    """Create or update the TensorParallelJob CRD and wait until it is established."""
-    crd = tensor_parallel_job_crd()
+    """Create or update the CRDs (TensorParallelJob, Gang); wait until they are established."""
+    for crd in (tensor_parallel_job_crd(), gang_crd()):
+        _install_one(cluster, crd)
+
+
+def _install_one(cluster: LocalCluster, crd: dict[str, Any]) -> None:
     with api_client(cluster.kubeconfig) as api:
         ext = client.ApiextensionsV1Api(api)
         try:
@@ -60,7 +65,7 @@ def install_crd(cluster: LocalCluster) -> None:
             if conditions.get("Established") == "True":
                 return
             time.sleep(0.2)
-    raise TimeoutError("the TensorParallelJob CRD was not established in 30s")
+    raise TimeoutError(f"the CRD {crd['metadata']['name']} was not established in 30s")
 
 
 @dataclass(frozen=True)
@@ -244,5 +249,10 @@ def start_operator(
         name,
         run_as.wrap(argv) if run_as else argv,
         f"http://127.0.0.1:{port}/healthz",
-        env={"TPFABRIC_RECONCILE_SECONDS": str(reconcile_seconds)},
+        env={
+            "TPFABRIC_RECONCILE_SECONDS": str(reconcile_seconds),
+            # gang records looked at every 2 s, deleted 5 s after their pods (tests see it)
+            "TPFABRIC_GANG_SYNC_SECONDS": "2",
+            "TPFABRIC_GANG_IDLE_SECONDS": "5",
+        },
     )

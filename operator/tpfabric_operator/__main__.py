@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     import kopf  # noqa: PLC0415 - after KUBECONFIG is set: kopf logs in on start
 
-    from tpfabric_operator import handlers, leadership  # noqa: PLC0415 - registers the handlers
+    # importing registers the handlers (the jobs' and the gang records')
+    from tpfabric_operator import gang_sync, handlers, leadership  # noqa: PLC0415, F401
 
     if args.leader_elect:
         leadership.start(

@@ -39,6 +39,7 @@ import weakref
 from dataclasses import dataclass
 
 from tpfabric_core import labels
+from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.placement.topology import CLUSTER_LEVEL
 from tpfabric_scheduler.capacity import rank_demands
 from tpfabric_scheduler.protocol import MAX_SCORE, ExtenderArgs, FilterResult
@@ -48,6 +49,7 @@ from tpfabric_scheduler.store import (
     WORKER_INDEX_LABEL,
     ClusterStore,
     JobRecord,
+    gang_key,
 )
 
 __all__ = [
@@ -110,10 +112,14 @@ def _domain_path(placement: dict[str, object], level: str, domain: str) -> Domai
 def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
     """Return the plan view of a worker pod, or None for a pod that is not a worker."""
     job_name = args.pod.labels.get(JOB_LABEL)
-    if not job_name:
+    if job_name:
+        key = f"{args.pod.namespace}/{job_name}"
+        index_text = args.pod.labels.get(WORKER_INDEX_LABEL, "")
+    elif gang := args.pod.labels.get(GANG_LABEL):  # a pod of a gang another controller made
+        key = gang_key(args.pod.namespace, gang)
+        index_text = args.pod.labels.get(RANK_LABEL, "")
+    else:
         return None
-    key = f"{args.pod.namespace}/{job_name}"
-    index_text = args.pod.labels.get(WORKER_INDEX_LABEL, "")
     index = int(index_text) if index_text.isdigit() else None
     job = store.jobs.get(key)
     placement = store.placement_of(job) if job is not None else {}

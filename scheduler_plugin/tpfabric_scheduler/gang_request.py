@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, get_args
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.api.gang import Gang
 from tpfabric_core.placement.pod_fit import node_matcher
 from tpfabric_core.placement.request import GangRequest, TopologyPolicy
 from tpfabric_core.placement.snapshot import TaintEffect, Toleration
@@ -90,7 +91,7 @@ def eligible_nodes(store: ClusterStore, scheduling: Mapping[str, Any]) -> frozen
 
 def gang_request(
     key: str,
-    job: TensorParallelJob,
+    job: TensorParallelJob | Gang,
     worker: PodRecord | None,
     eligible: frozenset[str] | None,
     refused: frozenset[str] = frozenset(),

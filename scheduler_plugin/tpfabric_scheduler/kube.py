@@ -31,6 +31,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION
+from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL
 from tpfabric_core.list_watch import (
     LIST_PAGE_SIZE,
     WATCH_REQUEST_TIMEOUT,
@@ -44,6 +45,7 @@ from tpfabric_scheduler.store import (
     NodeRecord,
     PodIndex,
     PodRecord,
+    gang_key,
     index_jobs,
     index_nodes,
     index_pods,
@@ -201,6 +203,23 @@ def informer_kinds(
             store.delete_job,
             namespaced=True,
         ),
+        *(
+            [
+                InformerKind(
+                    GANG_PLURAL,
+                    list_calls[GANG_PLURAL],
+                    # a list's items may lack their kind: a Gang's record is told so
+                    lambda obj: JobRecord.from_object({**slim_job(obj), "kind": GANG_KIND}),
+                    index_jobs,
+                    lambda jobs: store.install_jobs(jobs, GANG_KIND),
+                    store.put_job,
+                    lambda key: store.delete_job(gang_key(*key.split("/", 1))),
+                    namespaced=True,
+                )
+            ]
+            if GANG_PLURAL in list_calls
+            else []
+        ),
     ]
 
 
@@ -331,21 +350,37 @@ class Informer(threading.Thread):
 def start_informers(
     api: client.ApiClient, store: ClusterStore, on_change: Callable[[], None]
 ) -> list[Informer]:
-    """Start informers for nodes, pods and TensorParallelJobs; return them (already running)."""
+    """Start informers for nodes, pods, TensorParallelJobs and (where the CRD is installed)
+    Gangs; return them (already running)."""
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
 
     def list_jobs(**kwargs: Any) -> Any:
         return custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
 
-    kinds = informer_kinds(
-        store,
-        {
-            "nodes": core.list_node,
-            "pods": core.list_pod_for_all_namespaces,
-            "tensorparalleljobs": list_jobs,
-        },
-    )
+    def list_gangs(**kwargs: Any) -> Any:
+        return custom.list_cluster_custom_object(GROUP, VERSION, GANG_PLURAL, **kwargs)
+
+    calls = {
+        "nodes": core.list_node,
+        "pods": core.list_pod_for_all_namespaces,
+        "tensorparalleljobs": list_jobs,
+    }
+    try:
+        list_gangs(limit=1)
+        calls[GANG_PLURAL] = list_gangs
+    except ApiException as err:
+        if err.status not in (403, 404):
+            raise
+        log.warning(
+            "Gang records (%s.%s) cannot be listed (%s): gangs other controllers make are not "
+            "placed (install the chart's CRDs and RBAC, or `kubectl apply -f crds/`, and "
+            "restart)",
+            GANG_PLURAL,
+            GROUP,
+            "not installed" if err.status == 404 else "forbidden",
+        )
+    kinds = informer_kinds(store, calls)
     informers = [Informer(kind, store, on_change) for kind in kinds]
     for informer in informers:
         informer.start()
@@ -372,8 +407,11 @@ class KubeWriter:
         *,
         uid: str | None = None,
         tests: list[dict[str, Any]] | None = None,
+        plural: str = PLURAL,
     ) -> None:
         """Write ``status`` into the job's status subresource; None values remove keys.
+
+        ``plural``: the record's resource (a Gang's ``gangs``).
 
         Without ``uid``: a merge patch (nested maps merge). With ``uid``: only this incarnation
         of the job is written, and each top-level key of ``status`` is replaced whole (no stale
@@ -386,7 +424,7 @@ class KubeWriter:
         """
         if not uid:
             self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, {"status": status}
+                GROUP, VERSION, namespace, plural, name, {"status": status}
             )
             return
         same_job: dict[str, Any] = {"op": "test", "path": "/metadata/uid", "value": uid}
@@ -395,7 +433,7 @@ class KubeWriter:
             for key, value in status.items()
         ]
         try:
-            self._json_patch_status(namespace, name, ops)
+            self._json_patch_status(namespace, name, ops, plural)
         except ApiException as err:
             if err.status != _UNPROCESSABLE:
                 raise
@@ -405,11 +443,13 @@ class KubeWriter:
                 {"op": "test", "path": "/status", "value": None},
                 {"op": "add", "path": "/status", "value": status},
             ]
-            self._json_patch_status(namespace, name, first)
+            self._json_patch_status(namespace, name, first, plural)
 
-    def _json_patch_status(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+    def _json_patch_status(
+        self, namespace: str, name: str, ops: list[dict[str, Any]], plural: str
+    ) -> None:
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, ops, _content_type=JSON_PATCH
+            GROUP, VERSION, namespace, plural, name, ops, _content_type=JSON_PATCH
         )
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
@@ -421,17 +461,18 @@ class KubeWriter:
             if err.status not in {404, 409}:  # 409: the uid precondition, a newer pod
                 raise
 
-    def delete_job_pods(self, namespace: str, job_name: str) -> None:
-        """Delete every worker pod of the job, in one call (a gang dropped for re-planning)."""
-        self.core.delete_collection_namespaced_pod(
-            namespace, label_selector=f"{JOB_LABEL}={job_name}"
-        )
+    def delete_job_pods(self, namespace: str, job_name: str, label: str = JOB_LABEL) -> None:
+        """Delete every worker pod of the job, in one call (a gang dropped for re-planning).
+
+        ``label``: the label naming the gang (a Gang's pods: ``tpfabric.io/gang``).
+        """
+        self.core.delete_collection_namespaced_pod(namespace, label_selector=f"{label}={job_name}")
 
     def job_event(self, job: JobRecord, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the job (best effort: a lost event is only a lost note)."""
         involved = {
             "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "TensorParallelJob",
+            "kind": job.kind,
             "name": job.name,
             "namespace": job.namespace,
             "uid": job.uid,

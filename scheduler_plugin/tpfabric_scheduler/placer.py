@@ -54,7 +54,10 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from tpfabric_core.api import JOB_LABEL
+from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.errors import InputError
+from tpfabric_core.gangs import GANG_LABEL
 from tpfabric_core.placement.cost import UplinkLoad
 from tpfabric_core.placement.planner import plan_gang
 from tpfabric_core.placement.replacement import replan_ranks
@@ -324,6 +327,8 @@ class GangPlacer:
                 # the label), so a worker created after an early plan would look like a
                 # replacement
                 continue
+            if job.kind == GANG_KIND and any(p.worker_index is None for p in live):
+                continue  # the operator writes a Gang's ranks once every pod of it exists
             worker = (gated or live or members)[0]
             work.append(
                 PlacementWork(
@@ -575,7 +580,7 @@ class GangPlacer:
         self._replan_deleted[job.uid] = now
         try:
             self._fence()
-            self.writer.delete_job_pods(job.namespace, job.name)
+            self.writer.delete_job_pods(job.namespace, job.name, _gang_label(job))
         except NotLeadingError:
             return
         except ApiException as err:
@@ -591,7 +596,9 @@ class GangPlacer:
         try:
             # a suspended job has no pods; resuming plans the gang afresh
             self._fence()
-            self.writer.patch_job_status(job.namespace, job.name, {"placement": None})
+            self.writer.patch_job_status(
+                job.namespace, job.name, {"placement": None}, plural=job.plural
+            )
             with self.store.lock:
                 self.store.record_plan(job, None)
         except NotLeadingError:
@@ -1067,7 +1074,7 @@ class GangPlacer:
         # one call for the whole gang: a 32-worker gang must not take 32 round trips to drop
         self._replan_deleted[job.uid] = now
         self._fence()
-        self.writer.delete_job_pods(job.namespace, job.name)
+        self.writer.delete_job_pods(job.namespace, job.name, _gang_label(job))
         log.warning("%s", why)
 
     # -- writing -------------------------------------------------------------------------------
@@ -1096,6 +1103,7 @@ class GangPlacer:
                 {"placement": patch},
                 uid=job.uid,
                 tests=[_computed_from(previous)],
+                plural=job.plural,
             )
             with self.store.lock:
                 self.store.record_plan(job, placement)
@@ -1164,6 +1172,11 @@ class GangPlacer:
             for _ in self._releasing.map(release, pods):
                 pass  # re-raises the first error
         log.info("job %s: released %d worker pod(s)", item.job.key, len(pods))
+
+
+def _gang_label(job: JobRecord) -> str:
+    """Return the label that names the record's pods (a Gang's, or a job's workers')."""
+    return GANG_LABEL if job.kind == GANG_KIND else JOB_LABEL
 
 
 def typical_gang_gpus(jobs: Iterable[JobRecord]) -> int | None:

@@ -19,14 +19,19 @@ from tpfabric_core.api import (
     ATTEMPT_LABEL,
     GANG_GATE,
     JOB_LABEL,
+    KIND,
+    PLURAL,
     WORKER_INDEX_LABEL,
     TensorParallelJob,
 )
+from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL, Gang
+from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.placement.pod_fit import host_ports, pod_requests, repels_peers, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE
 
 __all__ = [
     "GANG_GATE",
+    "GANG_KEY",
     "GPU_RESOURCE",
     "JOB_LABEL",
     "WORKER_INDEX_LABEL",
@@ -35,10 +40,21 @@ __all__ = [
     "NodeRecord",
     "PodIndex",
     "PodRecord",
+    "gang_key",
     "index_jobs",
     "index_nodes",
     "index_pods",
 ]
+
+
+#: a Gang record's key is ``namespace/gang:name``: ``:`` is in no object name, so a Gang and a
+#: TensorParallelJob of the same name never share a key
+GANG_KEY = "gang:"
+
+
+def gang_key(namespace: str, name: str) -> str:
+    """Return the store's key of a Gang record (its pods' ``PodRecord.job``)."""
+    return f"{namespace}/{GANG_KEY}{name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +103,8 @@ class PodRecord:
     requests: dict[str, int]
     terminal: bool
     gated: bool
-    job: str | None  # "namespace/job-name" of a TensorParallelJob worker
+    #: "namespace/job-name" of a TensorParallelJob's worker, "namespace/gang:name" of a Gang's pod
+    job: str | None
     worker_index: int | None
     priority: int = 0
     deleting: bool = False
@@ -119,15 +136,20 @@ class PodRecord:
         except ValueError:
             requests = {"pods": 1}  # the API server validated it; never crash on a quantity
         labels = meta.get("labels") or {}
+        namespace = meta.get("namespace", "default")
         job_name = labels.get(JOB_LABEL)
+        job_key = f"{namespace}/{job_name}" if job_name else None
+        index = labels.get(WORKER_INDEX_LABEL, "")
+        if not job_name and labels.get(GANG_LABEL):  # a pod of a gang another controller made
+            job_name = labels[GANG_LABEL]
+            job_key = gang_key(namespace, job_name)
+            index = labels.get(RANK_LABEL, "")
         scheduling = (
             {k: spec[k] for k in ("nodeSelector", "affinity", "tolerations") if spec.get(k)}
             if job_name
             else {}
         )
-        index = labels.get(WORKER_INDEX_LABEL, "")
         attempt = labels.get(ATTEMPT_LABEL, "")
-        namespace = meta.get("namespace", "default")
         peers = {k: v for k, v in labels.items() if k != WORKER_INDEX_LABEL}
         return cls(
             namespace=namespace,
@@ -137,7 +159,7 @@ class PodRecord:
             requests=requests,
             terminal=status.get("phase") in {"Succeeded", "Failed"},
             gated=any(g.get("name") == GANG_GATE for g in spec.get("schedulingGates") or []),
-            job=f"{namespace}/{job_name}" if job_name else None,
+            job=job_key,
             worker_index=int(index) if index.isdigit() else None,
             priority=int(spec.get("priority") or 0),
             deleting=meta.get("deletionTimestamp") is not None,
@@ -165,21 +187,30 @@ def _unschedulable(status: dict[str, Any]) -> str:
 
 @dataclass(slots=True)
 class JobRecord:
-    """A TensorParallelJob as the placer sees it (spec parsed, plan as persisted)."""
+    """A gang as the placer sees it (spec parsed, plan as persisted): a TensorParallelJob, or the
+    Gang record of pods another controller made (``kind``); both plan alike."""
 
     namespace: str
     name: str
     uid: str
     generation: int
-    job: TensorParallelJob | None  # None when the object does not validate
+    job: TensorParallelJob | Gang | None  # None when the object does not validate
     invalid_reason: str = ""
     raw_status: dict[str, Any] = field(default_factory=dict)
     created: str = ""  # metadata.creationTimestamp (RFC 3339 sorts as text)
+    kind: str = KIND
 
     @property
     def key(self) -> str:
-        """Return ``namespace/name``."""
+        """Return ``namespace/name`` (``namespace/gang:name`` for a Gang)."""
+        if self.kind == GANG_KIND:
+            return gang_key(self.namespace, self.name)
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def plural(self) -> str:
+        """Return the API resource the record is (for writes)."""
+        return GANG_PLURAL if self.kind == GANG_KIND else PLURAL
 
     @property
     def planned_nodes(self) -> list[str]:
@@ -192,11 +223,16 @@ class JobRecord:
     def from_object(cls, obj: dict[str, Any]) -> JobRecord:
         """Return the record of a TensorParallelJob object; invalid specs are kept, flagged."""
         meta = obj["metadata"]
+        kind = GANG_KIND if obj.get("kind") == GANG_KIND else KIND
         try:
             # the spec decides what to plan; the status is read raw (a status this version does
             # not know must never hide a job from the placer)
             body = {k: v for k, v in obj.items() if k != "status"}
-            job: TensorParallelJob | None = TensorParallelJob.model_validate(body)
+            job: TensorParallelJob | Gang | None = (
+                Gang.model_validate(body)
+                if kind == GANG_KIND
+                else TensorParallelJob.model_validate(body)
+            )
             reason = ""
         except ValidationError as err:
             job, reason = None, str(err.errors()[0]["msg"])
@@ -209,6 +245,7 @@ class JobRecord:
             invalid_reason=reason,
             raw_status=dict(obj.get("status") or {}),
             created=str(meta.get("creationTimestamp") or ""),
+            kind=kind,
         )
 
 
@@ -220,6 +257,8 @@ class ClusterStore:
         self.nodes: dict[str, NodeRecord] = {}
         self.pods: dict[str, PodRecord] = {}
         self.jobs: dict[str, JobRecord] = {}
+        #: the kinds of record ``jobs`` may hold (TensorParallelJob, Gang)
+        self._kinds: set[str] = set()
         self.used: dict[str, dict[str, int]] = {}  # node -> resource -> amount
         self.workers: dict[str, dict[str, PodRecord]] = {}  # job key -> pod key -> pod
         #: node -> (protocol, hostPort) -> pods holding it (only nodes where some pod has one)
@@ -254,6 +293,7 @@ class ClusterStore:
         copy = ClusterStore()
         copy.nodes = dict(self.nodes)
         copy.jobs = dict(self.jobs)
+        copy._kinds = set(self._kinds)
         copy.used = dict(self.used)
         copy.workers = dict(self.workers)
         copy.ports_used = dict(self.ports_used)
@@ -367,6 +407,7 @@ class ClusterStore:
         """Add or replace a TensorParallelJob record (parsed and validated outside the lock)."""
         old = self.jobs.get(job.key)
         self.jobs[job.key] = job
+        self._kinds.add(job.kind)
         if old is None or _job_facts(old) != _job_facts(job):
             self.capacity_generation += 1
             if old is not None and _holds(old) and not _holds(job):
@@ -386,12 +427,20 @@ class ClusterStore:
         """Replace every job (after a relist)."""
         self.install_jobs(index_jobs(map(JobRecord.from_object, objs)))
 
-    def install_jobs(self, jobs: dict[str, JobRecord]) -> dict[str, JobRecord]:
-        """Replace every job with ``jobs`` (from :func:`index_jobs`): O(1) under the lock.
+    def install_jobs(self, jobs: dict[str, JobRecord], kind: str = KIND) -> dict[str, JobRecord]:
+        """Replace every record of ``kind`` with ``jobs`` (from :func:`index_jobs`).
 
-        Return the jobs replaced, for the caller to free outside the lock.
+        O(1) under the lock while the store holds one kind only; with TensorParallelJobs and
+        Gangs both, the other kind's records are copied over. Return the records replaced, for
+        the caller to free outside the lock.
         """
-        old, self.jobs = self.jobs, jobs
+        old = self.jobs
+        if self._kinds <= {kind}:
+            self.jobs = jobs
+        else:
+            self.jobs = {**{k: j for k, j in old.items() if j.kind != kind}, **jobs}
+        # may name a kind no record has any more (a later install then copies, nothing else)
+        self._kinds = (self._kinds - {kind}) | ({kind} if jobs else set())
         self.capacity_generation += 1
         self.freed_generation += 1
         self.generation += 1

@@ -24,6 +24,7 @@ from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.api.crd import crd_name
 from tpfabric_core.fabric_description import FabricDescription, parse_fabric_description
 from tpfabric_localcluster.cluster import LocalCluster, api_client
+from tpfabric_localcluster.gang_webhook import NAMESPACE_LABEL
 from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
 from tpfabric_localcluster.toolchain import find_toolchain, pinned_versions
 from tpfabric_localcluster.tpfabric import (
@@ -425,3 +426,26 @@ def chart_identities(
         )
         identities[component] = RunAs(kubeconfig, uid)
     return identities
+
+
+def gang_pod(name: str, labels: dict[str, str], *, cpu: str | None = None) -> dict[str, Any]:
+    """A pod of 8 GPUs that another controller would make, opted into a gang by ``labels``."""
+    limits = {"nvidia.com/gpu": "8", **({"cpu": cpu} if cpu else {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "registry.local/train:1", "resources": {"limits": limits}}
+            ]
+        },
+    }
+
+
+def opt_in(api: client.ApiClient, namespace: str) -> str:
+    """Label ``namespace`` so that the gang webhook takes its gang pods in; return it."""
+    client.CoreV1Api(api).patch_namespace(
+        namespace, {"metadata": {"labels": {NAMESPACE_LABEL: "enabled"}}}
+    )
+    return namespace

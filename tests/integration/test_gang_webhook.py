@@ -11,17 +11,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from conftest import run_kubectl, wait_for
+from conftest import gang_pod, opt_in, run_kubectl, wait_for
 from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
 from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_localcluster.gang_webhook import NAMESPACE_LABEL, GangWebhook, start_gang_webhook
+from tpfabric_localcluster.gang_webhook import GangWebhook, start_gang_webhook
 
 pytestmark = pytest.mark.integration
 
@@ -41,27 +40,7 @@ def webhook(local_cluster: LocalCluster, api: client.ApiClient) -> Iterator[Gang
 @pytest.fixture
 def enabled(api: client.ApiClient, namespace: str) -> str:
     """The test's namespace, opted in."""
-    client.CoreV1Api(api).patch_namespace(
-        namespace, {"metadata": {"labels": {NAMESPACE_LABEL: "enabled"}}}
-    )
-    return namespace
-
-
-def gang_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.local/train:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "8"}},
-                }
-            ]
-        },
-    }
+    return opt_in(api, namespace)
 
 
 def _wired(pod: client.V1Pod, gang: str) -> None:

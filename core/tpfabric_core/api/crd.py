@@ -12,7 +12,9 @@ import copy
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
+from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL, GangSpec, GangStatus
 from tpfabric_core.api.models import (
     API_VERSION,
     CEL_IMMUTABLE_SHAPE,
@@ -33,7 +35,14 @@ from tpfabric_core.api.models import (
     TensorParallelJobStatus,
 )
 
-__all__ = ["CRD_FILE_HEADER", "crd_name", "render_crd_yaml", "tensor_parallel_job_crd"]
+__all__ = [
+    "CRD_FILE_HEADER",
+    "crd_files",
+    "crd_name",
+    "gang_crd",
+    "render_crd_yaml",
+    "tensor_parallel_job_crd",
+]
 
 CRD_FILE_HEADER = (
     "# Generated from core/tpfabric_core/api/models.py by `tpfabric crds generate`; do not edit.\n"
@@ -181,8 +190,8 @@ def _spec_schema() -> Schema:
     return spec
 
 
-def _status_schema() -> Schema:
-    raw = TensorParallelJobStatus.model_json_schema(by_alias=True)
+def _status_schema(model: type[BaseModel] = TensorParallelJobStatus) -> Schema:
+    raw = model.model_json_schema(by_alias=True)
     status = _structural(_inline(raw, raw.pop("$defs", {})))
     conditions = status["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
@@ -276,3 +285,76 @@ def tensor_parallel_job_crd() -> dict[str, Any]:
 def render_crd_yaml() -> str:
     """Return the CRD file's text: the header line, then the CRD as YAML."""
     return CRD_FILE_HEADER + yaml.safe_dump(tensor_parallel_job_crd(), sort_keys=False, width=100)
+
+
+def gang_crd() -> dict[str, Any]:
+    """Return the Gang CRD (apiextensions.k8s.io/v1): the record of a gang another controller
+    made, with the columns of ``kubectl get tpj``."""
+    raw = GangSpec.model_json_schema(by_alias=True)
+    spec = _structural(_inline(raw, raw.pop("$defs", {})))
+    spec.pop("default", None)
+    for nested in ("topology", "rdma"):
+        spec["properties"][nested]["default"] = {}
+    status = _status_schema(GangStatus)
+    status.pop("default", None)
+    columns = [
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
+        {"name": "Level", "type": "string", "jsonPath": ".status.placement.level"},
+        {"name": "Domain", "type": "string", "jsonPath": ".status.placement.domain"},
+        {"name": "Hops", "type": "integer", "jsonPath": ".status.placement.hops"},
+        {"name": "Owner", "type": "string", "jsonPath": ".spec.owner.kind", "priority": 1},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{GANG_PLURAL}.{GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "tpfabric"},
+        },
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": GANG_KIND,
+                "listKind": f"{GANG_KIND}List",
+                "plural": GANG_PLURAL,
+                "singular": GANG_KIND.lower(),
+                "categories": ["all", "tpfabric"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": (
+                                "A gang of pods another controller made (a LeaderWorkerSet "
+                                "group, a JobSet, a labelled pod group), placed together in the "
+                                f"InfiniBand fabric by tpfabric ({API_VERSION})."
+                            ),
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def crd_files() -> dict[str, str]:
+    """Return every generated CRD file: its name and its text (the header line, then YAML)."""
+    gang = CRD_FILE_HEADER + yaml.safe_dump(gang_crd(), sort_keys=False, width=100)
+    return {f"{crd_name()}.yaml": render_crd_yaml(), f"{GANG_PLURAL}.{GROUP}.yaml": gang}

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from tpfabric_core.api import Placement, TensorParallelJob
-from tpfabric_core.api.crd import crd_name, render_crd_yaml, tensor_parallel_job_crd
+from tpfabric_core.api.crd import crd_files, crd_name, render_crd_yaml, tensor_parallel_job_crd
 from tpfabric_core.fabric_description import pydantic_error_path
 from tpj_examples import INVALID_JOBS, VALIDATOR_CASES, constraint_cases, valid_jobs
 
@@ -75,6 +75,13 @@ def test_every_validator_of_the_models_has_cases_the_api_server_must_refuse_too(
 
 def test_the_crd_file_is_the_generators_output() -> None:
     assert CRD_FILE.read_text() == render_crd_yaml(), "run `tpfabric crds generate`"
+
+
+def test_every_crd_file_is_the_generators_output() -> None:
+    files = crd_files()
+    assert set(files) == {"tensorparalleljobs.tpfabric.io.yaml", "gangs.tpfabric.io.yaml"}
+    for name, text in files.items():
+        assert (CRD_FILE.parent / name).read_text() == text, f"{name}: run `tpfabric crds generate`"
 
 
 def _walk(schema: dict[str, Any], path: str = "") -> list[str]:

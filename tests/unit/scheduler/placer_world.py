@@ -54,7 +54,8 @@ class RecordingWriter:
 
     def add_job(self, obj: dict[str, Any]) -> None:
         obj["metadata"].setdefault("creationTimestamp", rfc3339(NOW - 100))
-        self.jobs[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
+        gang = "gang:" if obj.get("kind") == "Gang" else ""
+        self.jobs[f"{obj['metadata']['namespace']}/{gang}{obj['metadata']['name']}"] = obj
         with self.store.lock:
             self.store.upsert_job(copy.deepcopy(obj))
 
@@ -66,8 +67,9 @@ class RecordingWriter:
         *,
         uid: str | None = None,
         tests: list[dict[str, Any]] | None = None,
+        plural: str = "tensorparalleljobs",
     ) -> None:
-        job = self.jobs[f"{namespace}/{name}"]
+        job = self.jobs[f"{namespace}/{'gang:' if plural == 'gangs' else ''}{name}"]
         assert uid in (None, job["metadata"]["uid"])
         for test in tests or []:  # JSON patch test ops, a missing member reading as null
             found: Any = job
@@ -118,11 +120,11 @@ class RecordingWriter:
             raise ApiException(status=422, reason="test failed")
         self.release_pod(pod.namespace, pod.name, "", affinity, remaining_gates)
 
-    def delete_job_pods(self, namespace: str, job_name: str) -> None:
+    def delete_job_pods(self, namespace: str, job_name: str, label: str = JOB_LABEL) -> None:
         for pod in list(self.pods.values()):
             if (
                 pod["metadata"]["namespace"] == namespace
-                and pod["metadata"]["labels"].get(JOB_LABEL) == job_name
+                and pod["metadata"]["labels"].get(label) == job_name
             ):
                 self.delete_pod(namespace, pod["metadata"]["name"])
 

@@ -728,11 +728,11 @@ def test_a_failed_deletion_of_a_dropped_plans_pods_is_tried_again_after_a_while(
     delete = writer.delete_job_pods
     calls: list[str] = []
 
-    def failing_once(namespace: str, name: str) -> None:
+    def failing_once(namespace: str, name: str, label: str) -> None:
         calls.append(name)
         if len(calls) == 1:
             raise ApiException(status=500, reason="etcd timed out")
-        delete(namespace, name)
+        delete(namespace, name, label)
 
     writer.delete_job_pods = failing_once  # type: ignore[method-assign]
     clock.now += 61  # worker-1 never bound: the plan is dropped, its deletion fails

@@ -1,0 +1,214 @@
+"""The Gang records of gangs other controllers make: what each record says. Pure.
+
+The gang webhook labels a gang's pods (``tpfabric.io/gang``, and ``tpfabric.io/rank`` where the
+rank is known at creation); the operator keeps one Gang record per gang (:mod:`.gang_sync`), and
+the placer plans the record as it plans a TensorParallelJob. This module decides, from the
+gang's pods as they are:
+
+- the record: its size, each pod's GPUs, the topology request, the owner reference that lets
+  garbage collection remove it with its owner (:func:`record_manifest`);
+- the ranks still to write, once every pod exists: pods without a rank take the free ranks in
+  their owner's order (a JobSet's job index then completion index), then by creation
+  (:func:`ranks_to_write`);
+- the status the operator writes beside the placer's ``placement`` (:func:`record_status`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tpfabric_core.api import API_VERSION
+from tpfabric_core.api.gang import GANG_KIND
+from tpfabric_core.gangs import (
+    JOBSET_JOB_INDEX,
+    JOBSET_REPLICATED_JOB,
+    RANK_LABEL,
+    GangMember,
+)
+from tpfabric_core.pod_wiring import GPU_RESOURCE
+
+__all__ = [
+    "GangPod",
+    "OwnerRef",
+    "jobset_layout",
+    "ranks_to_write",
+    "record_manifest",
+    "record_status",
+]
+
+LWS_API = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
+JOBSET_API = ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+
+
+@dataclass(frozen=True, slots=True)
+class GangPod:
+    """One pod of a gang, as the operator reads it."""
+
+    name: str
+    member: GangMember
+    created: str  # metadata.creationTimestamp (RFC 3339 sorts as text)
+    labels: Mapping[str, str]
+    phase: str = "Pending"
+    ready: bool = False
+    gpus: int = 0
+    gated: bool = True
+
+    @property
+    def rank(self) -> int | None:
+        """Return the rank the pod carries (None: not written yet)."""
+        text = self.labels.get(RANK_LABEL, "")
+        return int(text) if text.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """The object that owns the gang's pods, for the record's ``ownerReferences``."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> int:
+    """Return the GPUs a pod's containers take (the largest limit: the gang's unit)."""
+    best = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
+            resources.get("requests") or {}
+        ).get(GPU_RESOURCE)
+        text = str(amount or "0")
+        best = max(best, int(text) if text.isdigit() else 0)
+    return best
+
+
+def jobset_layout(jobset: Mapping[str, Any], replicated_job: str | None) -> dict[str, int] | None:
+    """Return, for a JobSet's gang, each child Job's first rank by ``<replicatedJob>/<index>``
+    and the gang's size under ``""`` (None when the JobSet does not say).
+
+    The whole JobSet (``replicated_job`` None): its replicated Jobs in order, each Job's pods
+    after the previous Job's. One child Job (per-Job placement): the Job's own pods.
+    """
+    layout: dict[str, int] = {}
+    offset = 0
+    for replicated in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        name = str(replicated.get("name") or "")
+        replicas = int(replicated.get("replicas") or 1)
+        job_spec = ((replicated.get("template") or {}).get("spec")) or {}
+        parallelism = int(job_spec.get("parallelism") or 1)
+        for index in range(replicas):
+            if replicated_job is not None:
+                if f"{name}/{index}" == replicated_job:
+                    return {"": parallelism, replicated_job: 0}
+                continue
+            layout[f"{name}/{index}"] = offset
+            offset += parallelism
+    if replicated_job is not None or not layout:
+        return None
+    layout[""] = offset
+    return layout
+
+
+def _jobset_job(pod: GangPod) -> str:
+    return f"{pod.labels.get(JOBSET_REPLICATED_JOB, '')}/{pod.labels.get(JOBSET_JOB_INDEX, '')}"
+
+
+def ranks_to_write(
+    pods: Sequence[GangPod], size: int, layout: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """Return pod name -> rank for the pods that carry none, once the gang is whole (else {}).
+
+    A JobSet's pods take ``layout``'s first rank of their Job plus their completion index;
+    others take the ranks no pod holds, in their owner's order, then by creation and name.
+    Two pods with one rank keep it (the record reports them); the gang waits for its owner.
+    """
+    if len(pods) < size or all(p.rank is not None for p in pods):
+        return {}
+    taken = {p.rank for p in pods if p.rank is not None}
+    missing = sorted(
+        (p for p in pods if p.rank is None), key=lambda p: (p.member.order, p.created, p.name)
+    )
+    result: dict[str, int] = {}
+    if layout is not None:
+        for pod in missing:
+            first = layout.get(_jobset_job(pod))
+            if first is not None and pod.member.order:
+                result[pod.name] = first + pod.member.order[-1]
+        return result
+    free = (rank for rank in range(size) if rank not in taken)
+    for pod, rank in zip(missing, free, strict=False):
+        result[pod.name] = rank
+    return result
+
+
+def record_manifest(
+    first: GangPod,
+    size: int,
+    owner: OwnerRef | None,
+    *,
+    default_level: str = "leaf",
+    default_mode: str = "preferred",
+) -> dict[str, Any]:
+    """Return the Gang record of the gang ``first`` belongs to."""
+    member = first.member
+    ask = member.topology
+    topology: dict[str, Any] = {
+        "level": ask.level or default_level,
+        "mode": ask.mode or default_mode,
+    }
+    if ask.max_wait_seconds is not None:
+        topology["maxWaitSeconds"] = ask.max_wait_seconds
+    gpus = first.gpus
+    metadata: dict[str, Any] = {
+        "name": member.gang,
+        "namespace": member.namespace,
+        "labels": {"app.kubernetes.io/managed-by": "tpfabric"},
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": owner.api_version,
+                "kind": owner.kind,
+                "name": owner.name,
+                "uid": owner.uid,
+            }
+        ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": GANG_KIND,
+        "metadata": metadata,
+        "spec": {
+            "owner": {"kind": member.kind, "name": member.owner},
+            "workers": size,
+            "gpusPerWorker": gpus,
+            "tensorParallelSize": max(gpus, 1),
+            "topology": topology,
+        },
+    }
+
+
+def record_status(
+    pods: Sequence[GangPod], size: int, placement: Mapping[str, Any], problems: Sequence[str]
+) -> dict[str, Any]:
+    """Return what the operator writes into a record's status (the placer owns ``placement``)."""
+    ready = sum(1 for p in pods if p.ready)
+    ranks = [p.rank for p in pods if p.rank is not None]
+    problems = list(problems)
+    if len(set(ranks)) < len(ranks):
+        twice = sorted({r for r in ranks if ranks.count(r) > 1})
+        problems.append(f"{RANK_LABEL}: ranks {twice} are held by more than one pod")
+    state = placement.get("state")
+    if problems:
+        phase = "Invalid"
+    elif len(pods) >= size and all(p.phase == "Running" for p in pods):
+        phase = "Running"
+    elif state == "Planned":
+        phase = "Placed"
+    elif len(pods) < size:
+        phase = "Pending"
+    else:
+        phase = "Waiting"
+    return {"phase": phase, "ready": f"{ready}/{size}", "pods": len(pods), "problems": problems}

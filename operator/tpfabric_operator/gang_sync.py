@@ -1,0 +1,247 @@
+"""Keeps one Gang record per gang another controller made (:mod:`.gang_records` decides what).
+
+Woken by every event of a pod that carries ``tpfabric.io/gang`` (a server-side label selector:
+no other pod reaches the operator here), and every ``SYNC_SECONDS`` by each record's timer. Only
+the leader writes. One sync of a gang lists its pods (by label, in its namespace), then, each only
+when it changes: creates the record (owned by the LeaderWorkerSet or JobSet, so that garbage
+collection removes it), writes the ranks still missing once every pod exists, and writes the
+record's status. A record whose pods have all been gone for ``IDLE_SECONDS`` is deleted (a pod
+group has no owner to take it along).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tpfabric_core.api import GANG_GATE, GROUP, VERSION
+from tpfabric_core.api.gang import GANG_PLURAL
+from tpfabric_core.gangs import (
+    GANG_LABEL,
+    JOBSET_EXCLUSIVE,
+    JOBSET_JOB_INDEX,
+    JOBSET_NAME,
+    JOBSET_REPLICATED_JOB,
+    RANK_LABEL,
+    GangSettings,
+    gang_of,
+)
+from tpfabric_operator import leadership
+from tpfabric_operator.gang_admission import default_levels
+from tpfabric_operator.gang_records import (
+    JOBSET_API,
+    LWS_API,
+    GangPod,
+    OwnerRef,
+    jobset_layout,
+    pod_gpus,
+    ranks_to_write,
+    record_manifest,
+    record_status,
+)
+
+__all__ = ["sync_gang"]
+
+log = logging.getLogger("tpfabric.operator.gangs")
+SYNC_SECONDS = float(os.environ.get("TPFABRIC_GANG_SYNC_SECONDS", "10"))
+IDLE_SECONDS = float(os.environ.get("TPFABRIC_GANG_IDLE_SECONDS", "30"))
+SETTINGS = GangSettings(levels=default_levels(), max_size=1024)
+_NOT_FOUND = 404
+_CONFLICT = 409
+
+_api: client.ApiClient | None = None
+_idle_since: dict[tuple[str, str], float] = {}
+_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _client() -> client.ApiClient:
+    global _api  # noqa: PLW0603 - one client per operator process
+    if _api is None:
+        from tpfabric_operator.handlers import adapter  # noqa: PLC0415 - after kopf's login
+
+        _api = adapter().core.api_client
+    return _api
+
+
+def _lock(key: tuple[str, str]) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def _gang_pod(pod: Mapping[str, Any]) -> GangPod | None:
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    member = gang_of(meta, SETTINGS)
+    if member is None:
+        return None
+    conditions = status.get("conditions") or []
+    return GangPod(
+        name=str(meta.get("name")),
+        member=member,
+        created=str(meta.get("creationTimestamp") or ""),
+        labels=meta.get("labels") or {},
+        phase=str(status.get("phase") or "Pending"),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+        gpus=pod_gpus(pod),
+        gated=any(
+            g.get("name") == GANG_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or []
+        ),
+    )
+
+
+def _owner(custom: client.CustomObjectsApi, first: GangPod) -> tuple[OwnerRef | None, Any]:
+    """Return the gang's owner reference and the owner object (None for a pod group)."""
+    member = first.member
+    if member.kind == "PodGroup":
+        return None, None
+    group, version, plural, kind = LWS_API if member.kind == "LeaderWorkerSet" else JOBSET_API
+    try:
+        owner = custom.get_namespaced_custom_object(
+            group, version, member.namespace, plural, member.owner
+        )
+    except ApiException as err:
+        if err.status != _NOT_FOUND:
+            raise
+        return None, None
+    uid = str((owner.get("metadata") or {}).get("uid") or "")
+    return OwnerRef(f"{group}/{version}", kind, member.owner, uid), owner
+
+
+def _size(first: GangPod, owner: Any) -> tuple[int | None, dict[str, int] | None]:
+    """Return the gang's size and, for a JobSet, its rank layout."""
+    member = first.member
+    if member.kind != "JobSet":
+        return member.size, None
+    if owner is None:
+        return None, None
+    per_job = first.labels.get(JOBSET_EXCLUSIVE) or member.gang != member.owner
+    job = f"{first.labels.get(JOBSET_REPLICATED_JOB, '')}/{first.labels.get(JOBSET_JOB_INDEX, '')}"
+    layout = jobset_layout(owner, job if per_job else None)
+    return (layout[""] if layout else None), layout
+
+
+def sync_gang(namespace: str, gang: str) -> None:
+    """Bring the Gang record of ``namespace/gang`` in step with its pods (leader only)."""
+    if not leadership.leading():
+        return
+    key = (namespace, gang)
+    with _lock(key):
+        _sync(namespace, gang)
+
+
+def _sync(namespace: str, gang: str) -> None:
+    api = _client()
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    listed = core.list_namespaced_pod(namespace, label_selector=f"{GANG_LABEL}={gang}")
+    pods = [
+        p for p in map(_gang_pod, (api.sanitize_for_serialization(i) for i in listed.items)) if p
+    ]
+    try:
+        record = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, GANG_PLURAL, gang)
+    except ApiException as err:
+        if err.status != _NOT_FOUND:
+            raise
+        record = None
+    if not pods:
+        _forget_when_idle(custom, namespace, gang, record)
+        return
+    _idle_since.pop((namespace, gang), None)
+    first = min(pods, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.created))
+    owner_ref, owner = _owner(custom, first)
+    size, layout = _size(first, owner)
+    problems = [p.words() for p in first.member.problems]
+    if size is None:
+        problems.append(f"{JOBSET_NAME}: the JobSet {first.member.owner!r} does not give the size")
+    if record is None and size is not None:
+        manifest = record_manifest(first, size, owner_ref)
+        try:
+            record = custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, GANG_PLURAL, manifest
+            )
+            log.info(
+                "gang %s/%s: record made (%d pods of %s)", namespace, gang, size, first.member.kind
+            )
+        except ApiException as err:
+            if err.status != _CONFLICT:
+                raise
+            record = custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, GANG_PLURAL, gang
+            )
+    if record is None or size is None:
+        return
+    size = int((record.get("spec") or {}).get("workers") or size)
+    for name, rank in ranks_to_write(pods, size, layout).items():
+        core.patch_namespaced_pod(
+            name, namespace, {"metadata": {"labels": {RANK_LABEL: str(rank)}}}
+        )
+        log.info("gang %s/%s: pod %s is rank %d", namespace, gang, name, rank)
+    stored = record.get("status") or {}
+    status = record_status(pods, size, stored.get("placement") or {}, problems)
+    if any(stored.get(k) != v for k, v in status.items()):
+        custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, GANG_PLURAL, gang, {"status": status}
+        )
+
+
+def _forget_when_idle(
+    custom: client.CustomObjectsApi, namespace: str, gang: str, record: Any
+) -> None:
+    """Delete a record once its pods have been gone ``IDLE_SECONDS``."""
+    if record is None:
+        _idle_since.pop((namespace, gang), None)
+        return
+    since = _idle_since.setdefault((namespace, gang), time.monotonic())
+    if time.monotonic() - since < IDLE_SECONDS:
+        return
+    uid = (record.get("metadata") or {}).get("uid")
+    try:
+        custom.delete_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            GANG_PLURAL,
+            gang,
+            body={"preconditions": {"uid": uid}},
+        )
+        log.info("gang %s/%s: record deleted, its pods are gone", namespace, gang)
+    except ApiException as err:
+        if err.status not in (_NOT_FOUND, _CONFLICT):
+            raise
+    _idle_since.pop((namespace, gang), None)
+
+
+@kopf.on.startup()
+def watch_gang_pods_only(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Server-side filter: only gang pods reach the operator's pod watch, not every pod."""
+    settings.watching.label_selectors["v1", "pods"] = GANG_LABEL
+
+
+@kopf.on.event("", "v1", "pods", labels={GANG_LABEL: kopf.PRESENT})
+def on_gang_pod(*, namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
+    """A pod of a gang changed: bring its record in step."""
+    try:
+        sync_gang(namespace or "", str(labels[GANG_LABEL]))
+    except ApiException as err:  # the record's timer tries again
+        log.warning("gang %s/%s: sync failed: %s", namespace, labels.get(GANG_LABEL), err.reason)
+
+
+@kopf.timer(GROUP, VERSION, GANG_PLURAL, interval=SYNC_SECONDS, initial_delay=SYNC_SECONDS)
+def on_gang_tick(*, namespace: str | None, name: str, **_: Any) -> None:
+    """Every record is looked at now and then: pods gone without an event, a lost write."""
+    try:
+        sync_gang(namespace or "", name)
+    except ApiException as err:
+        log.warning("gang %s/%s: sync failed: %s", namespace, name, err.reason)

@@ -1,0 +1,204 @@
+"""Gangs other controllers make, placed end to end (issue 34): the gang webhook wires their pods,
+the operator keeps a Gang record per gang (size, ranks, status), the placer plans the record as
+it plans a TensorParallelJob and releases the pods into one leaf, kube-scheduler binds them.
+
+Real kube-apiserver, kube-controller-manager (its Job controller makes pods in one test),
+kube-scheduler with tpfabric's profile, the placer/extender, the operator and the webhook, on
+kwok nodes: two leaves of eight.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from conftest import FabricFactory, clear_jobs_and_pods, gang_pod, opt_in, run_kubectl, wait_for
+from tpfabric_core.api import GROUP, VERSION
+from tpfabric_core.api.gang import GANG_PLURAL
+from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
+from tpfabric_localcluster.cluster import LocalCluster
+from tpfabric_localcluster.gang_webhook import GangWebhook, start_gang_webhook
+from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
+
+pytestmark = pytest.mark.integration
+
+FABRIC = """
+name: gangs
+rails: 8
+railOptimized: true
+rdmaResource: rdma/ib
+node: {gpus: 8, rdma: 8, cpu: "128", memory: 2Ti, pods: 110}
+blocks:
+- name: gng
+  spines:
+  - name: gng-su
+    leaves:
+    - {name: gng-leaf1, nodes: ["gng-l1-[01-08]"]}
+    - {name: gng-leaf2, nodes: ["gng-l2-[01-08]"]}
+"""
+
+
+@pytest.fixture(scope="module")
+def components(tpfabric_scheduling: LocalCluster, api: client.ApiClient) -> Iterator[GangWebhook]:
+    """The webhook (configured) and the operator, beside the placer and the scheduler."""
+    start_operator(tpfabric_scheduling)
+    hook = start_gang_webhook(tpfabric_scheduling)
+    registrations = client.AdmissionregistrationV1Api(api)
+    config = hook.configuration()
+    registrations.create_mutating_webhook_configuration(config)
+    yield hook
+    registrations.delete_mutating_webhook_configuration(config["metadata"]["name"])
+    hook.stop()
+    tpfabric_scheduling.stop_component(OPERATOR)
+
+
+@pytest.fixture
+def enabled(
+    components: GangWebhook, api: client.ApiClient, namespace: str, fake_nodes: FabricFactory
+) -> Iterator[str]:
+    """The test's namespace, opted in, with the sixteen ``gng-*`` nodes."""
+    fake_nodes(FABRIC)
+    yield opt_in(api, namespace)
+    clear_jobs_and_pods(api, namespace)
+
+
+def member(name: str, gang: str, size: int, rank: int | None = None) -> dict[str, Any]:
+    labels = {GANG_NAME_LABEL: gang, GANG_SIZE_LABEL: str(size)}
+    if rank is not None:
+        labels[RANK_LABEL] = str(rank)
+    return gang_pod(name, labels, cpu="1")
+
+
+def gang_pods(core: client.CoreV1Api, namespace: str, gang: str) -> list[client.V1Pod]:
+    return list(core.list_namespaced_pod(namespace, label_selector=f"{GANG_LABEL}={gang}").items)
+
+
+def record(custom: client.CustomObjectsApi, namespace: str, gang: str) -> dict[str, Any] | None:
+    try:
+        return dict(
+            custom.get_namespaced_custom_object(GROUP, VERSION, namespace, GANG_PLURAL, gang)
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def wait_running(
+    core: client.CoreV1Api, namespace: str, gang: str, size: int
+) -> list[client.V1Pod]:
+    def running() -> list[client.V1Pod] | None:
+        pods = gang_pods(core, namespace, gang)
+        ok = len(pods) == size and all(p.status.phase == "Running" for p in pods)
+        return pods if ok else None
+
+    def explain() -> str:
+        custom = client.CustomObjectsApi(core.api_client)
+        lines = [f"record: {(record(custom, namespace, gang) or {}).get('status')}"]
+        lines += [
+            f"{p.metadata.name}: rank {p.metadata.labels.get(RANK_LABEL)} "
+            f"gates {[g.name for g in p.spec.scheduling_gates or []]} node {p.spec.node_name} "
+            f"{p.status.phase}"
+            for p in gang_pods(core, namespace, gang)
+        ]
+        return "\n".join(lines)
+
+    pods: list[client.V1Pod] = wait_for(
+        running, 90, what=f"gang {gang}'s {size} pods Running", explain=explain
+    )
+    return pods
+
+
+def leaf_of(node: str) -> str:
+    return node.split("-")[1]  # gng-l1-03 -> l1
+
+
+def test_a_plain_pod_group_of_six_lands_whole_in_one_leaf_ranked_and_recorded(
+    api: client.ApiClient, enabled: str, tpfabric_scheduling: LocalCluster
+) -> None:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    for index in range(6):  # no rank labels: the operator ranks them by creation
+        core.create_namespaced_pod(enabled, member(f"bert-{index}", "bert", 6))
+    pods = wait_running(core, enabled, "bert", 6)
+    nodes = {p.metadata.labels[RANK_LABEL]: p.spec.node_name for p in pods}
+    assert sorted(nodes) == [str(r) for r in range(6)], "every pod got a rank, none twice"
+    assert len({leaf_of(n) for n in nodes.values()}) == 1, f"one leaf: {nodes}"
+    assert len(set(nodes.values())) == 6, "one pod per 8-GPU node"
+    for pod in pods:
+        assert pod.spec.init_containers[0].name == "rdma-init"
+
+    def recorded() -> dict[str, Any] | None:
+        gang = record(custom, enabled, "bert")
+        status = (gang or {}).get("status") or {}
+        return gang if status.get("phase") == "Running" and status.get("ready") == "6/6" else None
+
+    gang: dict[str, Any] = wait_for(recorded, 30, what="the Gang record Running, 6/6 ready")
+    assert gang["spec"]["workers"] == 6
+    assert gang["spec"]["owner"] == {"kind": "PodGroup", "name": "bert"}
+    placement = gang["status"]["placement"]
+    assert placement["state"] == "Planned"
+    assert placement["level"] == "leaf"
+    assert [placement["nodes"][int(r)] for r in sorted(nodes)] == [nodes[r] for r in sorted(nodes)]
+    table = run_kubectl(tpfabric_scheduling, "get", "gangs", "-n", enabled)
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.splitlines()[:2]
+    assert header.split()[:6] == ["NAME", "PHASE", "READY", "LEVEL", "DOMAIN", "HOPS"]
+    assert row.split()[:2] == ["bert", "Running"]
+    assert "leaf" in row.split()
+
+
+def test_pods_a_job_controller_makes_one_by_one_are_placed_once_all_exist(
+    api: client.ApiClient, enabled: str
+) -> None:
+    labels = {GANG_NAME_LABEL: "indexed", GANG_SIZE_LABEL: "4"}
+    template = member("x", "indexed", 4)
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "indexed"},
+        "spec": {
+            "parallelism": 4,
+            "completions": 4,
+            "completionMode": "Indexed",
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {**template["spec"], "restartPolicy": "Never"},
+            },
+        },
+    }
+    client.BatchV1Api(api).create_namespaced_job(enabled, job)
+    core = client.CoreV1Api(api)
+
+    def bound() -> list[client.V1Pod] | None:  # kwok runs a Job's pods to completion
+        pods = gang_pods(core, enabled, "indexed")
+        return pods if len(pods) == 4 and all(p.spec.node_name for p in pods) else None
+
+    pods = wait_for(bound, 90, what="the Job's four pods bound")
+    assert len({leaf_of(p.spec.node_name) for p in pods}) == 1
+    assert sorted(p.metadata.labels[RANK_LABEL] for p in pods) == ["0", "1", "2", "3"]
+
+
+def test_a_gang_whose_pods_come_slowly_waits_for_the_last_and_its_record_goes_with_them(
+    api: client.ApiClient, enabled: str
+) -> None:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    for rank in range(3):
+        core.create_namespaced_pod(enabled, member(f"slow-{rank}", "slow", 4, rank))
+        time.sleep(1)
+    gang = wait_for(lambda: record(custom, enabled, "slow"), 20, what="the Gang record")
+    time.sleep(3)  # a plan would come within a cycle; none may come for 3 of 4 pods
+    gang = record(custom, enabled, "slow") or gang
+    assert ((gang.get("status") or {}).get("placement") or {}).get("state") != "Planned"
+    assert all(not p.spec.node_name for p in gang_pods(core, enabled, "slow"))
+    assert (gang.get("status") or {}).get("phase") == "Pending"
+    core.create_namespaced_pod(enabled, member("slow-3", "slow", 4, 3))
+    pods = wait_running(core, enabled, "slow", 4)
+    assert len({leaf_of(p.spec.node_name) for p in pods}) == 1
+    for pod in pods:
+        core.delete_namespaced_pod(pod.metadata.name, enabled, grace_period_seconds=0)
+    wait_for(lambda: record(custom, enabled, "slow") is None, 30, what="the record deleted")
