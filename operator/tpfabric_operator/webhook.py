@@ -11,9 +11,9 @@ and reads nothing from the API server, so it runs as many replicas as wanted wit
 election, and an operator's leader change, a long reconcile or a kopf restart never slows an
 admission. It ships in the operator's image.
 
-TLS: ``--cert-dir`` holds ``tls.crt`` and ``tls.key`` (a Secret's mount); the files are read again
-when they change (checked every ``--reload-seconds``), so a rotated certificate is served without
-a restart.
+TLS: ``--cert-dir`` holds ``tls.crt`` and ``tls.key``; the files are read again when they change
+(checked every ``--reload-seconds``), so a rotated certificate is served without a restart. With
+``--manage-certs`` the webhook makes them itself, without cert-manager (:mod:`.webhook_certs`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import ssl
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import orjson
 from aiohttp import web
+from kubernetes import client, config
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -38,12 +40,14 @@ from prometheus_client import (
 
 from tpfabric_core.api import SCHEDULER_NAME
 from tpfabric_core.gangs import GangSettings
+from tpfabric_core.request_timeouts import with_default_timeout
 from tpfabric_operator.gang_admission import (
     BadReviewError,
     WebhookSettings,
     admit,
     default_levels,
 )
+from tpfabric_operator.webhook_certs import CertKeeper
 
 __all__ = ["WebhookMetrics", "main", "make_app", "serve"]
 
@@ -152,8 +156,13 @@ async def serve(
     host: str = "0.0.0.0",  # noqa: S104 - a pod's webhook is reached through its Service
     port: int = 9443,
     reload_seconds: float = 60.0,
+    keeper: CertKeeper | None = None,
+    renew_seconds: float = 3600.0,
 ) -> None:
-    """Serve the webhook until cancelled."""
+    """Serve the webhook until cancelled; ``keeper`` makes and rotates the certificate."""
+    if keeper is not None:
+        await asyncio.to_thread(keeper.ensure)
+        asyncio.get_running_loop().create_task(_keep(keeper, renew_seconds))
     context, reload = _tls(cert_dir)
     runner = web.AppRunner(make_app(settings, WebhookMetrics()), access_log=None)
     await runner.setup()
@@ -169,6 +178,16 @@ async def serve(
                 log.warning("certificate not reloaded from %s: %s", cert_dir, err)
     finally:
         await runner.cleanup()
+
+
+async def _keep(keeper: CertKeeper, every: float) -> None:
+    """Check the certificate every ``every`` seconds (another replica may have rotated it)."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await asyncio.to_thread(keeper.ensure)
+        except Exception:  # the old certificate serves on; the next check tries again
+            log.exception("the webhook certificate could not be checked")
 
 
 def _level(text: str) -> tuple[str, str]:
@@ -212,6 +231,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="owner kinds taken in without a tpfabric label (repeatable; default: both)",
     )
     parser.add_argument("--max-gang-size", type=int, default=1024)
+    certs = parser.add_argument_group(
+        "certificate management (without cert-manager): a CA and a serving certificate kept in a "
+        "Secret, rotated, and trusted by the webhook configuration"
+    )
+    certs.add_argument("--manage-certs", action="store_true", help="make and rotate them")
+    certs.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
+    certs.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "tpfabric-system"))
+    certs.add_argument("--secret", default="tpfabric-gang-webhook-tls")
+    certs.add_argument("--service", default="tpfabric-gang-webhook")
+    certs.add_argument("--webhook-configuration", default="tpfabric-gangs")
+    certs.add_argument("--renew-check-seconds", type=float, default=3600.0)
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -232,6 +262,16 @@ def main(argv: list[str] | None = None) -> None:
         rdma_count=args.rdma_count,
         gpu_direct=args.gpu_direct,
     )
+    keeper = None
+    if args.manage_certs:
+        keeper = CertKeeper(
+            _api_client(args.kubeconfig),
+            namespace=args.namespace,
+            secret=args.secret,
+            service=args.service,
+            configuration=args.webhook_configuration,
+            cert_dir=args.cert_dir,
+        )
     asyncio.run(
         serve(
             settings,
@@ -239,8 +279,21 @@ def main(argv: list[str] | None = None) -> None:
             host=args.host,
             port=args.port,
             reload_seconds=args.reload_seconds,
+            keeper=keeper,
+            renew_seconds=args.renew_check_seconds,
         )
     )
+
+
+def _api_client(kubeconfig: str | None) -> client.ApiClient:
+    settings = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=settings)
+    else:
+        config.load_incluster_config(client_configuration=settings)
+    api = client.ApiClient(settings)
+    api.rest_client.request = with_default_timeout(api.rest_client.request)
+    return api
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION
-from tpfabric_core.api.crd import crd_name
+from tpfabric_core.api.crd import crd_files, crd_name
 from tpfabric_core.fabric_description import FabricDescription, parse_fabric_description
 from tpfabric_localcluster.cluster import LocalCluster, api_client
 from tpfabric_localcluster.gang_webhook import NAMESPACE_LABEL
@@ -37,6 +37,8 @@ from tpfabric_localcluster.tpfabric import (
 from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
 CRD_FILE = Path(__file__).parents[2] / "crds" / f"{crd_name()}.yaml"
+#: every CRD the chart installs (the generated files of crds/)
+CRD_NAMES = tuple(name.removesuffix(".yaml") for name in crd_files())
 LOGS = Path(os.environ.get("TPFABRIC_TEST_LOGS", "/tmp/tpfabric-test-logs"))
 
 
@@ -139,10 +141,12 @@ def wait_serving(cluster: LocalCluster) -> None:
 
 
 def apply_crd(cluster: LocalCluster) -> None:
-    """Apply the generated CRD; wait until it is established and served (:func:`wait_serving`)."""
-    applied = run_kubectl(cluster, "apply", "-f", str(CRD_FILE))
+    """Apply the generated CRDs (crds/: TensorParallelJob, Gang); wait until they are established
+    and TensorParallelJobs are served (:func:`wait_serving`)."""
+    applied = run_kubectl(cluster, "apply", "-f", str(CRD_FILE.parent))
     assert applied.returncode == 0, applied.stderr
-    ready = run_kubectl(cluster, "wait", "--for=condition=Established", f"crd/{crd_name()}")
+    names = [f"crd/{name}" for name in CRD_NAMES]
+    ready = run_kubectl(cluster, "wait", "--for=condition=Established", *names)
     assert ready.returncode == 0, ready.stderr
     wait_serving(cluster)
 

@@ -8,9 +8,12 @@ configuration a cluster gets. No placer runs in this module: a gated gang pod st
 
 from __future__ import annotations
 
+import base64
 import json
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -19,8 +22,13 @@ from kubernetes.client.rest import ApiException
 from conftest import gang_pod, opt_in, run_kubectl, wait_for
 from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
-from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_localcluster.gang_webhook import GangWebhook, start_gang_webhook
+from tpfabric_localcluster.cluster import LocalCluster, free_ports
+from tpfabric_localcluster.gang_webhook import (
+    NAMESPACE_LABEL,
+    GangWebhook,
+    start_gang_webhook,
+    webhook_configuration,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -160,3 +168,82 @@ def test_with_the_webhook_down_other_pods_are_created_and_gang_pods_wait_for_it(
         webhook.start()
     core.create_namespaced_pod(enabled, gang_pod("late-0", labels))  # the controller's retry
     _wired(core.read_namespaced_pod("late-0", enabled), "late")
+
+
+def test_the_webhook_makes_its_certificate_and_rotates_it_without_cert_manager(
+    local_cluster: LocalCluster, api: client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """``--manage-certs``: the CA and serving pair in a Secret, the CA in the configuration's
+    caBundle (the API server then trusts the webhook), and a new pair when the Secret goes."""
+    core, registrations = client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
+    (port,) = free_ports(1)
+    # the API server reaches it by name: the serving certificate's names are the Service's
+    config = webhook_configuration({"url": f"https://localhost:{port}/mutate-pods"})
+    config["metadata"]["name"] = "tpfabric-gangs-certs"
+    for hook in config["webhooks"]:
+        hook["namespaceSelector"] = {"matchLabels": {NAMESPACE_LABEL: "managed-certs"}}
+    registrations.create_mutating_webhook_configuration(config)
+    argv = [
+        sys.executable,
+        "-m",
+        "tpfabric_operator.webhook",
+        f"--cert-dir={tmp_path}",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        "--init-image=tpfabric/rdma-init:dev",
+        "--manage-certs",
+        f"--kubeconfig={local_cluster.kubeconfig}",
+        f"--namespace={namespace}",
+        "--secret=gang-webhook-tls",
+        "--service=localhost",
+        "--webhook-configuration=tpfabric-gangs-certs",
+        "--renew-check-seconds=1",
+        "--reload-seconds=1",
+    ]
+    local_cluster.add_component("gang-webhook-certs", argv)
+    try:
+
+        def secret_ca() -> bytes | None:
+            try:
+                data = core.read_namespaced_secret("gang-webhook-tls", namespace).data or {}
+            except ApiException:
+                return None
+            return base64.b64decode(data["ca.crt"]) if len(data) == 4 else None
+
+        first = wait_for(secret_ca, 30, what="the webhook's Secret")
+
+        def trusted(ca: bytes) -> bool:
+            hooks = registrations.read_mutating_webhook_configuration(config["metadata"]["name"])
+            bundles = {h.client_config.ca_bundle for h in hooks.webhooks}
+            return bundles == {base64.b64encode(ca).decode()}
+
+        wait_for(lambda: trusted(first), 30, what="the CA in every webhook's caBundle")
+        core.patch_namespace(
+            namespace, {"metadata": {"labels": {NAMESPACE_LABEL: "managed-certs"}}}
+        )
+        labels = {GANG_NAME_LABEL: "certs", GANG_SIZE_LABEL: "2"}
+        core.create_namespaced_pod(namespace, gang_pod("certs-0", labels))
+        _wired(core.read_namespaced_pod("certs-0", namespace), "certs")
+
+        core.delete_namespaced_secret("gang-webhook-tls", namespace)  # lost, or rotated away
+        second = wait_for(
+            lambda: (ca := secret_ca()) is not None and ca != first and ca,
+            30,
+            what="a new CA in the Secret",
+        )
+        wait_for(lambda: trusted(second), 30, what="the new CA in every caBundle")
+
+        def admitted_with_the_new_pair() -> bool:
+            try:
+                core.create_namespaced_pod(namespace, gang_pod("certs-1", labels))
+            except ApiException as err:  # the old pair served until the files were read again
+                if "failed calling webhook" not in str(err.body):
+                    raise
+                return False
+            return True
+
+        wait_for(admitted_with_the_new_pair, 30, interval=1, what="a pod admitted after rotation")
+        _wired(core.read_namespaced_pod("certs-1", namespace), "certs")
+    finally:
+        local_cluster.stop_component("gang-webhook-certs")
+        registrations.delete_mutating_webhook_configuration(config["metadata"]["name"])

@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client
 from typer.testing import CliRunner
 
-from conftest import FabricFactory, apply_crd, wait_for, wait_serving
+from conftest import CRD_NAMES, FabricFactory, apply_crd, wait_for, wait_serving
 from conftest import run_kubectl as kubectl
 from tpfabric_cli.main import app
 from tpfabric_core.api.crd import crd_name
@@ -76,6 +76,20 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], list[str]]] = {
         ["--api-versions", SERVICE_MONITOR_API],
     ),
     "kind-e2e": (yaml.safe_load((KIND / "values.yaml").read_text()), []),
+    "gang-webhook": (
+        {
+            "gangWebhook": {
+                "enabled": True,
+                "rdmaCount": 8,
+                "levels": {
+                    "leaf": "topology.tpfabric.io/leaf",
+                    "spine": "topology.tpfabric.io/spine",
+                },
+                "owners": ["LeaderWorkerSet"],
+            }
+        },
+        [],
+    ),
     "fabric-agent": (
         {
             "fabricAgent": {
@@ -325,28 +339,33 @@ def test_the_kind_script_parses() -> None:
 # -- on the local control plane ------------------------------------------------------------------
 
 
-def _crd_exists(cluster: LocalCluster) -> bool:
-    return (
-        kubectl(cluster, "get", "crd", crd_name(), "--ignore-not-found", "-o", "name").stdout != ""
-    )
+def _crd_exists(cluster: LocalCluster, name: str | None = None) -> bool:
+    found = kubectl(cluster, "get", "crd", name or crd_name(), "--ignore-not-found", "-o", "name")
+    return found.stdout != ""
 
 
 def _delete_crd(cluster: LocalCluster) -> None:
-    """Delete the CRD (if it is there) once it is served, and wait until it is gone."""
-    if not _crd_exists(cluster):
+    """Delete the CRDs (those there) once TensorParallelJobs are served; wait until they go."""
+    present = [name for name in CRD_NAMES if _crd_exists(cluster, name)]
+    if not present:
         return
-    wait_serving(cluster)
-    deleted = kubectl(cluster, "delete", "crd", crd_name(), "--ignore-not-found", "--wait=false")
+    if crd_name() in present:
+        wait_serving(cluster)
+    deleted = kubectl(cluster, "delete", "crd", *present, "--ignore-not-found", "--wait=false")
     assert deleted.returncode == 0, deleted.stderr
     # a stalled delete (see wait_serving) still ends at the finalizer's resync, within 5 minutes
-    wait_for(lambda: not _crd_exists(cluster), timeout=330, what="the CRD to be deleted")
+    wait_for(
+        lambda: not any(_crd_exists(cluster, name) for name in present),
+        timeout=330,
+        what="the CRDs to be deleted",
+    )
 
 
 @pytest.fixture
 def without_tpj_crd(local_cluster: LocalCluster) -> Iterator[None]:
-    """Run without the CRD (other tests may have applied it), restoring it afterwards.
+    """Run without the CRDs (other tests may have applied them), restoring them afterwards.
 
-    The CRD is restored even when removing it failed, so one failure cannot take the CRD away
+    The CRDs are restored even when removing them failed, so one failure cannot take them away
     from every later test of the session.
     """
     existed = _crd_exists(local_cluster)
@@ -391,6 +410,7 @@ def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
         "crds": {"keep": False},
         "discovery": {"enabled": True, "source": {"type": "fabric", "data": SMALL_FABRIC}},
         "podDisruptionBudget": {"enabled": True},
+        "gangWebhook": {"enabled": True},
     }
     kubeconfig = f"--kubeconfig={local_cluster.kubeconfig}"
     installed = run_helm(
@@ -404,13 +424,17 @@ def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
     )
     kinds = {d["kind"] for d in documents(manifest.stdout)}
     assert {"CustomResourceDefinition", "ClusterRole", "Deployment", "Job"} <= kinds
+    assert "MutatingWebhookConfiguration" in kinds
     existing = kubectl(local_cluster, "get", "-f", "-", "-o", "name", stdin=manifest.stdout)
     assert existing.returncode == 0, existing.stderr
     assert len(existing.stdout.split()) == len(documents(manifest.stdout))
     # the controllers' pods pass Pod Security "restricted" admission (they stay Pending: no nodes)
     wait_for(
-        lambda: _pods_of(api, namespace, "tpf") == {"operator", "scheduler", "discovery"},
-        what="pods of the operator, the scheduler and the discovery Job",
+        lambda: (
+            _pods_of(api, namespace, "tpf")
+            == {"operator", "scheduler", "discovery", "gang-webhook"}
+        ),
+        what="pods of the operator, the scheduler, the gang webhook and the discovery Job",
     )
 
     # the release's CRD serves TensorParallelJobs (deleting it unserved can stall: wait_serving)
