@@ -63,14 +63,25 @@ def toolchain_build(
             "(the version-skew check of the integration tier).",
         ),
     ] = False,
+    controllers: Annotated[
+        bool,
+        typer.Option(
+            "--controllers",
+            help="Also build the LeaderWorkerSet and JobSet controllers (the integration tier's "
+            "gangs made by other controllers).",
+        ),
+    ] = False,
 ) -> None:
     """Build (or find) every binary the local control plane needs; cached per version."""
     from tpfabric_localcluster.toolchain import (  # noqa: PLC0415
+        BINARIES,
+        CONTROLLER_BINARIES,
         ensure_minimum_toolchain,
         ensure_toolchain,
     )
 
-    toolchain = ensure_toolchain(log=_progress)
+    wanted = (*BINARIES, *CONTROLLER_BINARIES) if controllers else BINARIES
+    toolchain = ensure_toolchain(wanted, log=_progress)
     if minimum:
         oldest = ensure_minimum_toolchain(log=_progress)
         for name in ("kube-apiserver", "kube-scheduler", "kube-controller-manager"):

@@ -1,7 +1,8 @@
 """Find or build the binaries of the local control plane, cached per version outside the repo.
 
 Versions are pinned in one place each: the ``require`` lines of the wrapper modules under
-``e2e/toolchain/`` (Kubernetes, etcd) and :data:`GO_INSTALL_TOOLS` (kwok, helm, kind, kueue).
+``e2e/toolchain/`` (Kubernetes, etcd) and :data:`GO_INSTALL_TOOLS` (kwok, helm, kind, kueue, and
+on demand the LWS and JobSet controllers).
 
 Lookup order for every binary: ``$KUBEBUILDER_ASSETS`` (taken as the user's explicit choice), the
 cache (``$TPFABRIC_CACHE``, else ``$XDG_CACHE_HOME/tpfabric``, else ``~/.cache/tpfabric``), then
@@ -62,6 +63,21 @@ KUEUE_MANIFESTS = ("config/components/crd/bases", "config/components/webhook")
 #: Binaries the local control plane and its tests need (kind only for the Docker e2e; kueue for
 #: the queueing tests, ~4 min more on a cold cache).
 BINARIES = (*KUBERNETES_BINARIES, "etcd", "kwok", "helm", "kueue")
+#: The workload controllers whose gangs tpfabric places (LWS, JobSet): built only on demand by
+#: ``tpfabric toolchain build --controllers`` for the integration tier (minutes on 2 cores).
+CONTROLLER_BINARIES = ("lws", "jobset")
+#: Built together from the wrapper e2e/toolchain/controllers (one compile of the client-go and
+#: controller-runtime they share): binary -> (its main package, its module).
+CONTROLLER_PACKAGES = {
+    "lws": ("sigs.k8s.io/lws/cmd", "sigs.k8s.io/lws"),
+    "jobset": ("sigs.k8s.io/jobset", "sigs.k8s.io/jobset"),
+}
+#: Their manifests the local control plane installs (CRDs and webhook configurations), copied
+#: out of each module beside its binary: binary -> folders of the module.
+CONTROLLER_MANIFESTS = {
+    "lws": ("config/crd/bases", "config/webhook"),
+    "jobset": ("config/components/crd/bases", "config/components/webhook"),
+}
 #: kwok's own default stages (node-fast, node heartbeat with lease, pod-fast), copied from the
 #: kwok module next to the binary at build time: the kwok binary has none built in.
 KWOK_STAGES = (
@@ -107,13 +123,19 @@ def pinned_versions() -> dict[str, str]:
             WRAPPERS / "kubernetes-minimum" / "go.mod", "k8s.io/kubernetes"
         ),
         "etcd": _require_version(WRAPPERS / "etcd" / "go.mod", "go.etcd.io/etcd/server/v3"),
+        "controllers": "-".join(
+            _require_version(WRAPPERS / "controllers" / "go.mod", module)
+            for _, module in CONTROLLER_PACKAGES.values()
+        ),
     }
     versions.update({tool: version for tool, (_, version) in GO_INSTALL_TOOLS.items()})
     return versions
 
 
 def _group_of(binary: str) -> str:
-    return "kubernetes" if binary in KUBERNETES_BINARIES else binary
+    if binary in KUBERNETES_BINARIES:
+        return "kubernetes"
+    return "controllers" if binary in CONTROLLER_PACKAGES else binary
 
 
 def _group_folder(group: str, versions: dict[str, str]) -> Path:
@@ -342,6 +364,21 @@ def _build_group(group: str, versions: dict[str, str], log: Callable[[str], None
         packages = [f"k8s.io/kubernetes/cmd/{b}" for b in binaries]
         argv = [go, "build", "-v", "-trimpath", "-ldflags", _ldflags(version), "-o", f"{partial}/"]
         _run_with_progress(group, [*argv, *packages], WRAPPERS / group, env, log)
+    elif group == "controllers":
+        packages = [package for package, _ in CONTROLLER_PACKAGES.values()]
+        argv = [go, "build", "-v", "-trimpath", "-ldflags=-s -w", "-o", f"{partial}/"]
+        _run_with_progress(group, [*argv, *packages], WRAPPERS / group, env, log)
+        go_mod = WRAPPERS / group / "go.mod"
+        for binary, (package, module) in CONTROLLER_PACKAGES.items():
+            built = partial / Path(package).name  # go build names it after the package
+            if built.name != binary:
+                built.rename(partial / binary)
+            source = Path(
+                _module_info(go, f"{module}@{_require_version(go_mod, module)}", env)["Dir"]
+            )
+            for folder in CONTROLLER_MANIFESTS[binary]:
+                target = partial / "config" / binary / Path(folder).name
+                shutil.copytree(source / folder, target, dirs_exist_ok=True)
     elif group == "etcd":
         argv = [go, "build", "-v", "-trimpath", "-ldflags=-s -w", "-o", str(partial / "etcd"), "."]
         _run_with_progress(group, argv, WRAPPERS / "etcd", env, log)
@@ -358,6 +395,7 @@ def _build_group(group: str, versions: dict[str, str], log: Callable[[str], None
             _copy_kwok_stages(go, version, partial / "stages", env)
         if group == "kueue":
             _copy_kueue_manifests(go, version, partial / "config", env)
+
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)
 

@@ -1,0 +1,8 @@
+//go:build tools
+
+package tools
+
+import (
+	_ "sigs.k8s.io/jobset"
+	_ "sigs.k8s.io/lws/cmd"
+)

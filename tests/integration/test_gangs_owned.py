@@ -1,0 +1,263 @@
+"""Gangs the real LeaderWorkerSet and JobSet controllers make, placed by tpfabric (issue 34).
+
+LWS v0.9.0 and JobSet v0.12.0 are built from the Go module proxy (``tpfabric toolchain build
+--controllers``) and run on the local control plane with their own webhooks on loopback, beside
+the gang webhook, the operator and the placer. Nothing tpfabric-specific is in their manifests
+but the namespace's opt-in label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from conftest import FabricFactory, clear_jobs_and_pods, opt_in, wait_for
+from tpfabric_core.api import GROUP, SCHEDULER_NAME, VERSION
+from tpfabric_core.api.gang import GANG_PLURAL
+from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_localcluster.cluster import LocalCluster
+from tpfabric_localcluster.gang_webhook import GangWebhook, start_gang_webhook
+from tpfabric_localcluster.toolchain import find_toolchain
+from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
+from tpfabric_localcluster.workload_controllers import (
+    JOBSET,
+    LWS,
+    start_workload_controller,
+)
+
+pytestmark = pytest.mark.integration
+
+FABRIC = """
+name: owned
+rails: 8
+railOptimized: true
+rdmaResource: rdma/ib
+node: {gpus: 8, rdma: 8, cpu: "128", memory: 2Ti, pods: 110}
+blocks:
+- name: own
+  spines:
+  - name: own-su
+    leaves:
+    - {name: own-leaf1, nodes: ["own-l1-[01-04]"]}
+    - {name: own-leaf2, nodes: ["own-l2-[01-04]"]}
+    - {name: own-leaf3, nodes: ["own-l3-[01-04]"]}
+"""
+
+CONTAINER = {
+    "name": "main",
+    "image": "registry.local/vllm:1",
+    "resources": {"limits": {"nvidia.com/gpu": "8", "cpu": "1"}},
+}
+
+
+@pytest.fixture(scope="module")
+def controllers(tpfabric_scheduling: LocalCluster, api: client.ApiClient) -> Iterator[None]:
+    """LWS, JobSet, the gang webhook (configured) and the operator, beside the placer."""
+    missing = find_toolchain(("lws", "jobset")).missing
+    if missing:
+        pytest.fail(
+            f"missing {missing}: run `tpfabric toolchain build --controllers` (the "
+            "`make test` target does it)",
+            pytrace=False,
+        )
+    for controller in (LWS, JOBSET):
+        start_workload_controller(tpfabric_scheduling, controller)
+    start_operator(tpfabric_scheduling)
+    hook: GangWebhook = start_gang_webhook(tpfabric_scheduling)
+    registrations = client.AdmissionregistrationV1Api(api)
+    config = hook.configuration()
+    registrations.create_mutating_webhook_configuration(config)
+    yield
+    registrations.delete_mutating_webhook_configuration(config["metadata"]["name"])
+    hook.stop()
+    tpfabric_scheduling.stop_component(OPERATOR)
+    for controller in (LWS, JOBSET):
+        tpfabric_scheduling.stop_component(controller.component)
+    # their webhooks would refuse their objects (and pods) with nobody answering
+    for item in registrations.list_mutating_webhook_configuration().items:
+        if item.metadata.name.startswith(("lws-", "jobset-")):
+            registrations.delete_mutating_webhook_configuration(item.metadata.name)
+    for item in registrations.list_validating_webhook_configuration().items:
+        if item.metadata.name.startswith(("lws-", "jobset-")):
+            registrations.delete_validating_webhook_configuration(item.metadata.name)
+
+
+@pytest.fixture
+def enabled(
+    controllers: None, api: client.ApiClient, namespace: str, fake_nodes: FabricFactory
+) -> Iterator[str]:
+    """The test's namespace, opted in, with three leaves of four nodes."""
+    fake_nodes(FABRIC)
+    yield opt_in(api, namespace)
+    custom = client.CustomObjectsApi(api)
+    for group, version, plural in (
+        ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+        ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    ):  # the owners first: they would make the pods again
+        custom.delete_collection_namespaced_custom_object(
+            group, version, namespace, plural, propagation_policy="Foreground"
+        )
+    clear_jobs_and_pods(api, namespace)
+
+
+def leaf_of(node: str) -> str:
+    return node.split("-")[1]  # own-l2-03 -> l2
+
+
+def bound_pods(core: client.CoreV1Api, namespace: str, selector: str, count: int) -> Any:
+    def bound() -> list[client.V1Pod] | None:
+        pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+        return pods if len(pods) == count and all(p.spec.node_name for p in pods) else None
+
+    def explain() -> str:
+        return "\n".join(
+            f"{p.metadata.name}: gang {p.metadata.labels.get(GANG_LABEL)} rank "
+            f"{p.metadata.labels.get(RANK_LABEL)} gates "
+            f"{[g.name for g in p.spec.scheduling_gates or []]} node {p.spec.node_name}"
+            for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+        )
+
+    return wait_for(bound, 120, what=f"{count} pods bound ({selector})", explain=explain)
+
+
+def test_a_leader_worker_set_of_three_groups_lands_one_group_per_leaf(
+    api: client.ApiClient, enabled: str
+) -> None:
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "vllm"},
+        "spec": {
+            "replicas": 3,
+            "leaderWorkerTemplate": {
+                "size": 4,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "workerTemplate": {"spec": {"containers": [CONTAINER]}},
+            },
+        },
+    }
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(
+        "leaderworkerset.x-k8s.io", "v1", enabled, "leaderworkersets", lws
+    )
+    core = client.CoreV1Api(api)
+    pods = bound_pods(core, enabled, "leaderworkerset.sigs.k8s.io/name=vllm", 12)
+    groups: dict[str, dict[str, str]] = {}
+    for pod in pods:
+        labels = pod.metadata.labels
+        groups.setdefault(labels[GANG_LABEL], {})[labels[RANK_LABEL]] = pod.spec.node_name
+        assert pod.spec.scheduler_name == SCHEDULER_NAME
+        assert pod.spec.init_containers[0].name == "rdma-init"
+        env = {e.name: e.value for e in pod.spec.containers[0].env or []}
+        assert env["NCCL_CONF_FILE"] == "/tpfabric/nccl.conf"
+    assert sorted(groups) == ["vllm-0", "vllm-1", "vllm-2"], "one gang per LWS group"
+    for gang, ranks in groups.items():
+        assert sorted(ranks) == ["0", "1", "2", "3"], f"{gang}: the leader is 0, workers 1-3"
+        assert len({leaf_of(n) for n in ranks.values()}) == 1, f"{gang} in one leaf: {ranks}"
+    leaves = [leaf_of(next(iter(ranks.values()))) for ranks in groups.values()]
+    assert sorted(leaves) == ["l1", "l2", "l3"], "one group per leaf"
+    owner = custom.get_namespaced_custom_object(
+        "leaderworkerset.x-k8s.io", "v1", enabled, "leaderworkersets", "vllm"
+    )
+    for gang in groups:
+        record = custom.get_namespaced_custom_object(GROUP, VERSION, enabled, GANG_PLURAL, gang)
+        assert record["spec"]["workers"] == 4
+        assert record["spec"]["owner"] == {"kind": "LeaderWorkerSet", "name": "vllm"}
+        (reference,) = record["metadata"]["ownerReferences"]
+        assert reference["uid"] == owner["metadata"]["uid"], "collected with its LWS"
+        assert record["status"]["placement"]["state"] == "Planned"
+
+
+def test_a_jobset_of_two_jobs_of_four_lands_whole_ranked_by_job_then_index(
+    api: client.ApiClient, enabled: str
+) -> None:
+    pod_spec = {"containers": [CONTAINER], "restartPolicy": "Never"}
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "train"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 2,
+                    "template": {
+                        "spec": {
+                            "parallelism": 4,
+                            "completions": 4,
+                            "completionMode": "Indexed",
+                            "backoffLimit": 0,
+                            "template": {"spec": pod_spec},
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", enabled, "jobsets", jobset
+    )
+
+    def recorded() -> dict[str, Any] | None:
+        try:
+            return dict(
+                custom.get_namespaced_custom_object(GROUP, VERSION, enabled, GANG_PLURAL, "train")
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            return None
+
+    # read while the pods live: kwok runs a Job's pods to completion, and the record goes after
+    record = wait_for(recorded, 60, what="the JobSet's Gang record")
+    assert record["spec"]["workers"] == 8, "2 replicated jobs x parallelism 4, from the JobSet"
+    assert record["spec"]["owner"] == {"kind": "JobSet", "name": "train"}
+    core = client.CoreV1Api(api)
+    pods = bound_pods(core, enabled, "jobset.sigs.k8s.io/jobset-name=train", 8)
+    assert {p.metadata.labels[GANG_LABEL] for p in pods} == {"train"}, "one gang per JobSet"
+    ranks = {
+        (
+            int(p.metadata.labels["jobset.sigs.k8s.io/job-index"]),
+            int(p.metadata.annotations["batch.kubernetes.io/job-completion-index"]),
+        ): int(p.metadata.labels[RANK_LABEL])
+        for p in pods
+    }
+    assert ranks == {(job, index): job * 4 + index for job in range(2) for index in range(4)}
+    nodes = [p.spec.node_name for p in pods]
+    assert len(set(nodes)) == 8, "one pod per node"
+
+
+EXAMPLES = Path(__file__).parents[2] / "examples" / "gangs"
+
+
+@pytest.mark.parametrize(
+    ("example", "selector", "pods", "gangs"),
+    [
+        ("vllm-lws.yaml", "leaderworkerset.sigs.k8s.io/name=vllm-405b", 4, 2),
+        ("jobset-train.yaml", "jobset.sigs.k8s.io/jobset-name=train-70b", 4, 1),
+    ],
+)
+def test_the_examples_are_placed_as_they_are(
+    api: client.ApiClient, enabled: str, example: str, selector: str, pods: int, gangs: int
+) -> None:
+    """examples/gangs/: plain LWS and JobSet manifests, each gang whole in one leaf."""
+    manifest = yaml.safe_load((EXAMPLES / example).read_text())
+    group, version = manifest["apiVersion"].split("/")
+    plural = {"LeaderWorkerSet": "leaderworkersets", "JobSet": "jobsets"}[manifest["kind"]]
+    manifest["metadata"]["namespace"] = enabled
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        group, version, enabled, plural, manifest
+    )
+    bound = bound_pods(client.CoreV1Api(api), enabled, selector, pods)
+    by_gang: dict[str, set[str]] = {}
+    for pod in bound:
+        by_gang.setdefault(pod.metadata.labels[GANG_LABEL], set()).add(leaf_of(pod.spec.node_name))
+    assert len(by_gang) == gangs
+    assert all(len(leaves) == 1 for leaves in by_gang.values()), by_gang
