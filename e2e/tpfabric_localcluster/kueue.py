@@ -23,6 +23,7 @@ import yaml
 
 from tpfabric_localcluster.cluster import LocalCluster, free_ports
 from tpfabric_localcluster.toolchain import find_toolchain
+from tpfabric_localcluster.workload_controllers import crds_on_loopback, loopback
 
 __all__ = ["KUEUE", "KUEUE_NAMESPACE", "PodsReadyWait", "start_kueue"]
 
@@ -30,25 +31,6 @@ KUEUE = "kueue-controller"
 KUEUE_NAMESPACE = "kueue-system"
 TPJ_FRAMEWORK = "TensorParallelJob.v1alpha1.tpfabric.io"
 METRICS_CERTS = "/etc/kueue/metrics/certs"
-
-
-def _url(config: dict[str, Any], port: int, ca: str) -> None:
-    """Point a webhook ``clientConfig`` at loopback instead of Kueue's Service."""
-    path = (config.get("service") or {}).get("path", "/")
-    config.pop("service", None)
-    config["url"] = f"https://127.0.0.1:{port}{path}"
-    config["caBundle"] = ca
-
-
-def _crds(folder: Path, port: int, ca: str) -> list[dict[str, Any]]:
-    crds = []
-    for file in sorted(folder.glob("*.yaml")):
-        crd = yaml.safe_load(file.read_text())
-        conversion = crd["spec"].get("conversion") or {}
-        if conversion.get("strategy") == "Webhook":
-            _url(conversion["webhook"]["clientConfig"], port, ca)
-        crds.append(crd)
-    return crds
 
 
 def _webhooks(manifest: Path, port: int, ca: str) -> list[dict[str, Any]]:
@@ -63,7 +45,7 @@ def _webhooks(manifest: Path, port: int, ca: str) -> list[dict[str, Any]]:
             if "kueue-x-k8s-io" in (h["clientConfig"].get("service") or {}).get("path", "")
         ]
         for hook in hooks:
-            _url(hook["clientConfig"], port, ca)
+            loopback(hook["clientConfig"], port, ca)
         doc["metadata"]["name"] = f"kueue-{doc['metadata']['name']}"
         doc["webhooks"] = hooks
         configs.append(doc)
@@ -184,7 +166,7 @@ def start_kueue(
     ca = base64.b64encode((pki / "ca.crt").read_bytes()).decode()
     webhook_port, probe_port = free_ports(2)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}
-    crds = _crds(manifests / "bases", webhook_port, ca)
+    crds = crds_on_loopback(manifests / "bases", webhook_port, ca)
     _kubectl_apply(cluster, [namespace, *crds])
     names = [f"crd/{crd['metadata']['name']}" for crd in crds]
     _kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", *names)

@@ -24,7 +24,14 @@ import yaml
 from tpfabric_localcluster.cluster import LocalCluster, free_ports
 from tpfabric_localcluster.toolchain import find_toolchain
 
-__all__ = ["JOBSET", "LWS", "WorkloadController", "start_workload_controller"]
+__all__ = [
+    "JOBSET",
+    "LWS",
+    "WorkloadController",
+    "crds_on_loopback",
+    "loopback",
+    "start_workload_controller",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,21 +62,23 @@ JOBSET = WorkloadController(
 )
 
 
-def _loopback(config: dict[str, Any], port: int, ca: str) -> None:
-    """Point a webhook ``clientConfig`` at loopback instead of the controller's Service."""
+def loopback(config: dict[str, Any], port: int, ca: str) -> None:
+    """Point a webhook ``clientConfig`` at ``https://127.0.0.1:port`` (its path kept) instead of
+    the controller's Service, trusted by the cluster's CA ``ca`` (base64)."""
     path = (config.get("service") or {}).get("path", "/")
     config.pop("service", None)
     config["url"] = f"https://127.0.0.1:{port}{path}"
     config["caBundle"] = ca
 
 
-def _crds(folder: Path, port: int, ca: str) -> list[dict[str, Any]]:
+def crds_on_loopback(folder: Path, port: int, ca: str) -> list[dict[str, Any]]:
+    """Return the CRDs of ``folder``, their conversion webhooks (if any) on loopback."""
     crds = []
     for file in sorted(folder.glob("*.yaml")):
         crd = yaml.safe_load(file.read_text())
         conversion = crd["spec"].get("conversion") or {}
         if conversion.get("strategy") == "Webhook":
-            _loopback(conversion["webhook"]["clientConfig"], port, ca)
+            loopback(conversion["webhook"]["clientConfig"], port, ca)
         crds.append(crd)
     return crds
 
@@ -82,7 +91,7 @@ def _webhooks(
         if not doc:
             continue
         for hook in doc.get("webhooks") or []:
-            _loopback(hook["clientConfig"], port, ca)
+            loopback(hook["clientConfig"], port, ca)
             if "pods" in hook["rules"][0]["resources"]:  # their kustomize patches do this
                 hook["objectSelector"] = {
                     "matchExpressions": [{"key": controller.pod_label, "operator": "Exists"}]
@@ -130,7 +139,7 @@ def start_workload_controller(cluster: LocalCluster, controller: WorkloadControl
     shutil.copyfile(pki / "apiserver.key", certs / "tls.key")
     ca = base64.b64encode((pki / "ca.crt").read_bytes()).decode()
     webhook_port, probe_port = free_ports(2)
-    crds = _crds(manifests / controller.crd_folder, webhook_port, ca)
+    crds = crds_on_loopback(manifests / controller.crd_folder, webhook_port, ca)
     _apply(cluster, crds, *(f"crd/{crd['metadata']['name']}" for crd in crds))
     config = folder / "config.yaml"
     config.write_text(
