@@ -32,6 +32,14 @@ def placement(ctx: typer.Context) -> None:
     raise typer.Exit(main(list(ctx.args)))
 
 
+@app.command("webhook", context_settings=_PASS_THROUGH, add_help_option=False)
+def webhook(ctx: typer.Context) -> None:
+    """Gang webhook admission latency over HTTPS, p50/p99 (--reviews 2000 --json F)."""
+    from tpfabric_bench.webhook import main  # noqa: PLC0415
+
+    raise typer.Exit(main(list(ctx.args)))
+
+
 @app.command("extender", context_settings=_PASS_THROUGH, add_help_option=False)
 def extender(ctx: typer.Context) -> None:
     """Extender latency at 1,000/5,000 nodes and scheduler pods/s (--skip-cluster --json F)."""

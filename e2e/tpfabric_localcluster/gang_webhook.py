@@ -12,13 +12,13 @@ from __future__ import annotations
 import base64
 import shutil
 import ssl
-import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from tpfabric_localcluster.cluster import LocalCluster, free_ports
+from tpfabric_operator.webhook import command_line
 
 __all__ = [
     "GANG_WEBHOOK",
@@ -136,15 +136,7 @@ def start_gang_webhook(
     shutil.copyfile(pki / "apiserver.crt", certs / "tls.crt")
     shutil.copyfile(pki / "apiserver.key", certs / "tls.key")
     (port,) = free_ports(1)
-    argv = [
-        sys.executable,
-        "-m",
-        "tpfabric_operator.webhook",
-        f"--cert-dir={certs}",
-        "--host=127.0.0.1",
-        f"--port={port}",
-        f"--init-image={init_image}",
-    ]
+    argv = command_line(certs, port, init_image)
     webhook = GangWebhook(cluster, port, pki / "ca.crt", argv)
     webhook.start(timeout)
     return webhook

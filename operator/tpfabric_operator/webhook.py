@@ -23,6 +23,7 @@ import asyncio
 import logging
 import os
 import ssl
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +50,7 @@ from tpfabric_operator.gang_admission import (
 )
 from tpfabric_operator.webhook_certs import CertKeeper
 
-__all__ = ["WebhookMetrics", "main", "make_app", "serve"]
+__all__ = ["WebhookMetrics", "command_line", "main", "make_app", "serve"]
 
 log = logging.getLogger("tpfabric.webhook")
 MAX_BODY = 8 * 1024 * 1024  # a pod is at most 1.5 MiB in etcd; its review is a few times that
@@ -188,6 +189,20 @@ async def _keep(keeper: CertKeeper, every: float) -> None:
             await asyncio.to_thread(keeper.ensure)
         except Exception:  # the old certificate serves on; the next check tries again
             log.exception("the webhook certificate could not be checked")
+
+
+def command_line(cert_dir: Path, port: int, init_image: str, *extra: str) -> list[str]:
+    """Return the command that runs the webhook on loopback (the local cluster, the benchmark)."""
+    return [
+        sys.executable,
+        "-m",
+        "tpfabric_operator.webhook",
+        f"--cert-dir={cert_dir}",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        f"--init-image={init_image}",
+        *extra,
+    ]
 
 
 def _level(text: str) -> tuple[str, str]:
