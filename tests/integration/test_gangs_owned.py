@@ -261,3 +261,61 @@ def test_the_examples_are_placed_as_they_are(
         by_gang.setdefault(pod.metadata.labels[GANG_LABEL], set()).add(leaf_of(pod.spec.node_name))
     assert len(by_gang) == gangs
     assert all(len(leaves) == 1 for leaves in by_gang.values()), by_gang
+
+
+def test_a_tpj_and_an_lws_share_the_leaves_and_the_gang_left_over_waits_whole(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """One engine for both kinds: a TensorParallelJob holds a leaf, two LWS groups take the two
+    others, the third group waits whole (none of its pods bound) until the job goes."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    job = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TensorParallelJob",
+        "metadata": {"name": "train"},
+        "spec": {
+            "workers": 4,
+            "tensorParallelSize": 8,
+            "topology": {"mode": "required", "level": "leaf"},
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+        },
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, enabled, "tensorparalleljobs", job)
+    bound_pods(core, enabled, "tpfabric.io/job-name=train", 4)
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "serve"},
+        "spec": {
+            "replicas": 3,
+            "leaderWorkerTemplate": {
+                "size": 4,
+                "workerTemplate": {"spec": {"containers": [CONTAINER]}},
+            },
+        },
+    }
+    custom.create_namespaced_custom_object(
+        "leaderworkerset.x-k8s.io", "v1", enabled, "leaderworkersets", lws
+    )
+    selector = "leaderworkerset.sigs.k8s.io/name=serve"
+
+    def settled() -> dict[str, list[str | None]] | None:
+        pods = core.list_namespaced_pod(enabled, label_selector=selector).items
+        groups: dict[str, list[str | None]] = {}
+        for pod in pods:
+            groups.setdefault(pod.metadata.labels.get(GANG_LABEL, ""), []).append(
+                pod.spec.node_name
+            )
+        placed = [g for g, nodes in groups.items() if len(nodes) == 4 and all(nodes)]
+        return groups if len(pods) == 12 and len(placed) == 2 else None
+
+    groups = wait_for(settled, 120, what="two LWS groups placed beside the job")
+    (waiting,) = [g for g, nodes in groups.items() if not all(nodes)]
+    assert not any(groups[waiting]), f"{waiting} waits whole: no pod of it bound"
+    record = custom.get_namespaced_custom_object(GROUP, VERSION, enabled, GANG_PLURAL, waiting)
+    placement = record["status"]["placement"]
+    assert placement["state"] == "Waiting"
+    assert placement["message"]
+    custom.delete_namespaced_custom_object(GROUP, VERSION, enabled, "tensorparalleljobs", "train")
+    pods = bound_pods(core, enabled, f"{GANG_LABEL}={waiting}", 4)
+    assert len({leaf_of(p.spec.node_name) for p in pods}) == 1, "the freed leaf, whole"
