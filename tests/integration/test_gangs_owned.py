@@ -319,3 +319,70 @@ def test_a_tpj_and_an_lws_share_the_leaves_and_the_gang_left_over_waits_whole(
     custom.delete_namespaced_custom_object(GROUP, VERSION, enabled, "tensorparalleljobs", "train")
     pods = bound_pods(core, enabled, f"{GANG_LABEL}={waiting}", 4)
     assert len({leaf_of(p.spec.node_name) for p in pods}) == 1, "the freed leaf, whole"
+
+
+def test_a_recreated_lws_group_is_placed_again_in_its_leaf(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """RecreateGroupOnPodRestart: the group's pods go and come back (new pods, same names); the
+    gang's record and plan stay, and the new pods are placed again inside the planned leaf (l3),
+    though leaves l1 and l2 are free by then."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    tenants = []
+    for leaf_number in (1, 2):  # another tenant holds leaves l1 and l2 while the group comes
+        for node in range(1, 5):
+            name = f"tenant-{leaf_number}-{node}"
+            core.create_namespaced_pod(
+                enabled,
+                {
+                    "metadata": {"name": name, "labels": {"app": "tenant"}},
+                    "spec": {
+                        "nodeName": f"own-l{leaf_number}-{node:02d}",
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "x",
+                                "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                            }
+                        ],
+                    },
+                },
+            )
+            tenants.append(name)
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "again"},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": 4,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "workerTemplate": {"spec": {"containers": [CONTAINER]}},
+            },
+        },
+    }
+    custom.create_namespaced_custom_object(
+        "leaderworkerset.x-k8s.io", "v1", enabled, "leaderworkersets", lws
+    )
+    selector = "leaderworkerset.sigs.k8s.io/name=again"
+    before = bound_pods(core, enabled, selector, 4)
+    (leaf,) = {leaf_of(p.spec.node_name) for p in before}
+    assert leaf == "l3", "the only leaf free when the group came"
+    for tenant in tenants:
+        core.delete_namespaced_pod(tenant, enabled, grace_period_seconds=0)
+    wait_for(
+        lambda: not core.list_namespaced_pod(enabled, label_selector="app=tenant").items,
+        what="the other tenant gone: leaves l1 and l2 free",
+    )
+    old = {p.metadata.uid for p in before}
+    core.delete_namespaced_pod("again-0", enabled)  # the leader: LWS makes the group again
+
+    def recreated() -> list[client.V1Pod] | None:
+        pods = core.list_namespaced_pod(enabled, label_selector=selector).items
+        fresh = [p for p in pods if p.metadata.uid not in old and not p.metadata.deletion_timestamp]
+        return fresh if len(fresh) == 4 and all(p.spec.node_name for p in fresh) else None
+
+    after = wait_for(recreated, 120, what="the group made again and bound")
+    assert {leaf_of(p.spec.node_name) for p in after} == {leaf}, "placed again in its leaf"
+    assert sorted(p.metadata.labels[RANK_LABEL] for p in after) == ["0", "1", "2", "3"]
