@@ -346,7 +346,8 @@ class GangPlacer:
         return work
 
     def unfinished_replans(self, now: float, store: ClusterStore | None = None) -> list[JobRecord]:
-        """Return jobs whose plan was dropped (``Replanning``) while pods of that plan remain.
+        """Return jobs whose plan was dropped (``Replanning``) while pods of that plan remain, and
+        Gang records without a plan whose released pods never bound (:meth:`_orphans`).
 
         Dropping a plan writes ``Replanning`` first (so the operator charges no restart for the
         pods that go) and then deletes the job's pods; a placer stopped between the two leaves
@@ -359,17 +360,35 @@ class GangPlacer:
         left = []
         replanning = set()
         for key, job in store.jobs.items():
-            if store.placement_of(job).get("state") != "Replanning":
+            pods = store.workers.get(key, {}).values()
+            state = store.placement_of(job).get("state")
+            if state != "Replanning" and not (
+                job.kind == GANG_KIND and state != "Planned" and self._orphans(pods)
+            ):
                 continue
             replanning.add(job.uid)
             if now - self._replan_deleted.get(job.uid, -math.inf) < REPLAN_DELETE_RETRY_SECONDS:
                 continue
-            pods = store.workers.get(key, {}).values()
             if any(not p.gated and not p.terminal and not p.deleting for p in pods):
                 left.append(job)
         for uid in [u for u in self._replan_deleted if u not in replanning]:
             del self._replan_deleted[uid]  # planned again, or gone
         return left
+
+    def _orphans(self, pods: Iterable[PodRecord]) -> bool:
+        """Return whether a gang without a plan has pods released that this placer did not
+        release and that never bound: released under an earlier record of the same name (a Gang
+        deleted and made again while its owner made its pods again). The extender refuses them
+        (no plan) and nothing releases a pod twice, so the gang would wait for ever; its pods
+        are deleted, and its owner makes them again gated."""
+        return any(
+            not p.gated
+            and p.node is None
+            and not p.terminal
+            and not p.deleting
+            and p.uid not in self._released
+            for p in pods
+        )
 
     def suspended_with_plan(self, store: ClusterStore | None = None) -> list[JobRecord]:
         """Return suspended jobs that still carry a placement (to be dropped)."""
@@ -587,8 +606,9 @@ class GangPlacer:
             log.warning("job %s: deleting the dropped plan's pods failed: %s", job.key, err.reason)
             return
         log.warning(
-            "job %s: its plan was dropped (Replanning) but released pods remained; deleted them "
-            "so the gang is made again and planned afresh",
+            "job %s: released pods remained without a plan that holds them (a dropped plan, or "
+            "an earlier record of the gang); deleted them so the gang is made again and planned "
+            "afresh",
             job.key,
         )
 

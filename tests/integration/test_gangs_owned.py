@@ -8,6 +8,7 @@ but the namespace's opt-in label.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -386,3 +387,40 @@ def test_a_recreated_lws_group_is_placed_again_in_its_leaf(
     after = wait_for(recreated, 120, what="the group made again and bound")
     assert {leaf_of(p.spec.node_name) for p in after} == {leaf}, "placed again in its leaf"
     assert sorted(p.metadata.labels[RANK_LABEL] for p in after) == ["0", "1", "2", "3"]
+
+
+def test_a_record_deleted_while_its_group_is_made_again_does_not_wedge_the_group(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """The record goes (by hand) while LWS makes the group again: pods the old record's plan
+    released and that never bound are deleted, the group is made again and placed whole."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "redo"},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": 4,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "workerTemplate": {"spec": {"containers": [CONTAINER]}},
+            },
+        },
+    }
+    custom.create_namespaced_custom_object(
+        "leaderworkerset.x-k8s.io", "v1", enabled, "leaderworkersets", lws
+    )
+    selector = "leaderworkerset.sigs.k8s.io/name=redo"
+    old = {p.metadata.uid for p in bound_pods(core, enabled, selector, 4)}
+    core.delete_namespaced_pod("redo-0", enabled)
+    time.sleep(0.5)
+    custom.delete_namespaced_custom_object(GROUP, VERSION, enabled, GANG_PLURAL, "redo-0")
+
+    def placed() -> list[client.V1Pod] | None:
+        pods = core.list_namespaced_pod(enabled, label_selector=selector).items
+        fresh = [p for p in pods if p.metadata.uid not in old and not p.metadata.deletion_timestamp]
+        return fresh if len(fresh) == 4 and all(p.spec.node_name for p in fresh) else None
+
+    pods = wait_for(placed, 120, what="the group made again and placed whole")
+    assert len({leaf_of(p.spec.node_name) for p in pods}) == 1

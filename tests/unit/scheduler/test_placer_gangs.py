@@ -68,6 +68,8 @@ def test_a_gang_record_is_planned_whole_into_one_leaf_and_its_pods_released(worl
         view = worker_view(store, args)
     assert view is not None
     assert view.planned_node == plan["nodes"][2]
+    placer.run_cycle()
+    assert writer.deleted == [], "its own released pods are never taken for orphans"
 
 
 def test_a_gang_whose_pods_have_no_ranks_yet_is_not_planned(world: Any) -> None:
@@ -111,3 +113,26 @@ def test_a_dropped_gangs_pods_are_deleted_by_their_gang_label(world: Any) -> Non
     placer.run_cycle()
     assert gang_placement(writer, "vllm-1")["state"] == "Replanning"
     assert sorted(writer.deleted) == ["vllm-1-0", "vllm-1-1"]  # its owner makes them again
+
+
+def test_released_pods_an_earlier_record_left_are_deleted_not_waited_for_forever(
+    world: Any,
+) -> None:
+    """A Gang deleted and made again while its owner made its pods again: the new record has no
+    plan, two pods were released under the old one and never bound (the extender refuses a pod
+    without a plan). The placer deletes the gang's pods; its owner makes them again, gated."""
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=4)
+    writer.add_job(a_gang_record("vllm-2", 4))
+    for rank in range(4):
+        pod = gang_pod("vllm-2", rank)
+        if rank < 2:
+            pod["spec"]["schedulingGates"] = []  # released under the earlier record
+        writer.add_pod(pod)
+    placer.run_cycle()
+    assert sorted(writer.deleted) == [f"vllm-2-{r}" for r in range(4)]
+    for rank in range(4):  # the owner makes the group again, gated by the webhook
+        writer.add_pod(gang_pod("vllm-2", rank))
+    clock.now += 2
+    placer.run_cycle()
+    assert gang_placement(writer, "vllm-2")["state"] == "Planned"
