@@ -160,8 +160,15 @@ def _sync(namespace: str, gang: str) -> None:
         return
     _idle_since.pop((namespace, gang), None)
     first = min(pods, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.created))
-    owner_ref, owner = _owner(custom, first)
-    size, layout = _size(first, owner)
+    # the owner is read only when it is needed: to make the record (its uid, a JobSet's size) or
+    # to rank a JobSet's pods; every other pod event of the gang costs no read of it
+    jobset_ranks = first.member.kind == "JobSet" and any(p.rank is None for p in pods)
+    if record is None or jobset_ranks:
+        owner_ref, owner = _owner(custom, first)
+        size, layout = _size(first, owner)
+    else:
+        owner_ref, layout = None, None
+        size = int((record.get("spec") or {}).get("workers") or 0) or None
     problems = [p.words() for p in first.member.problems]
     if size is None:
         problems.append(f"{JOBSET_NAME}: the JobSet {first.member.owner!r} does not give the size")
