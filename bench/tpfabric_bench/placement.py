@@ -203,7 +203,7 @@ def print_table(console: Console, title: str, results: dict[str, dict[str, Any]]
 
 
 def markdown_table(results: dict[str, dict[str, Any]]) -> str:
-    """Return the table as Markdown (what the README shows)."""
+    """Return the table as Markdown (what docs/benchmarks.md shows)."""
     lines = [
         "| placer | " + " | ".join(h for _, h in COLUMNS) + " |",
         "|---|" + "---:|" * len(COLUMNS),

@@ -18,6 +18,11 @@ every pod it creates (checked against their sources):
 - **Plain pods**: ``tpfabric.io/gang-name`` + ``tpfabric.io/gang-size`` (the shape of Kueue's
   ``pod-group-name`` / ``pod-group-total-count``, which are read too), rank from
   ``tpfabric.io/rank`` or, without it, the order of creation.
+- **The upstream Workload API** (``scheduling.k8s.io`` PodGroup, Kubernetes 1.36+ behind the
+  ``GenericWorkload`` gate): a pod whose ``spec.schedulingGroup.podGroupName`` names a PodGroup
+  is one gang per PodGroup; the size (its gang policy's ``minCount``) and any topology
+  constraint (a node label key) come from the PodGroup object (:attr:`GangMember.size` is
+  None), the rank from ``tpfabric.io/rank`` or the order of creation.
 
 The topology request: ``tpfabric.io/topology-level`` / ``-mode`` / ``max-wait-seconds``, else
 the annotations users already have — Kueue's ``podset-required-topology`` /
@@ -47,6 +52,7 @@ __all__ = [
     "TopologyAsk",
     "gang_of",
     "record_name",
+    "scheduling_group",
 ]
 
 # -- tpfabric's own keys -------------------------------------------------------------------------
@@ -81,7 +87,7 @@ KUEUE_POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"  # an annotation
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 
-Kind = Literal["LeaderWorkerSet", "JobSet", "PodGroup"]
+Kind = Literal["LeaderWorkerSet", "JobSet", "PodGroup", "WorkloadPodGroup"]
 Mode = Literal["required", "preferred"]
 
 #: the annotations users already have, in the order they are read: (key, the mode it implies)
@@ -126,7 +132,7 @@ class GangSettings:
     #: level name -> node label key, e.g. {"leaf": "topology.tpfabric.io/leaf"}
     levels: Mapping[str, str]
     #: owner kinds whose pods are taken in without a tpfabric label
-    owners: frozenset[str] = frozenset({"LeaderWorkerSet", "JobSet"})
+    owners: frozenset[str] = frozenset({"LeaderWorkerSet", "JobSet", "WorkloadPodGroup"})
     max_size: int = 1024
 
 
@@ -174,9 +180,14 @@ def _ordinal(name: str) -> int | None:
 
 
 def gang_of(
-    meta: Mapping[str, Any], settings: GangSettings, *, namespace: str = ""
+    meta: Mapping[str, Any],
+    settings: GangSettings,
+    *,
+    namespace: str = "",
+    spec: Mapping[str, Any] | None = None,
 ) -> GangMember | None:
-    """Return the gang a pod belongs to (from its ``metadata``), or None when it opts into none.
+    """Return the gang a pod belongs to (from its ``metadata``, and its ``spec`` for the Workload
+    API's ``schedulingGroup``), or None when it opts into none.
 
     A pod with tpfabric's own gang label is a plain gang member whatever made it; else an owner
     kind that ``settings.owners`` enables. ``namespace``: the request's, when the pod's metadata
@@ -192,6 +203,8 @@ def gang_of(
         member = _leader_worker_set(labels, annotations, namespace, name)
     elif JOBSET_NAME in labels and "JobSet" in settings.owners:
         member = _job_set(labels, annotations, namespace)
+    elif scheduling_group(spec) and "WorkloadPodGroup" in settings.owners:
+        member = _workload_pod_group(labels, namespace, scheduling_group(spec))
     else:
         return None
     topology, problems = _topology(annotations, settings)
@@ -225,16 +238,42 @@ def _pod_group(
         )
     size_key = GANG_SIZE_LABEL if ours else KUEUE_POD_GROUP_TOTAL
     size_text = labels.get(size_key, annotations.get(size_key))
-    rank_text = labels.get(RANK_LABEL)
-    rank = _int(rank_text)
-    if rank_text is not None and rank is None:
-        problems.append(Problem(RANK_LABEL, f"{rank_text!r} is not a whole number"))
+    rank, rank_problems = _rank(labels)
+    problems.extend(rank_problems)
     return GangMember(
         kind="PodGroup",
         namespace=namespace,
         owner=value,
         gang=record_name(value) if not problems else value,
         size=_int(size_text) if size_text is not None else None,
+        rank=rank,
+        problems=tuple(problems),
+    )
+
+
+def scheduling_group(spec: Mapping[str, Any] | None) -> str:
+    """Return the PodGroup a pod's ``spec.schedulingGroup`` names ("" when none)."""
+    group = (spec or {}).get("schedulingGroup") or {}
+    return str(group.get("podGroupName") or "") if isinstance(group, Mapping) else ""
+
+
+def _rank(labels: Mapping[str, str]) -> tuple[int | None, list[Problem]]:
+    """Return the rank ``tpfabric.io/rank`` gives (None: none) and what is wrong with it."""
+    text = labels.get(RANK_LABEL)
+    rank = _int(text)
+    if text is not None and rank is None:
+        return None, [Problem(RANK_LABEL, f"{text!r} is not a whole number")]
+    return rank, []
+
+
+def _workload_pod_group(labels: Mapping[str, str], namespace: str, group: str) -> GangMember:
+    rank, problems = _rank(labels)
+    return GangMember(
+        kind="WorkloadPodGroup",
+        namespace=namespace,
+        owner=group,
+        gang=record_name(group),
+        size=None,
         rank=rank,
         problems=tuple(problems),
     )
@@ -309,7 +348,7 @@ def _size_problems(
     annotations: Mapping[str, str],
     settings: GangSettings,
 ) -> list[Problem]:
-    if member.kind == "JobSet":
+    if member.kind in ("JobSet", "WorkloadPodGroup"):
         return []  # read from the owner objects
     key = {
         "LeaderWorkerSet": LWS_SIZE,

@@ -17,7 +17,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,11 +153,25 @@ class LocalCluster:
         state_root: Path | None = None,
         toolchain: Toolchain | None = None,
         log: Callable[[str], None] | None = None,
+        *,
+        feature_gates: Mapping[str, bool] | None = None,
+        runtime_config: Sequence[str] = (),
     ) -> None:
+        """``feature_gates``: given to the API server, controller manager and every scheduler
+        (e.g. ``{"GenericWorkload": True}``); ``runtime_config``: API versions the API server
+        serves beyond its defaults (e.g. ``scheduling.k8s.io/v1beta1=true``)."""
         self.name = name
         self.folder = (state_root or default_state_root()) / name
         self._toolchain = toolchain
         self._log = log or (lambda _line: None)
+        self.feature_gates = dict(feature_gates or {})
+        self.runtime_config = tuple(runtime_config)
+
+    def _gates(self) -> list[str]:
+        if not self.feature_gates:
+            return []
+        gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
+        return [f"--feature-gates={gates}"]
 
     @property
     def toolchain(self) -> Toolchain:
@@ -362,6 +376,8 @@ class LocalCluster:
             "--allow-privileged=true",
             "--endpoint-reconciler-type=none",
             "--profiling=false",
+            *self._gates(),
+            *([f"--runtime-config={','.join(self.runtime_config)}"] if self.runtime_config else []),
             "--v=1",
         ]
 
@@ -389,6 +405,7 @@ class LocalCluster:
             "--kube-api-burst=600",
             # kwok nodes need no pod CIDRs
             "--controllers=*,-node-ipam-controller",
+            *self._gates(),
             "--v=1",
         ]
 
@@ -402,6 +419,7 @@ class LocalCluster:
             "--bind-address=127.0.0.1",
             f"--secure-port={port}",
             f"--cert-dir={self.folder / 'pki' / cert_dir}",
+            *self._gates(),
             "--v=1",
         ]
 

@@ -40,6 +40,15 @@ OPT_IN_LABELS = (
     ("leaderworkerset-pods.tpfabric.io", "leaderworkerset.sigs.k8s.io/name"),
     ("jobset-pods.tpfabric.io", "jobset.sigs.k8s.io/jobset-name"),
 )
+#: pods that name a scheduling.k8s.io PodGroup carry no label to select: a CEL match condition
+#: (the API server evaluates it; only matching pods cost a call)
+WORKLOAD_HOOK = "workload-pod-groups.tpfabric.io"
+WORKLOAD_CONDITION = {
+    "name": "names-a-pod-group",
+    "expression": (
+        "has(object.spec.schedulingGroup) && has(object.spec.schedulingGroup.podGroupName)"
+    ),
+}
 
 
 def webhook_configuration(
@@ -76,6 +85,9 @@ def webhook_configuration(
         }
         for name, label in OPT_IN_LABELS
     ]
+    workload = {**hooks[0], "name": WORKLOAD_HOOK, "matchConditions": [WORKLOAD_CONDITION]}
+    del workload["objectSelector"]
+    hooks.append(workload)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",

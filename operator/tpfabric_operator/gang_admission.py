@@ -183,7 +183,10 @@ def admit(review: Mapping[str, Any], settings: WebhookSettings) -> dict[str, Any
     if not isinstance(pod, Mapping):
         raise BadReviewError("request.object is not a pod")
     member = gang_of(
-        pod.get("metadata") or {}, settings.gangs, namespace=str(request.get("namespace") or "")
+        pod.get("metadata") or {},
+        settings.gangs,
+        namespace=str(request.get("namespace") or ""),
+        spec=pod.get("spec") or {},
     )
     if member is None or is_wired(pod.get("spec") or {}):
         return answer

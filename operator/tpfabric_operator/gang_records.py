@@ -22,23 +22,33 @@ from typing import Any
 from tpfabric_core.api import API_VERSION
 from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.gangs import (
+    GANG_NAME_LABEL,
     JOBSET_JOB_INDEX,
     JOBSET_REPLICATED_JOB,
+    KUEUE_POD_GROUP,
     RANK_LABEL,
     GangMember,
+    TopologyAsk,
 )
 from tpfabric_core.pod_wiring import GPU_RESOURCE
 
 __all__ = [
     "GangPod",
     "OwnerRef",
+    "elsewhere_problem",
     "jobset_layout",
+    "owners_problem",
+    "pod_group_gang",
     "ranks_to_write",
     "record_manifest",
     "record_status",
 ]
 
 LWS_API = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
+#: the upstream Workload API's PodGroup: beta in Kubernetes 1.37, alpha (v1alpha3) before
+PODGROUP_GROUP = "scheduling.k8s.io"
+PODGROUP_PLURAL = "podgroups"
+PODGROUP_VERSIONS = ("v1beta1", "v1alpha3")
 JOBSET_API = ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
 
 
@@ -54,6 +64,8 @@ class GangPod:
     ready: bool = False
     gpus: int = 0
     gated: bool = True
+    #: the pod's controller, ``Kind/name`` of its controlling owner reference ("" when none)
+    controller: str = ""
 
     @property
     def rank(self) -> int | None:
@@ -142,6 +154,76 @@ def ranks_to_write(
     for pod, rank in zip(missing, free, strict=False):
         result[pod.name] = rank
     return result
+
+
+def pod_group_gang(
+    pod_group: Mapping[str, Any], levels: Mapping[str, str]
+) -> tuple[int | None, TopologyAsk | None, list[str]]:
+    """Return what a ``scheduling.k8s.io`` PodGroup says of its gang: the size (its gang
+    policy's ``minCount``), the topology it asks for (its first topology constraint's node label
+    key, mapped onto the level with that key: required) and what is wrong, each naming the field.
+    """
+    spec = pod_group.get("spec") or {}
+    name = str((pod_group.get("metadata") or {}).get("name") or "")
+    problems = []
+    gang = (spec.get("schedulingPolicy") or {}).get("gang") or {}
+    size = gang.get("minCount")
+    if not isinstance(size, int) or size < 1:
+        problems.append(
+            f"spec.schedulingPolicy.gang.minCount: the PodGroup {name!r} has no gang policy "
+            "with a size; tpfabric places gangs (give it schedulingPolicy.gang.minCount)"
+        )
+        size = None
+    topology = None
+    constraints = (spec.get("schedulingConstraints") or {}).get("topology") or []
+    if constraints:
+        key = str((constraints[0] or {}).get("key") or "")
+        level = {label: level for level, label in levels.items()}.get(key)
+        if level is None:
+            known = ", ".join(sorted(levels.values())) or "none"
+            problems.append(
+                f"spec.schedulingConstraints.topology[0].key: no level has the node label "
+                f"{key!r} (keys: {known})"
+            )
+        else:
+            topology = TopologyAsk(level=level, mode="required", source="PodGroup")
+    return size, topology, problems
+
+
+def _name_label(pod: GangPod) -> str:
+    """Return the label that named the pod's gang (a plain pod group's)."""
+    return GANG_NAME_LABEL if GANG_NAME_LABEL in pod.labels else KUEUE_POD_GROUP
+
+
+def owners_problem(pods: Sequence[GangPod]) -> str | None:
+    """Return what is wrong when pods of two controllers claim one pod group's name (None: not).
+
+    A LeaderWorkerSet's or JobSet's gang is named after its owner and cannot be claimed twice;
+    a pod group is named by a label, which two Jobs (or Deployments...) may both carry.
+    """
+    if not pods or pods[0].member.kind != "PodGroup":
+        return None
+    owners = sorted({p.controller for p in pods if p.controller})
+    if len(owners) < 2:  # one owner, or pods without any: one gang
+        return None
+    shown = ", ".join(owners[:3]) + (", ..." if len(owners) > 3 else "")
+    return (
+        f"{_name_label(pods[0])}: {pods[0].member.owner!r} is claimed by pods of "
+        f"{len(owners)} owners ({shown}): give each owner's pods a gang name of their own"
+    )
+
+
+def elsewhere_problem(pods: Sequence[GangPod], size: int, namespaces: Sequence[str]) -> str | None:
+    """Return what is wrong when a pod group lacks pods here while its name has a record in
+    other ``namespaces`` too (None: not): a gang's pods are all in one namespace."""
+    if not pods or len(pods) >= size or not namespaces or pods[0].member.kind != "PodGroup":
+        return None
+    first = pods[0].member
+    return (
+        f"{_name_label(pods[0])}: {len(pods)} of {size} pods of {first.owner!r} are in "
+        f"namespace {first.namespace!r}, and a gang of that name has pods in "
+        f"{', '.join(sorted(namespaces)[:3])} too: a gang's pods must all be in one namespace"
+    )
 
 
 def record_manifest(

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -39,10 +40,16 @@ from tpfabric_operator.gang_admission import default_levels
 from tpfabric_operator.gang_records import (
     JOBSET_API,
     LWS_API,
+    PODGROUP_GROUP,
+    PODGROUP_PLURAL,
+    PODGROUP_VERSIONS,
     GangPod,
     OwnerRef,
+    elsewhere_problem,
     jobset_layout,
+    owners_problem,
     pod_gpus,
+    pod_group_gang,
     ranks_to_write,
     record_manifest,
     record_status,
@@ -59,6 +66,8 @@ _CONFLICT = 409
 
 _api: client.ApiClient | None = None
 _idle_since: dict[tuple[str, str], float] = {}
+#: (namespace, gang) -> when other namespaces were looked at, and those with a record of its name
+_namespaces_seen: dict[tuple[str, str], tuple[float, list[str]]] = {}
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -84,10 +93,18 @@ def _gang_pod(pod: Mapping[str, Any]) -> GangPod | None:
     status = pod.get("status") or {}
     if status.get("phase") in ("Succeeded", "Failed"):
         return None
-    member = gang_of(meta, SETTINGS)
+    member = gang_of(meta, SETTINGS, spec=pod.get("spec") or {})
     if member is None:
         return None
     conditions = status.get("conditions") or []
+    controller = next(
+        (
+            f"{ref.get('kind')}/{ref.get('name')}"
+            for ref in meta.get("ownerReferences") or []
+            if ref.get("controller")
+        ),
+        "",
+    )
     return GangPod(
         name=str(meta.get("name")),
         member=member,
@@ -99,30 +116,39 @@ def _gang_pod(pod: Mapping[str, Any]) -> GangPod | None:
         gated=any(
             g.get("name") == GANG_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or []
         ),
+        controller=controller,
     )
 
 
 def _owner(custom: client.CustomObjectsApi, first: GangPod) -> tuple[OwnerRef | None, Any]:
-    """Return the gang's owner reference and the owner object (None for a pod group)."""
+    """Return the gang's owner reference and the owner object (None for a pod group, or when the
+    owner is gone)."""
     member = first.member
     if member.kind == "PodGroup":
         return None, None
-    group, version, plural, kind = LWS_API if member.kind == "LeaderWorkerSet" else JOBSET_API
-    try:
-        owner = custom.get_namespaced_custom_object(
-            group, version, member.namespace, plural, member.owner
-        )
-    except ApiException as err:
-        if err.status != _NOT_FOUND:
-            raise
-        return None, None
-    uid = str((owner.get("metadata") or {}).get("uid") or "")
-    return OwnerRef(f"{group}/{version}", kind, member.owner, uid), owner
+    if member.kind == "WorkloadPodGroup":  # the versions the cluster may serve, newest first
+        apis = [(PODGROUP_GROUP, v, PODGROUP_PLURAL, "PodGroup") for v in PODGROUP_VERSIONS]
+    else:
+        apis = [LWS_API if member.kind == "LeaderWorkerSet" else JOBSET_API]
+    for group, version, plural, kind in apis:
+        try:
+            owner = custom.get_namespaced_custom_object(
+                group, version, member.namespace, plural, member.owner
+            )
+        except ApiException as err:
+            if err.status != _NOT_FOUND:
+                raise
+            continue
+        uid = str((owner.get("metadata") or {}).get("uid") or "")
+        return OwnerRef(f"{group}/{version}", kind, member.owner, uid), owner
+    return None, None
 
 
 def _size(first: GangPod, owner: Any) -> tuple[int | None, dict[str, int] | None]:
     """Return the gang's size and, for a JobSet, its rank layout."""
     member = first.member
+    if member.kind == "WorkloadPodGroup":
+        return (pod_group_gang(owner, SETTINGS.levels)[0] if owner else None), None
     if member.kind != "JobSet":
         return member.size, None
     if owner is None:
@@ -131,6 +157,45 @@ def _size(first: GangPod, owner: Any) -> tuple[int | None, dict[str, int] | None
     job = f"{first.labels.get(JOBSET_REPLICATED_JOB, '')}/{first.labels.get(JOBSET_JOB_INDEX, '')}"
     layout = jobset_layout(owner, job if per_job else None)
     return (layout[""] if layout else None), layout
+
+
+def _identify(
+    custom: client.CustomObjectsApi, first: GangPod, pods: list[GangPod], record: Any
+) -> tuple[GangPod, int | None, dict[str, int] | None, OwnerRef | None, list[str]]:
+    """Return the gang's first pod (its topology ask completed from a PodGroup), its size, a
+    JobSet's rank layout, the owner reference and what is wrong.
+
+    The owner is read only when it is needed: to make the record (its uid, a JobSet's or a
+    PodGroup's size) or to rank a JobSet's pods; every other pod event costs no read of it.
+    """
+    jobset_ranks = first.member.kind == "JobSet" and any(p.rank is None for p in pods)
+    owner_ref: OwnerRef | None = None
+    layout: dict[str, int] | None = None
+    if record is None or jobset_ranks:
+        owner_ref, owner = _owner(custom, first)
+        size, layout = _size(first, owner)
+    else:
+        size = int((record.get("spec") or {}).get("workers") or 0) or None
+    problems = [p.words() for p in first.member.problems]
+    if first.member.kind == "WorkloadPodGroup" and owner_ref is not None:
+        size, asked, said = pod_group_gang(owner, SETTINGS.levels)
+        problems.extend(said)
+        if asked is not None and first.member.topology.level is None:  # the pod's own wins
+            first = replace(first, member=replace(first.member, topology=asked))
+    if size is None:
+        problems.append(_no_size(first))
+    return first, size, layout, owner_ref, problems
+
+
+def _no_size(first: GangPod) -> str:
+    """Return why the gang of ``first`` has no size (its owner object does not give one)."""
+    member = first.member
+    if member.kind == "WorkloadPodGroup":
+        return (
+            f"spec.schedulingGroup.podGroupName: the PodGroup {member.owner!r} does not exist "
+            "or gives no gang size"
+        )
+    return f"{JOBSET_NAME}: the JobSet {member.owner!r} does not give the size"
 
 
 def sync_gang(namespace: str, gang: str) -> None:
@@ -160,18 +225,9 @@ def _sync(namespace: str, gang: str) -> None:
         return
     _idle_since.pop((namespace, gang), None)
     first = min(pods, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.created))
-    # the owner is read only when it is needed: to make the record (its uid, a JobSet's size) or
-    # to rank a JobSet's pods; every other pod event of the gang costs no read of it
-    jobset_ranks = first.member.kind == "JobSet" and any(p.rank is None for p in pods)
-    if record is None or jobset_ranks:
-        owner_ref, owner = _owner(custom, first)
-        size, layout = _size(first, owner)
-    else:
-        owner_ref, layout = None, None
-        size = int((record.get("spec") or {}).get("workers") or 0) or None
-    problems = [p.words() for p in first.member.problems]
+    first, size, layout, owner_ref, problems = _identify(custom, first, pods, record)
     if size is None:
-        problems.append(f"{JOBSET_NAME}: the JobSet {first.member.owner!r} does not give the size")
+        log.warning("gang %s/%s: no record: %s", namespace, gang, problems[-1])
     if record is None and size is not None:
         manifest = record_manifest(first, size, owner_ref)
         try:
@@ -190,6 +246,14 @@ def _sync(namespace: str, gang: str) -> None:
     if record is None or size is None:
         return
     size = int((record.get("spec") or {}).get("workers") or size)
+    problems.extend(
+        p
+        for p in (
+            owners_problem(pods),
+            elsewhere_problem(pods, size, _elsewhere(custom, namespace, gang, pods, size)),
+        )
+        if p
+    )
     for name, rank in ranks_to_write(pods, size, layout).items():
         core.patch_namespaced_pod(
             name, namespace, {"metadata": {"labels": {RANK_LABEL: str(rank)}}}
@@ -201,6 +265,32 @@ def _sync(namespace: str, gang: str) -> None:
         custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, GANG_PLURAL, gang, {"status": status}
         )
+
+
+def _elsewhere(
+    custom: client.CustomObjectsApi, namespace: str, gang: str, pods: list[GangPod], size: int
+) -> list[str]:
+    """Return the other namespaces with a Gang record of this pod group's name, while it lacks
+    pods here (one list of records by name, at most every SYNC_SECONDS per gang)."""
+    key = (namespace, gang)
+    if len(pods) >= size or pods[0].member.kind != "PodGroup":
+        _namespaces_seen.pop(key, None)
+        return []
+    seen = _namespaces_seen.get(key)
+    if seen is not None and time.monotonic() - seen[0] < SYNC_SECONDS:
+        return seen[1]
+    listed = custom.list_cluster_custom_object(
+        GROUP, VERSION, GANG_PLURAL, field_selector=f"metadata.name={gang}"
+    )
+    others = sorted(
+        {
+            str(item["metadata"]["namespace"])
+            for item in listed.get("items") or []
+            if item["metadata"].get("namespace") != namespace
+        }
+    )
+    _namespaces_seen[key] = (time.monotonic(), others)
+    return others
 
 
 def _forget_when_idle(
@@ -224,6 +314,7 @@ def _forget_when_idle(
             body={"preconditions": {"uid": uid}},
         )
         log.info("gang %s/%s: record deleted, its pods are gone", namespace, gang)
+        _namespaces_seen.pop((namespace, gang), None)
     except ApiException as err:
         if err.status not in (_NOT_FOUND, _CONFLICT):
             raise

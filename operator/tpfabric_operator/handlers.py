@@ -7,7 +7,8 @@ what to do, do it through the adapter, and patch the operator-owned status once.
 deterministic, so a restarted operator finds its pods instead of making a second set. Owner
 references let the garbage collector remove pods and the Service when the job goes. kopf puts its
 finalizer on every job because of the timer (kopf's timers and daemons always require one): while
-the operator is down, a deleted job waits for it (README: "Deleting jobs without the operator").
+the operator is down, a deleted job waits for it (docs/install.md: "Deleting jobs without the
+operator").
 
 Between ticks, a change of a job's workers that its status shows at once (a worker failed,
 finished or went away, the last one became ready) runs the job's reconcile right away, outside

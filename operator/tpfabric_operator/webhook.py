@@ -242,8 +242,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--owner",
         action="append",
-        choices=("LeaderWorkerSet", "JobSet"),
-        help="owner kinds taken in without a tpfabric label (repeatable; default: both)",
+        choices=("LeaderWorkerSet", "JobSet", "WorkloadPodGroup"),
+        help="owner kinds taken in without a tpfabric label (repeatable; default: all three; "
+        "WorkloadPodGroup: pods naming a scheduling.k8s.io PodGroup in spec.schedulingGroup)",
     )
     parser.add_argument("--max-gang-size", type=int, default=1024)
     certs = parser.add_argument_group(
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         init_image=args.init_image,
         gangs=GangSettings(
             levels=dict(args.level) or default_levels(),
-            owners=frozenset(args.owner or ("LeaderWorkerSet", "JobSet")),
+            owners=frozenset(args.owner) if args.owner else GangSettings(levels={}).owners,
             max_size=args.max_gang_size,
         ),
         scheduler_name=args.scheduler_name,

@@ -181,21 +181,27 @@ class CertKeeper:
         self.cert_dir = cert_dir
         self.clock = clock
 
-    def _read(self) -> tuple[dict[str, bytes], str | None]:
-        """Return the Secret's pairs (decoded) and its resourceVersion (None: no Secret)."""
+    def _read(self) -> tuple[dict[str, bytes], str | None, dict[str, Any]]:
+        """Return the Secret's pairs (decoded), its resourceVersion (None: no Secret) and the
+        labels and annotations a rewrite keeps (the chart makes the Secret: Helm's own)."""
         try:
             secret = self.core.read_namespaced_secret(self.secret, self.namespace)
         except ApiException as err:
             if err.status != _NOT_FOUND:
                 raise
-            return {}, None
+            return {}, None, {}
         data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items() if k in _KEYS}
-        return data, secret.metadata.resource_version
+        meta = secret.metadata
+        kept = {"labels": meta.labels or {}, "annotations": meta.annotations or {}}
+        return data, meta.resource_version, kept
 
-    def _write(self, data: dict[str, bytes], version: str | None) -> bool:
-        """Write the Secret; return False when another replica wrote it first."""
+    def _write(
+        self, data: dict[str, bytes], version: str | None, kept: dict[str, Any] | None = None
+    ) -> bool:
+        """Write the Secret (``kept``: its labels and annotations); return False when another
+        replica wrote it first."""
         body: dict[str, Any] = {
-            "metadata": {"name": self.secret, "namespace": self.namespace},
+            "metadata": {"name": self.secret, "namespace": self.namespace, **(kept or {})},
             "type": "Opaque",
             "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
         }
@@ -214,7 +220,7 @@ class CertKeeper:
     def ensure(self) -> bool:
         """Bring everything in step once; return whether the serving pair changed on disk."""
         for _ in range(3):
-            data, version = self._read()
+            data, version, kept = self._read()
             ca = KeyPair(data["ca.crt"], data["ca.key"]) if "ca.key" in data else None
             serving = KeyPair(data["tls.crt"], data["tls.key"]) if "tls.key" in data else None
             now = self.clock()
@@ -226,7 +232,7 @@ class CertKeeper:
             serving = issue_serving(ca, self.names, now)
             fresh = {"ca.crt": ca.cert, "ca.key": ca.key, "tls.crt": serving.cert}
             fresh["tls.key"] = serving.key
-            if self._write(fresh, version):
+            if self._write(fresh, version, kept):
                 log.info("webhook certificate made: %s", why)
                 break
         else:

@@ -95,12 +95,15 @@ def gang_request(
     worker: PodRecord | None,
     eligible: frozenset[str] | None,
     refused: frozenset[str] = frozenset(),
+    *,
+    previous: tuple[str, ...] = (),
 ) -> GangRequest:
     """Return the engine's request for ``job``, its demands read from one worker pod.
 
     ``refused``: nodes kube-scheduler's own filters refuse for the gang now (see
     :func:`refused_nodes`). A worker that takes a host port, or whose required pod
-    anti-affinity repels the gang's other workers, goes one per node.
+    anti-affinity repels the gang's other workers, goes one per node. ``previous``: the nodes
+    of the gang's last plan (preferred by the engine when the gang is planned again).
     """
     spec = job.spec
     topology = spec.topology
@@ -121,6 +124,7 @@ def gang_request(
         other_resources=tuple(sorted((r, a) for r, a in demand.items() if a > 0)),
         eligible_nodes=eligible,
         refused_nodes=refused,
+        previous_nodes=previous,
         max_workers_per_node=(
             1 if worker is not None and (worker.host_ports or worker.repels_peers) else None
         ),

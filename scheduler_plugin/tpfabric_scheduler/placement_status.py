@@ -52,6 +52,7 @@ def planned_placement(
         "attempt": attempt,
         "waitingSince": rfc3339(waiting_since) if waiting_since is not None else None,
         "replacedRanks": None,
+        "previousNodes": None,
         "reasons": [
             {"level": plan.level, "domain": plan.domain, "reason": r}
             for r in plan.reasons[: MAX_REASONS * 2]

@@ -59,7 +59,7 @@ from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.errors import InputError
 from tpfabric_core.gangs import GANG_LABEL
 from tpfabric_core.placement.cost import UplinkLoad
-from tpfabric_core.placement.planner import plan_gang
+from tpfabric_core.placement.planner import describe_nodes, plan_gang
 from tpfabric_core.placement.replacement import replan_ranks
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import (
@@ -109,6 +109,8 @@ __all__ = ["GangPlacer", "NotLeadingError", "PlacementWork"]
 log = logging.getLogger("tpfabric.scheduler.placer")
 
 BIND_TIMEOUT_SECONDS = 120.0
+#: a gang made again waits this long at most for its own old pods to leave its previous nodes
+RETURN_GRACE_SECONDS = 60.0
 HEAD_OF_LINE_SECONDS = 300.0
 MAX_CYCLE_SECONDS = 10.0
 TAKEN_SECONDS = 10.0
@@ -238,6 +240,8 @@ class GangPlacer:
         self._ring_topology: ClusterTopology | None = None
         #: job uid -> clock time this placer last deleted the pods of its dropped plan
         self._replan_deleted: dict[str, float] = {}
+        #: job uid -> when the placer first saw its old pods still on its previous nodes
+        self._leaving_since: dict[str, float] = {}
         #: pod uid -> monotonic time this placer ungated it (until the store sees it ungated)
         self._released: dict[str, float] = {}
         #: the cycle's persisting pool (None outside a cycle: persist inline)
@@ -329,6 +333,8 @@ class GangPlacer:
                 continue
             if job.kind == GANG_KIND and any(p.worker_index is None for p in live):
                 continue  # the operator writes a Gang's ranks once every pod of it exists
+            if job.kind == GANG_KIND and not planned and job.raw_status.get("problems"):
+                continue  # its record says what is wrong (two owners, one rank twice...)
             worker = (gated or live or members)[0]
             work.append(
                 PlacementWork(
@@ -390,6 +396,56 @@ class GangPlacer:
             for p in pods
         )
 
+    def running_without_plan(
+        self, store: ClusterStore | None = None
+    ) -> list[tuple[JobRecord, list[PodRecord]]]:
+        """Return Gang records without a placement whose whole gang runs, each with its pods by
+        rank: a record deleted (by hand) and made again while its pods ran. Nothing is planned
+        for them; :meth:`_record_running` writes where they run."""
+        store = store or self.store
+        found = []
+        for key, job in store.jobs.items():
+            if job.kind != GANG_KIND or job.job is None or store.placement_of(job):
+                continue
+            live = [
+                p for p in store.workers.get(key, {}).values() if not p.terminal and not p.deleting
+            ]
+            ranks = sorted(p.worker_index for p in live if p.worker_index is not None)
+            if ranks != list(range(job.job.spec.workers)):
+                continue
+            if all(p.node is not None and not p.gated for p in live):
+                found.append((job, sorted(live, key=lambda p: p.worker_index or 0)))
+        return found
+
+    def _record_running(
+        self, job: JobRecord, members: list[PodRecord], snapshot: CapacitySnapshot
+    ) -> None:
+        """Write where a gang without a plan runs, as its placement (see
+        :meth:`running_without_plan`): the record shows its domain and hops again."""
+        assert job.job is not None
+        nodes = [str(p.node) for p in members]
+        try:
+            request = gang_request(job.key, job.job, members[0], None)
+            plan = describe_nodes(
+                snapshot,
+                request,
+                nodes,
+                f"read back from the {len(nodes)} running pods: the record was made again while "
+                "its gang ran (nothing was planned or moved)",
+            )
+        except (InputError, ValueError) as err:
+            log.warning("job %s: its running pods cannot be described: %s", job.key, err)
+            return
+        placement = planned_placement(plan, self.clock())
+        try:
+            self._write(job, {}, placement, "PlacementRecovered")
+        except NotLeadingError:
+            return
+        except ApiException as err:
+            log.warning("job %s: writing the recovered placement failed: %s", job.key, err.reason)
+            return
+        log.info("job %s: placement read back from its running pods: %s", job.key, plan.domain)
+
     def suspended_with_plan(self, store: ClusterStore | None = None) -> list[JobRecord]:
         """Return suspended jobs that still carry a placement (to be dropped)."""
         store = store or self.store
@@ -418,11 +474,12 @@ class GangPlacer:
         work = self.pending_work(reservations, view)
         suspended = self.suspended_with_plan(view)
         unfinished = self.unfinished_replans(now, view)
+        unrecorded = self.running_without_plan(view)
         freed = view.freed_generation
         # a cycle that only watches released gangs bind (none due for the bind check) and
         # meets waiting gangs whose inputs did not change needs no snapshot: every bind and
         # pod update wakes a cycle, and a snapshot of every node is not built for nothing
-        needed = any(self._needs_snapshot(item, now, freed) for item in work)
+        needed = bool(unrecorded) or any(self._needs_snapshot(item, now, freed) for item in work)
         snapshot = build_snapshot(view, topology, reservations) if needed else None
         rings = planned_rings(view) if needed else []
         typical = typical_gang_gpus(view.jobs.values()) if needed else None
@@ -432,6 +489,9 @@ class GangPlacer:
             self._drop_suspended(job)
         for job in unfinished:
             self._finish_replan(job, now)
+        for job, members in unrecorded:
+            assert snapshot is not None
+            self._record_running(job, members, snapshot)
         cycle = _Cycle(snapshot, now, uplinks, typical) if snapshot is not None else None
         # released gangs first: their bind bound is checked every cycle, never behind planning
         work.sort(key=lambda w: not (w.planned and not w.gated))
@@ -631,7 +691,14 @@ class GangPlacer:
     def _request(self, item: PlacementWork) -> GangRequest:
         assert item.job.job is not None
         worker = (item.gated or item.members)[0]
-        return gang_request(item.job.key, item.job.job, worker, item.eligible, item.refused)
+        return gang_request(
+            item.job.key,
+            item.job.job,
+            worker,
+            item.eligible,
+            item.refused,
+            previous=previous_nodes(item.placement),
+        )
 
     def _plan_gang(self, item: PlacementWork, cycle: _Cycle, freed: int) -> bool:
         """Return True when the whole gang got a plan (persisted and released)."""
@@ -642,6 +709,8 @@ class GangPlacer:
         hol = waited >= self.head_of_line_seconds
         if self._still_waiting(item, cycle.now, freed):
             return False  # nothing it depends on changed since it last waited
+        if self._old_pods_leaving(item, cycle.now):
+            return False
         try:
             request = self._request(item)
             started = time.perf_counter()
@@ -720,8 +789,11 @@ class GangPlacer:
         if not fresh:
             return
         told.update(p.uid for p in fresh)
+        kind, short = (
+            ("Gang", "gang") if item.job.kind == GANG_KIND else ("TensorParallelJob", "tpj")
+        )
         words = (
-            f"waits with its gang, TensorParallelJob {item.job.name} (kubectl describe tpj "
+            f"waits with its gang, {kind} {item.job.name} (kubectl describe {short} "
             f"{item.job.name}): {placement.get('message', '')}"
         )
 
@@ -942,6 +1014,46 @@ class GangPlacer:
             and not attempt.holds
         )
 
+    def _old_pods_leaving(self, item: PlacementWork, now: float) -> bool:
+        """Return whether the gang waits for its own old pods to leave the nodes it ran on.
+
+        A gang made again (a group its owner recreates, a job restarted) while its old pods
+        still terminate on its previous nodes would find its domain full of itself and go
+        elsewhere; it waits for them, up to RETURN_GRACE_SECONDS, so that it returns where it
+        ran. Past that (a pod stuck terminating) it is planned with what is free.
+        """
+        uid = item.job.uid
+        previous = set(previous_nodes(item.placement))
+        leaving = [
+            p.name
+            for p in item.members
+            if p.deleting and not p.terminal and p.node is not None and p.node in previous
+        ]
+        if not leaving:
+            self._leaving_since.pop(uid, None)
+            return False
+        since = self._leaving_since.setdefault(uid, now)
+        if now - since >= RETURN_GRACE_SECONDS:
+            if since != -math.inf:
+                log.info(
+                    "job %s: %d old pod(s) still on its previous nodes after %.0f s: planned "
+                    "with what is free",
+                    item.job.key,
+                    len(leaving),
+                    now - since,
+                )
+                self._leaving_since[uid] = -math.inf  # said once
+            return False
+        if since == now:
+            log.info(
+                "job %s: waits for %d old pod(s) to leave its previous nodes (%s) before it is "
+                "planned again there",
+                item.job.key,
+                len(leaving),
+                ", ".join(sorted(leaving)[:4]),
+            )
+        return True
+
     def _needs_snapshot(self, item: PlacementWork, now: float, freed: int) -> bool:
         """Return whether acting on ``item`` may read the cycle's snapshot at ``now``."""
         if not item.planned:
@@ -1106,6 +1218,9 @@ class GangPlacer:
         if "refusedNodes" not in placement:
             # a refusal by kube-scheduler lasts its time, across plans, waits and re-plans
             placement = {**placement, "refusedNodes": refusals(previous, self.clock()) or None}
+        if "previousNodes" not in placement and placement.get("state") != "Planned":
+            # where the gang ran last lasts until it is planned again (the next plan prefers it)
+            placement = {**placement, "previousNodes": list(previous_nodes(previous)) or None}
         placement = {**placement, "term": self.term}
         if changed(previous, placement) or placement.get("state") == "Planned":
             patch = dict(placement)
@@ -1316,11 +1431,20 @@ def _gone_ranks(nodes: Iterable[str], topology: ClusterTopology) -> set[int]:
 
 
 def _running(members: Iterable[PodRecord], topology: ClusterTopology) -> list[PodRecord]:
-    """Return the members bound to a node of the cluster and not finished (a pod bound to a
-    deleted node runs nowhere: pod GC removes it)."""
+    """Return the members bound to a node of the cluster, not finished and not going (a pod
+    bound to a deleted node runs nowhere: pod GC removes it; a pod being deleted is the gang's
+    past, e.g. a group its owner makes again)."""
     return [
-        p for p in members if p.node is not None and not p.terminal and p.node in topology.index_of
+        p
+        for p in members
+        if p.node is not None and not p.terminal and not p.deleting and p.node in topology.index_of
     ]
+
+
+def previous_nodes(placement: Mapping[str, Any]) -> tuple[str, ...]:
+    """Return the nodes of the gang's plan, or of its last plan while it has none."""
+    nodes = placement.get("nodes") or placement.get("previousNodes") or ()
+    return tuple(str(n) for n in nodes if n)
 
 
 def _others(item: PlacementWork, ranks: set[int]) -> set[int]:

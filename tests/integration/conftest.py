@@ -53,7 +53,14 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
             pytrace=False,
         )
     cluster = LocalCluster(
-        f"test-{uuid.uuid4().hex[:6]}", state_root=tmp_path_factory.mktemp("clusters")
+        f"test-{uuid.uuid4().hex[:6]}",
+        state_root=tmp_path_factory.mktemp("clusters"),
+        # the upstream Workload API (scheduling.k8s.io PodGroups: beta, and its topology
+        # constraints alpha, both off by default in v1.37): tpfabric reads a gang from a pod's
+        # spec.schedulingGroup, and kube-scheduler's own gang plugins run beside tpfabric's,
+        # as test_gangs_placed shows
+        feature_gates={"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True},
+        runtime_config=("scheduling.k8s.io/v1beta1=true",),
     )
     cluster.up()
     yield cluster

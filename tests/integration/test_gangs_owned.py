@@ -317,19 +317,47 @@ def test_a_tpj_and_an_lws_share_the_leaves_and_the_gang_left_over_waits_whole(
     assert len({leaf_of(p.spec.node_name) for p in pods}) == 1, "the freed leaf, whole"
 
 
-def test_a_recreated_lws_group_is_placed_again_whole(api: client.ApiClient, enabled: str) -> None:
-    """RecreateGroupOnPodRestart: the group's pods go and come back (new pods, same names), and
-    the group is placed again whole in one leaf, ranks as before.
+def _tenant(core: client.CoreV1Api, namespace: str, node: str) -> str:
+    """Another tenant's pod of 8 GPUs, bound to ``node`` directly (no gang, no scheduler)."""
+    name = f"tenant-{node}"
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": node,
+                "containers": [CONTAINER],
+                "terminationGracePeriodSeconds": 0,
+            },
+        },
+    )
+    return name
 
-    Which leaf is left to timing: the kept plan takes the new pods in, or, when it cannot (the old
-    pods still there), the plan is dropped and the group planned afresh, in whatever leaf a fresh
-    plan picks. Preferring the leaf it left is not built yet (issue 34): with another tenant in
-    l1 and l2 while the group came (l3) and gone before it came again, it came back in l3 in one
-    run and in l1 in another."""
+
+def test_a_recreated_lws_group_returns_to_the_leaf_it_left(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """RecreateGroupOnPodRestart: the group's pods go and come back (new pods, same names), and
+    the group is placed again whole, ranks as before, in the leaf it left.
+
+    Another tenant holds l1 while the group comes (it lands in l2) and is gone before the group
+    is made again: best fit alone would now pick l1 (the first of the equally free leaves); the
+    plan prefers the nodes of the group's last plan (``previousNodes``)."""
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    tenants = [_tenant(core, enabled, f"own-l1-0{i}") for i in range(1, 5)]
+    bound_pods(core, enabled, "!" + GANG_LABEL, 4)
     create_lws(custom, enabled, "again", replicas=1, recreate_groups=True)
     selector = "leaderworkerset.sigs.k8s.io/name=again"
     before = bound_pods(core, enabled, selector, 4)
+    (left,) = {leaf_of(p.spec.node_name) for p in before}
+    assert left != "l1", "l1 is held by the tenant"
+    for name in tenants:
+        core.delete_namespaced_pod(name, enabled, grace_period_seconds=0)
+    wait_for(
+        lambda: not core.list_namespaced_pod(enabled, label_selector="!" + GANG_LABEL).items,
+        60,
+        what="the tenant gone",
+    )
     old = {p.metadata.uid for p in before}
     core.delete_namespaced_pod("again-0", enabled)  # the leader: LWS makes the group again
 
@@ -339,7 +367,7 @@ def test_a_recreated_lws_group_is_placed_again_whole(api: client.ApiClient, enab
         return fresh if len(fresh) == 4 and all(p.spec.node_name for p in fresh) else None
 
     after = wait_for(recreated, 120, what="the group made again and bound")
-    assert len({leaf_of(p.spec.node_name) for p in after}) == 1, "whole, in one leaf"
+    assert {leaf_of(p.spec.node_name) for p in after} == {left}, "whole, in the leaf it left"
     assert sorted(p.metadata.labels[RANK_LABEL] for p in after) == ["0", "1", "2", "3"]
 
 

@@ -152,25 +152,29 @@ def test_a_plain_pod_group_of_six_lands_whole_in_one_leaf_ranked_and_recorded(
     assert "leaf" in row.split()
 
 
-def test_pods_a_job_controller_makes_one_by_one_are_placed_once_all_exist(
-    api: client.ApiClient, enabled: str
-) -> None:
-    labels = {GANG_NAME_LABEL: "indexed", GANG_SIZE_LABEL: "4"}
-    template = member("x", "indexed", 4)
-    job = {
+def a_job(name: str, gang: str, size: int, pods: int) -> dict[str, Any]:
+    """A Job of ``pods`` pods, each labelled a member of ``gang`` of ``size``."""
+    template = member("x", gang, size)
+    return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "indexed"},
+        "metadata": {"name": name},
         "spec": {
-            "parallelism": 4,
-            "completions": 4,
-            "completionMode": "Indexed",
+            "parallelism": pods,
+            "completions": pods,
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": template["metadata"]["labels"]},
                 "spec": {**template["spec"], "restartPolicy": "Never"},
             },
         },
     }
+
+
+def test_pods_a_job_controller_makes_one_by_one_are_placed_once_all_exist(
+    api: client.ApiClient, enabled: str
+) -> None:
+    job = a_job("indexed", "indexed", 4, 4)
+    job["spec"]["completionMode"] = "Indexed"
     client.BatchV1Api(api).create_namespaced_job(enabled, job)
     core = client.CoreV1Api(api)
 
@@ -202,3 +206,147 @@ def test_a_gang_whose_pods_come_slowly_waits_for_the_last_and_its_record_goes_wi
     for pod in pods:
         core.delete_namespaced_pod(pod.metadata.name, enabled, grace_period_seconds=0)
     wait_for(lambda: record(custom, enabled, "slow") is None, 30, what="the record deleted")
+
+
+def _problems(custom: client.CustomObjectsApi, namespace: str, gang: str) -> list[str] | None:
+    status = (record(custom, namespace, gang) or {}).get("status") or {}
+    return list(status["problems"]) if status.get("problems") else None
+
+
+def test_two_owners_claiming_one_gang_name_get_an_invalid_record_and_no_plan(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """Two Jobs whose pods both say ``tpfabric.io/gang-name: shared`` (size 4, two pods each):
+    the record names the label and both owners; nothing of the 'gang' is planned or bound."""
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    for name in ("first", "second"):
+        batch.create_namespaced_job(enabled, a_job(name, "shared", 4, 2))
+    problems = wait_for(
+        lambda: _problems(custom, enabled, "shared"), 60, what="the record naming its problem"
+    )
+    assert any(
+        p.startswith("tpfabric.io/gang-name: 'shared' is claimed by pods of 2 owners")
+        and "Job/first" in p
+        and "Job/second" in p
+        for p in problems
+    ), problems
+    gang = record(custom, enabled, "shared") or {}
+    assert gang["status"]["phase"] == "Invalid"
+    time.sleep(3)  # a plan would come within a cycle
+    gang = record(custom, enabled, "shared") or {}
+    assert (gang["status"].get("placement") or {}).get("state") != "Planned"
+    assert all(not p.spec.node_name for p in gang_pods(core, enabled, "shared"))
+    for name in ("first", "second"):
+        batch.delete_namespaced_job(name, enabled, propagation_policy="Background")
+
+
+def test_a_gang_split_across_two_namespaces_says_so_in_both_records(
+    api: client.ApiClient, enabled: str
+) -> None:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    other = f"{enabled[:50]}-b"
+    core.create_namespace({"metadata": {"name": other}})
+    try:
+        opt_in(api, other)
+        wait_for(lambda: core.list_namespaced_service_account(other).items, what="its account")
+        for namespace in (enabled, other):
+            for rank in range(2):
+                core.create_namespaced_pod(namespace, member(f"split-{rank}", "split", 4, rank))
+        for namespace, elsewhere in ((enabled, other), (other, enabled)):
+            problems = wait_for(
+                lambda ns=namespace: _problems(custom, ns, "split"), 60, what=f"{namespace}'s"
+            )
+            expected = (
+                f"tpfabric.io/gang-name: 2 of 4 pods of 'split' are in namespace '{namespace}', "
+                f"and a gang of that name has pods in {elsewhere} too: a gang's pods must all be "
+                "in one namespace"
+            )
+            assert problems == [expected]
+    finally:
+        clear_jobs_and_pods(api, other)
+        core.delete_namespace(other)
+
+
+def test_a_record_deleted_while_its_gang_runs_comes_back_with_its_placement(
+    api: client.ApiClient, enabled: str
+) -> None:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    for rank in range(2):
+        core.create_namespaced_pod(enabled, member(f"kept-{rank}", "kept", 2, rank))
+    pods = wait_running(core, enabled, "kept", 2)
+    (leaf,) = {leaf_of(p.spec.node_name) for p in pods}
+    first = record(custom, enabled, "kept") or {}
+    custom.delete_namespaced_custom_object(GROUP, VERSION, enabled, GANG_PLURAL, "kept")
+
+    def recovered() -> dict[str, Any] | None:
+        again = record(custom, enabled, "kept") or {}
+        if again.get("metadata", {}).get("uid") in (None, first["metadata"]["uid"]):
+            return None
+        placement = (again.get("status") or {}).get("placement") or {}
+        return placement if placement.get("state") == "Planned" else None
+
+    placement = wait_for(recovered, 60, what="the record made again, its placement read back")
+    assert placement["nodes"] == [
+        p.spec.node_name for p in sorted(pods, key=lambda p: p.metadata.labels[RANK_LABEL])
+    ]
+    assert leaf_of(placement["nodes"][0]) == leaf
+    assert placement["level"] == "leaf"
+    assert "read back from the 2 running pods" in placement["reasons"][0]["reason"]
+    assert {p.metadata.uid for p in gang_pods(core, enabled, "kept")} == {
+        p.metadata.uid for p in pods
+    }, "nothing moved"
+
+
+PODGROUPS = ("scheduling.k8s.io", "v1beta1", "podgroups")
+
+
+def test_pods_naming_a_workload_api_pod_group_are_placed_as_one_gang_of_its_size(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """The upstream Workload API (``GenericWorkload``, beta in v1.37): a PodGroup with a gang
+    policy of 3 and a topology constraint on the leaf label; three pods name it in
+    ``spec.schedulingGroup``, nothing of tpfabric in them. The webhook takes them in (a CEL match
+    condition: they carry no label to select), the record is owned by the PodGroup, of its size
+    and level, the gang lands in one leaf, with kube-scheduler's own gang plugins running too;
+    the PodGroup and its pods deleted, the record goes with them."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    group, version, plural = PODGROUPS
+    created = custom.create_namespaced_custom_object(
+        group,
+        version,
+        enabled,
+        plural,
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "PodGroup",
+            "metadata": {"name": "llama-pg"},
+            "spec": {
+                "schedulingPolicy": {"gang": {"minCount": 3}},
+                "schedulingConstraints": {"topology": [{"key": "topology.tpfabric.io/leaf"}]},
+            },
+        },
+    )
+    for index in range(3):
+        body = gang_pod(f"llama-{index}", {})
+        body["spec"]["schedulingGroup"] = {"podGroupName": "llama-pg"}
+        core.create_namespaced_pod(enabled, body)
+    pods = wait_running(core, enabled, "llama-pg", 3)
+    assert len({leaf_of(p.spec.node_name) for p in pods}) == 1
+    assert sorted(p.metadata.labels[RANK_LABEL] for p in pods) == ["0", "1", "2"]
+    assert all(p.spec.init_containers[0].name == "rdma-init" for p in pods)
+    gang = record(custom, enabled, "llama-pg") or {}
+    assert gang["spec"]["owner"] == {"kind": "WorkloadPodGroup", "name": "llama-pg"}
+    assert gang["spec"]["workers"] == 3
+    assert gang["spec"]["topology"]["level"] == "leaf"
+    assert gang["spec"]["topology"]["mode"] == "required"
+    (owner,) = gang["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("PodGroup", created["metadata"]["uid"])
+    leaf = leaf_of(pods[0].spec.node_name)  # gng-l1-03 -> l1: leaf gng-leaf1
+    assert gang["status"]["placement"]["domain"] == f"gng-leaf{leaf[1:]}"
+    # kube-controller-manager's podgroup-protection finalizer keeps a PodGroup while its pods
+    # exist, and the record with it; once they are gone, garbage collection takes the record
+    custom.delete_namespaced_custom_object(group, version, enabled, plural, "llama-pg")
+    for pod in pods:
+        core.delete_namespaced_pod(pod.metadata.name, enabled, grace_period_seconds=0)
+    wait_for(lambda: record(custom, enabled, "llama-pg") is None, 60, what="the record collected")

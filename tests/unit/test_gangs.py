@@ -256,3 +256,30 @@ def test_record_names_are_dns_labels_that_stay_apart_when_cut() -> None:
     assert len(long_b) <= 63
     assert long_a != long_b
     assert record_name("My_Set", "0") == "my-set-0"
+
+
+# -- the upstream Workload API (scheduling.k8s.io PodGroup) ----------------------------------
+
+
+def test_a_pod_naming_a_pod_group_in_its_spec_is_one_gang_per_pod_group() -> None:
+    meta = {"name": "x-1", "namespace": "infer", "labels": {RANK_LABEL: "1"}}
+    member = gang_of(meta, SETTINGS, spec={"schedulingGroup": {"podGroupName": "llama-pg"}})
+    assert member is not None
+    assert (member.kind, member.owner, member.gang) == ("WorkloadPodGroup", "llama-pg", "llama-pg")
+    assert member.size is None, "the size is the PodGroup's gang minCount"
+    assert member.rank == 1
+    assert member.problems == ()
+
+
+def test_a_pod_group_named_in_the_spec_is_taken_in_only_when_the_chart_enables_it() -> None:
+    spec = {"schedulingGroup": {"podGroupName": "llama-pg"}}
+    narrow = GangSettings(levels=SETTINGS.levels, owners=frozenset({"LeaderWorkerSet"}))
+    assert gang_of({"name": "x"}, narrow, spec=spec) is None
+    assert gang_of({"name": "x"}, SETTINGS, spec={"schedulingGroup": {}}) is None
+
+
+def test_tpfabrics_own_gang_label_wins_over_a_pod_group_in_the_spec() -> None:
+    meta = {"name": "x", "labels": {GANG_NAME_LABEL: "mine", GANG_SIZE_LABEL: "2"}}
+    member = gang_of(meta, SETTINGS, spec={"schedulingGroup": {"podGroupName": "theirs"}})
+    assert member is not None
+    assert (member.kind, member.gang) == ("PodGroup", "mine")

@@ -32,8 +32,9 @@ GANG_PLURAL: Final = "gangs"
 class GangOwner(_Model):
     """What made the gang's pods."""
 
-    kind: Literal["LeaderWorkerSet", "JobSet", "PodGroup"]
-    """`LeaderWorkerSet` (one group), `JobSet` (the JobSet, or one child Job), or `PodGroup`
+    kind: Literal["LeaderWorkerSet", "JobSet", "PodGroup", "WorkloadPodGroup"]
+    """`LeaderWorkerSet` (one group), `JobSet` (the JobSet, or one child Job), `WorkloadPodGroup`
+    (a `scheduling.k8s.io` PodGroup its pods name in `spec.schedulingGroup`), or `PodGroup`
     (pods labelled `tpfabric.io/gang-name`, or Kueue's `pod-group-name`)."""
     name: Annotated[str, Field(max_length=253)]
     """The owner's name (for a pod group: its label's value)."""

@@ -405,6 +405,10 @@ class Placement(_Model):
     `leaseTransitions` when it took the lease): a placer's write is refused unless the
     placement it computed from is still there, so a deposed placer never overwrites its
     successor's plan."""
+    previous_nodes: list[str] = Field(default_factory=list)
+    """While the gang has no plan: the nodes of its last plan, by rank (a plan dropped, a group
+    its owner made again). The next plan prefers the domain holding most of them, and those
+    nodes inside it, when the smallest level that fits has room there."""
     refused_nodes: list[RefusedNode] = Field(default_factory=list)
     """Nodes kube-scheduler's own filters refused for this gang's released workers (they did
     not bind within the bind bound although the placer saw room): the gang is planned without

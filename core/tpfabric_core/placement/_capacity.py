@@ -234,6 +234,7 @@ def fill_domain(
     penalty: Sequence[bool] | None = None,
     avoid_child: Callable[[Domain], bool] | None = None,
     pieces_first: bool = False,
+    prefer: frozenset[int] = frozenset(),
 ) -> list[Pick]:
     """Return (node index, workers) picks placing ``count`` workers inside ``domain``.
 
@@ -241,11 +242,17 @@ def fill_domain(
     with ``pieces_first``, the smallest pieces first), the last one best-fit, children
     ``avoid_child`` flags (e.g. a saturated uplink) after the others and children outside the
     labelled fabric last; at the nodes, ``penalty`` (degraded) nodes go last. Into children of
-    the group-keeping depth or above, only whole tensor-parallel groups go.
+    the group-keeping depth or above, only whole tensor-parallel groups go. ``prefer``: node
+    indices to use first (where the gang ran before), each rule above still coming first.
     """
     if domain.depth == 0:
         nodes = [
-            (i, slots[i], 1 if penalty is not None and penalty[i] else 0)
+            (
+                i,
+                slots[i],
+                (1 if penalty is not None and penalty[i] else 0) * 2
+                + (0 if not prefer or i in prefer else 1),
+            )
             for i in range(domain.start, domain.end)
         ]
         return pick_fewest(nodes, count, quantum, pieces_first=pieces_first)
@@ -258,7 +265,8 @@ def fill_domain(
             domain_capacity(topology, slots, below[c], quantum)
             if strict
             else sum(slots[below[c].start : below[c].end]),
-            child_penalty(below[c], avoid_child),
+            child_penalty(below[c], avoid_child) * 2
+            + (0 if not prefer or _holds(below[c], prefer) else 1),
         )
         for c in domain.children
     ]
@@ -275,9 +283,14 @@ def fill_domain(
                 penalty=penalty,
                 avoid_child=avoid_child,
                 pieces_first=pieces_first,
+                prefer=prefer,
             )
         )
     return picks
+
+
+def _holds(domain: Domain, nodes: frozenset[int]) -> bool:
+    return any(domain.start <= i < domain.end for i in nodes)
 
 
 def child_penalty(child: Domain, avoid_child: Callable[[Domain], bool] | None) -> int:

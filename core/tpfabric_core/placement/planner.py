@@ -62,6 +62,7 @@ from tpfabric_core.placement.topology import ClusterTopology, Domain
 __all__ = [
     "Reach",
     "allowed_depth",
+    "describe_nodes",
     "explain_unschedulable",
     "plan_gang",
     "policy_depth",
@@ -237,6 +238,9 @@ def plan_gang(
         healthy = all_slots
     avoid = _saturating(topology, request, uplink_load, cost_config)
     fragment = _fragment_slots(request, typical_gang_gpus)
+    prefer = frozenset(
+        topology.index_of[n] for n in request.previous_nodes if n in topology.index_of
+    )
     choice = _search(
         topology,
         healthy,
@@ -245,6 +249,7 @@ def plan_gang(
         quantum=quantum,
         avoid_child=avoid,
         fragment_below=fragment,
+        prefer=prefer,
     )
     notes: list[str] = []
     if choice is not None and bad and policy.avoid_degraded == "avoid":
@@ -275,6 +280,8 @@ def plan_gang(
         )
     if avoid is not None:
         notes.extend(_uplink_notes(topology, choice, avoid))
+    if prefer:
+        notes.append(_return_note(topology, choice, prefer))
     if choice.spared is not None:
         leaf, left = choice.spared
         notes.append(
@@ -309,6 +316,29 @@ def plan_gang(
     return replace(plan, reasons=plan.reasons + extra)
 
 
+def describe_nodes(
+    snapshot: CapacitySnapshot,
+    request: GangRequest,
+    nodes_by_rank: Sequence[str],
+    reason: str,
+    *,
+    cost_config: CostModelConfig = DEFAULT_COST,
+) -> GangPlan:
+    """Return a plan that describes where a gang's ranks already run (no choice made here):
+    its domain, hops and modelled cost, with ``reason`` saying why it was read back.
+
+    ValueError when a node is not in the snapshot's topology.
+    """
+    topology = snapshot.topology
+    missing = [n for n in nodes_by_rank if n not in topology.index_of]
+    if missing:
+        raise ValueError(f"nodes not in the topology: {', '.join(missing[:5])}")
+    ranks = [topology.index_of[n] for n in nodes_by_rank]
+    return assemble_plan(
+        snapshot, request, ranks, policy=POLICY_NAME, reasons=[reason], cost_config=cost_config
+    )
+
+
 def _uplink_notes(
     topology: ClusterTopology, choice: _Choice, avoid: Callable[[Domain], bool]
 ) -> list[str]:
@@ -335,6 +365,22 @@ def _uplink_notes(
     ]
 
 
+def _return_note(topology: ClusterTopology, choice: _Choice, prefer: frozenset[int]) -> str:
+    """Return how the plan relates to the nodes of the gang's last plan."""
+    domain = choice.domain
+    again = sum(1 for node, _ in choice.picks if node in prefer)
+    inside = sum(1 for n in prefer if domain.start <= n < domain.end)
+    if inside:
+        return (
+            f"back in {domain.level} {domain.name!r}, where it ran before: {again} of its "
+            f"{len(prefer)} previous node(s) again"
+        )
+    return (
+        f"its {len(prefer)} previous node(s) are in no {domain.level} domain that fits now: "
+        "placed afresh"
+    )
+
+
 def _fragment_slots(request: GangRequest, typical_gang_gpus: int | None) -> int | None:
     """Return the free worker slots below which a leaf is a fragment (``None``: no rule)."""
     if typical_gang_gpus is None:
@@ -353,13 +399,15 @@ def _search(
     penalty: Sequence[bool] | None = None,
     avoid_child: Callable[[Domain], bool] | None = None,
     fragment_below: int | None = None,
+    prefer: frozenset[int] = frozenset(),
 ) -> _Choice | None:
     """Return the smallest, best-fitting labelled domain up to ``max_depth`` and its picks.
 
     Among leaves, best fit, except that one left a fragment (fewer than ``fragment_below`` free
     slots but not none) goes after every leaf that is not cut down to one. Above the leaves, the
     domain needing the fewest children wins, then the one needing the fewest children
-    ``avoid_child`` flags, then the best fit.
+    ``avoid_child`` flags, then the best fit. Before all of these at any level, the domain
+    holding most of the ``prefer`` nodes (where the gang ran before) wins.
     """
     levels = level_free(topology, slots, quantum=quantum, up_to=max_depth)
     cluster = topology.cluster_depth
@@ -374,7 +422,10 @@ def _search(
         if not fits:
             continue
         spared: tuple[Domain, int] | None = None
-        if depth == 0:
+        returning = _returning(domains, fits, prefer)
+        if returning is not None:
+            best = returning
+        elif depth == 0:
             best = min(fits, key=lambda i: (free[i] - workers, i))
             if fragment_below is not None:
                 plain = best
@@ -409,9 +460,21 @@ def _search(
             penalty=penalty,
             avoid_child=avoid_child,
             pieces_first=True,
+            prefer=prefer,
         )
         return _Choice(domain, picks, len(fits), free[best] - workers, spared)
     return None
+
+
+def _returning(
+    domains: Sequence[Domain], fits: Sequence[int], prefer: frozenset[int]
+) -> int | None:
+    """Return the fitting domain holding most of the ``prefer`` nodes (None: none holds any)."""
+    if not prefer:
+        return None
+    held = {i: sum(1 for n in prefer if domains[i].start <= n < domains[i].end) for i in fits}
+    best = max(fits, key=lambda i: (held[i], -i))
+    return best if held[best] else None
 
 
 def _children_needed(

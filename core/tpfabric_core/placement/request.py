@@ -83,6 +83,10 @@ class GangRequest:
     ``None``: as many as the node's resources allow. ``refused_nodes``: nodes kube-scheduler's
     own filters refused for this gang's workers lately (pod affinity, volumes, ports...): not
     planned now, but they still count for what the gang could ever use (refusals expire).
+    ``previous_nodes``: the nodes the gang's last plan had (a group its owner made again, a plan
+    dropped): among the domains of the smallest level that fits, the one holding most of them
+    wins, and inside it those nodes are filled first, so a restarted gang returns where it ran
+    (its warm caches, its neighbours) whenever that is as good as any other choice.
     """
 
     name: str
@@ -97,6 +101,7 @@ class GangRequest:
     eligible_nodes: frozenset[str] | None = None
     max_workers_per_node: int | None = None
     refused_nodes: frozenset[str] = frozenset()
+    previous_nodes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for where, value, low in (

@@ -177,3 +177,12 @@ def test_only_pod_creations_are_changed() -> None:
 def test_what_is_not_an_admission_review_is_refused_with_a_reason(body: Any) -> None:
     with pytest.raises(BadReviewError, match=r"AdmissionReview|not a pod"):
         admit(body, SETTINGS)
+
+
+def test_a_pod_that_names_a_workload_api_pod_group_is_gated_and_labelled_with_it() -> None:
+    obj = pod({}, {}, schedulingGroup={"podGroupName": "llama-pg"})
+    wired = patched(obj, admit(review(obj), SETTINGS))
+    assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
+    assert wired["metadata"]["labels"][GANG_LABEL] == "llama-pg"
+    assert RANK_LABEL not in wired["metadata"]["labels"], "ranked by the operator, in order"
+    assert wired["spec"]["schedulingGroup"] == {"podGroupName": "llama-pg"}, "kept"

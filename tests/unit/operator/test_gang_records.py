@@ -12,8 +12,11 @@ from tpfabric_core.gangs import GangSettings, gang_of
 from tpfabric_operator.gang_records import (
     GangPod,
     OwnerRef,
+    elsewhere_problem,
     jobset_layout,
+    owners_problem,
     pod_gpus,
+    pod_group_gang,
     ranks_to_write,
     record_manifest,
     record_status,
@@ -128,3 +131,65 @@ def test_a_pods_gpus_are_its_largest_containers() -> None:
         }
     }
     assert pod_gpus(pod) == 4
+
+
+def test_pods_of_two_owners_claiming_one_group_name_are_named_as_the_problem() -> None:
+    pods = [
+        plain("a-0", "2026-12-04T10:00:00Z", controller="Job/a"),
+        plain("a-1", "2026-12-04T10:00:01Z", controller="Job/a"),
+        plain("b-0", "2026-12-04T10:00:02Z", controller="Job/b"),
+    ]
+    problem = owners_problem(pods)
+    assert problem is not None
+    assert problem.startswith("tpfabric.io/gang-name: 'grp' is claimed by pods of 2 owners")
+    assert "(Job/a, Job/b)" in problem
+    assert record_status(pods, 3, {}, [problem])["phase"] == "Invalid"
+
+
+def test_one_owner_or_pods_without_one_make_one_gang() -> None:
+    assert owners_problem([plain("a-0", "t", controller="Job/a"), plain("x", "t")]) is None
+    assert owners_problem([plain("x", "t"), plain("y", "t")]) is None
+    assert owners_problem([jobset_pod(0, 0)]) is None  # named after its owner: never twice
+
+
+def test_a_group_short_of_pods_here_with_a_namesake_elsewhere_says_so() -> None:
+    pods = [plain("a-0", "t"), plain("a-1", "t")]
+    problem = elsewhere_problem(pods, 3, ["team-b"])
+    assert problem == (
+        "tpfabric.io/gang-name: 2 of 3 pods of 'grp' are in namespace 'ns', and a gang of that "
+        "name has pods in team-b too: a gang's pods must all be in one namespace"
+    )
+    assert elsewhere_problem(pods, 3, []) is None, "no namesake: it only waits for its pods"
+    assert elsewhere_problem([*pods, plain("a-2", "t")], 3, ["team-b"]) is None, "whole here"
+
+
+def test_a_pod_group_gives_its_gang_size_and_its_topology_constraint_as_a_level() -> None:
+    group = {
+        "metadata": {"name": "llama-pg"},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 4}},
+            "schedulingConstraints": {"topology": [{"key": labels.LEAF}]},
+        },
+    }
+    size, ask, problems = pod_group_gang(group, SETTINGS.levels)
+    assert size == 4
+    assert ask is not None
+    assert (ask.level, ask.mode) == ("leaf", "required")
+    assert problems == []
+
+
+def test_a_pod_group_without_a_gang_policy_or_with_an_unknown_key_is_named() -> None:
+    group = {
+        "metadata": {"name": "basic"},
+        "spec": {
+            "schedulingPolicy": {"basic": {}},
+            "schedulingConstraints": {"topology": [{"key": "example.com/rack"}]},
+        },
+    }
+    size, ask, problems = pod_group_gang(group, SETTINGS.levels)
+    assert size is None
+    assert ask is None
+    assert problems[0].startswith("spec.schedulingPolicy.gang.minCount: the PodGroup 'basic'")
+    assert problems[1].startswith(
+        "spec.schedulingConstraints.topology[0].key: no level has the node label 'example.com/rack'"
+    )

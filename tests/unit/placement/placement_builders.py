@@ -193,6 +193,12 @@ class JobBuilder:
     policy: TopologyPolicy = field(default_factory=TopologyPolicy)
     other_resources: dict[str, int] = field(default_factory=dict)
     eligible_nodes: frozenset[str] | None = None
+    previous_nodes: tuple[str, ...] = ()
+
+    def returning_from(self, *nodes: str) -> JobBuilder:
+        """The gang's last plan had these nodes (a group made again)."""
+        self.previous_nodes = nodes
+        return self
 
     def needing(self, **resources: int) -> JobBuilder:
         """Each worker also needs these resources (``cpu`` in millicores, ``pods``, ...)."""
@@ -255,6 +261,7 @@ class JobBuilder:
             policy=self.policy,
             other_resources=tuple(sorted(self.other_resources.items())),
             eligible_nodes=self.eligible_nodes,
+            previous_nodes=self.previous_nodes,
         )
 
 

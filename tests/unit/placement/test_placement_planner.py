@@ -278,3 +278,50 @@ def test_the_typical_gang_is_counted_in_this_gangs_worker_slots() -> None:
     job = a_job(workers=4).with_gpus(4, rdma=4).build()
     assert planned(plan_gang(snapshot, job)).domain == "leaf-0"  # 6 slots - 4 = 2 left
     assert planned(plan_gang(snapshot, job, typical_gang_gpus=16)).domain == "leaf-1"  # 4 left
+
+
+# -- a gang made again returns where it ran ------------------------------------------------------
+
+
+def test_a_gang_made_again_returns_to_its_previous_leaf_and_nodes() -> None:
+    # best fit alone picks leaf-1 (one node busy); the gang ran on leaf-2 before
+    snapshot = a_cluster().with_leaves(3, nodes=4).busy_leaf(1, nodes=1).snapshot()
+    before = [node_name(2, 1), node_name(2, 3), node_name(2, 0)]
+    assert planned(plan_gang(snapshot, a_job(workers=3).build())).domain == "leaf-1"
+    plan = planned(plan_gang(snapshot, a_job(workers=3).returning_from(*before).build()))
+    assert plan.domain == "leaf-2"
+    assert sorted(plan.nodes_by_rank) == sorted(before)
+    assert any("back in leaf 'leaf-2', where it ran before: 3 of its 3" in r for r in plan.reasons)
+
+
+def test_a_gang_whose_previous_leaf_is_full_now_is_placed_afresh_and_says_so() -> None:
+    snapshot = a_cluster().with_leaves(3, nodes=4).busy_leaf(2, nodes=2).snapshot()
+    plan = planned(plan_gang(snapshot, a_job(workers=3).returning_from(node_name(2, 0)).build()))
+    assert plan.domain == "leaf-0"
+    assert any("previous node(s) are in no leaf domain that fits now" in r for r in plan.reasons)
+
+
+def test_the_previous_domain_is_preferred_only_among_domains_of_the_smallest_level() -> None:
+    # the gang ran across a spine; now a leaf fits it: the leaf wins (fewer hops), and the leaf
+    # holding its previous nodes is that leaf
+    snapshot = a_cluster().with_leaves(4, nodes=4, per_spine=2).snapshot()
+    before = [node_name(3, 0), node_name(3, 1), node_name(2, 0)]
+    plan = planned(plan_gang(snapshot, a_job(workers=3).returning_from(*before).build()))
+    assert plan.level == "leaf"
+    assert plan.domain == "leaf-3"
+    assert set(before[:2]) <= set(plan.nodes_by_rank)
+
+
+def test_a_previous_node_now_degraded_goes_after_the_healthy_ones() -> None:
+    snapshot = a_cluster().with_leaves(2, nodes=4).degraded(node_name(1, 0)).snapshot()
+    before = [node_name(1, 0), node_name(1, 1)]
+    plan = planned(plan_gang(snapshot, a_job(workers=2).returning_from(*before).build()))
+    assert plan.domain == "leaf-1"
+    assert node_name(1, 0) not in plan.nodes_by_rank
+    assert node_name(1, 1) in plan.nodes_by_rank
+
+
+def test_previous_nodes_outside_the_cluster_are_ignored() -> None:
+    snapshot = a_cluster().with_leaves(2, nodes=4).busy_leaf(1, nodes=1).snapshot()
+    plan = planned(plan_gang(snapshot, a_job(workers=3).returning_from("gone-node").build()))
+    assert plan.domain == "leaf-1"

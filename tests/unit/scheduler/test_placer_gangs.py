@@ -10,7 +10,9 @@ from typing import Any
 from placer_world import RecordingWriter, a_worker, gang, placement, two_leaves
 
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.extender import worker_view
+from tpfabric_scheduler.placer import RETURN_GRACE_SECONDS
 from tpfabric_scheduler.protocol import parse_extender_args
 from tpfabric_scheduler.store import GANG_GATE
 
@@ -42,6 +44,13 @@ def gang_pod(gang_name: str, rank: int | None) -> dict[str, Any]:
     return pod
 
 
+def add_gang(writer: RecordingWriter, name: str, workers: int, pods: int | None = None) -> None:
+    """A Gang record of ``workers`` and the first ``pods`` (default all) of its pods, ranked."""
+    writer.add_job(a_gang_record(name, workers))
+    for rank in range(workers if pods is None else pods):
+        writer.add_pod(gang_pod(name, rank))
+
+
 def gang_placement(writer: RecordingWriter, name: str) -> dict[str, Any]:
     return dict(writer.jobs[f"ns/gang:{name}"].get("status", {}).get("placement") or {})
 
@@ -49,9 +58,7 @@ def gang_placement(writer: RecordingWriter, name: str) -> dict[str, Any]:
 def test_a_gang_record_is_planned_whole_into_one_leaf_and_its_pods_released(world: Any) -> None:
     store, writer, placer, _ = world
     two_leaves(store, per_leaf=4)
-    writer.add_job(a_gang_record("vllm-0", 4))
-    for rank in range(3):
-        writer.add_pod(gang_pod("vllm-0", rank))
+    add_gang(writer, "vllm-0", 4, pods=3)
     placer.run_cycle()
     assert gang_placement(writer, "vllm-0").get("state") != "Planned", "3 of 4 pods exist"
     writer.add_pod(gang_pod("vllm-0", 3))
@@ -89,9 +96,7 @@ def test_a_gang_and_a_job_of_one_name_are_two_gangs(world: Any) -> None:
     store, writer, placer, _ = world
     two_leaves(store, per_leaf=4)
     gang(writer, "same", 4)  # a TensorParallelJob "same" and its four workers
-    writer.add_job(a_gang_record("same", 4))
-    for rank in range(4):
-        writer.add_pod(gang_pod("same", rank))
+    add_gang(writer, "same", 4)
     placer.run_cycle()
     job_plan, gang_plan = placement(writer, "same"), gang_placement(writer, "same")
     assert job_plan["state"] == gang_plan["state"] == "Planned"
@@ -104,9 +109,7 @@ def test_a_gang_and_a_job_of_one_name_are_two_gangs(world: Any) -> None:
 def test_a_dropped_gangs_pods_are_deleted_by_their_gang_label(world: Any) -> None:
     store, writer, placer, clock = world
     two_leaves(store, per_leaf=4)
-    writer.add_job(a_gang_record("vllm-1", 2))
-    for rank in range(2):
-        writer.add_pod(gang_pod("vllm-1", rank))
+    add_gang(writer, "vllm-1", 2)
     placer.run_cycle()
     assert gang_placement(writer, "vllm-1")["state"] == "Planned"
     clock.now += 61  # released, never bound: the bind bound drops the plan
@@ -136,3 +139,176 @@ def test_released_pods_an_earlier_record_left_are_deleted_not_waited_for_forever
     clock.now += 2
     placer.run_cycle()
     assert gang_placement(writer, "vllm-2")["state"] == "Planned"
+
+
+# -- a group made again returns where it ran ------------------------------------------------------
+
+
+def _occupy(writer: RecordingWriter, node: str) -> None:
+    """Another tenant's pod of 8 GPUs, bound to ``node``."""
+    pod = a_worker("tenant", 0, node=node, gated=False, attempt=None)
+    pod["metadata"].update(name=f"tenant-{node}", uid=f"uid-tenant-{node}", labels={})
+    writer.add_pod(pod)
+
+
+def _planned_and_bound(writer: RecordingWriter, placer: Any, name: str) -> list[str]:
+    writer.add_job(a_gang_record(name, 2))
+    for rank in range(2):
+        writer.add_pod(gang_pod(name, rank))
+    placer.run_cycle()
+    nodes = list(gang_placement(writer, name)["nodes"])
+    for rank, node in enumerate(nodes):
+        writer.bind(f"{name}-{rank}", node)
+    return nodes
+
+
+def _the_other_leaf_fits_best(writer: RecordingWriter, nodes: list[str]) -> str:
+    """Make best fit alone choose the leaf the gang did not run on; return that leaf."""
+    other = "leaf-b" if nodes[0].startswith("leaf-a") else "leaf-a"
+    _occupy(writer, f"{other}-n2")  # three nodes a leaf: two left there, an exact fit
+    return other
+
+
+def _made_again(writer: RecordingWriter, name: str, now: float) -> None:
+    """The owner deletes the group of two (its pods terminate, still bound) and makes it again:
+    new pods, gated."""
+    for rank in range(2):
+        old = writer.pods[f"ns/{name}-{rank}"]
+        old["metadata"]["deletionTimestamp"] = rfc3339(now)
+        writer.add_pod(old)
+        new = gang_pod(name, rank)
+        new["metadata"].update(
+            name=f"{name}-{rank}-again",
+            uid=f"uid-{name}-{rank}-again",
+            creationTimestamp=rfc3339(now + 1),
+        )
+        writer.add_pod(new)
+
+
+def test_a_group_made_again_waits_for_its_old_pods_then_returns_to_its_nodes(world: Any) -> None:
+    """Its leaf has no room beside its old pods (one node free for two ranks): rather than go
+    where best fit alone would send it, it waits for them and returns."""
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=3)
+    nodes = _planned_and_bound(writer, placer, "vllm-3")
+    _the_other_leaf_fits_best(writer, nodes)
+    _made_again(writer, "vllm-3", clock.now)
+    clock.now += 2
+    released = len(writer.released)
+    placer.run_cycle()
+    assert writer.deleted == [], "the new pods are not taken for a broken plan"
+    assert len(writer.released) == released, "it waits for its old pods to leave"
+    for rank in range(2):  # the old pods are gone
+        writer.delete_pod("ns", f"vllm-3-{rank}")
+    clock.now += 2
+    placer.run_cycle()
+    plan = gang_placement(writer, "vllm-3")
+    assert plan["state"] == "Planned"
+    assert sorted(plan["nodes"]) == sorted(nodes), "back on its nodes, not where best fit goes"
+    assert sorted(writer.released[released:]) == ["vllm-3-0-again", "vllm-3-1-again"]
+
+
+def test_a_group_whose_old_pods_never_leave_is_planned_after_the_grace(world: Any) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=3)
+    nodes = _planned_and_bound(writer, placer, "vllm-4")
+    _made_again(writer, "vllm-4", clock.now)
+    clock.now += 2
+    placer.run_cycle()
+    assert not any(name.endswith("-again") for name in writer.released)
+    clock.now += RETURN_GRACE_SECONDS
+    placer.run_cycle()
+    plan = gang_placement(writer, "vllm-4")
+    assert plan["state"] == "Planned"
+    leaf = nodes[0].rsplit("-n", 1)[0]
+    assert not any(n.startswith(leaf) for n in plan["nodes"]), "its leaf is still taken"
+    assert any("placed afresh" in r["reason"] for r in plan["reasons"])
+
+
+def test_a_dropped_plan_keeps_its_nodes_as_the_next_plans_preference(world: Any) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=3)
+    add_gang(writer, "vllm-5", 2)
+    placer.run_cycle()
+    nodes = list(gang_placement(writer, "vllm-5")["nodes"])
+    other = _the_other_leaf_fits_best(writer, nodes)
+    clock.now += 61  # released, never bound: the plan is dropped and its pods deleted
+    placer.run_cycle()
+    dropped = gang_placement(writer, "vllm-5")
+    assert dropped["state"] == "Replanning"
+    assert dropped["previousNodes"] == nodes
+    for rank in range(2):  # the owner makes them again
+        writer.add_pod(gang_pod("vllm-5", rank))
+    clock.now += 2
+    placer.run_cycle()
+    plan = gang_placement(writer, "vllm-5")
+    assert plan["state"] == "Planned"
+    assert sorted(plan["nodes"]) == sorted(nodes), f"not {other}, where best fit alone goes"
+    assert plan.get("previousNodes") is None, "a plan carries no previous nodes"
+    assert any("where it ran before" in r["reason"] for r in plan["reasons"])
+
+
+def test_a_waiting_gangs_pods_are_told_to_describe_the_gang_record(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store, per_leaf=2)
+    writer.add_job(a_gang_record("big-0", 3))  # required leaf: no leaf holds 3
+    for rank in range(3):
+        writer.add_pod(gang_pod("big-0", rank))
+    placer.run_cycle()
+    assert gang_placement(writer, "big-0")["state"] == "Waiting"
+    told = [words for _, reason, words in writer.pod_events if reason == "GangWaiting"]
+    assert len(told) == 3
+    assert all("Gang big-0 (kubectl describe gang big-0)" in words for words in told)
+
+
+def test_a_record_made_again_while_its_gang_runs_gets_back_where_the_gang_runs(
+    world: Any,
+) -> None:
+    """The record was deleted by hand while its pods ran; the operator made it again without a
+    placement. Nothing is planned or moved: the placement is read back from the running pods."""
+    store, writer, placer, _ = world
+    two_leaves(store, per_leaf=4)
+    for rank, node in enumerate(["leaf-b-n1", "leaf-b-n3"]):
+        pod = gang_pod("vllm-6", rank)
+        pod["spec"]["schedulingGates"] = []
+        pod["spec"]["nodeName"] = node
+        pod["status"]["phase"] = "Running"
+        writer.add_pod(pod)
+    writer.add_job(a_gang_record("vllm-6", 2))
+    placer.run_cycle()
+    plan = gang_placement(writer, "vllm-6")
+    assert plan["state"] == "Planned"
+    assert plan["nodes"] == ["leaf-b-n1", "leaf-b-n3"]
+    assert (plan["level"], plan["domain"]) == ("leaf", "leaf-b")
+    assert "read back from the 2 running pods" in plan["reasons"][0]["reason"]
+    assert writer.released == []
+    assert writer.deleted == []
+    assert ("vllm-6", "PlacementRecovered") in [(name, why) for name, why, _ in writer.events]
+    writes = len(writer.status_writes)
+    placer.run_cycle()
+    assert len(writer.status_writes) == writes, "written once"
+
+
+def test_a_record_of_a_gang_only_partly_running_is_not_read_back(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store, per_leaf=4)
+    pod = gang_pod("vllm-7", 0)
+    pod["spec"].update(schedulingGates=[], nodeName="leaf-a-n0")
+    writer.add_pod(pod)
+    writer.add_pod(gang_pod("vllm-7", 1))  # gated still
+    writer.add_job(a_gang_record("vllm-7", 2))
+    placer.run_cycle()
+    assert not any(why == "PlacementRecovered" for _, why, _ in writer.events)
+
+
+def test_a_gang_whose_record_names_problems_is_not_planned(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store, per_leaf=4)
+    record = a_gang_record("grp", 2)
+    record["status"] = {"phase": "Invalid", "problems": ["tpfabric.io/gang-name: two owners"]}
+    writer.add_job(record)
+    for rank in range(2):
+        writer.add_pod(gang_pod("grp", rank))
+    placer.run_cycle()
+    assert gang_placement(writer, "grp") == {}
+    assert writer.released == []
