@@ -48,7 +48,7 @@ test-unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_FLAGS)
 
 test-integration: venv toolchain
-	$(GO_ENV) $(BIN)/tpfabric toolchain build --minimum --controllers
+	$(GO_ENV) $(BIN)/tpfabric toolchain build --minimum --controllers --kueue
 	$(BIN)/pytest tests/integration $(PYTEST_FLAGS)
 
 constraints: venv

@@ -71,16 +71,25 @@ def toolchain_build(
             "gangs made by other controllers).",
         ),
     ] = False,
+    kueue: Annotated[
+        bool,
+        typer.Option("--kueue", help="Also build Kueue (the integration tier's queueing tests)."),
+    ] = False,
 ) -> None:
     """Build (or find) every binary the local control plane needs; cached per version."""
     from tpfabric_localcluster.toolchain import (  # noqa: PLC0415
         BINARIES,
         CONTROLLER_BINARIES,
+        KUEUE_BINARIES,
         ensure_minimum_toolchain,
         ensure_toolchain,
     )
 
-    wanted = (*BINARIES, *CONTROLLER_BINARIES) if controllers else BINARIES
+    wanted = (
+        *BINARIES,
+        *(KUEUE_BINARIES if kueue else ()),
+        *(CONTROLLER_BINARIES if controllers else ()),
+    )
     toolchain = ensure_toolchain(wanted, log=_progress)
     if minimum:
         oldest = ensure_minimum_toolchain(log=_progress)

@@ -30,6 +30,7 @@ __all__ = [
     "BINARIES",
     "BUILD_REVISIONS",
     "GO_INSTALL_TOOLS",
+    "KUEUE_BINARIES",
     "MissingBinaryError",
     "Toolchain",
     "cache_dir",
@@ -60,9 +61,12 @@ BUILD_REVISIONS: dict[str, int] = {"helm": 2}
 #: Kueue's manifests the local control plane installs (CRDs and webhook configurations), copied
 #: out of the Kueue module beside the binary: the binary carries none of them.
 KUEUE_MANIFESTS = ("config/components/crd/bases", "config/components/webhook")
-#: Binaries the local control plane and its tests need (kind only for the Docker e2e; kueue for
-#: the queueing tests, ~4 min more on a cold cache).
-BINARIES = (*KUBERNETES_BINARIES, "etcd", "kwok", "helm", "kueue")
+#: Binaries the local control plane needs: what `make demo` builds on a fresh machine (kind only
+#: for the Docker e2e).
+BINARIES = (*KUBERNETES_BINARIES, "etcd", "kwok", "helm")
+#: Kueue, for the queueing tests only: built on demand by ``tpfabric toolchain build --kueue``
+#: (the integration tier), ~5 min more on a cold cache.
+KUEUE_BINARIES = ("kueue",)
 #: The workload controllers whose gangs tpfabric places (LWS, JobSet): built only on demand by
 #: ``tpfabric toolchain build --controllers`` for the integration tier (minutes on 2 cores).
 CONTROLLER_BINARIES = ("lws", "jobset")

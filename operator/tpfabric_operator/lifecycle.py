@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tpfabric_core.api import FailureRule, TensorParallelJob
+from tpfabric_core.pod_wiring import GPU_RESOURCE
 
 __all__ = [
     "Failure",
@@ -124,11 +125,11 @@ def honour_problem(job: TensorParallelJob, nodes: list[dict[str, int]]) -> str |
     ``nodes`` are the allocatable extended resources of every node. Only GPU nodes count: a
     cluster without any (empty, or its GPU pools scaled to zero) is not a problem, they may come.
     """
-    gpu_nodes = [n for n in nodes if n.get("nvidia.com/gpu", 0) > 0]
+    gpu_nodes = [n for n in nodes if n.get(GPU_RESOURCE, 0) > 0]
     if not gpu_nodes:
         return None
     spec = job.spec
-    gpus = max(n.get("nvidia.com/gpu", 0) for n in gpu_nodes)
+    gpus = max(n.get(GPU_RESOURCE, 0) for n in gpu_nodes)
     if gpus < spec.gpus_per_worker:
         return (
             f"gpusPerWorker is {spec.gpus_per_worker} but no node has more than {gpus} "

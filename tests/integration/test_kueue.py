@@ -96,7 +96,11 @@ def test_without_kueue_a_queued_job_waits_suspended_and_says_why(
 @pytest.fixture(scope="module")
 def kueue(tpfabric_scheduling: LocalCluster) -> Iterator[LocalCluster]:
     if find_toolchain(("kueue",)).missing:
-        pytest.fail("kueue is not built: run `make toolchain`", pytrace=False)
+        pytest.fail(
+            "kueue is not built: run `tpfabric toolchain build --kueue` (the `make test` target "
+            "does it)",
+            pytrace=False,
+        )
     start_kueue(
         tpfabric_scheduling,
         pods_ready=PodsReadyWait(
