@@ -366,7 +366,7 @@ def _start_components(cluster: Any) -> int:
     client QPS/burst included) and the operator (its default reconcile interval); return the
     extender's port."""
     from tpfabric_localcluster.tpfabric import TPFABRIC_SCHEDULER, start_operator  # noqa: PLC0415
-    from tpfabric_operator.handlers import RECONCILE_SECONDS  # noqa: PLC0415
+    from tpfabric_operator.settings import RECONCILE_SECONDS  # noqa: PLC0415
 
     port = start_placer(cluster)
     cluster.start_scheduler(

@@ -16,6 +16,11 @@ import socket
 
 from tpfabric_core.leader_election import add_timing_flags, check_timing_flags
 
+try:  # the TPFABRIC_* knobs, read once: a value it cannot use stops it here, in one line
+    from tpfabric_operator import settings
+except ValueError as err:
+    raise SystemExit(f"tpfabric-operator: {err}") from None
+
 
 def operator_identity() -> str:
     """Return who this operator is for kopf: ``$POD_ID``, else ``user@host`` (never raises).
@@ -44,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         help="watch only these namespaces (repeatable; default: all)",
     )
-    parser.add_argument("--log-level", default=os.environ.get("TPFABRIC_LOG_LEVEL", "INFO"))
+    parser.add_argument("--log-level", default=settings.LOG_LEVEL)
     election = parser.add_argument_group("leader election (a Lease): only its holder acts")
     election.add_argument(
         "--leader-elect",

@@ -21,7 +21,6 @@ nodes with a dict lookup per worker, never a list call.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from tpfabric_core.fabric.fabric_condition import (
 from tpfabric_core.labels import HEALTH, PREFIX
 from tpfabric_operator import leadership
 from tpfabric_operator.lifecycle import WorkerPod
+from tpfabric_operator.settings import SUSPECT_SWITCH_NODES
 
 __all__ = [
     "SUSPECT_MIN_NODES",
@@ -56,7 +56,7 @@ __all__ = [
 log = logging.getLogger("tpfabric.operator")
 
 #: nodes of one rail switch degraded on its rail at once that make the switch suspect
-SUSPECT_MIN_NODES = int(os.environ.get("TPFABRIC_SUSPECT_SWITCH_NODES", "3"))
+SUSPECT_MIN_NODES = SUSPECT_SWITCH_NODES
 RAIL_PREFIX = PREFIX + "rail-"
 
 

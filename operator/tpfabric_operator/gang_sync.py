@@ -12,7 +12,6 @@ group has no owner to take it along).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -54,12 +53,13 @@ from tpfabric_operator.gang_records import (
     record_manifest,
     record_status,
 )
+from tpfabric_operator.settings import GANG_IDLE_SECONDS, GANG_SYNC_SECONDS
 
 __all__ = ["sync_gang"]
 
 log = logging.getLogger("tpfabric.operator.gangs")
-SYNC_SECONDS = float(os.environ.get("TPFABRIC_GANG_SYNC_SECONDS", "10"))
-IDLE_SECONDS = float(os.environ.get("TPFABRIC_GANG_IDLE_SECONDS", "30"))
+SYNC_SECONDS = GANG_SYNC_SECONDS
+IDLE_SECONDS = GANG_IDLE_SECONDS
 SETTINGS = GangSettings(levels=default_levels(), max_size=1024)
 _NOT_FOUND = 404
 _CONFLICT = 409

@@ -25,7 +25,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -65,27 +64,22 @@ from tpfabric_operator.obstacles import not_owned_message, stuck_message, stuck_
 from tpfabric_operator.plan_waits import PLAN_ANSWERS, PlanWaits
 from tpfabric_operator.pod_cache import JobKey, PodCache, owner_uid, worker_of
 from tpfabric_operator.queueing import Admission
+from tpfabric_operator.settings import (
+    CREATE_CONCURRENCY,
+    HANDLER_THREADS,
+    INIT_IMAGE,
+    PLAN_DEFER_SECONDS,
+    PLAN_WAIT_SECONDS,
+    RECONCILE_SECONDS,
+)
 from tpfabric_operator.wakeups import Waker
 
 log = logging.getLogger("tpfabric.operator")
 
-RECONCILE_SECONDS = float(os.environ.get("TPFABRIC_RECONCILE_SECONDS", "2"))
-INIT_IMAGE = os.environ.get("TPFABRIC_RDMA_INIT_IMAGE", "tpfabric/rdma-init:0.1.0")
+# the knobs (TPFABRIC_*), read in one place: see .settings
 #: the same warning (reason and message) for one job is posted at most this often
 WARNING_INTERVAL_SECONDS = 300.0
-#: worker pods created at the same time, over every job (bounded: the API server is shared)
-CREATE_CONCURRENCY = int(os.environ.get("TPFABRIC_CREATE_CONCURRENCY", "16"))
-#: how long a gang larger than CREATE_CONCURRENCY waits for its plan after its first worker
-#: exists, so that its other workers are born released (see :func:`_create_pods`)
-PLAN_WAIT_SECONDS = float(os.environ.get("TPFABRIC_PLAN_WAIT_SECONDS", "2"))
 PLAN_POLL_SECONDS = 0.05
-#: how long a smaller gang's other workers wait for its plan (the reconcile does not: see
-#: :mod:`.plan_waits`) before they are created gated; a plan only comes from a placer, and a
-#: gated worker would wait for it too, so this bounds only how long a gang shows one pod when no
-#: placer answers at all
-PLAN_DEFER_SECONDS = float(os.environ.get("TPFABRIC_PLAN_DEFER_SECONDS", "5"))
-#: reconciles (kopf's synchronous handlers) running at the same time; 0: kopf's default
-HANDLER_THREADS = int(os.environ.get("TPFABRIC_HANDLER_THREADS", "0"))
 #: how long a reconcile waits for the watch to deliver the status it patched
 STALE_BODY_SECONDS = 30.0
 #: how long a Service created here counts as there while the index does not show it yet

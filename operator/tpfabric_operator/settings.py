@@ -1,0 +1,133 @@
+"""Every ``TPFABRIC_*`` knob of the operator, in one place: its variable, default, bounds and
+meaning (issue 37: one truth per fact). Read once, at import, from the environment the chart
+or the local control plane gives the process.
+
+A value that cannot be read stops the operator at start with the variable, the value and what
+it must be; no knob is read anywhere else. :data:`KNOBS` lists them for the docs
+(docs/install.md, "Operator settings"), which a unit test keeps in step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "CREATE_CONCURRENCY",
+    "GANG_IDLE_SECONDS",
+    "GANG_SYNC_SECONDS",
+    "HANDLER_THREADS",
+    "INIT_IMAGE",
+    "KNOBS",
+    "LOG_LEVEL",
+    "PLAN_DEFER_SECONDS",
+    "PLAN_WAIT_SECONDS",
+    "RECONCILE_SECONDS",
+    "SUSPECT_SWITCH_NODES",
+    "Knob",
+    "SettingsError",
+    "read",
+]
+
+
+class SettingsError(ValueError):
+    """A ``TPFABRIC_*`` variable whose value cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """One setting: its environment variable, default, least value (numbers) and meaning."""
+
+    env: str
+    default: str
+    meaning: str
+    kind: type = float
+    minimum: float = 0.0
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob(
+        "TPFABRIC_RECONCILE_SECONDS",
+        "2",
+        "how often every job is reconciled at the latest (its pod changes wake it sooner)",
+        minimum=0.1,
+    ),
+    Knob("TPFABRIC_RDMA_INIT_IMAGE", "tpfabric/rdma-init:0.1.0", "the rdma-init image", str),
+    Knob(
+        "TPFABRIC_CREATE_CONCURRENCY",
+        "16",
+        "worker pods created at the same time, over every job",
+        int,
+        minimum=1,
+    ),
+    Knob(
+        "TPFABRIC_PLAN_WAIT_SECONDS",
+        "2",
+        "how long a gang larger than the create concurrency waits for its plan after its first "
+        "worker, so that its other workers are born released",
+    ),
+    Knob(
+        "TPFABRIC_PLAN_DEFER_SECONDS",
+        "5",
+        "how long a smaller gang's other workers wait for its plan before they are created gated",
+    ),
+    Knob(
+        "TPFABRIC_HANDLER_THREADS",
+        "0",
+        "reconciles running at the same time (kopf's threads); 0: kopf's default",
+        int,
+    ),
+    Knob(
+        "TPFABRIC_SUSPECT_SWITCH_NODES",
+        "3",
+        "nodes under one rail switch degraded on its rail at once that make the switch suspect",
+        int,
+        minimum=1,
+    ),
+    Knob(
+        "TPFABRIC_GANG_SYNC_SECONDS",
+        "10",
+        "how often each Gang record is brought in step with its pods at the latest",
+        minimum=0.1,
+    ),
+    Knob("TPFABRIC_LOG_LEVEL", "INFO", "the log level (--log-level overrides it)", str),
+    Knob(
+        "TPFABRIC_GANG_IDLE_SECONDS",
+        "30",
+        "how long a pod group's record stays after its last pod is gone",
+    ),
+)
+
+
+def read(knob: Knob, environ: Mapping[str, str]) -> float | int | str:
+    """Return ``knob``'s value in ``environ`` (its default when unset or empty)."""
+    raw = environ.get(knob.env, "").strip() or knob.default
+    if knob.kind is str:
+        return raw
+    try:
+        value: float | int = knob.kind(raw)
+    except ValueError:
+        what = "a whole number" if knob.kind is int else "a number"
+        raise SettingsError(
+            f"{knob.env}={raw!r} is not {what} (default {knob.default}: {knob.meaning})"
+        ) from None
+    if value < knob.minimum:
+        raise SettingsError(
+            f"{knob.env}={raw!r} is below {knob.minimum:g} (default {knob.default}: {knob.meaning})"
+        )
+    return value
+
+
+_VALUES = {knob.env: read(knob, os.environ) for knob in KNOBS}
+
+RECONCILE_SECONDS = float(_VALUES["TPFABRIC_RECONCILE_SECONDS"])
+INIT_IMAGE = str(_VALUES["TPFABRIC_RDMA_INIT_IMAGE"])
+CREATE_CONCURRENCY = int(_VALUES["TPFABRIC_CREATE_CONCURRENCY"])
+PLAN_WAIT_SECONDS = float(_VALUES["TPFABRIC_PLAN_WAIT_SECONDS"])
+PLAN_DEFER_SECONDS = float(_VALUES["TPFABRIC_PLAN_DEFER_SECONDS"])
+HANDLER_THREADS = int(_VALUES["TPFABRIC_HANDLER_THREADS"])
+SUSPECT_SWITCH_NODES = int(_VALUES["TPFABRIC_SUSPECT_SWITCH_NODES"])
+GANG_SYNC_SECONDS = float(_VALUES["TPFABRIC_GANG_SYNC_SECONDS"])
+GANG_IDLE_SECONDS = float(_VALUES["TPFABRIC_GANG_IDLE_SECONDS"])
+LOG_LEVEL = str(_VALUES["TPFABRIC_LOG_LEVEL"])

@@ -1,0 +1,58 @@
+"""The operator's TPFABRIC_* knobs: read in one place, refused with the variable named, listed in
+the docs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tpfabric_operator.settings import KNOBS, Knob, SettingsError, read
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_defaults_are_read_when_the_variable_is_unset_or_empty() -> None:
+    knob = next(k for k in KNOBS if k.env == "TPFABRIC_CREATE_CONCURRENCY")
+    assert read(knob, {}) == 16
+    assert read(knob, {knob.env: " "}) == 16
+    assert read(knob, {knob.env: "4"}) == 4
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [("fast", "is not a whole number"), ("0", "is below 1"), ("2.5", "is not a whole number")],
+)
+def test_a_value_that_cannot_be_used_names_the_variable_and_what_it_must_be(
+    raw: str, words: str
+) -> None:
+    knob = next(k for k in KNOBS if k.env == "TPFABRIC_CREATE_CONCURRENCY")
+    with pytest.raises(SettingsError) as caught:
+        read(knob, {knob.env: raw})
+    assert str(caught.value).startswith(f"TPFABRIC_CREATE_CONCURRENCY={raw!r} {words}")
+    assert "default 16" in str(caught.value)
+
+
+def test_a_number_below_its_least_value_is_refused() -> None:
+    with pytest.raises(SettingsError, match="TPFABRIC_X='-1' is below 0"):
+        read(Knob("TPFABRIC_X", "1", "x"), {"TPFABRIC_X": "-1"})
+
+
+def test_no_knob_is_read_anywhere_else_in_the_operator() -> None:
+    folder = REPO / "operator" / "tpfabric_operator"
+    readers = [
+        path.name
+        for path in folder.glob("*.py")
+        if path.name != "settings.py"
+        and re.search(r"environ(\.get)?\(?\[?\s*\"TPFABRIC_", path.read_text())
+    ]
+    assert readers == []
+
+
+def test_every_knob_is_in_the_docs_with_its_default() -> None:
+    text = (REPO / "docs" / "install.md").read_text()
+    for knob in KNOBS:
+        assert f"| `{knob.env}` | `{knob.default}` |" in text, knob.env
