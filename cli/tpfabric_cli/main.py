@@ -11,6 +11,7 @@ from rich.table import Table
 
 from tpfabric_cli.bench import app as bench_app
 from tpfabric_cli.errors import user_errors
+from tpfabric_cli.explain import explain_command
 from tpfabric_cli.topology import app as topology_app
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric_description import (
@@ -253,3 +254,6 @@ def demo(
     from tpfabric_cli.demo import run_demo  # noqa: PLC0415
 
     run_demo(load_fabric(fabric), keep=keep, console=console, log=_progress, out=out, seed=seed)
+
+
+app.command("explain")(explain_command)

@@ -1,0 +1,580 @@
+"""``tpfabric explain NAME``: where one live job's workers are and why, from the cluster.
+
+For a TensorParallelJob or a Gang record (another controller's gang) it prints the job's
+``status.placement`` in the placer's own words (state, message, reasons, refused nodes), the
+plan's level, domain, hops and modelled all-reduce, and a rank table that puts each rank's
+planned node beside the node its pod is bound to, with that node's leaf, spine, rails and
+fabric health; a pod off its planned node is flagged. ``--json`` gives the same facts to
+scripts, ``--picture`` draws the job on the fabric (the demo's picture).
+
+Two halves, kept apart: :func:`explain_object`, :func:`print_explanation` and
+:func:`draw_explanation` are pure (the job, its pods and the node labels in, text or a picture
+out); :func:`read_subject` is the only code here that talks to the API server, reading the job
+and its pods (the nodes come through :func:`tpfabric_cli.topology.discover`, as ``topology show
+--cluster`` reads them). Nothing here writes to the cluster, and nothing rewords what the placer
+wrote: the message and reasons are printed verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
+
+from tpfabric_cli.errors import user_errors
+from tpfabric_cli.topology.node_health import NodeHealth
+from tpfabric_core import labels
+from tpfabric_core.errors import InputError
+from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_core.hostlist import compress_hostlist
+
+if TYPE_CHECKING:
+    from kubernetes import client
+
+    from tpfabric_cli.topology import DomainTree
+
+__all__ = [
+    "Explanation",
+    "JobKind",
+    "JobNotFoundError",
+    "RankRow",
+    "choose_subject",
+    "draw_explanation",
+    "explain_command",
+    "explain_object",
+    "picture_format",
+    "print_explanation",
+    "read_subject",
+]
+
+_TIMEOUT_S = 30.0
+_RAIL_KEY = re.compile(rf"^{re.escape(labels.PREFIX)}rail-(\d+)$")
+_MEASURE_WIDTH = 10_000
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class JobKind(StrEnum):
+    """What ``--kind`` names: a TensorParallelJob or a Gang record."""
+
+    TPJ = "tpj"
+    GANG = "gang"
+
+
+@dataclass(frozen=True, slots=True)
+class _KindInfo:
+    """Where a kind lives in the API and how its pods say whose they are and which rank."""
+
+    kind: str
+    plural: str
+    pod_label: str
+    rank_label: str
+
+
+@cache
+def _kind_info(kind: JobKind) -> _KindInfo:
+    """Return where ``kind`` lives and how its pods are labelled."""
+    # imported here: the API's pydantic models are slow to import, and every command imports this
+    from tpfabric_core.api import JOB_LABEL, KIND, PLURAL, WORKER_INDEX_LABEL  # noqa: PLC0415
+    from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL  # noqa: PLC0415
+
+    if kind is JobKind.TPJ:
+        return _KindInfo(KIND, PLURAL, JOB_LABEL, WORKER_INDEX_LABEL)
+    return _KindInfo(GANG_KIND, GANG_PLURAL, GANG_LABEL, RANK_LABEL)
+
+
+class JobNotFoundError(RuntimeError):
+    """No job of that name in that namespace (exit 1, as any failed read)."""
+
+
+# -- the pure half -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RankRow:
+    """One rank of the job: its pod (None: no pod has that rank now), the node the plan gives
+    it, the node the pod is bound to, and that node's place and health in the fabric (of the
+    bound node once there is one, else of the planned node)."""
+
+    rank: int | None
+    """None: the pod's rank label is missing or not a number (``rank_text`` says what it is)."""
+    pod: str | None
+    planned: str | None
+    bound: str | None
+    phase: str
+    leaf: str | None = None
+    spine: str | None = None
+    block: str | None = None
+    rails: str | None = None
+    """The rail leaf switches of the node, as one hostlist (e.g. ``su1-leaf1-rail[0-7]``)."""
+    health: str | None = None
+    rank_text: str = ""
+
+    @property
+    def off_plan(self) -> bool:
+        """Return whether the pod is bound to another node than the plan gave its rank."""
+        return self.bound is not None and self.planned is not None and self.bound != self.planned
+
+    def document(self) -> dict[str, Any]:
+        """Return the row as JSON, keys in the API's camelCase."""
+        return {
+            "rank": self.rank if self.rank is not None else (self.rank_text or None),
+            "pod": self.pod,
+            "plannedNode": self.planned,
+            "boundNode": self.bound,
+            "offPlan": self.off_plan,
+            "phase": self.phase,
+            "leaf": self.leaf,
+            "spine": self.spine,
+            "block": self.block,
+            "rails": self.rails,
+            "health": self.health,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """What ``explain`` says of one job: its status as written, and its ranks as they are."""
+
+    kind: str
+    namespace: str
+    name: str
+    phase: str | None
+    ready: str | None
+    workers: int | None
+    placement: Mapping[str, Any]
+    """``status.placement`` exactly as the placer wrote it (camelCase keys)."""
+    ranks: tuple[RankRow, ...]
+    owner: Mapping[str, Any] | None = None
+    """A Gang's ``spec.owner`` (kind and name); None for a TensorParallelJob."""
+    problems: tuple[str, ...] = ()
+    """A Gang's ``status.problems``."""
+
+    @property
+    def off_plan(self) -> tuple[RankRow, ...]:
+        """Return the rows whose pod is bound to another node than its planned one."""
+        return tuple(row for row in self.ranks if row.off_plan)
+
+    @property
+    def placed_nodes(self) -> tuple[str, ...]:
+        """Return the job's nodes in rank order: each rank's bound node, else its planned one."""
+        return tuple(
+            dict.fromkeys(node for row in self.ranks if (node := row.bound or row.planned))
+        )
+
+    def document(self) -> dict[str, Any]:
+        """Return the ``--json`` document: the same facts the text shows."""
+        document: dict[str, Any] = {
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "phase": self.phase,
+            "ready": self.ready,
+            "workers": self.workers,
+        }
+        if self.owner is not None:
+            document["owner"] = dict(self.owner)
+            document["problems"] = list(self.problems)
+        document["placement"] = dict(self.placement)
+        document["ranks"] = [row.document() for row in self.ranks]
+        return document
+
+
+def _rank_of(pod: Mapping[str, Any], rank_label: str) -> tuple[int | None, str]:
+    """Return the pod's rank from ``rank_label`` (None when missing or not a number) and the
+    label's text."""
+    text = str(((pod.get("metadata") or {}).get("labels") or {}).get(rank_label, ""))
+    return (int(text), text) if text.isdigit() else (None, text)
+
+
+def _pod_phase(pod: Mapping[str, Any]) -> str:
+    """Return the pod's phase, saying also when it is terminating or still gated."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "Terminating"
+    phase = str((pod.get("status") or {}).get("phase") or "Pending")
+    if phase == "Pending" and (pod.get("spec") or {}).get("schedulingGates"):
+        return "Pending (gated)"
+    return phase
+
+
+def _rails(node_labels: Mapping[str, str]) -> str | None:
+    """Return the node's rail leaf switches in rail order as one hostlist (None: no rail label)."""
+    rails = sorted(
+        (int(match.group(1)), value)
+        for key, value in node_labels.items()
+        if (match := _RAIL_KEY.match(key))
+    )
+    return compress_hostlist([value for _, value in rails]) if rails else None
+
+
+def _row(
+    rank: int | None,
+    pod: Mapping[str, Any] | None,
+    planned: str | None,
+    node_labels: Mapping[str, Mapping[str, str]],
+    health: Mapping[str, NodeHealth],
+    *,
+    rank_text: str = "",
+) -> RankRow:
+    bound = str((pod.get("spec") or {}).get("nodeName") or "") if pod else ""
+    node = bound or planned
+    these = node_labels.get(node, {}) if node else {}
+    sick = health.get(node) if node else None
+    return RankRow(
+        rank=rank,
+        pod=str(pod["metadata"]["name"]) if pod else None,
+        planned=planned,
+        bound=bound or None,
+        phase=_pod_phase(pod) if pod else "no pod",
+        leaf=these.get(labels.LEAF),
+        spine=these.get(labels.SPINE),
+        block=these.get(labels.BLOCK),
+        rails=_rails(these),
+        health=sick.describe() if sick else these.get(labels.HEALTH),
+        rank_text=rank_text,
+    )
+
+
+def explain_object(
+    obj: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    node_labels: Mapping[str, Mapping[str, str]],
+    health: Mapping[str, NodeHealth] | None = None,
+) -> Explanation:
+    """Return the explanation of ``obj`` (a TensorParallelJob or Gang as the API serves it) from
+    its pods (as the API serves them) and the labels and health of the nodes, by node name.
+
+    Every rank below the job's size or the plan's length, and every rank a pod carries, gets a
+    row; a rank held by two pods (an old attempt still terminating) gets one row per pod, and a
+    pod without a readable rank a row of its own at the end."""
+    is_gang = obj.get("kind") == _kind_info(JobKind.GANG).kind
+    info = _kind_info(JobKind.GANG if is_gang else JobKind.TPJ)
+    metadata, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    status = obj.get("status") or {}
+    placement: Mapping[str, Any] = status.get("placement") or {}
+    planned = [str(node) for node in placement.get("nodes") or ()]
+    by_rank: dict[int | None, list[tuple[str, Mapping[str, Any]]]] = {}
+    for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
+        rank, text = _rank_of(pod, info.rank_label)
+        by_rank.setdefault(rank, []).append((text, pod))
+    workers = spec.get("workers")
+    known = {rank for rank in by_rank if rank is not None}
+    health = health or {}
+    rows: list[RankRow] = []
+    for rank in sorted(known | set(range(max(int(workers or 0), len(planned))))):
+        node = planned[rank] if rank < len(planned) else None
+        held: list[Mapping[str, Any] | None] = [pod for _, pod in by_rank.get(rank, [])]
+        rows += [_row(rank, pod, node, node_labels, health) for pod in held or [None]]
+    rows += [
+        _row(None, pod, None, node_labels, health, rank_text=text)
+        for text, pod in by_rank.get(None, [])
+    ]
+    return Explanation(
+        kind=info.kind,
+        namespace=str(metadata.get("namespace") or ""),
+        name=str(metadata.get("name") or ""),
+        phase=status.get("phase"),
+        ready=status.get("ready"),
+        workers=int(workers) if workers is not None else None,
+        placement=placement,
+        ranks=tuple(rows),
+        owner=(spec.get("owner") or {}) if is_gang else None,
+        problems=tuple(str(p) for p in status.get("problems") or ()) if is_gang else (),
+    )
+
+
+def _heading(explanation: Explanation) -> str:
+    # imported here: placement_contrast brings the cost model, slow to import for every command
+    from tpfabric_cli.placement_contrast import counted  # noqa: PLC0415
+
+    who = f"{explanation.namespace}/{explanation.name}"
+    parts = [f"[bold]{explanation.kind} {escape(who)}[/]"]
+    if explanation.phase:
+        parts.append(escape(" ".join(filter(None, (explanation.phase, explanation.ready)))))
+    noun = "pod" if explanation.owner is not None else "worker"
+    if explanation.workers is not None:
+        parts.append(counted(explanation.workers, noun))
+    if explanation.owner is not None:
+        owner = explanation.owner
+        parts.append(f"owner {escape(str(owner.get('kind', '?')))} "
+                     f"{escape(str(owner.get('name', '?')))}")  # fmt: skip
+    return " · ".join(parts)
+
+
+def _plan_facts(placement: Mapping[str, Any]) -> str:
+    """Return the plan's level, domain, hops and modelled all-reduce in one line ("" if none)."""
+    from tpfabric_cli.placement_contrast import counted, format_seconds  # noqa: PLC0415
+
+    facts = []
+    if placement.get("level"):
+        facts.append(f"level {placement['level']}")
+    if placement.get("domain"):
+        facts.append(f"domain {placement['domain']}")
+    if placement.get("hops") is not None:
+        facts.append(counted(int(placement["hops"]), "switch hop"))
+    if placement.get("modelledAllreduceUs") is not None:
+        seconds = float(placement["modelledAllreduceUs"]) / 1e6
+        facts.append(f"all-reduce {format_seconds(seconds)} (modelled)")
+    return " · ".join(facts)
+
+
+def _rank_table(explanation: Explanation) -> Table:
+    table = Table("rank", "pod", "planned node", "bound node", "leaf", "spine", "rails",
+                  "health", "phase", title="ranks")  # fmt: skip
+    for row in explanation.ranks:
+        bound = escape(row.bound or "-")
+        if row.off_plan:
+            bound = f"[bold red]{bound} ✗ off plan[/]"
+        health = escape(row.health or "-")
+        table.add_row(
+            str(row.rank) if row.rank is not None else f"? {escape(row.rank_text)}".strip(),
+            escape(row.pod or "(no pod)"), escape(row.planned or "-"), bound,
+            escape(row.leaf or "-"), escape(row.spine or "-"), escape(row.rails or "-"),
+            health if row.health in (None, "ok") else f"[red]{health}[/]", escape(row.phase),
+        )  # fmt: skip
+    return table
+
+
+def _print_uncropped(console: Console, table: Table) -> None:
+    """Print ``table`` at least as wide as its widest line: a cut node name is worse than a long
+    line (rich crops at the console width, 80 when piped)."""
+    measure = Console(width=_MEASURE_WIDTH)
+    needed = Measurement.get(measure, measure.options, table).maximum
+    width = max(console.width, needed)
+    wide = Console(file=console.file, highlight=False, soft_wrap=True, no_color=console.no_color,
+                   force_terminal=console.is_terminal, width=width)  # fmt: skip
+    wide.print(table)
+
+
+def print_explanation(explanation: Explanation, console: Console) -> None:
+    """Print the explanation: heading, placement (verbatim), reasons, what a waiting job waits
+    on, a Gang's problems, the rank table and the pods off their planned node."""
+    console.print(_heading(explanation))
+    placement = explanation.placement
+    state = placement.get("state")
+    if not placement:
+        console.print("no placement yet: status.placement is empty")
+    else:
+        console.print(f"placement [bold]{escape(str(state or '?'))}[/]: "
+                      f"{escape(str(placement.get('message') or ''))}")  # fmt: skip
+    if facts := _plan_facts(placement):
+        console.print(f"  {escape(facts)}")
+    if reasons := placement.get("reasons") or []:
+        console.print("why this domain:" if state == "Planned" else "why it waits:")
+        for reason in reasons:  # each names its domain itself
+            console.print(f"  - {escape(str(reason.get('reason') or ''))}")
+    if placement.get("waitingSince") and state != "Planned":  # a plan keeps its first wait
+        console.print(f"waiting since {escape(str(placement['waitingSince']))}")
+    if refused := placement.get("refusedNodes") or []:
+        console.print("nodes kube-scheduler refused (left out of plans for 10 minutes):")
+        for node in refused:
+            console.print(f"  - {escape(str(node.get('node')))}: {escape(str(node.get('reason')))}"
+                          f" (since {escape(str(node.get('since')))})")  # fmt: skip
+    if previous := placement.get("previousNodes") or []:
+        console.print(f"nodes of the last plan: {escape(compress_hostlist(list(previous)))}")
+    if explanation.problems:
+        console.print("[yellow]problems of the gang's pods:[/]")
+        for problem in explanation.problems:
+            console.print(f"  - [yellow]{escape(problem)}[/]")
+    _print_uncropped(console, _rank_table(explanation))
+    for row in explanation.off_plan:
+        console.print(f"[bold red]rank {row.rank}: pod {escape(row.pod or '')} is bound to "
+                      f"{escape(row.bound or '')}, not its planned node "
+                      f"{escape(row.planned or '')}[/]")  # fmt: skip
+
+
+def picture_format(path: Path) -> str:
+    """Return ``png`` or ``svg`` from the suffix of ``path``; InputError otherwise."""
+    fmt = path.suffix.lower().removeprefix(".")
+    if fmt not in ("png", "svg"):
+        raise InputError("--picture", f"cannot draw {path}: unknown format",
+                         "name a .png or .svg file")  # fmt: skip
+    return fmt
+
+
+def draw_explanation(explanation: Explanation, tree: DomainTree, path: Path) -> None:
+    """Draw the fabric of ``tree`` into ``path`` (.png or .svg) with the job's nodes marked."""
+    from tpfabric_cli.fabric_picture import JobMarks, Panel, draw_fabric  # noqa: PLC0415
+
+    placement = explanation.placement
+    caption = f"{placement.get('state') or 'no placement'}: {placement.get('message') or ''}"
+    facts = _plan_facts(placement)
+    panel = Panel(
+        caption + (f"\n{facts}" if facts else ""),
+        (JobMarks(explanation.name, explanation.placed_nodes),),
+    )
+    title = f"{explanation.kind} {explanation.namespace}/{explanation.name}"
+    draw_fabric(tree, path, picture_format(path), [panel], title=title)
+
+
+def choose_subject(
+    found: Mapping[JobKind, Mapping[str, Any] | None], namespace: str, name: str
+) -> tuple[JobKind, Mapping[str, Any]]:
+    """Return the one object ``found`` holds (the kinds looked up -> the object, None when the
+    API server answered 404). JobNotFoundError when none exists, InputError when both do."""
+    present = [(kind, obj) for kind, obj in found.items() if obj is not None]
+    if len(present) == 1:
+        return present[0]
+    kinds = " or ".join(_kind_info(kind).kind for kind in found)
+    if not present:
+        raise JobNotFoundError(f"no {kinds} named {name!r} in namespace {namespace!r}")
+    raise InputError(
+        "--kind",
+        f"both a TensorParallelJob and a Gang are named {name!r} in namespace {namespace!r}",
+        "pass --kind tpj or --kind gang",
+    )
+
+
+# -- the one part that reads the cluster ---------------------------------------------------------
+
+
+def _failure(err: Exception, what: str) -> RuntimeError:
+    from kubernetes.client.rest import ApiException  # noqa: PLC0415
+
+    if isinstance(err, ApiException):
+        reason = f"{err.status} {err.reason}"
+        if err.status in (401, 403):
+            reason += " (the kubeconfig's user needs get on tensorparalleljobs and gangs, list on "
+            reason += "pods and nodes)"
+        return RuntimeError(f"{what}: API server answered {reason}")
+    cause = getattr(err, "reason", None) or err  # urllib3's MaxRetryError: the last failure
+    return RuntimeError(f"{what}: cannot reach the API server ({type(cause).__name__}: {cause})")
+
+
+def _get(
+    custom: client.CustomObjectsApi, kind: JobKind, namespace: str, name: str
+) -> dict[str, Any] | None:
+    """Return the object, or None when the API server answers 404 (also: its CRD is missing)."""
+    from kubernetes.client.rest import ApiException  # noqa: PLC0415
+    from urllib3.exceptions import HTTPError  # noqa: PLC0415
+
+    from tpfabric_core.api import GROUP, VERSION  # noqa: PLC0415
+
+    plural = _kind_info(kind).plural
+    try:
+        obj: dict[str, Any] = custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, name, _request_timeout=_TIMEOUT_S
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise _failure(error, f"reading {plural} {namespace}/{name}") from error
+    except HTTPError as error:
+        raise _failure(error, f"reading {plural} {namespace}/{name}") from error
+    return obj
+
+
+def read_subject(
+    kubeconfig: Path | None, namespace: str | None, name: str, kind: JobKind | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Return the job (``kind``, or whichever of TensorParallelJob and Gang exists) in
+    ``namespace`` (None: the kubeconfig context's, else ``default``) and its pods, as the API
+    serves them (dicts, camelCase)."""
+    from kubernetes import client  # noqa: PLC0415
+    from kubernetes.client.rest import ApiException  # noqa: PLC0415
+    from urllib3.exceptions import HTTPError  # noqa: PLC0415
+
+    from tpfabric_cli.kube_nodes import node_api  # noqa: PLC0415
+
+    namespace = namespace or _context_namespace(kubeconfig)
+    with node_api(kubeconfig) as core:
+        custom = client.CustomObjectsApi(core.api_client)
+        kinds = [kind] if kind is not None else list(JobKind)
+        found = {k: _get(custom, k, namespace, name) for k in kinds}
+        chosen, obj = choose_subject(found, namespace, name)
+        if kind is None:
+            other = next(_kind_info(k).kind for k in kinds if k is not chosen)
+            err.print(f"[dim]found a {_kind_info(chosen).kind}, no {other} of that name[/]")
+        selector = f"{_kind_info(chosen).pod_label}={name}"
+        try:
+            pods = core.list_namespaced_pod(
+                namespace, label_selector=selector, _request_timeout=_TIMEOUT_S
+            ).items
+        except (ApiException, HTTPError) as error:
+            raise _failure(error, f"listing the pods of {namespace}/{name}") from error
+        serialized = [core.api_client.sanitize_for_serialization(pod) for pod in pods]
+    return dict(obj), serialized
+
+
+def _context_namespace(kubeconfig: Path | None) -> str:
+    """Return the namespace of the kubeconfig's current context, ``default`` when it names none
+    (as kubectl does)."""
+    from kubernetes import config  # noqa: PLC0415
+
+    try:
+        _, active = config.list_kube_config_contexts(
+            config_file=str(kubeconfig) if kubeconfig is not None else None
+        )
+    except (config.ConfigException, OSError, TypeError, KeyError):
+        return "default"
+    return str(((active or {}).get("context") or {}).get("namespace") or "default")
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+@user_errors
+def explain_command(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The TensorParallelJob or Gang.")],
+    *,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="Its namespace (default: the kubeconfig context's, else default).",
+        ),
+    ] = None,
+    kind: Annotated[
+        JobKind | None,
+        typer.Option(
+            "--kind",
+            help="tpj (TensorParallelJob) or gang (a Gang record); default: whichever exists.",
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            metavar="FILE",
+            help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
+        ),
+    ] = None,
+    picture: Annotated[
+        Path | None,
+        typer.Option(
+            "--picture", metavar="FILE", help="Also draw the job on the fabric (.png or .svg)."
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the same facts as JSON (for scripts).")
+    ] = False,
+) -> None:
+    """Explain one job's placement: the plan and its reasons (the placer's words), each rank's
+    planned and bound node with its leaf, spine, rails and health, and why a waiting job waits."""
+    from tpfabric_cli.topology import Sources, discover, domain_tree  # noqa: PLC0415
+
+    if picture is not None:
+        picture_format(picture)  # a wrong suffix fails before any cluster read
+    obj, pods = read_subject(kubeconfig, namespace, name, kind)
+    nodes = discover(Sources(cluster=True, kubeconfig=kubeconfig))
+    explanation = explain_object(obj, pods, nodes.labels, nodes.health)
+    if as_json:
+        typer.echo(json.dumps(explanation.document(), indent=2))
+    else:
+        print_explanation(explanation, out)
+    if picture is not None:
+        draw_explanation(explanation, domain_tree(nodes), picture)
+        err.print(f"wrote {escape(str(picture))}")
