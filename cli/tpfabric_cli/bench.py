@@ -56,6 +56,14 @@ def operator(ctx: typer.Context) -> None:
     raise typer.Exit(main(list(ctx.args)))
 
 
+@app.command("gangs", context_settings=_PASS_THROUGH, add_help_option=False)
+def gangs(ctx: typer.Context) -> None:
+    """100 LWS groups x 8 pods on 1,000 kwok nodes, without and with tpfabric (--json F)."""
+    from tpfabric_bench.gangs import main  # noqa: PLC0415
+
+    raise typer.Exit(main(list(ctx.args)))
+
+
 @app.command("fabric-agent", context_settings=_PASS_THROUGH, add_help_option=False)
 def fabric_agent(ctx: typer.Context) -> None:
     """Fabric agent CPU/memory per node (8 HCAs x 2 ports) and API writes/hour (--json F)."""
