@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import ssl
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -289,16 +292,31 @@ def main(argv: list[str] | None = None) -> None:
             cert_dir=args.cert_dir,
         )
     asyncio.run(
-        serve(
-            settings,
-            args.cert_dir,
-            host=args.host,
-            port=args.port,
-            reload_seconds=args.reload_seconds,
-            keeper=keeper,
-            renew_seconds=args.renew_check_seconds,
+        _until_signalled(
+            serve(
+                settings,
+                args.cert_dir,
+                host=args.host,
+                port=args.port,
+                reload_seconds=args.reload_seconds,
+                keeper=keeper,
+                renew_seconds=args.renew_check_seconds,
+            )
         )
     )
+
+
+async def _until_signalled(server: Coroutine[Any, Any, None]) -> None:
+    """Run ``server`` until SIGTERM or SIGINT cancels it (its cleanup closes the listener and
+    lets answers in flight finish). In a container the webhook is PID 1, for which the kernel
+    ignores a signal without a handler: SIGTERM would wait out the pod's grace period."""
+    task = asyncio.ensure_future(server)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    log.info("gang webhook stopped")
 
 
 def _api_client(kubeconfig: str | None) -> client.ApiClient:
