@@ -1,12 +1,15 @@
 """Keeps one Gang record per gang another controller made (:mod:`.gang_records` decides what).
 
-Woken by every event of a pod that carries ``tpfabric.io/gang`` (a server-side label selector:
-no other pod reaches the operator here), and every ``SYNC_SECONDS`` by each record's timer. Only
-the leader writes. One sync of a gang lists its pods (by label, in its namespace), then, each only
-when it changes: creates the record (owned by the LeaderWorkerSet or JobSet, so that garbage
-collection removes it), writes the ranks still missing once every pod exists, and writes the
-record's status. A record whose pods have all been gone for ``IDLE_SECONDS`` is deleted (a pod
-group has no owner to take it along).
+The gang pods come from one list+watch of their own (:mod:`.gang_pods`: a server-side label
+selector, no other pod reaches the operator): every change marks its gang, and the syncer's
+threads bring each marked gang's record in step once, from the watched pods. A record's own
+changes (the placer's plan, a deletion by hand) mark its gang too, and every ``SYNC_SECONDS``
+each gang and record whose last sync did not find it in step is marked again (no kopf timer: it
+would put kopf's finalizer on every record). Only the leader writes. One
+sync, each only when it changes: creates the record (owned by the LeaderWorkerSet, JobSet or
+PodGroup, so that garbage collection removes it), writes the ranks still missing once every pod
+exists, and writes the record's status. A record whose pods have all been gone for
+``IDLE_SECONDS`` is deleted (a pod group has no owner to take it along).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tpfabric_core.gangs import (
 )
 from tpfabric_operator import leadership
 from tpfabric_operator.gang_admission import default_levels
+from tpfabric_operator.gang_pods import GangPods, GangSyncer
 from tpfabric_operator.gang_records import (
     JOBSET_API,
     LWS_API,
@@ -198,22 +202,31 @@ def _no_size(first: GangPod) -> str:
     return f"{JOBSET_NAME}: the JobSet {member.owner!r} does not give the size"
 
 
-def sync_gang(namespace: str, gang: str) -> None:
-    """Bring the Gang record of ``namespace/gang`` in step with its pods (leader only)."""
+def sync_gang(namespace: str, gang: str) -> bool:
+    """Bring the Gang record of ``namespace/gang`` in step with its pods (leader only); return
+    whether it was in step already (nothing written, nothing missing)."""
     if not leadership.leading():
-        return
+        return False
     key = (namespace, gang)
     with _lock(key):
-        _sync(namespace, gang)
+        return _sync(namespace, gang)
 
 
-def _sync(namespace: str, gang: str) -> None:
-    api = _client()
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    listed = core.list_namespaced_pod(namespace, label_selector=f"{GANG_LABEL}={gang}")
-    pods = [
+def _pods_of(core: client.CoreV1Api, api: client.ApiClient, key: tuple[str, str]) -> list[GangPod]:
+    """Return the live pods of gang ``key``: from the pod watch once it has listed, else listed
+    (the first moments of an operator)."""
+    if _gang_pods is not None and _gang_pods.synced.is_set():
+        return _gang_pods.pods(key)
+    listed = core.list_namespaced_pod(key[0], label_selector=f"{GANG_LABEL}={key[1]}")
+    return [
         p for p in map(_gang_pod, (api.sanitize_for_serialization(i) for i in listed.items)) if p
     ]
+
+
+def _sync(namespace: str, gang: str) -> bool:
+    api = _client()
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    pods = _pods_of(core, api, (namespace, gang))
     try:
         record = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, GANG_PLURAL, gang)
     except ApiException as err:
@@ -222,12 +235,18 @@ def _sync(namespace: str, gang: str) -> None:
         record = None
     if not pods:
         _forget_when_idle(custom, namespace, gang, record)
-        return
+        return False
     _idle_since.pop((namespace, gang), None)
     first = min(pods, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.created))
     first, size, layout, owner_ref, problems = _identify(custom, first, pods, record)
     if size is None:
         log.warning("gang %s/%s: no record: %s", namespace, gang, problems[-1])
+    made = record is None
+    if record is None and owner_ref is None and first.member.kind != "PodGroup":
+        # its owner is gone (garbage collection takes its record, then its pods): a record
+        # made now would have no owner and outlive them
+        log.info("gang %s/%s: no record: its %s is gone", namespace, gang, first.member.kind)
+        return False
     if record is None and size is not None:
         manifest = record_manifest(first, size, owner_ref)
         try:
@@ -244,7 +263,7 @@ def _sync(namespace: str, gang: str) -> None:
                 GROUP, VERSION, namespace, GANG_PLURAL, gang
             )
     if record is None or size is None:
-        return
+        return False
     size = int((record.get("spec") or {}).get("workers") or size)
     problems.extend(
         p
@@ -254,7 +273,8 @@ def _sync(namespace: str, gang: str) -> None:
         )
         if p
     )
-    for name, rank in ranks_to_write(pods, size, layout).items():
+    ranks = ranks_to_write(pods, size, layout)
+    for name, rank in ranks.items():
         core.patch_namespaced_pod(
             name, namespace, {"metadata": {"labels": {RANK_LABEL: str(rank)}}}
         )
@@ -265,6 +285,10 @@ def _sync(namespace: str, gang: str) -> None:
         custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, GANG_PLURAL, gang, {"status": status}
         )
+        return False
+    # a gang short of pods is never settled: a namesake in another namespace (elsewhere_problem)
+    # shows in no event of its own
+    return not made and not ranks and len(pods) >= size
 
 
 def _elsewhere(
@@ -321,25 +345,62 @@ def _forget_when_idle(
     _idle_since.pop((namespace, gang), None)
 
 
+_gang_pods: GangPods | None = None
+_syncer: GangSyncer | None = None
+#: the records the operator has seen (their events), so that the tick also looks at a record
+#: whose pods are all gone (deleted after IDLE_SECONDS); a kopf timer would do it, but a timer
+#: puts kopf's finalizer on every record: a write the chart's RBAC need not grant, and a record
+#: that could hold up the deletion of its namespace or of the CRD while no operator runs
+_records: set[tuple[str, str]] = set()
+
+
+def _sync_key(key: tuple[str, str]) -> bool:
+    try:
+        return sync_gang(*key)
+    except ApiException as err:  # looked at again at the next tick
+        log.warning("gang %s/%s: sync failed: %s", key[0], key[1], err.reason)
+        return False
+
+
+def _known_gangs() -> list[tuple[str, str]]:
+    """Return every gang with pods now, and every record seen."""
+    with_pods = _gang_pods.gangs() if _gang_pods is not None else []
+    return list(dict.fromkeys([*with_pods, *_records]))
+
+
 @kopf.on.startup()
-def watch_gang_pods_only(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Server-side filter: only gang pods reach the operator's pod watch, not every pod."""
-    settings.watching.label_selectors["v1", "pods"] = GANG_LABEL
+def start_gang_pods(**_: Any) -> None:
+    """Start the gang pods' watch and the threads that sync their records."""
+    global _gang_pods, _syncer  # noqa: PLW0603 - one of each per operator process
+    if _syncer is None:
+        _syncer = GangSyncer(_sync_key, _known_gangs, every=SYNC_SECONDS)
+        _gang_pods = GangPods(client.CoreV1Api(_client()), _gang_pod, _syncer.dirty)
+        _syncer.start()
+        _gang_pods.start()
 
 
-@kopf.on.event("", "v1", "pods", labels={GANG_LABEL: kopf.PRESENT})
-def on_gang_pod(*, namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
-    """A pod of a gang changed: bring its record in step."""
-    try:
-        sync_gang(namespace or "", str(labels[GANG_LABEL]))
-    except ApiException as err:  # the record's timer tries again
-        log.warning("gang %s/%s: sync failed: %s", namespace, labels.get(GANG_LABEL), err.reason)
+@kopf.on.cleanup()
+def stop_gang_pods(**_: Any) -> None:
+    """Stop them with the operator."""
+    if _gang_pods is not None:
+        _gang_pods.stop()
+    if _syncer is not None:
+        _syncer.stop()
 
 
-@kopf.timer(GROUP, VERSION, GANG_PLURAL, interval=SYNC_SECONDS, initial_delay=SYNC_SECONDS)
-def on_gang_tick(*, namespace: str | None, name: str, **_: Any) -> None:
-    """Every record is looked at now and then: pods gone without an event, a lost write."""
-    try:
-        sync_gang(namespace or "", name)
-    except ApiException as err:
-        log.warning("gang %s/%s: sync failed: %s", namespace, name, err.reason)
+@kopf.on.event(GROUP, VERSION, GANG_PLURAL)
+def on_gang_record(
+    *,
+    type: str | None,  # noqa: A002 - kopf's name for the watch event's type
+    namespace: str | None,
+    name: str,
+    **_: Any,
+) -> None:
+    """A record changed (the placer's plan, a deletion by hand): its gang is looked at again."""
+    key = (namespace or "", name)
+    if type == "DELETED":
+        _records.discard(key)
+    else:
+        _records.add(key)
+    if _syncer is not None:
+        _syncer.dirty(key)

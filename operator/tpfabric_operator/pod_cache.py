@@ -47,7 +47,7 @@ from tpfabric_operator.children import (
 )
 from tpfabric_operator.lifecycle import WorkerPod
 
-__all__ = ["PodCache", "owner_uid", "shows_at_once", "worker_of"]
+__all__ = ["PodCache", "PodWatch", "owner_uid", "shows_at_once", "worker_of"]
 
 log = logging.getLogger("tpfabric.operator.pods")
 
@@ -178,85 +178,42 @@ def keyed_entry(obj: Mapping[str, Any]) -> tuple[str, _Entry | None]:
     return _key(obj), entry_of(obj)
 
 
-class PodCache(threading.Thread):
-    """List+watch of the operator's pods; per job its workers and its kept failed pods."""
+class PodWatch(threading.Thread):
+    """A list+watch of the pods one label selects, in a thread of its own, parsed with
+    ``orjson``: what each keeps of a pod, and what a change sets off, is the subclass's."""
 
-    def __init__(
-        self,
-        core: client.CoreV1Api,
-        *,
-        selector: str = ATTEMPT_LABEL,
-        on_change: Callable[[JobKey], None] | None = None,
-    ) -> None:
-        super().__init__(name="pod-cache", daemon=True)
+    def __init__(self, core: client.CoreV1Api, selector: str, name: str) -> None:
+        super().__init__(name=name, daemon=True)
         self.core = core
         self.selector = selector
-        self.on_change = on_change
         self.synced = threading.Event()
         self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._pods: dict[str, _Entry] = {}  # "namespace/name" -> entry
-        self._by_job: dict[JobKey, set[str]] = {}
-
-    # -- what a reconcile reads -------------------------------------------------------------------
-
-    def workers(self, job: JobKey) -> list[tuple[str, WorkerPod]]:
-        """Return (owner uid, worker) of every worker pod labelled for ``job``."""
-        with self._lock:
-            entries = [self._pods[k] for k in self._by_job.get(job, ())]
-        return [e.worker for e in entries if e.worker is not None]
-
-    def failed(self, job: JobKey) -> list[tuple[str, str, int]]:
-        """Return (owner uid, pod name, attempt) of every failed pod kept for ``job``."""
-        with self._lock:
-            entries = [self._pods[k] for k in self._by_job.get(job, ())]
-        return [e.failed for e in entries if e.failed is not None]
-
-    # -- keeping it current -----------------------------------------------------------------------
 
     def stop(self) -> None:
         """Ask the loop to end (at the latest when the current watch ends)."""
         self._stop.set()
 
-    def _put(self, key: str, obj: Mapping[str, Any] | None) -> tuple[JobKey | None, bool]:
-        """Store (or with ``None`` forget) one pod; return the job it counted or counts for, and
-        whether that job's status should show the change at once (:func:`shows_at_once`)."""
-        entry = entry_of(obj) if obj is not None else None
-        with self._lock:
-            old = self._pods.pop(key, None)
-            if old is not None:
-                members = self._by_job.get(old.job)
-                if members is not None:
-                    members.discard(key)
-                    if not members:
-                        del self._by_job[old.job]
-            if entry is not None:
-                self._pods[key] = entry
-                self._by_job.setdefault(entry.job, set()).add(key)
-            job = entry.job if entry is not None else (old.job if old is not None else None)
-            before = old.worker[1] if old is not None and old.worker is not None else None
-            after = entry.worker[1] if entry is not None and entry.worker is not None else None
-            if job is None or (before is None and after is None):
-                return job, False
-            others = (
-                e.worker[1]
-                for k in self._by_job.get(job, ())
-                if k != key and (e := self._pods[k]).worker is not None
-            )
-            return job, shows_at_once(before, after, others)
+    # -- what a subclass keeps ------------------------------------------------------------------
 
-    def _replace(self, entries: list[tuple[str, _Entry | None]]) -> None:
-        with self._lock:
-            self._pods = {k: e for k, e in entries if e is not None}
-            self._by_job = {}
-            for key, entry in self._pods.items():
-                self._by_job.setdefault(entry.job, set()).add(key)
+    def _slim(self, obj: Mapping[str, Any]) -> tuple[str, Any]:
+        """Return ("namespace/name", what is kept of the listed pod ``obj``)."""
+        raise NotImplementedError
+
+    def _replace(self, entries: list[tuple[str, Any]]) -> None:
+        """Replace everything kept with ``entries`` (after a list)."""
+        raise NotImplementedError
+
+    def _event(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        """Keep (or with ``None`` forget) one pod that a watch event brought."""
+        raise NotImplementedError
+
+    # -- keeping it current -----------------------------------------------------------------------
 
     def _list(self) -> str:
-        # each page is cut down to what a reconcile reads before the next one is fetched
+        # each page is cut down to what is kept before the next one is fetched
         entries, version = list_pages(
             functools.partial(self.core.list_pod_for_all_namespaces, label_selector=self.selector),
-            keyed_entry,
+            self._slim,
         )
         self._replace(entries)
         self.synced.set()
@@ -295,14 +252,87 @@ class PodCache(threading.Thread):
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             if kind == "BOOKMARK":
                 continue
-            job, at_once = self._put(_key(obj), None if kind == "DELETED" else obj)
-            if job is not None and at_once and self.on_change is not None:
-                self.on_change(job)
+            self._event(_key(obj), None if kind == "DELETED" else obj)
         return version
 
     def run(self) -> None:
         """Loop until stopped: list, watch, list again after an expired version or an error."""
-        list_and_watch(self._list, self._watch_from, self._stop, what="pods", log=log)
+        list_and_watch(self._list, self._watch_from, self._stop, what=self.name, log=log)
+
+
+class PodCache(PodWatch):
+    """List+watch of the operator's pods; per job its workers and its kept failed pods."""
+
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        *,
+        selector: str = ATTEMPT_LABEL,
+        on_change: Callable[[JobKey], None] | None = None,
+    ) -> None:
+        super().__init__(core, selector, "pod-cache")
+        self.on_change = on_change
+        self._lock = threading.Lock()
+        self._pods: dict[str, _Entry] = {}  # "namespace/name" -> entry
+        self._by_job: dict[JobKey, set[str]] = {}
+
+    # -- what a reconcile reads -------------------------------------------------------------------
+
+    def workers(self, job: JobKey) -> list[tuple[str, WorkerPod]]:
+        """Return (owner uid, worker) of every worker pod labelled for ``job``."""
+        with self._lock:
+            entries = [self._pods[k] for k in self._by_job.get(job, ())]
+        return [e.worker for e in entries if e.worker is not None]
+
+    def failed(self, job: JobKey) -> list[tuple[str, str, int]]:
+        """Return (owner uid, pod name, attempt) of every failed pod kept for ``job``."""
+        with self._lock:
+            entries = [self._pods[k] for k in self._by_job.get(job, ())]
+        return [e.failed for e in entries if e.failed is not None]
+
+    # -- keeping it current -----------------------------------------------------------------------
+
+    def _slim(self, obj: Mapping[str, Any]) -> tuple[str, _Entry | None]:
+        return keyed_entry(obj)
+
+    def _event(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        job, at_once = self._put(key, obj)
+        if job is not None and at_once and self.on_change is not None:
+            self.on_change(job)
+
+    def _put(self, key: str, obj: Mapping[str, Any] | None) -> tuple[JobKey | None, bool]:
+        """Store (or with ``None`` forget) one pod; return the job it counted or counts for, and
+        whether that job's status should show the change at once (:func:`shows_at_once`)."""
+        entry = entry_of(obj) if obj is not None else None
+        with self._lock:
+            old = self._pods.pop(key, None)
+            if old is not None:
+                members = self._by_job.get(old.job)
+                if members is not None:
+                    members.discard(key)
+                    if not members:
+                        del self._by_job[old.job]
+            if entry is not None:
+                self._pods[key] = entry
+                self._by_job.setdefault(entry.job, set()).add(key)
+            job = entry.job if entry is not None else (old.job if old is not None else None)
+            before = old.worker[1] if old is not None and old.worker is not None else None
+            after = entry.worker[1] if entry is not None and entry.worker is not None else None
+            if job is None or (before is None and after is None):
+                return job, False
+            others = (
+                e.worker[1]
+                for k in self._by_job.get(job, ())
+                if k != key and (e := self._pods[k]).worker is not None
+            )
+            return job, shows_at_once(before, after, others)
+
+    def _replace(self, entries: list[tuple[str, Any]]) -> None:
+        with self._lock:
+            self._pods = {k: e for k, e in entries if e is not None}
+            self._by_job = {}
+            for key, entry in self._pods.items():
+                self._by_job.setdefault(entry.job, set()).add(key)
 
 
 def _key(obj: Mapping[str, Any]) -> str:

@@ -39,58 +39,49 @@ starve a big one forever. Waiting jobs are re-planned only when capacity changed
 (``store.freed_generation``: a pod binding or a new plan never lets a waiting gang fit), their own
 pods changed, or their next topology level opens; statuses are written only when
 their meaning changes. The placer owns ``status.placement`` and nothing else of the job.
+
+The policies live beside the cycle, one a module: ``writes.py`` persists a plan and then releases
+its gang, ``bind_watch.py`` bounds a released gang's binding and drops or mends plans that can no
+longer be honoured, ``plan_inputs.py`` reads the uplink load and the typical gang the engine
+weighs; ``work.py`` holds what a cycle acts on.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from tpfabric_core.api import JOB_LABEL
 from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.errors import InputError
-from tpfabric_core.gangs import GANG_LABEL
-from tpfabric_core.placement.cost import UplinkLoad
 from tpfabric_core.placement.planner import describe_nodes, plan_gang
-from tpfabric_core.placement.replacement import replan_ranks
 from tpfabric_core.placement.request import GangRequest
-from tpfabric_core.placement.results import (
-    CollectiveCost,
-    GangPlan,
-    ReplacementOptions,
-    Unschedulable,
-)
+from tpfabric_core.placement.results import Unschedulable
 from tpfabric_core.placement.snapshot import CapacitySnapshot
-from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
-from tpfabric_core.placement.topology import (
-    CLUSTER_LEVEL,
-    DEFAULT_LEVELS,
-    ClusterTopology,
-    LevelSpec,
+from tpfabric_core.placement.topology import DEFAULT_LEVELS, ClusterTopology, LevelSpec
+from tpfabric_scheduler.bind_watch import (
+    BIND_TIMEOUT_SECONDS,
+    BindWatch,
+    create_refused,
+    first_wait,
+    fits_reserved,
+    gone_ranks,
+    missing_ranks,
+    released_at,
+    running,
 )
 from tpfabric_scheduler.capacity import (
-    PlannedRing,
     Reservation,
     build_snapshot,
-    load_of,
     planned_rings,
     reservations_by_job,
-    ring_flows,
 )
-from tpfabric_scheduler.gang_request import (
-    eligible_nodes,
-    gang_request,
-    refusals,
-    refused_nodes,
-)
+from tpfabric_scheduler.gang_request import eligible_nodes, gang_request, refused_nodes
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placement_status import (
@@ -98,56 +89,38 @@ from tpfabric_scheduler.placement_status import (
     invalid_placement,
     parse_rfc3339,
     planned_placement,
-    replanning_placement,
     rfc3339,
     waiting_placement,
 )
-from tpfabric_scheduler.store import GANG_GATE, GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
+from tpfabric_scheduler.plan_inputs import RingFlows, typical_gang_gpus
+from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
+from tpfabric_scheduler.work import (
+    Cycle,
+    Hold,
+    PlacementWork,
+    gang_request_of,
+    plan_nodes,
+    previous_nodes,
+)
+from tpfabric_scheduler.writes import NotLeadingError, WritePipeline
 
-__all__ = ["GangPlacer", "NotLeadingError", "PlacementWork"]
+#: BIND_TIMEOUT_SECONDS, NotLeadingError, PlacementWork and typical_gang_gpus are re-exported:
+#: the process's flags, the tests and the benchmarks import them from here
+__all__ = [
+    "BIND_TIMEOUT_SECONDS",
+    "GangPlacer",
+    "NotLeadingError",
+    "PlacementWork",
+    "typical_gang_gpus",
+]
 
 log = logging.getLogger("tpfabric.scheduler.placer")
 
-BIND_TIMEOUT_SECONDS = 120.0
 #: a gang made again waits this long at most for its own old pods to leave its previous nodes
 RETURN_GRACE_SECONDS = 60.0
 HEAD_OF_LINE_SECONDS = 300.0
 MAX_CYCLE_SECONDS = 10.0
-TAKEN_SECONDS = 10.0
-#: the pods of a dropped plan are deleted again at most this often while they remain
-REPLAN_DELETE_RETRY_SECONDS = 10.0
 WAITING_REWRITE_SECONDS = 30.0
-#: a gang's release writes in flight at once (the API client's pool holds as many connections)
-RELEASE_CONCURRENCY = 16
-#: gangs whose plan is persisted and released at once while the cycle plans the next ones
-PERSIST_CONCURRENCY = 4
-#: a released pod the store still shows gated (its watch event not in yet) is not released
-#: again for this long
-RELEASED_MEMORY_SECONDS = 30.0
-
-
-class NotLeadingError(RuntimeError):
-    """A write was about to go out from a placer that no longer leads in its term."""
-
-
-@dataclass(frozen=True)
-class PlacementWork:
-    """One job the placer must act on, with what the cycle's view of the store showed."""
-
-    job: JobRecord
-    members: list[PodRecord]
-    gated: list[PodRecord]
-    placement: dict[str, Any]
-    reservations: list[Reservation]
-    eligible: frozenset[str] | None
-    priority: int
-    #: nodes kube-scheduler's own filters refuse for the gang now (see ``refused_nodes``)
-    refused: frozenset[str] = frozenset()
-
-    @property
-    def planned(self) -> bool:
-        """Return whether the job has a plan (persisted or just written)."""
-        return self.placement.get("state") == "Planned"
 
 
 @dataclass
@@ -163,36 +136,6 @@ class _Attempt:
     holds: bool = False
     #: its pods as the attempt saw them (uid, gated, node): a new or changed worker of its own
     members: frozenset[tuple[str, bool, str | None]] = frozenset()
-
-
-@dataclass(frozen=True)
-class _Hold:
-    """A domain a head-of-line gang holds for the rest of a cycle."""
-
-    job: str  # namespace/name of the holding job
-    level: str
-    domain: str
-    since: float  # when the holding job began to wait
-
-    def __str__(self) -> str:
-        return (
-            f"{self.level} {self.domain!r} is held for head-of-line job {self.job} "
-            f"(waiting since {rfc3339(self.since)})"
-        )
-
-
-@dataclass
-class _Cycle:
-    """Per-cycle state: the snapshot and the nodes held for head-of-line gangs."""
-
-    snapshot: CapacitySnapshot
-    now: float
-    #: how busy the uplinks are with the planned gangs' rings (None: no gang spans domains)
-    uplinks: UplinkLoad | None = None
-    #: GPUs of a typical gang: the median of the jobs the store knows (None: none yet)
-    typical_gpus: int | None = None
-    #: node index -> the head-of-line hold on it (its domain is kept for an older gang)
-    held_for_hol: dict[int, _Hold] = field(default_factory=dict)
 
 
 class GangPlacer:
@@ -217,7 +160,6 @@ class GangPlacer:
         self.metrics = metrics
         self.levels = levels
         self.clock = clock
-        self.bind_timeout = bind_timeout
         self.head_of_line_seconds = head_of_line_seconds
         #: whether this placer still leads, in the term it was made for (checked before every
         #: write: a placer paused past its lease, or one that lost it and took it again, writes
@@ -235,22 +177,27 @@ class GangPlacer:
         #: job uid -> uids of its gated pods told why they wait (a GangWaiting Event each)
         self._told: dict[str, set[str]] = {}
         self._eligible: dict[tuple[str, str], tuple[int, frozenset[str] | None]] = {}
-        #: per planned ring (job uid, nodes): the flows it sends across uplinks
-        self._ring_flows: dict[tuple[str, tuple[str, ...]], dict[tuple[int, int], float]] = {}
-        self._ring_topology: ClusterTopology | None = None
-        #: job uid -> clock time this placer last deleted the pods of its dropped plan
-        self._replan_deleted: dict[str, float] = {}
         #: job uid -> when the placer first saw its old pods still on its previous nodes
         self._leaving_since: dict[str, float] = {}
-        #: pod uid -> monotonic time this placer ungated it (until the store sees it ungated)
-        self._released: dict[str, float] = {}
-        #: the cycle's persisting pool (None outside a cycle: persist inline)
-        self._persisting: ThreadPoolExecutor | None = None
-        self._persisted: list[Future[bool]] = []
-        #: the cycle's releases, sent once its plans are written: (job, its plan's write, action)
-        self._to_release: list[tuple[JobRecord, Future[bool] | None, Callable[[], None]]] = []
-        #: the pod writes of every gang being released share this bound
-        self._releasing = ThreadPoolExecutor(RELEASE_CONCURRENCY, thread_name_prefix="release")
+        #: the persist-then-release pipeline of this placer's writes (its term, its pools)
+        self._writes = WritePipeline(
+            store, writer, metrics, levels=levels, clock=clock, leading=leading, term=term
+        )
+        #: pod uid -> monotonic time this placer ungated it (the pipeline's record, shared)
+        self._released = self._writes.released
+        #: the bind bound of released gangs, and the dropping and mending of their plans
+        self._binds = BindWatch(store, self._writes, clock, bind_timeout)
+        #: the planned rings' flows across uplinks, kept from cycle to cycle
+        self._rings = RingFlows()
+
+    @property
+    def bind_timeout(self) -> float:
+        """Return how long released pods may take to bind, in seconds (see :class:`BindWatch`)."""
+        return self._binds.bind_timeout
+
+    @bind_timeout.setter
+    def bind_timeout(self, seconds: float) -> None:
+        self._binds.bind_timeout = seconds
 
     # -- reading the store (a view of it, or the store with its lock held) ------------------
 
@@ -261,20 +208,6 @@ class GangPlacer:
             )
             self._topology_generation = store.topology_generation
         return self._topology
-
-    def _uplink_load(
-        self, topology: ClusterTopology, rings: list[PlannedRing]
-    ) -> UplinkLoad | None:
-        """Return the planned gangs' uplink load; each ring's flows are kept while its plan and
-        the topology stand (a burst re-plans a few gangs per cycle, not all of them)."""
-        if self._ring_topology is not topology:
-            self._ring_flows, self._ring_topology = {}, topology
-        kept: dict[tuple[str, tuple[str, ...]], dict[tuple[int, int], float]] = {}
-        for uid, nodes, gpus in rings:
-            flows = self._ring_flows.get((uid, nodes))
-            kept[uid, nodes] = flows if flows is not None else ring_flows(topology, nodes, gpus)
-        self._ring_flows = kept
-        return load_of(topology, list(kept.values()))
 
     def _eligible_of(
         self, store: ClusterStore, job: JobRecord, worker: PodRecord
@@ -316,7 +249,7 @@ class GangPlacer:
             if (
                 not gated
                 and not unbound
-                and not (planned and _missing_ranks(job, placement, members))
+                and not (planned and missing_ranks(job, placement, members))
             ):
                 continue  # settled (the missing-rank check only for gangs with nothing else due)
             if not planned and len(gated) < len([p for p in live if p.uid not in self._released]):
@@ -324,7 +257,7 @@ class GangPlacer:
             if (
                 not planned
                 and len(gated) < job.job.spec.workers
-                and (_create_refused(job) or _attempt_unknown(gated))
+                and (create_refused(job) or _attempt_unknown(gated))
             ):
                 # plan once all workers exist: the API server refuses some (a quota), or the
                 # pods lack the attempt label (not made by this operator, or by one older than
@@ -352,49 +285,9 @@ class GangPlacer:
         return work
 
     def unfinished_replans(self, now: float, store: ClusterStore | None = None) -> list[JobRecord]:
-        """Return jobs whose plan was dropped (``Replanning``) while pods of that plan remain, and
-        Gang records without a plan whose released pods never bound (:meth:`_orphans`).
-
-        Dropping a plan writes ``Replanning`` first (so the operator charges no restart for the
-        pods that go) and then deletes the job's pods; a placer stopped between the two leaves
-        released pods that nobody deletes, the gang half-bound for ever. Pods the operator makes
-        again are gated until a new plan, so a live released pod under ``Replanning`` is left
-        from the dropped plan. A deletion is asked again after REPLAN_DELETE_RETRY_SECONDS at
-        the earliest (the store shows a deleted pod only once the watch does).
-        """
-        store = store or self.store
-        left = []
-        replanning = set()
-        for key, job in store.jobs.items():
-            pods = store.workers.get(key, {}).values()
-            state = store.placement_of(job).get("state")
-            if state != "Replanning" and not (
-                job.kind == GANG_KIND and state != "Planned" and self._orphans(pods)
-            ):
-                continue
-            replanning.add(job.uid)
-            if now - self._replan_deleted.get(job.uid, -math.inf) < REPLAN_DELETE_RETRY_SECONDS:
-                continue
-            if any(not p.gated and not p.terminal and not p.deleting for p in pods):
-                left.append(job)
-        for uid in [u for u in self._replan_deleted if u not in replanning]:
-            del self._replan_deleted[uid]  # planned again, or gone
-        return left
-
-    def _orphans(self, pods: Iterable[PodRecord]) -> bool:
-        """Return whether a gang without a plan has pods released that this placer did not
-        release and that never bound: released under an earlier record of the same name (a Gang
-        deleted and made again while its owner made its pods again). The extender refuses them
-        (no plan) and nothing releases a pod twice, so the gang would wait for ever; its pods
-        are deleted, and its owner makes them again gated."""
-        return any(
-            not p.gated
-            and p.node is None
-            and not p.terminal
-            and not p.deleting
-            and p.uid not in self._released
-            for p in pods
-        )
+        """Return the jobs whose dropped plan left pods to delete (see
+        :meth:`BindWatch.unfinished_replans`)."""
+        return self._binds.unfinished_replans(now, store)
 
     def running_without_plan(
         self, store: ClusterStore | None = None
@@ -438,7 +331,7 @@ class GangPlacer:
             return
         placement = planned_placement(plan, self.clock())
         try:
-            self._write(job, {}, placement, "PlacementRecovered")
+            self._writes.write(job, {}, placement, "PlacementRecovered")
         except NotLeadingError:
             return
         except ApiException as err:
@@ -484,34 +377,23 @@ class GangPlacer:
         rings = planned_rings(view) if needed else []
         typical = typical_gang_gpus(view.jobs.values()) if needed else None
         del view
-        uplinks = self._uplink_load(topology, rings) if needed else None
+        uplinks = self._rings.uplink_load(topology, rings) if needed else None
         for job in suspended:
             self._drop_suspended(job)
         for job in unfinished:
-            self._finish_replan(job, now)
+            self._binds.finish_replan(job, now)
         for job, members in unrecorded:
             assert snapshot is not None
             self._record_running(job, members, snapshot)
-        cycle = _Cycle(snapshot, now, uplinks, typical) if snapshot is not None else None
+        cycle = Cycle(snapshot, now, uplinks, typical) if snapshot is not None else None
         # released gangs first: their bind bound is checked every cycle, never behind planning
         work.sort(key=lambda w: not (w.planned and not w.gated))
         started = time.monotonic()
-        # planned gangs are persisted by a small pool while the loop plans the next ones (each
-        # plan is already taken from the cycle's snapshot); their releases go to the same pool
-        # once the loop is done, behind every plan of the cycle: a plan is what the operator
-        # waits for to create a gang's other workers released, and it must not queue behind
-        # the release writes of the gangs planned before it. The cycle ends when every write
-        # has returned, so the next one starts from what the API server holds
-        self._persisting = ThreadPoolExecutor(PERSIST_CONCURRENCY, thread_name_prefix="persist")
-        try:
+        # plans are persisted, and their gangs released, by the pipeline's pool while the loop
+        # plans the next gangs; the cycle ends when every write has returned (see
+        # WritePipeline.cycle)
+        with self._writes.cycle():
             waiting = self._plan_all(work, cycle, freed, started)
-        finally:
-            self._send_releases()
-            self._persisting.shutdown(wait=True)
-            self._persisting = None
-            for future in self._persisted:
-                future.result()  # each logs its own errors; this only re-raises the unexpected
-            self._persisted = []
         self.metrics.jobs_waiting.set(waiting)
         live = {item.job.uid for item in work}
         for uid in [u for u in self._attempts if u not in live]:
@@ -520,14 +402,14 @@ class GangPlacer:
             del self._waiting_written[uid]
         for uid in [u for u in self._told if u not in live]:
             del self._told[uid]
-        self._forget_released()
+        self._writes.forget_released()
         self.store.placer_heartbeat = time.monotonic()
         return self._wake_again
 
     def _plan_all(
         self,
         work: list[PlacementWork],
-        cycle: _Cycle | None,
+        cycle: Cycle | None,
         freed: int,
         started: float,
     ) -> int:
@@ -566,116 +448,18 @@ class GangPlacer:
                 log.exception("job %s: placement failed", item.job.key)
         return waiting
 
-    def _persist(self, job: JobRecord, action: Callable[[], None]) -> Future[bool]:
-        """Run ``action`` (a plan's write) on the cycle's pool, or inline outside a cycle;
-        return its future: True once it succeeded (its errors are logged, never raised)."""
-        guarded = self._guarded(job, action)
-        if self._persisting is None:
-            done: Future[bool] = Future()
-            done.set_result(guarded())
-            return done
-        future = self._persisting.submit(guarded)
-        self._persisted.append(future)
-        return future
-
-    def _guarded(self, job: JobRecord, action: Callable[[], None]) -> Callable[[], bool]:
-        """Return ``action`` logging (not raising) API and other errors; True once it ran."""
-
-        def guarded() -> bool:
-            try:
-                action()
-            except NotLeadingError:
-                log.info("job %s: not written, this placer no longer leads", job.key)
-            except ApiException as err:
-                self.metrics.plans.labels("error").inc()
-                log.warning("job %s: API error %s %s", job.key, err.status, err.reason)
-            except Exception:
-                self.metrics.plans.labels("error").inc()
-                log.exception("job %s: persisting the plan failed", job.key)
-            else:
-                return True
-            return False
-
-        return guarded
-
-    def _then_release(
-        self, job: JobRecord, written: Future[bool] | None, action: Callable[[], None]
-    ) -> None:
-        """Run ``action`` (a gang's releases) once ``written`` (its plan's write, if any)
-        succeeded: inline outside a cycle, after the cycle's plans within one."""
-        if self._persisting is None:
-            if written is None or written.result():
-                self._guarded(job, action)()
-            return
-        self._to_release.append((job, written, action))
-
-    def _send_releases(self) -> None:
-        """Queue the cycle's releases on its pool, behind every plan write of the cycle.
-
-        The pool takes tasks in order, so each plan write has started before its release is
-        picked up: waiting for it there cannot take a thread that the write still needs.
-        """
-        pool = self._persisting
-        assert pool is not None
-        for job, written, action in self._to_release:
-            guarded = self._guarded(job, action)
-
-            def release(
-                written: Future[bool] | None = written, run: Callable[[], bool] = guarded
-            ) -> bool:
-                if written is not None and not written.result():
-                    return False  # the plan was not written: its pods stay gated
-                return run()
-
-            self._persisted.append(pool.submit(release))
-        self._to_release = []
-
-    def _forget_released(self) -> None:
-        """Forget released pods the store sees ungated (or gone), and any after the memory."""
-        if not self._released:
-            return
-        now = time.monotonic()
-        with self.store.lock:
-            gated = {
-                pod.uid
-                for members in self.store.workers.values()
-                for pod in members.values()
-                if pod.gated
-            }
-        for uid, when in list(self._released.items()):
-            if uid not in gated or now - when > RELEASED_MEMORY_SECONDS:
-                del self._released[uid]
-
-    def _act(self, item: PlacementWork, cycle: _Cycle, freed: int) -> bool:
+    def _act(self, item: PlacementWork, cycle: Cycle, freed: int) -> bool:
         """Return False when the job waits; plan, check or release it otherwise."""
         if not item.planned:
             return self._plan_gang(item, cycle, freed)
         if item.gated:
             return self._release_checked(item, cycle)
-        return self._watch_binding(item, cycle)
-
-    def _finish_replan(self, job: JobRecord, now: float) -> None:
-        """Delete the pods a dropped plan left (see :meth:`unfinished_replans`)."""
-        self._replan_deleted[job.uid] = now
-        try:
-            self._fence()
-            self.writer.delete_job_pods(job.namespace, job.name, _gang_label(job))
-        except NotLeadingError:
-            return
-        except ApiException as err:
-            log.warning("job %s: deleting the dropped plan's pods failed: %s", job.key, err.reason)
-            return
-        log.warning(
-            "job %s: released pods remained without a plan that holds them (a dropped plan, or "
-            "an earlier record of the gang); deleted them so the gang is made again and planned "
-            "afresh",
-            job.key,
-        )
+        return self._binds.watch_binding(item, cycle)
 
     def _drop_suspended(self, job: JobRecord) -> None:
         try:
             # a suspended job has no pods; resuming plans the gang afresh
-            self._fence()
+            self._writes.fence()
             self.writer.patch_job_status(
                 job.namespace, job.name, {"placement": None}, plural=job.plural
             )
@@ -688,19 +472,7 @@ class GangPlacer:
 
     # -- planning a whole gang -----------------------------------------------------------------
 
-    def _request(self, item: PlacementWork) -> GangRequest:
-        assert item.job.job is not None
-        worker = (item.gated or item.members)[0]
-        return gang_request(
-            item.job.key,
-            item.job.job,
-            worker,
-            item.eligible,
-            item.refused,
-            previous=previous_nodes(item.placement),
-        )
-
-    def _plan_gang(self, item: PlacementWork, cycle: _Cycle, freed: int) -> bool:
+    def _plan_gang(self, item: PlacementWork, cycle: Cycle, freed: int) -> bool:
         """Return True when the whole gang got a plan (persisted and released)."""
         job = item.job
         previous = item.placement
@@ -712,7 +484,7 @@ class GangPlacer:
         if self._old_pods_leaving(item, cycle.now):
             return False
         try:
-            request = self._request(item)
+            request = gang_request_of(item)
             started = time.perf_counter()
             result = plan_gang(
                 self._without_held(cycle, item),
@@ -723,7 +495,9 @@ class GangPlacer:
             )
             self.metrics.plan_seconds.observe(time.perf_counter() - started)
         except InputError as err:
-            self._write(job, previous, invalid_placement(f"{job.key}: {err}"), "InvalidTopology")
+            self._writes.write(
+                job, previous, invalid_placement(f"{job.key}: {err}"), "InvalidTopology"
+            )
             return False
         if isinstance(result, Unschedulable):
             self.metrics.plans.labels("waiting").inc()
@@ -751,7 +525,7 @@ class GangPlacer:
             last = self._waiting_written.get(job.uid, 0.0)
             due = first or self.clock() - last >= WAITING_REWRITE_SECONDS
             if due and changed(previous, placement):
-                self._write(job, previous, placement, "WaitingForCapacity" if first else "")
+                self._writes.write(job, previous, placement, "WaitingForCapacity" if first else "")
                 self._waiting_written[job.uid] = self.clock()
                 log.info("job %s waits: %s", job.key, result.summary)
                 self._tell_pods(item, placement)
@@ -766,17 +540,17 @@ class GangPlacer:
         summary = result.explain().splitlines()[0]
 
         def persist() -> None:
-            self._write(job, previous, placement, "")
+            self._writes.write(job, previous, placement, "")
             log.info("job %s planned: %s", job.key, summary)
 
         def release() -> None:
             try:
-                self._release(item, placement, item.gated)
+                self._writes.release(item, placement, item.gated)
             finally:
                 # the Event last: it is for people, and no worker of the gang waits for it
-                self._event(job, "GangPlaced", placement)
+                self._writes.event(job, "GangPlaced", placement)
 
-        self._then_release(job, self._persist(job, persist), release)
+        self._writes.then_release(job, self._writes.persist(job, persist), release)
         return True
 
     def _tell_pods(self, item: PlacementWork, placement: dict[str, Any]) -> None:
@@ -799,12 +573,12 @@ class GangPlacer:
 
         def tell() -> None:
             for pod in fresh:
-                self._fence()
+                self._writes.fence()
                 self.writer.pod_event(pod, "GangWaiting", words)
 
-        self._persist(item.job, tell)
+        self._writes.persist(item.job, tell)
 
-    def _without_held(self, cycle: _Cycle, item: PlacementWork) -> CapacitySnapshot:
+    def _without_held(self, cycle: Cycle, item: PlacementWork) -> CapacitySnapshot:
         """Return the cycle's snapshot, or a copy without the nodes held for older gangs."""
         if not cycle.held_for_hol:
             return cycle.snapshot
@@ -813,7 +587,7 @@ class GangPlacer:
             trimmed.free_gpus[i] = 0
         return trimmed
 
-    def _blocked_by_holds(self, cycle: _Cycle, request: GangRequest, waited: float) -> str:
+    def _blocked_by_holds(self, cycle: Cycle, request: GangRequest, waited: float) -> str:
         """Return which head-of-line holds keep a gang that waits from the plan it would get
         without them ("" when no hold is in its way). Costs one more plan, only while a hold
         exists."""
@@ -837,7 +611,7 @@ class GangPlacer:
         return "; ".join(str(h) for h in holds)
 
     def _hold_for_head_of_line(
-        self, cycle: _Cycle, result: Unschedulable, job: JobRecord, since: float
+        self, cycle: Cycle, result: Unschedulable, job: JobRecord, since: float
     ) -> str:
         """Hold, for the rest of the cycle, the best candidate domain a head-of-line gang could
         hold once running work ends; return what the gang's message says of it.
@@ -859,7 +633,7 @@ class GangPlacer:
             return ""
         for domain in topology.domains[depth]:
             if domain.path == best.path and domain.name == best.domain:
-                hold = _Hold(job.key, best.level, best.domain, since)
+                hold = Hold(job.key, best.level, best.domain, since)
                 for i in range(domain.start, domain.end):
                     cycle.held_for_hol.setdefault(i, hold)
                 break
@@ -870,24 +644,15 @@ class GangPlacer:
 
     # -- checking a plan again -----------------------------------------------------------------
 
-    def _fits_reserved(self, snapshot: CapacitySnapshot, node: str) -> bool:
-        """Return whether ``node`` still holds a rank's reservation (nothing overcommitted)."""
-        i = snapshot.topology.index_of.get(node)
-        if i is None or not snapshot.ready[i] or not snapshot.schedulable[i]:
-            return False
-        if snapshot.free_gpus[i] < 0:
-            return False
-        return all(amounts[i] >= 0 for amounts in snapshot.free_other.values())
-
-    def _release_checked(self, item: PlacementWork, cycle: _Cycle) -> bool:
+    def _release_checked(self, item: PlacementWork, cycle: Cycle) -> bool:
         """Release the gated pods of a planned job after checking the plan still holds."""
         job = item.job
         placement = item.placement
-        nodes = _plan_nodes(item)
+        nodes = plan_nodes(item)
         planned_at = parse_rfc3339(placement.get("plannedAt"))
         replaced = dict(placement.get("replacedRanks") or {})
         plan_attempt = placement.get("attempt")
-        bound = _running(item.members, cycle.snapshot.topology)
+        bound = running(item.members, cycle.snapshot.topology)
         moves: list[PodRecord] = []
         for pod in item.gated:
             rank = pod.worker_index
@@ -901,10 +666,10 @@ class GangPlacer:
                 created = parse_rfc3339(pod.created)
                 later = planned_at is not None and created is not None and created > planned_at
             replacement = later and replaced.get(str(rank)) != pod.uid
-            if replacement or not self._fits_reserved(cycle.snapshot, nodes[rank]):
+            if replacement or not fits_reserved(cycle.snapshot, nodes[rank]):
                 moves.append(pod)
         if moves:
-            updated = self._replace_ranks(item, cycle, moves, nodes, replaced)
+            updated = self._binds.replace_ranks(item, cycle, moves, nodes, replaced)
             if updated is None and bound:
                 return False  # dropped: the operator recreates the gang gated
             if updated is None:
@@ -916,7 +681,7 @@ class GangPlacer:
                         gated=item.gated,
                         placement={
                             **placement,
-                            "waitingSince": rfc3339(_first_wait(item) or cycle.now),
+                            "waitingSince": rfc3339(first_wait(item) or cycle.now),
                         },
                         reservations=[],
                         eligible=item.eligible,
@@ -926,71 +691,10 @@ class GangPlacer:
                     -1,
                 )
             placement = updated
-        self._then_release(job, None, lambda: self._release(item, placement, item.gated))
+        self._writes.then_release(
+            job, None, lambda: self._writes.release(item, placement, item.gated)
+        )
         return True
-
-    def _give_back(self, cycle: _Cycle, item: PlacementWork, ranks: set[int] | None = None) -> None:
-        """Add the job's reservations (of ``ranks``, default all) back to the cycle's snapshot."""
-        for reservation in item.reservations:
-            if ranks is None or reservation.rank in ranks:
-                _adjust(cycle.snapshot, reservation.node, reservation.demand, +1)
-
-    def _replace_ranks(
-        self,
-        item: PlacementWork,
-        cycle: _Cycle,
-        moves: list[PodRecord],
-        nodes: list[str],
-        replaced: dict[str, str],
-    ) -> dict[str, Any] | None:
-        """Return the plan with new nodes for ``moves`` (persisted), or None when none fit.
-
-        ``replan_ranks`` keeps every other rank where it is and looks only inside the planned
-        domain. A rank whose planned node left the cluster (a node deleted under the gang) moves
-        too, with or without a pod to move. When no node there can take a rank and part of the
-        gang runs, the plan is dropped (``Replanning``); when nothing runs, the caller plans the
-        gang afresh.
-        """
-        job = item.job
-        placement = item.placement
-        request = self._request(item)
-        topology = cycle.snapshot.topology
-        moving = {p.worker_index for p in moves if p.worker_index is not None}
-        gone = _gone_ranks(nodes, topology)
-        self._give_back(cycle, item, moving)
-        plan = _plan_of(placement, nodes, request, topology)
-        try:
-            answer = replan_ranks(plan, sorted(moving | gone), cycle.snapshot, request)
-        except ValueError as err:  # the planned domain itself left the cluster
-            why = f"{job.key}: {err}; the gang is planned again"
-            answer = ReplacementOptions(job.key, min(gone, default=0), "", "", "", (), why)
-        if isinstance(answer, ReplacementOptions):
-            if _running(item.members, topology):
-                self._replan_whole(item, answer.summary, cycle.now)
-            else:
-                self._give_back(cycle, item, None if not moving else _others(item, moving))
-            return None
-        demand = dict(request.other_resources)
-        demand[GPU_RESOURCE] = request.gpus_per_worker
-        uids = {p.worker_index: p.uid for p in moves}
-        notes = []
-        for rank in sorted(moving | gone):
-            _adjust(cycle.snapshot, answer.nodes_by_rank[rank], demand, -1)
-            if rank in uids:
-                replaced[str(rank)] = uids[rank]
-            notes.append(f"rank {rank} -> {answer.nodes_by_rank[rank]}")
-        updated = {
-            **placement,
-            "nodes": list(answer.nodes_by_rank),
-            "hops": answer.hops,
-            "modelledAllreduceUs": round(answer.cost.best_s * 1e6, 3),
-            "replacedRanks": replaced,
-            "releasedAt": rfc3339(self.clock()),
-            "message": f"{placement.get('message', '')}".split(" [replaced:")[0]
-            + f" [replaced: {', '.join(notes)}]",
-        }
-        self._write(job, placement, updated, "WorkerReplanned")
-        return updated
 
     def _still_waiting(self, item: PlacementWork, now: float, freed: int) -> bool:
         """Return whether ``item`` waited at its last attempt and nothing it depends on changed.
@@ -1060,295 +764,16 @@ class GangPlacer:
             return not self._still_waiting(item, now, freed)
         if item.gated:
             return True  # checking a plan before releasing
-        if self._topology is not None and _gone_ranks(_plan_nodes(item), self._topology):
+        if self._topology is not None and gone_ranks(plan_nodes(item), self._topology):
             return True  # a planned node left the cluster: re-planned at once
-        released = _released_at(item)  # without a time, _watch_binding never looks
+        released = released_at(item)  # without a time, watch_binding never looks
         if (
             released is not None
-            and _create_refused(item.job)
-            and _missing_ranks(item.job, item.placement, item.members)
+            and create_refused(item.job)
+            and missing_ranks(item.job, item.placement, item.members)
         ):
             return True  # a refused worker drops a plan made before the gang was whole
-        return released is not None and self._bind_check_due(released, now)
-
-    def _bind_check_due(self, released: float, now: float) -> bool:
-        """Return whether :meth:`_watch_binding` looks at a gang released at ``released``."""
-        return now - released >= min(self.bind_timeout, TAKEN_SECONDS)
-
-    def _watch_binding(self, item: PlacementWork, cycle: _Cycle) -> bool:
-        """Drop a plan whose released pods did not bind within the bound; True while it may.
-
-        The bound is ``bind_timeout`` from the release; it shrinks to ``TAKEN_SECONDS`` for a
-        rank whose planned node another pod has taken meanwhile (its reservation is overcommitted
-        in the snapshot): such a worker waits only for a free node elsewhere in its domain.
-        """
-        released = _released_at(item)
-        now = self.clock()  # not the cycle's start: a busy cycle can run for seconds
-        nodes = _plan_nodes(item)
-        if _gone_ranks(nodes, cycle.snapshot.topology):
-            return self._replace_gone(item, cycle, nodes)
-        refused = _create_refused(item.job)
-        if released is None or not (refused or self._bind_check_due(released, now)):
-            return True
-        with self.store.lock:  # what is bound now, not at the start of the cycle
-            members = list(self.store.workers.get(item.job.key, {}).values())
-        missing = _missing_ranks(item.job, item.placement, members)
-        why = ""
-        if missing and refused:
-            why = (
-                f"{item.job.key}: the API server refused worker pod(s) of the gang ({refused}), "
-                f"rank(s) {missing} do not exist: the plan is dropped so that no part of the gang "
-                "holds a node, and the gang is planned again once every worker exists"
-            )
-        elif missing and now - released >= self.bind_timeout:
-            why = (
-                f"{item.job.key}: no worker pod for rank(s) {missing} {now - released:.0f} s after "
-                f"the plan and its last worker (bound {self.bind_timeout:g} s): the gang cannot "
-                "start whole, so the plan is dropped and the gang is recreated and planned again"
-            )
-        if why:
-            self._replan_whole(replace(item, members=members), why, now, keep_wait=True)
-            return False
-        unbound = sorted(
-            p.worker_index
-            for p in members
-            if p.node is None
-            and not p.gated
-            and not p.terminal
-            and not p.deleting
-            and p.worker_index is not None
-        )
-        taken = [
-            r
-            for r in unbound
-            if r < len(nodes) and not self._fits_reserved(cycle.snapshot, nodes[r])
-        ]
-        bound = min(self.bind_timeout, TAKEN_SECONDS) if taken else self.bind_timeout
-        if not unbound or now - released < bound:
-            return True
-        # a rank whose node had room by our count and that kube-scheduler tried and could not
-        # bind there was refused by one of its own filters (pod affinity, ports, volumes...)
-        said = {p.worker_index: p.unschedulable for p in members if p.unschedulable}
-        turned_down = [
-            {"node": nodes[r], "reason": said[r][:300], "since": rfc3339(now)}
-            for r in unbound
-            if r not in taken and r < len(nodes) and r in said
-        ]
-        why = (
-            f"{item.job.key}: worker(s) {unbound} not bound {now - released:.0f} s after release "
-            f"(bound {bound:g} s"
-            + (f"; planned node of rank(s) {taken} taken by other pods" if taken else "")
-            + (
-                f"; kube-scheduler refused node(s) {', '.join(r['node'] for r in turned_down)}: "
-                f"{turned_down[0]['reason']}"
-                if turned_down
-                else ""
-            )
-            + "): the plan cannot be honoured; the gang is recreated and planned again"
-            + (" without the refused node(s)" if turned_down else "")
-        )
-        self._replan_whole(
-            replace(item, members=members), why, now, keep_wait=True, refused=turned_down
-        )
-        return False
-
-    def _replace_gone(self, item: PlacementWork, cycle: _Cycle, nodes: list[str]) -> bool:
-        """Move the ranks whose planned node left the cluster at once; True while the plan
-        stands.
-
-        A released worker whose node is gone only needs a new node in the plan (its affinity
-        already holds it to the domain, and the extender steers it to its rank's node); when
-        the domain has no room for it, the gang is dropped and planned again whole.
-        """
-        topology = cycle.snapshot.topology
-        gone = _gone_ranks(nodes, topology)
-        moves = [
-            p
-            for p in item.members
-            if p.worker_index in gone and p.node is None and not p.terminal and not p.deleting
-        ]
-        replaced = dict(item.placement.get("replacedRanks") or {})
-        if self._replace_ranks(item, cycle, moves, nodes, replaced) is not None:
-            return True
-        if not _running(item.members, topology):  # _replace_ranks drops a plan that runs
-            gone_names = sorted(nodes[r] for r in gone)
-            self._replan_whole(
-                item,
-                f"{item.job.key}: planned node(s) {gone_names} left the cluster and the planned "
-                "domain has no room for their ranks: the gang is planned again",
-                cycle.now,
-                keep_wait=True,
-            )
-        return False
-
-    def _replan_whole(
-        self,
-        item: PlacementWork,
-        why: str,
-        now: float,
-        *,
-        keep_wait: bool = False,
-        refused: list[dict[str, str]] | None = None,
-    ) -> None:
-        """Drop the plan and delete the job's pods; the operator recreates them gated.
-
-        ``keep_wait``: the plan never ran whole (its workers did not bind, its nodes were
-        taken or left): the gang keeps waiting since it first waited (:func:`_first_wait`).
-        ``refused``: nodes kube-scheduler's own filters refused, recorded with the others so
-        that the next plan leaves them out.
-        """
-        job = item.job
-        since = _first_wait(item) if keep_wait else None
-        placement = replanning_placement(why, now, since)
-        if refused:
-            placement["refusedNodes"] = [*refusals(item.placement, now), *refused]
-        self._write(job, item.placement, placement, "GangReplanning")
-        # one call for the whole gang: a 32-worker gang must not take 32 round trips to drop
-        self._replan_deleted[job.uid] = now
-        self._fence()
-        self.writer.delete_job_pods(job.namespace, job.name, _gang_label(job))
-        log.warning("%s", why)
-
-    # -- writing -------------------------------------------------------------------------------
-
-    def _write(
-        self, job: JobRecord, previous: dict[str, Any], placement: dict[str, Any], event: str
-    ) -> None:
-        """Persist ``placement`` for ``job`` (if it changed) and record ``event`` (if any)."""
-        if "refusedNodes" not in placement:
-            # a refusal by kube-scheduler lasts its time, across plans, waits and re-plans
-            placement = {**placement, "refusedNodes": refusals(previous, self.clock()) or None}
-        if "previousNodes" not in placement and placement.get("state") != "Planned":
-            # where the gang ran last lasts until it is planned again (the next plan prefers it)
-            placement = {**placement, "previousNodes": list(previous_nodes(previous)) or None}
-        placement = {**placement, "term": self.term}
-        if changed(previous, placement) or placement.get("state") == "Planned":
-            patch = dict(placement)
-            labels = placement.get("domainLabels")
-            if isinstance(labels, dict):  # a merge patch merges maps: drop the old keys
-                stale = previous.get("domainLabels") or {}
-                patch["domainLabels"] = {
-                    **dict.fromkeys(k for k in stale if k not in labels),
-                    **labels,
-                }
-            self._fence()
-            self.writer.patch_job_status(
-                job.namespace,
-                job.name,
-                {"placement": patch},
-                uid=job.uid,
-                tests=[_computed_from(previous)],
-                plural=job.plural,
-            )
-            with self.store.lock:
-                self.store.record_plan(job, placement)
-        if event:
-            self._event(job, event, placement)
-
-    def _fence(self) -> None:
-        """Raise NotLeadingError unless this placer still leads in its term (every write)."""
-        if not self.leading():
-            raise NotLeadingError(f"this placer no longer leads in term {self.term}")
-
-    def _event(self, job: JobRecord, event: str, placement: dict[str, Any]) -> None:
-        """Record ``event`` on the job, worded by ``placement``'s message."""
-        kind = "Warning" if event in ("GangReplanning", "InvalidTopology") else "Normal"
-        self._fence()
-        self.writer.job_event(job, kind, event, str(placement.get("message") or ""))
-
-    def _release(
-        self, item: PlacementWork, placement: dict[str, Any], pods: list[PodRecord]
-    ) -> None:
-        """Constrain every gated pod to the planned domain (every level's label) and ungate it."""
-        expressions = plan_expressions(placement, self.levels) or []
-
-        def release(pod: PodRecord) -> None:
-            self._fence()
-            if pod.gates and any(g.get("name") == GANG_GATE for g in pod.gates):
-                # one write, from what the store knows; refused if the pod changed meanwhile
-                before = pod.scheduling.get("affinity")
-                affinity = narrow_affinity(before, expressions) if expressions else None
-                started = time.perf_counter()
-                try:
-                    self.writer.release_known_pod(pod, affinity, remaining_gates(list(pod.gates)))
-                except ApiException as err:
-                    if err.status not in (409, 422):
-                        raise
-                else:
-                    self.metrics.release_write_seconds.observe(time.perf_counter() - started)
-                    self._released[pod.uid] = time.monotonic()
-                    return
-            current = self.writer.read_pod(pod.namespace, pod.name)
-            if current["metadata"].get("uid") != pod.uid:
-                return  # another pod of that name now: the next cycle sees it
-            spec = current.get("spec") or {}
-            gates = spec.get("schedulingGates") or []
-            if not any(g.get("name") == GANG_GATE for g in gates):
-                return  # released already (a restart mid-release)
-            # a cluster-wide plan (spread, the last resort) narrows nothing
-            affinity = narrow_affinity(spec.get("affinity"), expressions) if expressions else None
-            self._fence()
-            self.writer.release_pod(
-                pod.namespace,
-                pod.name,
-                current["metadata"]["resourceVersion"],
-                affinity,
-                remaining_gates(gates),
-            )
-            self._released[pod.uid] = time.monotonic()
-
-        # a gang's writes go out together (RELEASE_CONCURRENCY at a time over every gang being
-        # persisted): one by one, a 256-worker gang waits 256 round trips before kube-scheduler
-        # sees its last worker
-        if len(pods) <= 1:
-            for pod in pods:
-                release(pod)
-        else:
-            for _ in self._releasing.map(release, pods):
-                pass  # re-raises the first error
-        log.info("job %s: released %d worker pod(s)", item.job.key, len(pods))
-
-
-def _gang_label(job: JobRecord) -> str:
-    """Return the label that names the record's pods (a Gang's, or a job's workers')."""
-    return GANG_LABEL if job.kind == GANG_KIND else JOB_LABEL
-
-
-def typical_gang_gpus(jobs: Iterable[JobRecord]) -> int | None:
-    """Return the median GPUs (workers x GPUs per worker) of the valid ``jobs`` (``None``: none).
-
-    The planner keeps leaves from being cut below what such a gang needs (see
-    :func:`~tpfabric_core.placement.planner.plan_gang`); every job the store knows counts, running
-    or finished, as the mix of gangs this cluster sees.
-    """
-    sizes = [j.job.spec.workers * j.job.spec.gpus_per_worker for j in jobs if j.job is not None]
-    return int(statistics.median(sizes)) if sizes else None
-
-
-def _adjust(snapshot: CapacitySnapshot, node: str, demand: Mapping[str, int], sign: int) -> None:
-    """Add (``sign`` +1) or take (-1) one worker's ``demand`` on ``node`` in ``snapshot``."""
-    i = snapshot.topology.index_of.get(node)
-    if i is None:
-        return
-    for resource, amount in demand.items():
-        if resource == GPU_RESOURCE:
-            snapshot.free_gpus[i] += sign * amount
-        elif resource in snapshot.free_other:
-            snapshot.free_other[resource][i] += sign * amount
-
-
-def _released_at(item: PlacementWork) -> float | None:
-    """Return when ``item``'s gang was (last) released, as clock time.
-
-    A gang is planned once its first worker exists and the rest are released as the operator
-    creates them, so the newest worker's creation counts as a release too.
-    """
-    released = parse_rfc3339(item.placement.get("releasedAt") or item.placement.get("plannedAt"))
-    if released is None:
-        return None
-    # creationTimestamps are RFC 3339 in UTC: the newest sorts last as text
-    newest = parse_rfc3339(max((p.created for p in item.members), default=""))
-    return released if newest is None else max(released, newest)
+        return released is not None and self._binds.bind_check_due(released, now)
 
 
 def _attempt_unknown(pods: Iterable[PodRecord]) -> bool:
@@ -1356,127 +781,6 @@ def _attempt_unknown(pods: Iterable[PodRecord]) -> bool:
     return any(p.attempt is None for p in pods)
 
 
-def _create_refused(job: JobRecord) -> str:
-    """Return why the API server refused to create a worker of ``job`` (its ``WorkersCreated``
-    condition, ``False`` with reason ``CreateFailed``: a quota, an admission policy), or ""."""
-    for condition in job.raw_status.get("conditions") or []:
-        if (
-            isinstance(condition, dict)
-            and condition.get("type") == "WorkersCreated"
-            and condition.get("status") == "False"
-            and condition.get("reason") == "CreateFailed"
-        ):
-            return str(condition.get("message") or "CreateFailed")
-    return ""
-
-
-def _missing_ranks(
-    job: JobRecord, placement: Mapping[str, Any], members: Iterable[PodRecord]
-) -> list[int]:
-    """Return the ranks of a planned gang that have no worker pod of the plan's own attempt yet.
-
-    Only while the job is still in the attempt the plan was made for (``status.attempt``): after
-    an incident the operator replaces workers after a backoff and their ranks are missing on
-    purpose. A finished job, or a plan persisted without its attempt, has none.
-    """
-    plan_attempt = placement.get("attempt")
-    if job.job is None or not isinstance(plan_attempt, int):
-        return []
-    status = job.raw_status
-    if status.get("phase") in ("Succeeded", "Failed") or int(status.get("attempt") or 0) != (
-        plan_attempt
-    ):
-        return []
-    present = {p.worker_index for p in members}
-    return [rank for rank in range(job.job.spec.workers) if rank not in present]
-
-
 def _members_of(item: PlacementWork) -> frozenset[tuple[str, bool, str | None]]:
     """Return what of a gang's own pods a plan attempt depends on."""
     return frozenset((p.uid, p.gated, p.node) for p in item.members)
-
-
-def _computed_from(previous: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the JSON patch ``test`` that the job's placement is still the one a write was
-    computed from: its term (the lease term of the placer that wrote it), or no placement at
-    all. A placer deposed meanwhile finds the new leader's term there and writes nothing."""
-    if not previous:
-        return {"op": "test", "path": "/status/placement", "value": None}
-    return {"op": "test", "path": "/status/placement/term", "value": previous.get("term")}
-
-
-def _first_wait(item: PlacementWork) -> float | None:
-    """Return when ``item``'s gang first waited for its plan, while the gang is still in the
-    attempt the plan was made for (None after a restart: a new attempt waits afresh)."""
-    plan_attempt = item.placement.get("attempt")
-    attempt = item.job.raw_status.get("attempt")
-    if isinstance(plan_attempt, int) and int(attempt or 0) != plan_attempt:
-        return None
-    if any(
-        p.attempt is not None and isinstance(plan_attempt, int) and p.attempt > plan_attempt
-        for p in item.members
-    ):
-        return None
-    return parse_rfc3339(item.placement.get("waitingSince"))
-
-
-def _plan_nodes(item: PlacementWork) -> list[str]:
-    """Return the planned node of each rank of ``item`` (empty without a plan)."""
-    return [str(n) for n in item.placement.get("nodes") or []]
-
-
-def _gone_ranks(nodes: Iterable[str], topology: ClusterTopology) -> set[int]:
-    """Return the ranks a plan puts on nodes that are no longer in the cluster."""
-    return {rank for rank, node in enumerate(nodes) if node not in topology.index_of}
-
-
-def _running(members: Iterable[PodRecord], topology: ClusterTopology) -> list[PodRecord]:
-    """Return the members bound to a node of the cluster, not finished and not going (a pod
-    bound to a deleted node runs nowhere: pod GC removes it; a pod being deleted is the gang's
-    past, e.g. a group its owner makes again)."""
-    return [
-        p
-        for p in members
-        if p.node is not None and not p.terminal and not p.deleting and p.node in topology.index_of
-    ]
-
-
-def previous_nodes(placement: Mapping[str, Any]) -> tuple[str, ...]:
-    """Return the nodes of the gang's plan, or of its last plan while it has none."""
-    nodes = placement.get("nodes") or placement.get("previousNodes") or ()
-    return tuple(str(n) for n in nodes if n)
-
-
-def _others(item: PlacementWork, ranks: set[int]) -> set[int]:
-    """Return the ranks of ``item``'s reservations that are not in ``ranks``."""
-    return {r.rank for r in item.reservations} - ranks
-
-
-def _plan_of(
-    placement: dict[str, Any], nodes: list[str], request: GangRequest, topology: ClusterTopology
-) -> GangPlan:
-    """Return the persisted plan as the engine's GangPlan (for ``replan_ranks``)."""
-    level = str(placement.get("level") or CLUSTER_LEVEL)
-    labels = placement.get("domainLabels") or {}
-    # the API server returns maps with sorted keys: the path follows the levels, top down
-    path: tuple[str, ...] = ()
-    for spec in topology.levels:
-        if spec.label_key not in labels:
-            break
-        path += (str(labels[spec.label_key]),)
-    if not path and level != CLUSTER_LEVEL and nodes and nodes[0] in topology.index_of:
-        path = topology.domain_of(nodes[0], level).path
-    return GangPlan(
-        job=request.name,
-        policy="tpfabric",
-        level=level,
-        domain=str(placement.get("domain") or CLUSTER_LEVEL),
-        domain_path=path,
-        domain_labels=tuple((str(k), str(v)) for k, v in labels.items()),
-        nodes_by_rank=tuple(nodes),
-        gpus_per_worker=request.gpus_per_worker,
-        rdma_per_worker=request.rdma_per_worker,
-        hops=int(placement.get("hops") or 0),
-        leaves_spanned=0,
-        cost=CollectiveCost(0.0, 0.0, 0),
-    )

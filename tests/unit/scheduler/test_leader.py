@@ -12,8 +12,9 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from tpfabric_localcluster.tpfabric import LOCAL_PLACER_ARGS
-from tpfabric_scheduler.__main__ import PlacerLoop, parse_args
+from tpfabric_scheduler.__main__ import parse_args
 from tpfabric_scheduler.leader import LeaseElector
+from tpfabric_scheduler.loop import PlacerLoop
 from tpfabric_scheduler.store import ClusterStore
 
 NOW = 1_700_000_000.0

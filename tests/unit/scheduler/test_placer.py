@@ -28,6 +28,8 @@ from placer_world import (
 from tpfabric_core import labels
 from tpfabric_scheduler import capacity as capacity_module
 from tpfabric_scheduler import placer as placer_module
+from tpfabric_scheduler import plan_inputs as plan_inputs_module
+from tpfabric_scheduler import writes as writes_module
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placement_status import rfc3339
 from tpfabric_scheduler.placer import GangPlacer, typical_gang_gpus
@@ -530,7 +532,7 @@ def test_a_cycle_writes_all_its_plans_before_any_release_and_a_failed_plan_relea
 ) -> None:
     """The operator creates a gang's other workers released once it sees the plan: a plan
     must not queue behind the release writes of the gangs planned before it."""
-    monkeypatch.setattr(placer_module, "PERSIST_CONCURRENCY", 1)  # the pool's order, exactly
+    monkeypatch.setattr(writes_module, "PERSIST_CONCURRENCY", 1)  # the pool's order, exactly
     store = ClusterStore()
     writer = _OrderedWriter(store, refuse={"c"})
     placer = GangPlacer(store, writer, Metrics(), clock=Clock())  # type: ignore[arg-type]
@@ -618,7 +620,7 @@ def test_a_gang_that_must_span_leaves_keeps_off_uplinks_running_gangs_saturate(
         with store.lock:
             store.upsert_pod(a_worker(f"plain-{node}", 0, node=node, gated=False))
     if not aware:
-        monkeypatch.setattr(placer_module, "ring_flows", lambda topology, nodes, gpus: {})
+        monkeypatch.setattr(plan_inputs_module, "ring_flows", lambda topology, nodes, gpus: {})
     job = a_job("next", 4)
     job["spec"]["topology"] = {"mode": "required", "level": "spine"}
     writer.add_job(job)

@@ -312,3 +312,27 @@ def test_a_gang_whose_record_names_problems_is_not_planned(world: Any) -> None:
     placer.run_cycle()
     assert gang_placement(writer, "grp") == {}
     assert writer.released == []
+
+
+def test_a_gang_part_running_part_gated_under_no_plan_is_made_again_not_left_waiting(
+    world: Any,
+) -> None:
+    """The leader was released under the earlier record's plan and bound; the record went (by
+    hand), the owner made the workers again, gated, and the operator the record without a plan.
+    No plan could take the gated ones beside a pod it never placed: the gang's pods are deleted
+    and its owner makes them again, gated."""
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=4)
+    writer.add_job(a_gang_record("redo-0", 3))
+    leader = gang_pod("redo-0", 0)
+    leader["spec"].update(schedulingGates=[], nodeName="leaf-a-n0")
+    writer.add_pod(leader)
+    for rank in (1, 2):
+        writer.add_pod(gang_pod("redo-0", rank))
+    placer.run_cycle()
+    assert sorted(writer.deleted) == ["redo-0-0", "redo-0-1", "redo-0-2"]
+    for rank in range(3):  # the owner makes the group again, gated by the webhook
+        writer.add_pod(gang_pod("redo-0", rank))
+    clock.now += 2
+    placer.run_cycle()
+    assert gang_placement(writer, "redo-0")["state"] == "Planned"

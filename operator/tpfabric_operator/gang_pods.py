@@ -1,0 +1,178 @@
+"""The pods of gangs other controllers make, as the operator keeps them: one list+watch of every
+pod labelled ``tpfabric.io/gang`` in a thread of its own, and the threads that bring a gang's
+record in step when its pods change.
+
+kopf delivered these pods' events on its event loop and each one cost a LIST of the gang's pods
+in a handler thread; in a burst of 100 LeaderWorkerSet groups (800 pods, ``tpfabric bench
+gangs``) the record timers took every handler thread, 31 groups never got a record, and nothing
+looked at them again (a gang without a record has no timer). Here every change of a gang's pods
+marks the gang dirty; :class:`GangSyncer`'s threads sync each dirty gang once however many of
+its pods changed meanwhile, from the cached pods, and every ``every`` seconds each gang whose
+last sync did not find it settled (:meth:`GangSyncer.settled`) is marked again: a gang whose
+record could not be made, a write that failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client
+
+from tpfabric_core.gangs import GANG_LABEL
+from tpfabric_operator.gang_records import GangPod
+from tpfabric_operator.pod_cache import PodWatch
+
+__all__ = ["GangKey", "GangPods", "GangSyncer"]
+
+log = logging.getLogger("tpfabric.operator.gangs")
+
+GangKey = tuple[str, str]  # (namespace, gang record name)
+_Entry = tuple[GangKey, GangPod | None]
+
+
+def _gang_key(obj: Mapping[str, Any]) -> GangKey | None:
+    meta = obj.get("metadata") or {}
+    gang = (meta.get("labels") or {}).get(GANG_LABEL)
+    return (str(meta.get("namespace") or ""), str(gang)) if gang else None
+
+
+class GangPods(PodWatch):
+    """Every gang pod by gang; ``on_change(key)`` for each gang whose pods changed."""
+
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        read: Callable[[Mapping[str, Any]], GangPod | None],
+        on_change: Callable[[GangKey], None],
+    ) -> None:
+        super().__init__(core, GANG_LABEL, "gang-pods")
+        self._read = read
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._pods: dict[str, _Entry] = {}  # "namespace/name" -> (gang, the pod while it lives)
+        self._by_gang: dict[GangKey, set[str]] = {}
+
+    def pods(self, key: GangKey) -> list[GangPod]:
+        """Return the live pods of gang ``key`` (neither terminating nor finished)."""
+        with self._lock:
+            entries = [self._pods[k] for k in self._by_gang.get(key, ())]
+        return [pod for _, pod in entries if pod is not None]
+
+    def gangs(self) -> list[GangKey]:
+        """Return every gang that has a pod now."""
+        with self._lock:
+            return list(self._by_gang)
+
+    def _slim(self, obj: Mapping[str, Any]) -> tuple[str, _Entry | None]:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        gang = _gang_key(obj)
+        return key, ((gang, self._read(obj)) if gang is not None else None)
+
+    def _replace(self, entries: list[tuple[str, Any]]) -> None:
+        with self._lock:
+            self._pods = {k: e for k, e in entries if e is not None}
+            self._by_gang = {}
+            for key, (gang, _) in self._pods.items():
+                self._by_gang.setdefault(gang, set()).add(key)
+            gangs = list(self._by_gang)
+        for gang in gangs:  # after a list (start, a lost watch): every gang is looked at
+            self._on_change(gang)
+
+    def _event(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        entry = self._slim(obj)[1] if obj is not None else None
+        with self._lock:
+            old = self._pods.pop(key, None)
+            if old is not None:
+                members = self._by_gang.get(old[0])
+                if members is not None:
+                    members.discard(key)
+                    if not members:
+                        del self._by_gang[old[0]]
+            if entry is not None:
+                self._pods[key] = entry
+                self._by_gang.setdefault(entry[0], set()).add(key)
+        for gang in {e[0] for e in (old, entry) if e is not None}:
+            self._on_change(gang)
+
+
+class GangSyncer:
+    """Threads that sync dirty gangs, each once per batch of changes, and look again every
+    ``every`` seconds at the gangs a sync did not find settled."""
+
+    def __init__(
+        self,
+        sync: Callable[[GangKey], bool],
+        gangs: Callable[[], list[GangKey]],
+        *,
+        every: float,
+        threads: int = 4,
+    ) -> None:
+        self._sync = sync
+        self._gangs = gangs
+        self._every = every
+        self._cond = threading.Condition()
+        self._dirty: dict[GangKey, None] = {}  # an ordered set: first changed, first synced
+        self._settled: set[GangKey] = set()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"gang-sync-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        self._threads.append(threading.Thread(target=self._tick, name="gang-tick", daemon=True))
+
+    def start(self) -> None:
+        """Start the threads."""
+        for thread in self._threads:
+            thread.start()
+
+    def is_alive(self) -> bool:
+        """Return whether the threads run."""
+        return any(t.is_alive() for t in self._threads)
+
+    def stop(self) -> None:
+        """Ask every thread to end."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def dirty(self, key: GangKey) -> None:
+        """Mark gang ``key`` for a sync (its pods or its record changed)."""
+        with self._cond:
+            self._settled.discard(key)
+            self._dirty[key] = None
+            self._cond.notify()
+
+    def settled(self, key: GangKey) -> bool:
+        """Return whether the last sync of ``key`` found nothing to do and nothing pending."""
+        return key in self._settled
+
+    def _take(self) -> GangKey | None:
+        with self._cond:
+            while not self._dirty and not self._stop.is_set():
+                self._cond.wait()
+            if self._stop.is_set():
+                return None
+            key = next(iter(self._dirty))
+            del self._dirty[key]
+            return key
+
+    def _work(self) -> None:
+        while (key := self._take()) is not None:
+            try:
+                settled = self._sync(key)
+            except Exception:  # a sync that fails is tried again at the next tick
+                log.exception("gang %s/%s: sync failed", *key)
+                settled = False
+            with self._cond:
+                if settled and key not in self._dirty:
+                    self._settled.add(key)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self._every):
+            for key in self._gangs():
+                if key not in self._settled:
+                    self.dirty(key)

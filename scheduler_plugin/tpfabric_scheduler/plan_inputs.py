@@ -1,0 +1,51 @@
+"""What the engine weighs beside free capacity: uplink load and the typical gang's size.
+
+Both are read from the gangs the store knows, once per cycle that plans. The uplink load sums the
+flows of every planned ring across the fabric's uplinks (``capacity.py`` computes a ring's flows);
+a ring's flows are kept while its plan and the topology stand, so a cycle computes only the rings
+of gangs planned since the last one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+
+from tpfabric_core.placement.cost import UplinkLoad
+from tpfabric_core.placement.topology import ClusterTopology
+from tpfabric_scheduler.capacity import PlannedRing, load_of, ring_flows
+from tpfabric_scheduler.store import JobRecord
+
+__all__ = ["RingFlows", "typical_gang_gpus"]
+
+
+class RingFlows:
+    """The flows of every planned ring across uplinks, kept from cycle to cycle."""
+
+    def __init__(self) -> None:
+        #: per planned ring (job uid, nodes): the flows it sends across uplinks
+        self._ring_flows: dict[tuple[str, tuple[str, ...]], dict[tuple[int, int], float]] = {}
+        self._ring_topology: ClusterTopology | None = None
+
+    def uplink_load(self, topology: ClusterTopology, rings: list[PlannedRing]) -> UplinkLoad | None:
+        """Return the planned gangs' uplink load; each ring's flows are kept while its plan and
+        the topology stand (a burst re-plans a few gangs per cycle, not all of them)."""
+        if self._ring_topology is not topology:
+            self._ring_flows, self._ring_topology = {}, topology
+        kept: dict[tuple[str, tuple[str, ...]], dict[tuple[int, int], float]] = {}
+        for uid, nodes, gpus in rings:
+            flows = self._ring_flows.get((uid, nodes))
+            kept[uid, nodes] = flows if flows is not None else ring_flows(topology, nodes, gpus)
+        self._ring_flows = kept
+        return load_of(topology, list(kept.values()))
+
+
+def typical_gang_gpus(jobs: Iterable[JobRecord]) -> int | None:
+    """Return the median GPUs (workers x GPUs per worker) of the valid ``jobs`` (``None``: none).
+
+    The planner keeps leaves from being cut below what such a gang needs (see
+    :func:`~tpfabric_core.placement.planner.plan_gang`); every job the store knows counts, running
+    or finished, as the mix of gangs this cluster sees.
+    """
+    sizes = [j.job.spec.workers * j.job.spec.gpus_per_worker for j in jobs if j.job is not None]
+    return int(statistics.median(sizes)) if sizes else None

@@ -1,0 +1,285 @@
+"""The write pipeline of the gang placer: persist a plan, then release its gang.
+
+A cycle's plans are written by a small pool (``PERSIST_CONCURRENCY``) while the cycle plans the
+next gangs; a gang's releases (one patch per pod: narrow its node affinity to the planned domain,
+drop our gate) go to the same pool behind every plan write of the cycle, and only once the gang's
+own plan was written. Every write is fenced: a placer that no longer leads in its term writes
+nothing (``NotLeadingError``), and a placement is patched only while the job still holds the one
+the write was computed from. Errors are logged, never raised into the cycle.
+
+This module decides nothing: what to write, and when, is the placer's and its policies'.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
+from tpfabric_core.placement.topology import LevelSpec
+from tpfabric_scheduler.gang_request import refusals
+from tpfabric_scheduler.kube import KubeWriter
+from tpfabric_scheduler.metrics import Metrics
+from tpfabric_scheduler.placement_status import changed
+from tpfabric_scheduler.store import GANG_GATE, ClusterStore, JobRecord, PodRecord
+from tpfabric_scheduler.work import PlacementWork, previous_nodes
+
+__all__ = ["NotLeadingError", "WritePipeline"]
+
+log = logging.getLogger("tpfabric.scheduler.placer")
+
+#: a gang's release writes in flight at once (the API client's pool holds as many connections)
+RELEASE_CONCURRENCY = 16
+#: gangs whose plan is persisted and released at once while the cycle plans the next ones
+PERSIST_CONCURRENCY = 4
+#: a released pod the store still shows gated (its watch event not in yet) is not released
+#: again for this long
+RELEASED_MEMORY_SECONDS = 30.0
+
+
+class NotLeadingError(RuntimeError):
+    """A write was about to go out from a placer that no longer leads in its term."""
+
+
+@dataclass(eq=False)
+class WritePipeline:
+    """Persists plans and releases gangs for one placer (its term, its lease, its pools)."""
+
+    store: ClusterStore
+    writer: KubeWriter
+    metrics: Metrics
+    #: the topology levels a release narrows each pod's required node affinity to
+    levels: tuple[LevelSpec, ...]
+    clock: Callable[[], float]
+    #: whether the placer still leads in its term: every write is fenced by it
+    leading: Callable[[], bool]
+    #: the lease term written into every placement
+    term: int
+    #: pod uid -> monotonic time this placer ungated it (until the store sees it ungated)
+    released: dict[str, float] = field(default_factory=dict, init=False)
+    #: the cycle's persisting pool (None outside a cycle: persist inline)
+    _persisting: ThreadPoolExecutor | None = field(default=None, init=False)
+    _persisted: list[Future[bool]] = field(default_factory=list, init=False)
+    #: the cycle's releases, sent once its plans are written: (job, its plan's write, action)
+    _to_release: list[tuple[JobRecord, Future[bool] | None, Callable[[], None]]] = field(
+        default_factory=list, init=False
+    )
+    #: the pod writes of every gang being released share this bound
+    _releasing: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._releasing = ThreadPoolExecutor(RELEASE_CONCURRENCY, thread_name_prefix="release")
+
+    @contextmanager
+    def cycle(self) -> Iterator[None]:
+        """Return a context in which plan writes go to the cycle's pool; on leaving it, queue
+        the cycle's releases behind them and wait for every write."""
+        # planned gangs are persisted by a small pool while the loop plans the next ones (each
+        # plan is already taken from the cycle's snapshot); their releases go to the same pool
+        # once the loop is done, behind every plan of the cycle: a plan is what the operator
+        # waits for to create a gang's other workers released, and it must not queue behind
+        # the release writes of the gangs planned before it. The cycle ends when every write
+        # has returned, so the next one starts from what the API server holds
+        self._persisting = ThreadPoolExecutor(PERSIST_CONCURRENCY, thread_name_prefix="persist")
+        try:
+            yield
+        finally:
+            self._send_releases()
+            self._persisting.shutdown(wait=True)
+            self._persisting = None
+            for future in self._persisted:
+                future.result()  # each logs its own errors; this only re-raises the unexpected
+            self._persisted = []
+
+    def persist(self, job: JobRecord, action: Callable[[], None]) -> Future[bool]:
+        """Run ``action`` (a plan's write) on the cycle's pool, or inline outside a cycle;
+        return its future: True once it succeeded (its errors are logged, never raised)."""
+        guarded = self._guarded(job, action)
+        if self._persisting is None:
+            done: Future[bool] = Future()
+            done.set_result(guarded())
+            return done
+        future = self._persisting.submit(guarded)
+        self._persisted.append(future)
+        return future
+
+    def _guarded(self, job: JobRecord, action: Callable[[], None]) -> Callable[[], bool]:
+        """Return ``action`` logging (not raising) API and other errors; True once it ran."""
+
+        def guarded() -> bool:
+            try:
+                action()
+            except NotLeadingError:
+                log.info("job %s: not written, this placer no longer leads", job.key)
+            except ApiException as err:
+                self.metrics.plans.labels("error").inc()
+                log.warning("job %s: API error %s %s", job.key, err.status, err.reason)
+            except Exception:
+                self.metrics.plans.labels("error").inc()
+                log.exception("job %s: persisting the plan failed", job.key)
+            else:
+                return True
+            return False
+
+        return guarded
+
+    def then_release(
+        self, job: JobRecord, written: Future[bool] | None, action: Callable[[], None]
+    ) -> None:
+        """Run ``action`` (a gang's releases) once ``written`` (its plan's write, if any)
+        succeeded: inline outside a cycle, after the cycle's plans within one."""
+        if self._persisting is None:
+            if written is None or written.result():
+                self._guarded(job, action)()
+            return
+        self._to_release.append((job, written, action))
+
+    def _send_releases(self) -> None:
+        """Queue the cycle's releases on its pool, behind every plan write of the cycle.
+
+        The pool takes tasks in order, so each plan write has started before its release is
+        picked up: waiting for it there cannot take a thread that the write still needs.
+        """
+        pool = self._persisting
+        assert pool is not None
+        for job, written, action in self._to_release:
+            guarded = self._guarded(job, action)
+
+            def release(
+                written: Future[bool] | None = written, run: Callable[[], bool] = guarded
+            ) -> bool:
+                if written is not None and not written.result():
+                    return False  # the plan was not written: its pods stay gated
+                return run()
+
+            self._persisted.append(pool.submit(release))
+        self._to_release = []
+
+    def forget_released(self) -> None:
+        """Forget released pods the store sees ungated (or gone), and any after the memory."""
+        if not self.released:
+            return
+        now = time.monotonic()
+        with self.store.lock:
+            gated = {
+                pod.uid
+                for members in self.store.workers.values()
+                for pod in members.values()
+                if pod.gated
+            }
+        for uid, when in list(self.released.items()):
+            if uid not in gated or now - when > RELEASED_MEMORY_SECONDS:
+                del self.released[uid]
+
+    def write(
+        self, job: JobRecord, previous: dict[str, Any], placement: dict[str, Any], event: str
+    ) -> None:
+        """Persist ``placement`` for ``job`` (if it changed) and record ``event`` (if any)."""
+        if "refusedNodes" not in placement:
+            # a refusal by kube-scheduler lasts its time, across plans, waits and re-plans
+            placement = {**placement, "refusedNodes": refusals(previous, self.clock()) or None}
+        if "previousNodes" not in placement and placement.get("state") != "Planned":
+            # where the gang ran last lasts until it is planned again (the next plan prefers it)
+            placement = {**placement, "previousNodes": list(previous_nodes(previous)) or None}
+        placement = {**placement, "term": self.term}
+        if changed(previous, placement) or placement.get("state") == "Planned":
+            patch = dict(placement)
+            labels = placement.get("domainLabels")
+            if isinstance(labels, dict):  # a merge patch merges maps: drop the old keys
+                stale = previous.get("domainLabels") or {}
+                patch["domainLabels"] = {
+                    **dict.fromkeys(k for k in stale if k not in labels),
+                    **labels,
+                }
+            self.fence()
+            self.writer.patch_job_status(
+                job.namespace,
+                job.name,
+                {"placement": patch},
+                uid=job.uid,
+                tests=[_computed_from(previous)],
+                plural=job.plural,
+            )
+            with self.store.lock:
+                self.store.record_plan(job, placement)
+        if event:
+            self.event(job, event, placement)
+
+    def fence(self) -> None:
+        """Raise NotLeadingError unless this placer still leads in its term (every write)."""
+        if not self.leading():
+            raise NotLeadingError(f"this placer no longer leads in term {self.term}")
+
+    def event(self, job: JobRecord, event: str, placement: dict[str, Any]) -> None:
+        """Record ``event`` on the job, worded by ``placement``'s message."""
+        kind = "Warning" if event in ("GangReplanning", "InvalidTopology") else "Normal"
+        self.fence()
+        self.writer.job_event(job, kind, event, str(placement.get("message") or ""))
+
+    def release(
+        self, item: PlacementWork, placement: dict[str, Any], pods: list[PodRecord]
+    ) -> None:
+        """Constrain every gated pod to the planned domain (every level's label) and ungate it."""
+        expressions = plan_expressions(placement, self.levels) or []
+
+        def release(pod: PodRecord) -> None:
+            self.fence()
+            if pod.gates and any(g.get("name") == GANG_GATE for g in pod.gates):
+                # one write, from what the store knows; refused if the pod changed meanwhile
+                before = pod.scheduling.get("affinity")
+                affinity = narrow_affinity(before, expressions) if expressions else None
+                started = time.perf_counter()
+                try:
+                    self.writer.release_known_pod(pod, affinity, remaining_gates(list(pod.gates)))
+                except ApiException as err:
+                    if err.status not in (409, 422):
+                        raise
+                else:
+                    self.metrics.release_write_seconds.observe(time.perf_counter() - started)
+                    self.released[pod.uid] = time.monotonic()
+                    return
+            current = self.writer.read_pod(pod.namespace, pod.name)
+            if current["metadata"].get("uid") != pod.uid:
+                return  # another pod of that name now: the next cycle sees it
+            spec = current.get("spec") or {}
+            gates = spec.get("schedulingGates") or []
+            if not any(g.get("name") == GANG_GATE for g in gates):
+                return  # released already (a restart mid-release)
+            # a cluster-wide plan (spread, the last resort) narrows nothing
+            affinity = narrow_affinity(spec.get("affinity"), expressions) if expressions else None
+            self.fence()
+            self.writer.release_pod(
+                pod.namespace,
+                pod.name,
+                current["metadata"]["resourceVersion"],
+                affinity,
+                remaining_gates(gates),
+            )
+            self.released[pod.uid] = time.monotonic()
+
+        # a gang's writes go out together (RELEASE_CONCURRENCY at a time over every gang being
+        # persisted): one by one, a 256-worker gang waits 256 round trips before kube-scheduler
+        # sees its last worker
+        if len(pods) <= 1:
+            for pod in pods:
+                release(pod)
+        else:
+            for _ in self._releasing.map(release, pods):
+                pass  # re-raises the first error
+        log.info("job %s: released %d worker pod(s)", item.job.key, len(pods))
+
+
+def _computed_from(previous: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the JSON patch ``test`` that the job's placement is still the one a write was
+    computed from: its term (the lease term of the placer that wrote it), or no placement at
+    all. A placer deposed meanwhile finds the new leader's term there and writes nothing."""
+    if not previous:
+        return {"op": "test", "path": "/status/placement", "value": None}
+    return {"op": "test", "path": "/status/placement/term", "value": previous.get("term")}
