@@ -80,8 +80,10 @@ def webhook_configuration(
             "sideEffects": "None",
             "timeoutSeconds": timeout_seconds,
             "admissionReviewVersions": ["v1"],
-            # another webhook (LWS's own) may add labels after ours: ours runs again then
-            "reinvocationPolicy": "IfNeeded",
+            # never called twice: what another webhook (LWS's own) adds after ours, the pod's
+            # name already says (gangs.py reads it); IfNeeded made every gang pod two calls, as
+            # the API server's ServiceAccount admission runs again after ours adds rdma-init
+            "reinvocationPolicy": "Never",
         }
         for name, label in OPT_IN_LABELS
     ]

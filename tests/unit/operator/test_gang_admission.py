@@ -131,7 +131,7 @@ def test_a_pod_that_opts_into_no_gang_passes_untouched() -> None:
 
 
 def test_a_pod_wired_already_is_left_as_it_is() -> None:
-    """A reinvocation (``reinvocationPolicy: IfNeeded``) must not wire it twice."""
+    """A pod wired already (made again from a wired manifest, a reinvocation) is not wired twice."""
     once = patched(pod(GANG), admit(review(pod(GANG)), SETTINGS))
     again = admit(review(once), SETTINGS)
     assert "patch" not in again["response"]
