@@ -11,6 +11,13 @@ makespan, GPU utilisation, fragmentation, communication share of step time) and 
 writes the generated trace as CSV (the format ``--trace FILE`` reads) and stops. It also times
 the planner for 32-worker gangs on a 4,096-node fabric (``--scale-nodes 0`` skips it).
 
+``--oversubscription 1,2,3`` (leaf->spine) and ``--core-oversubscription 4,7`` (block->core)
+sweep the fabric's uplink ratios (issue 38; the figures and their sources are in
+:mod:`tpfabric_bench.sim.constants`): the trace is replayed with every placer at every pair, one
+table per sweep point; the JSON holds every point under ``sweep`` (``--plot`` draws the last).
+Only the simulated fabric changes: every placer, tpfabric's planner included, is called as it
+ships (the planner scores with its default cost model; it is not told the fabric's ratios).
+
 Every figure comes from a model (see the simulator's docstrings), not from a cluster; timings
 are wall-clock on this machine and only compare placers run side by side. This module must never
 be imported by the product or assert on timings.
@@ -33,8 +40,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tpfabric_bench.sim.cluster import Cluster, build_cluster
-from tpfabric_bench.sim.constants import DEFAULT_CONSTANTS
+from tpfabric_bench.sim.constants import DEFAULT_CONSTANTS, SimConstants, oversubscribed
 from tpfabric_bench.sim.engine import PlaceFn, SimRun, simulate
+from tpfabric_bench.sim.faults import MEAN_FAULT_HOURS, LinkFault, RestartCost, link_faults
 from tpfabric_bench.sim.trace import TRACE_KINDS, SimJob, generate_trace, read_trace, write_trace
 from tpfabric_core.fabric_description import (
     FabricDescription,
@@ -46,9 +54,19 @@ from tpfabric_core.placement.baselines import PLACERS, SearchTooLargeError, opti
 
 UNIT_NODES = 32
 TRACES = Path(__file__).parent / "traces"
-POLICIES = ("tpfabric", "tpfabric-static", "kueue_bestfit", "first_fit", "spread", "optimal")
+POLICIES = (
+    "tpfabric",
+    "tpfabric-static",
+    "kueue_bestfit",
+    "kueue_unconstrained",
+    "first_fit",
+    "spread",
+    "optimal",
+)
 ORACLE_BUDGET = 20_000
 """Allocations the oracle (exact search) may enumerate per gang before it is called intractable."""
+RESTARTING = frozenset({"tpfabric", "tpfabric-static"})
+"""Placers whose jobs restart elsewhere when a link they use degrades (``restart-elsewhere``)."""
 SCALE_TYPICAL_GPUS = 64
 """The typical gang the timed plans are given (8 workers x 8 GPUs: the fragment rule is on)."""
 
@@ -65,9 +83,10 @@ def placer(name: str) -> tuple[PlaceFn, bool]:
     """Return the simulation's call of placer ``name`` and whether it reads uplink load.
 
     ``tpfabric`` is the planner given the running jobs' uplink load; ``tpfabric-static`` the
-    same planner without it.
+    same planner without it; ``tpfabric-report`` the same as ``tpfabric`` but, under link faults,
+    as with ``onDegradedLink: report``: no restarts (see :data:`RESTARTING`).
     """
-    if name == "tpfabric":
+    if name in ("tpfabric", "tpfabric-report"):
         return (
             lambda s, r, w, u, t: plan_gang(
                 s, r, waited_seconds=w, uplink_load=u, typical_gang_gpus=t
@@ -109,6 +128,12 @@ def metrics(run: SimRun, cluster: Cluster) -> dict[str, Any]:
         "plan_ms_p50": round(percentile(run.plan_ms, 0.5), 3),
         "plan_ms_p99": round(percentile(run.plan_ms, 0.99), 3),
         "plan_calls": len(run.plan_ms),
+        "affected_jobs": len(hit := [o for o in done if o.affected]),
+        "mean_jct_affected_s": round(statistics.fmean(o.end_s - o.arrival_s for o in hit), 1)
+        if hit
+        else 0.0,
+        "stretch_affected": round(statistics.fmean(o.stretch for o in hit), 4) if hit else 0.0,
+        "restarts": sum(o.restarts for o in done),
     }
 
 
@@ -122,6 +147,10 @@ def comparison(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     if kueue and "infeasible" not in kueue and kueue["mean_jct_s"]:
         out["mean_jct_gain_vs_kueue"] = round(1 - ours["mean_jct_s"] / kueue["mean_jct_s"], 4)
         out["fragmentation_minus_kueue"] = round(ours["fragmentation"] - kueue["fragmentation"], 4)
+        if ours.get("mean_jct_affected_s") and kueue.get("mean_jct_affected_s"):
+            out["affected_jct_gain_vs_kueue"] = round(
+                1 - ours["mean_jct_affected_s"] / kueue["mean_jct_affected_s"], 4
+            )
     spread = results.get("spread")
     if spread and "infeasible" not in spread and spread["comm_share_mean"]:
         out["comm_share_vs_spread"] = round(ours["comm_share_mean"] / spread["comm_share_mean"], 4)
@@ -188,31 +217,48 @@ COLUMNS = (
 )
 
 
+FAULT_COLUMNS = (
+    ("affected_jobs", "affected"),
+    ("mean_jct_affected_s", "affected JCT s"),
+    ("stretch_affected", "affected stretch"),
+    ("restarts", "restarts"),
+)
+"""Shown when some job met a link that degraded during the run."""
+
+
+def columns_of(results: dict[str, dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """Return the table's columns: the fault columns too when some job met a fault."""
+    met = any(values.get("affected_jobs") for values in results.values())
+    return COLUMNS + FAULT_COLUMNS if met else COLUMNS
+
+
 def print_table(console: Console, title: str, results: dict[str, dict[str, Any]]) -> None:
     """Print one row per placer."""
+    columns = columns_of(results)
     table = Table(title=title)
     table.add_column("placer")
-    for _, header in COLUMNS:
+    for _, header in columns:
         table.add_column(header, justify="right")
     for policy, values in results.items():
         if "infeasible" in values:
-            table.add_row(policy, *(["n/a"] * len(COLUMNS)))
+            table.add_row(policy, *(["n/a"] * len(columns)))
             continue
-        table.add_row(policy, *(str(values[key]) for key, _ in COLUMNS))
+        table.add_row(policy, *(str(values[key]) for key, _ in columns))
     console.print(table)
 
 
 def markdown_table(results: dict[str, dict[str, Any]]) -> str:
     """Return the table as Markdown (what docs/benchmarks.md shows)."""
+    columns = columns_of(results)
     lines = [
-        "| placer | " + " | ".join(h for _, h in COLUMNS) + " |",
-        "|---|" + "---:|" * len(COLUMNS),
+        "| placer | " + " | ".join(h for _, h in columns) + " |",
+        "|---|" + "---:|" * len(columns),
     ]
     for policy, values in results.items():
         cells = (
-            ["n/a"] * len(COLUMNS)
+            ["n/a"] * len(columns)
             if "infeasible" in values
-            else [str(values[k]) for k, _ in COLUMNS]
+            else [str(values[k]) for k, _ in columns]
         )
         lines.append(f"| {policy} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -296,6 +342,146 @@ def resolve_trace(args: argparse.Namespace, nodes: int) -> tuple[str, list[SimJo
     return str(args.trace), read_trace(Path(args.trace))
 
 
+def ratios(text: str) -> tuple[float, ...]:
+    """Return the oversubscription ratios of ``text`` ("1,2,3"); ArgumentTypeError if not >= 1."""
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: ratios are numbers, e.g. 1,2,3") from err
+    if not values or min(values) < 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: ratios are 1 (1:1) or more, e.g. 1,2,3")
+    return values
+
+
+def sweep_points(args: argparse.Namespace) -> list[tuple[float | None, float | None]]:
+    """Return the (leaf->spine, block->core) pairs to run; ``None`` keeps the model's ratio."""
+    leaf: Sequence[float | None] = args.oversubscription or (None,)
+    core: Sequence[float | None] = args.core_oversubscription or (None,)
+    return [(a, b) for a in leaf for b in core]
+
+
+def run_placers(
+    console: Console,
+    cluster: Cluster,
+    trace: Sequence[SimJob],
+    policies: Sequence[str],
+    constants: SimConstants,
+    *,
+    faults: Sequence[LinkFault] = (),
+    restart: RestartCost | None = None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, SimRun]]:
+    """Return every placer's metrics and run on ``trace`` (the oracle's may say infeasible).
+
+    With ``faults``, the :data:`RESTARTING` placers restart a job that meets one at
+    ``restart``'s cost (``onDegradedLink: restart-elsewhere``); the others keep it running slow.
+    """
+    results: dict[str, dict[str, Any]] = {}
+    runs: dict[str, SimRun] = {}
+    for name in policies:
+        place, aware = placer(name)
+        started = time.perf_counter()
+        try:
+            run = simulate(
+                cluster,
+                trace,
+                place,
+                constants=constants,
+                uplink_aware=aware,
+                faults=faults,
+                restart=restart if name in RESTARTING else None,
+            )
+        except SearchTooLargeError as err:
+            results[name] = {"infeasible": f"{err} (budget {ORACLE_BUDGET} per gang)"}
+        else:
+            runs[name] = run
+            results[name] = metrics(run, cluster)
+        console.log(f"{name}: simulated in {time.perf_counter() - started:.1f} s")
+    return results, runs
+
+
+def _ratio_label(constants: SimConstants) -> str:
+    """Return the sweep point as the title shows it (leaf->spine, spine->block, block->core)."""
+    ratios = constants.cost.oversubscription
+    return ", ".join(
+        f"{name} {ratios.get(level, 1.0):g}:1"
+        for name, level in (
+            ("leaf-spine", "spine"),
+            ("spine-block", "block"),
+            ("block-core", "cluster"),
+        )
+    )
+
+
+def fault_process(
+    args: argparse.Namespace, cluster: Cluster, trace: Sequence[SimJob]
+) -> tuple[list[LinkFault], RestartCost | None]:
+    """Return the seeded link faults of ``--link-faults`` (over the arrivals and a day after)."""
+    if not args.link_faults:
+        return [], None
+    horizon = max((job.arrival_s for job in trace), default=0.0) + 86400.0
+    faults = link_faults(
+        len(cluster.topology),
+        horizon,
+        per_node_hour=args.link_faults,
+        mean_hours=args.fault_hours,
+        seed=args.seed,
+    )
+    return faults, RestartCost(args.checkpoint_minutes * 60.0, args.restore_minutes * 60.0)
+
+
+def run_sweep(
+    console: Console,
+    args: argparse.Namespace,
+    cluster: Cluster,
+    trace: Sequence[SimJob],
+    label: str,
+) -> tuple[list[dict[str, Any]], dict[str, SimRun], str]:
+    """Return every sweep point's results, the last point's runs and its table title.
+
+    Prints one table per point (one point, at the model's ratios, without a sweep).
+    """
+    base = dataclasses.replace(DEFAULT_CONSTANTS, flow_activity=args.flow_activity)
+    sweeping = bool(args.oversubscription or args.core_oversubscription)
+    nodes = len(cluster.topology)
+    points: list[dict[str, Any]] = []
+    runs: dict[str, SimRun] = {}
+    title = ""
+    faults, restart = fault_process(args, cluster, trace)
+    for leaf_spine, block_core in sweep_points(args):
+        constants = oversubscribed(base, leaf_spine=leaf_spine, block_core=block_core)
+        results, runs = run_placers(
+            console,
+            cluster,
+            trace,
+            args.policies.split(","),
+            constants,
+            faults=faults,
+            restart=restart,
+        )
+        title = (
+            f"{label}: {len(trace)} jobs on {nodes} nodes "
+            f"({len(cluster.topology.domains[0])} leaf domains), seed {args.seed}"
+        )
+        if sweeping:
+            title += f"; {_ratio_label(constants)}"
+        print_table(console, title, results)
+        versus = comparison(results)
+        if versus:
+            console.print(
+                "tpfabric vs baselines: " + ", ".join(f"{k} {v}" for k, v in versus.items())
+            )
+        if args.markdown:
+            console.print(markdown_table(results), markup=False, highlight=False, soft_wrap=True)
+        points.append(
+            {
+                "oversubscription": dict(constants.cost.oversubscription),
+                "policies": results,
+                "tpfabric_vs": versus,
+            }
+        )
+    return points, runs, title
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the parsed command line."""
     parser = argparse.ArgumentParser(prog="tpfabric bench placement", description=__doc__)
@@ -321,6 +507,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_CONSTANTS.flow_activity,
         help="scale each flow's uplink load (its duty cycle x this; above 1: bursts bunch up)",
     )
+    parser.add_argument(
+        "--oversubscription",
+        type=ratios,
+        help="leaf->spine ratios to sweep, comma-separated (2 is 2:1; default: the cost model's)",
+    )
+    parser.add_argument(
+        "--core-oversubscription",
+        type=ratios,
+        help="block->core ratios to sweep, comma-separated (default: the cost model's 4:1)",
+    )
+    restart = RestartCost()
+    parser.add_argument(
+        "--link-faults",
+        type=float,
+        default=0.0,
+        help="links degrading per node-hour during the run (Llama 3: about 1.6e-5); 0: none",
+    )
+    parser.add_argument("--fault-hours", type=float, default=MEAN_FAULT_HOURS)
+    parser.add_argument(
+        "--checkpoint-minutes", type=float, default=restart.checkpoint_interval_s / 60
+    )
+    parser.add_argument("--restore-minutes", type=float, default=restart.restore_s / 60)
     parser.add_argument("--scale-nodes", type=int, default=4096, help="0 skips the scale run")
     parser.add_argument("--scale-samples", type=int, default=300)
     return parser.parse_args(argv)
@@ -341,37 +549,25 @@ def main(argv: list[str] | None = None) -> int:
         args.write_trace.write_text(write_trace(trace))
         console.print(f"wrote {len(trace)} jobs to {args.write_trace}")
         return 0
-    constants = dataclasses.replace(DEFAULT_CONSTANTS, flow_activity=args.flow_activity)
-    results: dict[str, dict[str, Any]] = {}
-    runs: dict[str, SimRun] = {}
-    for name in args.policies.split(","):
-        place, aware = placer(name)
-        started = time.perf_counter()
-        try:
-            run = simulate(cluster, trace, place, constants=constants, uplink_aware=aware)
-        except SearchTooLargeError as err:
-            results[name] = {"infeasible": f"{err} (budget {ORACLE_BUDGET} per gang)"}
-        else:
-            runs[name] = run
-            results[name] = metrics(run, cluster)
-        console.log(f"{name}: simulated in {time.perf_counter() - started:.1f} s")
-    title = (
-        f"{label}: {len(trace)} jobs on {nodes} nodes "
-        f"({len(cluster.topology.domains[0])} leaf domains), seed {args.seed}"
-    )
-    print_table(console, title, results)
-    versus = comparison(results)
-    if versus:
-        console.print("tpfabric vs baselines: " + ", ".join(f"{k} {v}" for k, v in versus.items()))
-    if args.markdown:
-        console.print(markdown_table(results), markup=False, highlight=False)
+    sweeping = bool(args.oversubscription or args.core_oversubscription)
+    points, runs, title = run_sweep(console, args, cluster, trace, label)
     output: dict[str, Any] = {
         "fabric": {"name": cluster.name, "nodes": nodes, "gpus": cluster.gpus},
         "trace": {"name": label, "jobs": len(trace), "seed": args.seed},
         "flow_activity": args.flow_activity,
-        "policies": results,
-        "tpfabric_vs": versus,
     }
+    if args.link_faults:
+        output["link_faults"] = {
+            "per_node_hour": args.link_faults,
+            "mean_hours": args.fault_hours,
+            "checkpoint_minutes": args.checkpoint_minutes,
+            "restore_minutes": args.restore_minutes,
+        }
+    if sweeping:
+        output["sweep"] = points
+    else:
+        output["policies"] = points[0]["policies"]
+        output["tpfabric_vs"] = points[0]["tpfabric_vs"]
     if args.scale_nodes:
         scale = scale_benchmark(args.scale_nodes, args.scale_samples, args.seed)
         output["scale"] = scale

@@ -5,10 +5,26 @@ per tier, the bandwidth left at a degraded endpoint) are the placement cost mode
 (:class:`~tpfabric_core.placement.cost.CostModelConfig`), so the planner scores placements with
 the same numbers the simulation runs them on. The rest describe the jobs: an H100-class GPU,
 Megatron-style transformer training in bf16.
+
+**Oversubscription sweeps** (issue 38). The cost model's oversubscription is keyed by the tier an
+uplink goes to: ``spine`` is the leaf->spine ratio, ``block`` spine->block, ``cluster``
+block->core (:func:`~tpfabric_core.placement.cost.uplink_capacity`: an uplink carries
+``nodes x rails x (1 - background) / ratio`` full-rate flows). :func:`oversubscribed` makes the
+leaf->spine and block->core ratios inputs; spine->block keeps the cost model's 2:1. The sweep
+points and where they come from:
+
+- leaf->spine 1:1: non-blocking inside a pod or zone, as Meta builds its AI zones (Llama 3 paper,
+  "The Llama 3 Herd of Models", 2024, section 3.3.1: full bisection inside a pod) and as the
+  cost model assumes by default;
+- leaf->spine 2:1 and 3:1: what vendor leaf/spine reference designs offer at the leaf when
+  fewer spine ports are bought (the range issue 38 cites);
+- block->core 4:1: the cost model's default; up to 7:1: Llama 3's aggregation layer ("an
+  oversubscription ratio of 1:7" between pods, section 3.3.1).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig
@@ -42,3 +58,29 @@ class SimConstants:
 
 
 DEFAULT_CONSTANTS = SimConstants()
+
+
+LEAF_SPINE_SWEEP: tuple[float, ...] = (1.0, 2.0, 3.0)
+"""leaf->spine ratios of the sweep: non-blocking, then vendor leaf designs' 2:1 and 3:1."""
+
+BLOCK_CORE_SWEEP: tuple[float, ...] = (4.0, 7.0)
+"""block->core ratios of the sweep: the cost model's 4:1 and Llama 3's 1:7 at aggregation."""
+
+
+def oversubscribed(
+    constants: SimConstants, *, leaf_spine: float | None = None, block_core: float | None = None
+) -> SimConstants:
+    """Return ``constants`` with the leaf->spine and block->core ratios replaced where given.
+
+    A ratio is down-port over up-port bandwidth (2.0 is 2:1); below 1 is refused (ValueError):
+    the model has no use for uplinks wider than the ports below them.
+    """
+    ratios = dict(constants.cost.oversubscription)
+    for level, ratio in (("spine", leaf_spine), ("cluster", block_core)):
+        if ratio is None:
+            continue
+        if ratio < 1.0:
+            raise ValueError(f"oversubscription {ratio} at {level} is below 1:1")
+        ratios[level] = ratio
+    cost = constants.cost.model_copy(update={"oversubscription": ratios})
+    return dataclasses.replace(constants, cost=cost)

@@ -8,6 +8,15 @@ starts or ends, the fair shares of the uplinks its traffic crosses change, and e
 traffic crosses a changed uplink gets its step time recomputed from where it is (processor
 sharing). The uplink-aware placer is handed the current :class:`UplinkLoad`.
 
+Links that degrade during a run (:mod:`.faults`): at a fault's start its node turns degraded in
+the snapshot the placers see and every job running on it is re-timed with the slower edges (and
+again at its end). A job that met a degraded link is counted as affected. With a
+:class:`~tpfabric_bench.sim.faults.RestartCost` (tpfabric's ``onDegradedLink:
+restart-elsewhere``) such a job is instead planned again at once, by the same placer, and moved
+if the new plan avoids every node degraded by a fault: it redoes the steps since its last
+checkpoint and makes no progress for the restore time (its flows keep their load meanwhile). If
+no such plan exists it keeps running slow. Other placers keep running slow.
+
 Cost per event: the placer's, plus O(flows of the job) to update the uplinks and O(affected
 jobs x their uplinks) to re-time them. This module must never read a clock other than for
 timing the placer, and never depends on the order of a set.
@@ -24,6 +33,7 @@ from dataclasses import dataclass, field
 
 from tpfabric_bench.sim.cluster import Cluster, stranded_fraction
 from tpfabric_bench.sim.constants import DEFAULT_CONSTANTS, SimConstants
+from tpfabric_bench.sim.faults import LinkFault, RestartCost
 from tpfabric_bench.sim.model import (
     Collective,
     JobTraffic,
@@ -58,6 +68,8 @@ class JobOutcome:
     comm_share: float
     stretch: float
     leaves: int
+    affected: bool = False
+    restarts: int = 0
 
 
 @dataclass
@@ -88,6 +100,9 @@ class _Running:
     comm_s: float = 0.0
     comm_total: float = 0.0
     version: int = 0
+    nodes: frozenset[int] = frozenset()
+    affected: bool = False
+    restarts: int = 0
 
 
 class _Simulation:
@@ -101,8 +116,14 @@ class _Simulation:
         constants: SimConstants,
         *,
         uplink_aware: bool,
+        faults: Sequence[LinkFault] = (),
+        restart: RestartCost | None = None,
     ) -> None:
         self.cluster = cluster
+        self.restart = restart
+        #: faults now active per node index (a node is degraded while any is, or if seeded so)
+        self.faults_on = [0] * len(cluster.topology)
+        self.seeded_degraded = list(cluster.snapshot.degraded)
         self.topology = cluster.topology
         self.place = place
         self.constants = constants
@@ -127,6 +148,9 @@ class _Simulation:
         self.run = SimRun(first_arrival_s=min((j.arrival_s for j in trace), default=0.0))
         for job in trace:
             self._push(job.arrival_s, "arrive", job.name, 0)
+        for fault in faults:
+            self._push(fault.start_s, "degrade", str(fault.node), 0)
+            self._push(fault.end_s, "recover", str(fault.node), 0)
 
     def _slots(self, gpus_per_worker: int) -> int:
         """Return the free worker slots of that size on schedulable nodes (a quick pre-check)."""
@@ -183,14 +207,19 @@ class _Simulation:
             state = self.running.get(name)
             if state is None:
                 continue
-            if state.step_s:
-                done = (now - state.updated_s) / state.step_s
-                state.remaining = max(0.0, state.remaining - done)
-                state.comm_total += done * state.comm_s
+            self._advance(state, now)
             state.step_s, state.comm_s = state.traffic.step(self._share_bps)
-            state.updated_s = now
             state.version += 1
-            self._push(now + state.remaining * state.step_s, "end", name, state.version)
+            self._push(state.updated_s + state.remaining * state.step_s, "end", name, state.version)
+
+    @staticmethod
+    def _advance(state: _Running, now: float) -> None:
+        """Return nothing; count ``state``'s steps up to ``now`` (none while it restores)."""
+        if state.step_s and now > state.updated_s:
+            done = (now - state.updated_s) / state.step_s
+            state.remaining = max(0.0, state.remaining - done)
+            state.comm_total += done * state.comm_s
+        state.updated_s = max(now, state.updated_s)
 
     def _uplink_load(self) -> UplinkLoad | None:
         if not self.uplink_aware:
@@ -223,21 +252,83 @@ class _Simulation:
         if not isinstance(result, GangPlan):
             return False
         self._take(result, sign=1)
+        traffic = self._traffic(job, result)
+        ideal = ideal_traffic(job.shape, job.workers, job.gpus_per_worker, self.constants).alone()
+        state = _Running(job, result, now, traffic, ideal, float(job.steps), now)
+        state.nodes = self._nodes(result)
+        state.affected = any(self.faults_on[i] for i in state.nodes)
+        self.running[name] = state
+        self.allocated_gpus += job.gpus
+        affected = self._change_flows(name, traffic, 1)
+        self._retime(affected | {name}, now)
+        return True
+
+    def _nodes(self, plan: GangPlan) -> frozenset[int]:
         index_of = self.topology.index_of
-        ranks = [index_of[node] for node in result.nodes_by_rank]
-        traffic = placed_traffic(
+        return frozenset(index_of[node] for node in plan.nodes_by_rank)
+
+    def _traffic(self, job: SimJob, plan: GangPlan) -> JobTraffic:
+        """Return ``job``'s traffic on ``plan`` with the links as degraded as they are now."""
+        index_of = self.topology.index_of
+        return placed_traffic(
             self.topology,
             job.shape,
-            ranks,
+            [index_of[node] for node in plan.nodes_by_rank],
             job.gpus_per_worker,
             self.snapshot.degraded,
             constants=self.constants,
         )
-        ideal = ideal_traffic(job.shape, job.workers, job.gpus_per_worker, self.constants).alone()
-        self.running[name] = _Running(job, result, now, traffic, ideal, float(job.steps), now)
-        self.allocated_gpus += job.gpus
-        affected = self._change_flows(name, traffic, 1)
+
+    def _link_fault(self, node: int, now: float, *, start: bool) -> None:
+        """Return nothing; degrade (``start``) or recover ``node`` and re-time its jobs."""
+        was = self.snapshot.degraded[node]
+        self.faults_on[node] += 1 if start else -1
+        self.snapshot.degraded[node] = self.seeded_degraded[node] or self.faults_on[node] > 0
+        if self.snapshot.degraded[node] == was:
+            return  # seeded degraded, or another fault still holds it
+        for name in sorted(n for n, s in self.running.items() if node in s.nodes):
+            state = self.running[name]
+            if start:
+                state.affected = True
+                if self.restart is not None and self._restarted(name, now):
+                    continue
+            self._replace_traffic(name, state, state.plan, now)
+
+    def _replace_traffic(self, name: str, state: _Running, plan: GangPlan, now: float) -> None:
+        """Return nothing; move ``name`` onto ``plan`` (or re-time it where it is) from ``now``."""
+        self._advance(state, now)
+        affected = self._change_flows(name, state.traffic, -1)
+        state.plan = plan
+        state.nodes = self._nodes(plan)
+        state.traffic = self._traffic(state.job, plan)
+        affected |= self._change_flows(name, state.traffic, 1)
         self._retime(affected | {name}, now)
+
+    def _restarted(self, name: str, now: float) -> bool:
+        """Return whether ``name`` restarted away from every fault-degraded node.
+
+        Plans it again at once with its own nodes free; keeps it where it is if no plan avoids
+        the faults.
+        """
+        assert self.restart is not None
+        state = self.running[name]
+        self._advance(state, now)
+        self._take(state.plan, sign=-1)
+        started = time.perf_counter()
+        result = self.place(
+            self.snapshot, state.job.request(), 0.0, self._uplink_load(), self._typical_gpus()
+        )
+        self.run.plan_ms.append((time.perf_counter() - started) * 1e3)
+        if not isinstance(result, GangPlan) or any(self.faults_on[i] for i in self._nodes(result)):
+            self._take(state.plan, sign=1)
+            return False
+        self._take(result, sign=1)
+        done = state.job.steps - state.remaining
+        per_checkpoint = max(1.0, self.restart.checkpoint_interval_s / state.ideal_step_s)
+        state.remaining += done % per_checkpoint
+        state.updated_s = now + self.restart.restore_s
+        state.restarts += 1
+        self._replace_traffic(name, state, result, now)
         return True
 
     def _take(self, plan: GangPlan, *, sign: int) -> None:
@@ -272,6 +363,8 @@ class _Simulation:
                 comm_share=comm_total / run_s if run_s > 0 else 0.0,
                 stretch=run_s / (job.steps * state.ideal_step_s) if job.steps else 1.0,
                 leaves=state.plan.leaves_spanned,
+                affected=state.affected,
+                restarts=state.restarts,
             )
         )
         self.run.last_end_s = max(self.run.last_end_s, now)
@@ -302,7 +395,9 @@ class _Simulation:
                 continue
             run.busy_gpu_s += self.allocated_gpus * (now - last)
             last = now
-            if kind == "arrive":
+            if kind in ("degrade", "recover"):
+                self._link_fault(int(name), now, start=kind == "degrade")
+            elif kind == "arrive":
                 run.fragmentation.append(
                     stranded_fraction(self.cluster, self.snapshot, self.median)
                 )
@@ -331,9 +426,15 @@ def simulate(
     *,
     constants: SimConstants = DEFAULT_CONSTANTS,
     uplink_aware: bool = False,
+    faults: Sequence[LinkFault] = (),
+    restart: RestartCost | None = None,
 ) -> SimRun:
     """Return what happens when ``trace`` is replayed with ``place`` on ``cluster``.
 
     ``uplink_aware``: hand the placer the running jobs' uplink load (else ``None``).
+    ``faults``: links that degrade during the run; ``restart``: restart a job that meets one
+    elsewhere at that cost (else it keeps running slow).
     """
-    return _Simulation(cluster, trace, place, constants, uplink_aware=uplink_aware).replay()
+    return _Simulation(
+        cluster, trace, place, constants, uplink_aware=uplink_aware, faults=faults, restart=restart
+    ).replay()

@@ -32,9 +32,9 @@ crosses for the fraction of the step its collective runs when uncontended (its d
 times ``flow_activity``): a fluid model of average load, in which collectives of different jobs
 neither line up nor avoid each other.
 
-**Not modelled.** Overlap of communication with compute, NCCL's choice of tree over ring, ECMP
-hash collisions, memory limits, failures and restarts. This module must never read a clock or do
-I/O.
+**Not modelled.** Overlap of communication with compute, NCCL's choice of tree over ring, ECMP hash
+collisions, memory limits, failures (links that degrade during a run are the engine's, see
+:mod:`.faults`). This module must never read a clock or do I/O.
 """
 
 from __future__ import annotations

@@ -4,12 +4,19 @@
   the node with the most free GPUs (LeastAllocated), ties broken by a per-job hash as kube-scheduler
   breaks them at random; rank ``k`` is the ``k``-th pod scheduled.
 - :func:`first_fit`: nodes in name order, each filled before the next.
-- :func:`kueue_bestfit`: Kueue's Topology-Aware Scheduling ``BestFit`` profile as published (KEP
-  2724 and ``tas_flavor_snapshot.go``): count the pods that fit per domain bottom-up; at the
-  requested level sort domains by count descending (ties by label values) and take the first with
-  the smallest count that still fits; if none fits, ``preferred`` climbs a level and at the top
-  spreads greedily, ``required`` fails; then descend level by level taking the largest children
-  and best-fitting the last one. Health and rails are invisible to it.
+- :func:`kueue_bestfit` and :func:`kueue_unconstrained`: Kueue's Topology-Aware Scheduling as
+  Kueue v0.17.0 places a PodSet (``pkg/cache/scheduler/tas_flavor_snapshot.go``,
+  ``findTopologyAssignment``): count the pods and slices that fit per domain bottom-up
+  (``fillInCounts``); find the level and domains (``findLevelWithFitDomains``); descend level by
+  level (``updateCountsToMinimumGeneric``). ``required``/``preferred`` requests use BestFit
+  (largest domains first, the last one best-fit; ``preferred`` climbs a level when nothing
+  fits, ``required`` fails); ``unconstrained`` ones use LeastFreeCapacity (the fullest domain
+  that fits, else the fullest first: ``useLeastFreeCapacityAlgorithm``, TASProfileMixed on by
+  default since 0.15). A gang whose tensor-parallel groups span workers asks for slices
+  (``podset-slice-required-topology``/``podset-slice-size``: one group per node, or per leaf
+  domain when a group outgrows a node), as a Kueue user would write. Not modelled:
+  TASBalancedPlacement (alpha, off by default), leader pods, multi-layer slices. Health and
+  rails are invisible to it.
 - :func:`optimal`: exact search for small instances: every allocation of workers to leaf domains
   inside every domain the policy allows, scored by the cost model (then level, leaves, best fit).
   Inside a leaf, nodes differ only by free slots and health, so they are filled healthy first.
@@ -20,9 +27,11 @@ must never be used to place real jobs.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from tpfabric_core.placement._assembly import assemble_plan
@@ -56,6 +65,7 @@ __all__ = [
     "SearchTooLargeError",
     "first_fit",
     "kueue_bestfit",
+    "kueue_unconstrained",
     "optimal",
     "spread",
 ]
@@ -163,30 +173,205 @@ def first_fit(
     )
 
 
-def _best_fit_index(states: Sequence[int], count: int) -> int:
-    """Return Kueue's best-fit index: first of the smallest states >= count (0 if none)."""
-    best = 0
-    for i, state in enumerate(states):
-        if state >= count and state != states[best]:
-            best = i
+@dataclass(frozen=True, slots=True)
+class _KueueAsk:
+    """What a gang asks Kueue TAS for, in Kueue's terms (levels: 0 nodes, 1 leaf, ... blocks).
+
+    ``slices`` of ``slice_size`` pods each, every slice inside one domain of ``slice_level``
+    (``podset-slice-required-topology``; 1 pod and the node level without one); ``level`` the
+    ``required``/``preferred`` level, or for ``unconstrained`` the lowest level (the highest when
+    slices are asked: Kueue's ``levelKey`` for a slice-only request).
+    """
+
+    slices: int
+    slice_size: int
+    slice_level: int
+    level: int
+    required: bool
+    least_free: bool
+
+
+class _KueueTree:
+    """Kueue's ``fillInCounts``: pods and slices that fit per domain of every level, bottom-up.
+
+    Level 0 holds the nodes, level ``d + 1`` the topology's domains of depth ``d``, up to the
+    highest labelled level (Kueue has no cluster root). ``state`` counts pods, ``slices`` whole
+    slices: ``state // slice_size`` at the slice level, the children's sum above it, 0 below
+    (``fillInCountsHelper``). ``rank`` is the domain's place in label-value order (Kueue's
+    ``levelValues`` tie-break).
+    """
+
+    def __init__(self, topology: ClusterTopology, slots: Sequence[int], ask: _KueueAsk) -> None:
+        size = ask.slice_size
+        self.top = topology.cluster_depth
+        self.state: list[list[int]] = [list(slots)]
+        self.slices: list[list[int]] = [
+            [n // size for n in slots] if ask.slice_level == 0 else [0] * len(slots)
+        ]
+        self.children: list[list[range | tuple[int, ...]]] = [[]]
+        self.rank: list[list[int]] = [list(range(len(slots)))]
+        self.labelled: list[list[bool]] = [[True] * len(slots)]
+        for depth in range(self.top):
+            domains = topology.domains[depth]
+            kids = [range(d.start, d.end) if depth == 0 else d.children for d in domains]
+            below_state, below_slices = self.state[-1], self.slices[-1]
+            state = [sum(below_state[c] for c in k) for k in kids]
+            if depth + 1 == ask.slice_level:
+                slices = [n // size for n in state]
+            else:
+                slices = [sum(below_slices[c] for c in k) for k in kids]
+            by_path = sorted(range(len(domains)), key=lambda k: domains[k].path)
+            rank = [0] * len(domains)
+            for position, k in enumerate(by_path):
+                rank[k] = position
+            self.state.append(state)
+            self.slices.append(slices)
+            self.children.append(kids)
+            self.rank.append(rank)
+            self.labelled.append([d.labelled for d in domains])
+
+    def sorted(self, level: int, domains: Iterable[int], *, least_free: bool) -> list[int]:
+        """Return ``domains`` in Kueue's ``sortedDomains`` order.
+
+        BestFit: slices descending; LeastFreeCapacity: slices ascending; then pods ascending,
+        then label values.
+        """
+        slices, state, rank = self.slices[level], self.state[level], self.rank[level]
+        sign = 1 if least_free else -1
+        return sorted(domains, key=lambda k: (sign * slices[k], state[k], rank[k]))
+
+
+def _best_fit(values: Sequence[int], order: Sequence[int], needed: int) -> int:
+    """Return Kueue's ``findBestFitDomainBy``: the first of the smallest >= ``needed``.
+
+    The first domain of ``order`` if none fits (it has the most room).
+    """
+    best = order[0]
+    for k in order:
+        if needed <= values[k] < values[best]:
+            best = k
     return best
 
 
-def _counts_to_minimum(order: Sequence[int], state: Sequence[int], count: int) -> list[Pick]:
-    """Return Kueue's updateCountsToMinimum: largest first, the last one best-fit."""
+def _counts_to_minimum(
+    values: Sequence[int], order: Sequence[int], needed: int, *, least_free: bool
+) -> list[Pick]:
+    """Return Kueue's ``updateCountsToMinimumGeneric`` (no leaders): ``needed`` taken in order.
+
+    BestFit swaps the domain that would finish the count for the best fit among those left;
+    LeastFreeCapacity takes them as they come. ValueError if ``order`` cannot cover ``needed``.
+    """
     result: list[Pick] = []
-    remaining = count
+    remaining = needed
     for position, index in enumerate(order):
         chosen = index
-        if state[chosen] >= remaining:
-            offset = _best_fit_index([state[j] for j in order[position:]], remaining)
-            chosen = order[position + offset]
-        if state[chosen] >= remaining:
+        if not least_free and values[chosen] >= remaining:
+            chosen = _best_fit(values, order[position:], remaining)
+        if values[chosen] >= remaining:
             result.append((chosen, remaining))
             return result
-        remaining -= state[chosen]
-        result.append((chosen, state[chosen]))
-    raise ValueError(f"cannot cover {count}: {remaining} left")
+        if values[chosen]:
+            result.append((chosen, values[chosen]))
+        remaining -= values[chosen]
+    raise ValueError(f"cannot cover {needed}: {remaining} left")
+
+
+def _kueue_fit_level(tree: _KueueTree, level: int, ask: _KueueAsk) -> tuple[int, list[int]] | None:
+    """Return (level, domains in order) per Kueue's ``findLevelWithFitDomains``, or None.
+
+    One domain that holds every slice (BestFit: the tightest; LeastFreeCapacity: the first in
+    ascending order); else ``preferred`` climbs a level, ``required`` fails, and at the top (or
+    for ``unconstrained``, at its level) the slices are spread greedily over the sorted domains.
+    Nodes outside the labelled fabric only take part in that spread.
+    """
+    slices = tree.slices[level]
+    order = tree.sorted(level, range(len(slices)), least_free=ask.least_free)
+    fitting = [k for k in order if tree.labelled[level][k] and slices[k] >= ask.slices]
+    if fitting:
+        if ask.least_free:
+            return level, [fitting[0]]
+        labelled = [k for k in order if tree.labelled[level][k]]
+        return level, [_best_fit(slices, labelled, ask.slices)]
+    if ask.required:
+        return None
+    if level < tree.top and not ask.least_free:
+        return _kueue_fit_level(tree, level + 1, ask)
+    picks: list[int] = []
+    remaining = ask.slices
+    for position, index in enumerate(order):
+        if remaining <= 0:
+            break
+        chosen = index
+        if not ask.least_free and slices[chosen] >= remaining:
+            chosen = _best_fit(slices, order[position:], remaining)
+        picks.append(chosen)
+        remaining -= slices[chosen]
+    return (level, picks) if remaining <= 0 else None
+
+
+def _kueue_nodes(tree: _KueueTree, ask: _KueueAsk) -> list[Pick] | None:
+    """Return (node, pods) per Kueue's ``findTopologyAssignment`` (phases 2a and 2b), or None.
+
+    Above the slice level the slices go to the sorted children of every chosen domain together;
+    from the slice level down each domain's pods go to its own children, pod by pod.
+    """
+    found = _kueue_fit_level(tree, ask.level, ask)
+    if found is None:
+        return None
+    level, domains = found
+    size, free = ask.slice_size, ask.least_free
+    picks = [
+        (k, n * size)
+        for k, n in _counts_to_minimum(tree.slices[level], domains, ask.slices, least_free=free)
+    ]
+    while level > 0:
+        kids = tree.children[level]
+        below = level - 1
+        if level > ask.slice_level:
+            lower = tree.sorted(below, (c for k, _ in picks for c in kids[k]), least_free=free)
+            counted = _counts_to_minimum(tree.slices[below], lower, ask.slices, least_free=free)
+            picks = [(k, n * size) for k, n in counted]
+        else:
+            picks = [
+                pick
+                for k, pods in picks
+                for pick in _counts_to_minimum(
+                    tree.state[below],
+                    tree.sorted(below, kids[k], least_free=free),
+                    pods,
+                    least_free=free,
+                )
+            ]
+        level = below
+    return picks
+
+
+def _kueue_ask(
+    snapshot: CapacitySnapshot, request: GangRequest, *, unconstrained: bool
+) -> _KueueAsk:
+    """Return the Kueue request a user would write for ``request``.
+
+    A tensor-parallel group of several workers is a slice (``podset-slice-size``) required on one
+    node when its GPUs fit one (NVLink), else in one leaf domain. ``unconstrained`` is Kueue's
+    ``podset-unconstrained-topology`` (LeastFreeCapacity, the TASProfileMixed default since
+    Kueue 0.15); otherwise the request's level, ``required`` or ``preferred``.
+    """
+    topology = snapshot.topology
+    size = max(1, request.workers_per_tp_group)
+    node_gpus = max(snapshot.alloc_gpus, default=0)
+    slice_level = 0 if size == 1 or request.tp_size <= node_gpus else 1
+    if unconstrained:
+        level = topology.cluster_depth if size > 1 else 0
+    else:
+        level = min(policy_depth(topology, request.policy), topology.cluster_depth - 1) + 1
+    return _KueueAsk(
+        slices=request.workers // size,
+        slice_size=size,
+        slice_level=slice_level,
+        level=max(level, slice_level),
+        required=request.policy.mode == "required" and not unconstrained,
+        least_free=unconstrained,
+    )
 
 
 def kueue_bestfit(
@@ -195,91 +380,42 @@ def kueue_bestfit(
     *,
     waited_seconds: float = 0.0,
     cost_config: CostModelConfig = DEFAULT_COST,
+    unconstrained: bool = False,
 ) -> GangPlan | Unschedulable:
-    """Return Kueue TAS BestFit's placement for ``request``, or Unschedulable."""
+    """Return Kueue TAS's placement for ``request``, or Unschedulable.
+
+    BestFit for its ``required``/``preferred`` policy; with ``unconstrained``, Kueue's
+    ``podset-unconstrained-topology`` (LeastFreeCapacity). Tensor-parallel groups of several
+    workers are asked as slices (see :func:`_kueue_ask`).
+    """
     del waited_seconds
     topology = snapshot.topology
+    name = "kueue_unconstrained" if unconstrained else "kueue_bestfit"
     slots = worker_slots(snapshot, request, use_degraded=True)
-    top = topology.cluster_depth - 1
-    level = min(policy_depth(topology, request.policy), top)
-    required = request.policy.mode == "required"
-    counts = [domain_free(slots, topology.domains[0])]
-    for depth in range(1, top + 1):
-        below = counts[-1]
-        counts.append([sum(below[c] for c in d.children) for d in topology.domains[depth]])
-    found = _kueue_fit_level(
-        topology, counts, level, top=top, workers=request.workers, required=required
-    )
-    if found is None:
-        depth = level if required else top
+    ask = _kueue_ask(snapshot, request, unconstrained=unconstrained)
+    picks = _kueue_nodes(_KueueTree(topology, slots, ask), ask)
+    if picks is None:
+        top = topology.cluster_depth - 1
         return explain_unschedulable(
             snapshot,
             request,
             slots,
-            max_depth=depth,
+            max_depth=ask.level - 1 if ask.required else top,
             waited_seconds=0.0,
-            policy_name="kueue_bestfit",
+            policy_name=name,
         )
-    depth, current = found
-    while depth > 0:
-        lower = topology.domains[depth - 1]
-        children = [c for index, _ in current for c in topology.domains[depth][index].children]
-        state = counts[depth - 1]
-        children.sort(key=lambda c: (-state[c], lower[c].path))
-        current = _counts_to_minimum(children, state, request.workers)
-        depth -= 1
-    nodes = [
-        i
-        for index, _ in current
-        for i in range(topology.domains[0][index].start, topology.domains[0][index].end)
-    ]
-    nodes.sort(key=lambda i: (-slots[i], i))
-    picks = _counts_to_minimum(nodes, slots, request.workers)
+    profile = "LeastFreeCapacity" if unconstrained else "BestFit"
+    reasons = [f"Kueue TAS {profile}"]
+    if ask.slice_size > 1:
+        where = "node" if ask.slice_level == 0 else "leaf domain"
+        reasons.append(f"slices of {ask.slice_size} workers, each in one {where}")
     return assemble_plan(
-        snapshot,
-        request,
-        order_ranks(picks),
-        policy="kueue_bestfit",
-        reasons=("Kueue TAS BestFit",),
-        cost_config=cost_config,
+        snapshot, request, order_ranks(picks), policy=name, reasons=reasons, cost_config=cost_config
     )
 
 
-def _kueue_fit_level(
-    topology: ClusterTopology,
-    counts: Sequence[Sequence[int]],
-    depth: int,
-    *,
-    top: int,
-    workers: int,
-    required: bool,
-) -> tuple[int, list[Pick]] | None:
-    """Return (depth, [(domain, workers)]) per Kueue's findLevelWithFitDomains, or None."""
-    domains = topology.domains[depth]
-    state = counts[depth]
-    order = sorted(range(len(domains)), key=lambda i: (-state[i], domains[i].path))
-    # nodes outside the labelled fabric only take part in the spread at the top
-    labelled = [i for i in order if domains[i].labelled]
-    if labelled and state[labelled[0]] >= workers:
-        chosen = labelled[_best_fit_index([state[i] for i in labelled], workers)]
-        return depth, [(chosen, workers)]
-    if required or not order:
-        return None
-    if depth < top:
-        return _kueue_fit_level(
-            topology, counts, depth + 1, top=top, workers=workers, required=required
-        )
-    picks: list[Pick] = []
-    remaining = workers
-    position = 0
-    while remaining > 0 and position < len(order) and state[order[position]] > 0:
-        offset = 0
-        if state[order[position]] >= remaining:
-            offset = _best_fit_index([state[i] for i in order[position:]], remaining)
-        picks.append((order[position + offset], min(remaining, state[order[position]])))
-        remaining -= state[order[position]]
-        position += 1
-    return (depth, picks) if remaining <= 0 else None
+kueue_unconstrained: Placer = functools.partial(kueue_bestfit, unconstrained=True)
+"""Kueue TAS's placement of an ``unconstrained`` request (LeastFreeCapacity)."""
 
 
 def optimal(
@@ -414,6 +550,7 @@ PLACERS: dict[str, Placer] = {
     "spread": spread,
     "first_fit": first_fit,
     "kueue_bestfit": kueue_bestfit,
+    "kueue_unconstrained": kueue_unconstrained,
     "optimal": optimal,
 }
 """Every placer by the name the benchmark reports it under."""
