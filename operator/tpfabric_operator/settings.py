@@ -51,7 +51,7 @@ KNOBS: tuple[Knob, ...] = (
         "TPFABRIC_RECONCILE_SECONDS",
         "2",
         "how often every job is reconciled at the latest (its pod changes wake it sooner)",
-        minimum=0.1,
+        minimum=0.01,
     ),
     Knob("TPFABRIC_RDMA_INIT_IMAGE", "tpfabric/rdma-init:0.1.0", "the rdma-init image", str),
     Knob(
@@ -89,7 +89,7 @@ KNOBS: tuple[Knob, ...] = (
         "TPFABRIC_GANG_SYNC_SECONDS",
         "10",
         "how often each Gang record is brought in step with its pods at the latest",
-        minimum=0.1,
+        minimum=0.01,
     ),
     Knob("TPFABRIC_LOG_LEVEL", "INFO", "the log level (--log-level overrides it)", str),
     Knob(
