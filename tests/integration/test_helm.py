@@ -506,6 +506,29 @@ def test_everything_the_kind_e2e_applies_is_accepted(
 
     dry_run("-f", str(REPO / "e2e" / "manifests" / "fake-rdma-device-plugin.yaml"))
     dry_run("-n", namespace, "-f", str(KIND / "tpj.yaml"))
+    # the LeaderWorkerSet the kind tier runs through the gang webhook, against LWS's own CRD
+    # (copied beside the controller by `tpfabric toolchain build --controllers`)
+    lws = find_toolchain(("lws",))
+    if lws.missing:
+        pytest.fail("missing lws: run `tpfabric toolchain build --controllers`", pytrace=False)
+    crd = lws.path("lws").parent / "config" / "lws" / "bases"
+    applied = kubectl(
+        local_cluster, "apply", "--server-side", "--force-conflicts", "-f",
+        str(crd / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"),
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    kubectl(
+        local_cluster, "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/leaderworkersets.leaderworkerset.x-k8s.io",
+    )  # fmt: skip
+
+    def lws_accepted() -> bool:  # kubectl's discovery may not know the new kind for a moment
+        manifest = str(KIND / "lws.yaml")
+        done = kubectl(local_cluster, "apply", "--dry-run=server", "-n", namespace, "-f", manifest)
+        assert "no matches for kind" in done.stderr or done.returncode == 0, done.stderr
+        return done.returncode == 0
+
+    wait_for(lws_accepted, 60, what="the kind tier's LeaderWorkerSet accepted (server dry run)")
     values, _ = VALUE_SETS["kind-e2e"]
     rendered = render(helm_binary, helm_env, values, namespace=namespace)
     assert rendered.returncode == 0, rendered.stderr
