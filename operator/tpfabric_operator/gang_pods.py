@@ -23,7 +23,7 @@ from kubernetes import client
 
 from tpfabric_core.gangs import GANG_LABEL
 from tpfabric_operator.gang_records import GangPod
-from tpfabric_operator.pod_cache import PodWatch
+from tpfabric_operator.pod_cache import Grouped, PodWatch
 
 __all__ = ["GangKey", "GangPods", "GangSyncer"]
 
@@ -52,19 +52,19 @@ class GangPods(PodWatch):
         self._read = read
         self._on_change = on_change
         self._lock = threading.Lock()
-        self._pods: dict[str, _Entry] = {}  # "namespace/name" -> (gang, the pod while it lives)
-        self._by_gang: dict[GangKey, set[str]] = {}
+        #: per pod: its gang, and the pod while it lives
+        self._pods: Grouped[GangKey, _Entry] = Grouped(lambda entry: entry[0])
 
     def pods(self, key: GangKey) -> list[GangPod]:
         """Return the live pods of gang ``key`` (neither terminating nor finished)."""
         with self._lock:
-            entries = [self._pods[k] for k in self._by_gang.get(key, ())]
+            entries = self._pods.members(key)
         return [pod for _, pod in entries if pod is not None]
 
     def gangs(self) -> list[GangKey]:
         """Return every gang that has a pod now."""
         with self._lock:
-            return list(self._by_gang)
+            return list(self._pods.keys)
 
     def _slim(self, obj: Mapping[str, Any]) -> tuple[str, _Entry | None]:
         meta = obj.get("metadata") or {}
@@ -74,27 +74,15 @@ class GangPods(PodWatch):
 
     def _replace(self, entries: list[tuple[str, Any]]) -> None:
         with self._lock:
-            self._pods = {k: e for k, e in entries if e is not None}
-            self._by_gang = {}
-            for key, (gang, _) in self._pods.items():
-                self._by_gang.setdefault(gang, set()).add(key)
-            gangs = list(self._by_gang)
+            self._pods.replace(entries)
+            gangs = list(self._pods.keys)
         for gang in gangs:  # after a list (start, a lost watch): every gang is looked at
             self._on_change(gang)
 
     def _event(self, key: str, obj: Mapping[str, Any] | None) -> None:
         entry = self._slim(obj)[1] if obj is not None else None
         with self._lock:
-            old = self._pods.pop(key, None)
-            if old is not None:
-                members = self._by_gang.get(old[0])
-                if members is not None:
-                    members.discard(key)
-                    if not members:
-                        del self._by_gang[old[0]]
-            if entry is not None:
-                self._pods[key] = entry
-                self._by_gang.setdefault(entry[0], set()).add(key)
+            old = self._pods.put(key, entry)
         for gang in {e[0] for e in (old, entry) if e is not None}:
             self._on_change(gang)
 

@@ -25,7 +25,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 from kubernetes import client
@@ -47,11 +47,13 @@ from tpfabric_operator.children import (
 )
 from tpfabric_operator.lifecycle import WorkerPod
 
-__all__ = ["PodCache", "PodWatch", "owner_uid", "shows_at_once", "worker_of"]
+__all__ = ["Grouped", "PodCache", "PodWatch", "owner_uid", "shows_at_once", "worker_of"]
 
 log = logging.getLogger("tpfabric.operator.pods")
 
 JobKey = tuple[str, str]  # (namespace, job name)
+G = TypeVar("G")
+E = TypeVar("E")
 
 
 def owner_uid(meta: Mapping[str, Any]) -> str:
@@ -178,6 +180,41 @@ def keyed_entry(obj: Mapping[str, Any]) -> tuple[str, _Entry | None]:
     return _key(obj), entry_of(obj)
 
 
+class Grouped(Generic[G, E]):
+    """What a pod watch keeps: an entry per pod (``namespace/name``) and the pods of each group
+    (a job, a gang) that ``group_of`` names. Not locked: its owner holds its own lock."""
+
+    def __init__(self, group_of: Callable[[E], G]) -> None:
+        self._group_of = group_of
+        self.entries: dict[str, E] = {}
+        self.keys: dict[G, set[str]] = {}
+
+    def members(self, group: G) -> list[E]:
+        """Return the entries of ``group``."""
+        return [self.entries[k] for k in self.keys.get(group, ())]
+
+    def replace(self, entries: Iterable[tuple[str, E | None]]) -> None:
+        """Keep exactly ``entries`` (after a list); a None entry is a pod not kept."""
+        self.entries = {k: e for k, e in entries if e is not None}
+        self.keys = {}
+        for key, entry in self.entries.items():
+            self.keys.setdefault(self._group_of(entry), set()).add(key)
+
+    def put(self, key: str, entry: E | None) -> E | None:
+        """Keep ``entry`` for pod ``key`` (None: forget it); return the entry it replaced."""
+        old = self.entries.pop(key, None)
+        if old is not None:
+            members = self.keys.get(self._group_of(old))
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self.keys[self._group_of(old)]
+        if entry is not None:
+            self.entries[key] = entry
+            self.keys.setdefault(self._group_of(entry), set()).add(key)
+        return old
+
+
 class PodWatch(threading.Thread):
     """A list+watch of the pods one label selects, in a thread of its own, parsed with
     ``orjson``: what each keeps of a pod, and what a change sets off, is the subclass's."""
@@ -273,21 +310,20 @@ class PodCache(PodWatch):
         super().__init__(core, selector, "pod-cache")
         self.on_change = on_change
         self._lock = threading.Lock()
-        self._pods: dict[str, _Entry] = {}  # "namespace/name" -> entry
-        self._by_job: dict[JobKey, set[str]] = {}
+        self._pods: Grouped[JobKey, _Entry] = Grouped(lambda entry: entry.job)
 
     # -- what a reconcile reads -------------------------------------------------------------------
 
     def workers(self, job: JobKey) -> list[tuple[str, WorkerPod]]:
         """Return (owner uid, worker) of every worker pod labelled for ``job``."""
         with self._lock:
-            entries = [self._pods[k] for k in self._by_job.get(job, ())]
+            entries = self._pods.members(job)
         return [e.worker for e in entries if e.worker is not None]
 
     def failed(self, job: JobKey) -> list[tuple[str, str, int]]:
         """Return (owner uid, pod name, attempt) of every failed pod kept for ``job``."""
         with self._lock:
-            entries = [self._pods[k] for k in self._by_job.get(job, ())]
+            entries = self._pods.members(job)
         return [e.failed for e in entries if e.failed is not None]
 
     # -- keeping it current -----------------------------------------------------------------------
@@ -305,16 +341,7 @@ class PodCache(PodWatch):
         whether that job's status should show the change at once (:func:`shows_at_once`)."""
         entry = entry_of(obj) if obj is not None else None
         with self._lock:
-            old = self._pods.pop(key, None)
-            if old is not None:
-                members = self._by_job.get(old.job)
-                if members is not None:
-                    members.discard(key)
-                    if not members:
-                        del self._by_job[old.job]
-            if entry is not None:
-                self._pods[key] = entry
-                self._by_job.setdefault(entry.job, set()).add(key)
+            old = self._pods.put(key, entry)
             job = entry.job if entry is not None else (old.job if old is not None else None)
             before = old.worker[1] if old is not None and old.worker is not None else None
             after = entry.worker[1] if entry is not None and entry.worker is not None else None
@@ -322,17 +349,14 @@ class PodCache(PodWatch):
                 return job, False
             others = (
                 e.worker[1]
-                for k in self._by_job.get(job, ())
-                if k != key and (e := self._pods[k]).worker is not None
+                for k in self._pods.keys.get(job, ())
+                if k != key and (e := self._pods.entries[k]).worker is not None
             )
             return job, shows_at_once(before, after, others)
 
     def _replace(self, entries: list[tuple[str, Any]]) -> None:
         with self._lock:
-            self._pods = {k: e for k, e in entries if e is not None}
-            self._by_job = {}
-            for key, entry in self._pods.items():
-                self._by_job.setdefault(entry.job, set()).add(key)
+            self._pods.replace(entries)
 
 
 def _key(obj: Mapping[str, Any]) -> str:

@@ -58,7 +58,7 @@ def test_a_worker_kept_as_failed_moves_from_the_workers_to_the_kept_pods() -> No
     assert cache.failed(("ns", "j")) == []
     assert cache._put("ns/j-worker-0", None) == (("ns", "j"), True)  # a worker gone
     assert cache.workers(("ns", "j")) == []
-    assert cache._by_job == {}  # nothing left behind for a job that has no pods
+    assert cache._pods.keys == {}  # nothing left behind for a job that has no pods
     assert cache._put("ns/never-seen", None) == (None, False)
 
 
