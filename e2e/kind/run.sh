@@ -309,6 +309,14 @@ if awk 'NF < 2 {bad = 1} END {exit !bad}' <<<"$bundles"; then
 fi
 echo "gang webhook: caBundle set on $(wc -l <<<"$bundles") webhooks of tpfabric-gangs" >&2
 
+# The leaf labels of the nodes given, each once.
+leaves_of() {
+  local node
+  for node in "$@"; do
+    kubectl get node "$node" -o jsonpath='{.metadata.labels.topology\.tpfabric\.io/leaf}{"\n"}'
+  done | sort -u
+}
+
 # -- 5. a TensorParallelJob -----------------------------------------------------------------------
 
 log "applying TensorParallelJob $JOB"
@@ -344,9 +352,7 @@ for index in 0 1; do
   echo "worker $index: planned on ${PLANNED[$index]}, bound to $node" >&2
   NODES_OF+=("$node")
 done
-LEAVES=$(for node in "${NODES_OF[@]}"; do
-  kubectl get node "$node" -o jsonpath='{.metadata.labels.topology\.tpfabric\.io/leaf}{"\n"}'
-done | sort -u)
+LEAVES=$(leaves_of "${NODES_OF[@]}")
 [[ $(wc -l <<<"$LEAVES") -eq 1 ]] || die "workers on ${NODES_OF[*]} span leaves: $LEAVES"
 DOMAIN=$(kubectl -n "$JOB_NAMESPACE" get tpj "$JOB" -o jsonpath='{.status.placement.domain}')
 [[ $DOMAIN == "$LEAVES" ]] || die "status.placement.domain is '$DOMAIN', the workers are on leaf '$LEAVES'"
@@ -444,9 +450,7 @@ for pod in $(kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o name); do
   LWS_NODES+=("$node")
   check_wiring "$pod"
 done
-LWS_LEAVES=$(for node in "${LWS_NODES[@]}"; do
-  kubectl get node "$node" -o jsonpath='{.metadata.labels.topology\.tpfabric\.io/leaf}{"\n"}'
-done | sort -u)
+LWS_LEAVES=$(leaves_of "${LWS_NODES[@]}")
 [[ $(wc -l <<<"$LWS_LEAVES") -eq 1 ]] || die "the group's pods on ${LWS_NODES[*]} span leaves: $LWS_LEAVES"
 LWS_DOMAIN=$(kubectl -n "$JOB_NAMESPACE" get gang "$GANG" -o jsonpath='{.status.placement.domain}')
 [[ $LWS_DOMAIN == "$LWS_LEAVES" ]] \
