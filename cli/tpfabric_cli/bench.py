@@ -70,3 +70,11 @@ def fabric_agent(ctx: typer.Context) -> None:
     from tpfabric_bench.fabric_agent import main  # noqa: PLC0415
 
     raise typer.Exit(main(list(ctx.args)))
+
+
+@app.command("serve", context_settings=_PASS_THROUGH, add_help_option=False)
+def serve(ctx: typer.Context) -> None:
+    """Stream from an OpenAI-compatible endpoint: TTFT, tokens/s p50/p95/p99 (--compare URL2)."""
+    from tpfabric_bench.serve import main  # noqa: PLC0415
+
+    raise typer.Exit(main(list(ctx.args)))
