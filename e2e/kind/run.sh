@@ -16,13 +16,20 @@
 #     its gang webhook on, installs into a namespace that enforces the "restricted" Pod Security
 #     profile;
 #  5. a TensorParallelJob: gated, planned, bound to its planned nodes on one leaf; each worker's
-#     rdma-init runs and writes nccl.conf and its report, the main container sees them;
-#  6. a LeaderWorkerSet group (e2e/kind/lws.yaml) in the opted-in job namespace: the gang webhook
-#     wires its pods (gate, scheduler, rdma-init, RDMA devices), the operator makes its Gang record
-#     (owned by the LWS), the placer puts the group whole on the leaf the job left free;
-#  7. deleting the LWS removes its pods and Gang record, deleting the job its pods and Service;
-#     `helm uninstall` leaves nothing;
-#  8. teardown: the cluster is deleted and the host sysctls the kubelet changed are restored.
+#     rdma-init runs and writes nccl.conf and its report, the main container sees them; deleting
+#     the job removes its pods and Service (the LWS needs both leaves);
+#  6. a LeaderWorkerSet of two groups of two (e2e/kind/lws.yaml) in the opted-in job namespace:
+#     the gang webhook wires its pods (gate, scheduler, rdma-init, RDMA devices), the operator
+#     makes a Gang record per group (owned by the LWS), the placer puts each group whole on a leaf
+#     of its own;
+#  7. a rolling update of the LWS (an annotation added to its worker template; one group at a
+#     time, no surge group: the two fill the cluster): it completes (status updated = ready =
+#     replicas, Available); every new pod was created with the gang webhook's scheduling gate (a
+#     pod watch begun before the patch) and carries the change, rdma-init ran in it; each group
+#     is whole on the leaf it ran on before, its Gang record Running and Planned; the rollout's
+#     time is printed, and the records' plans (previousNodes) as they changed;
+#  8. deleting the LWS removes its pods and Gang records; `helm uninstall` leaves nothing;
+#  9. teardown: the cluster is deleted and the host sysctls the kubelet changed are restored.
 #
 # Environment: KIND_CLUSTER (default tpfabric-e2e; fabric.yaml names its workers), KEEP_CLUSTER=1
 # leaves the cluster up (and the sysctls as the kubelet set them), KIND/HELM/KUBECTL/TPFABRIC/DOCKER
@@ -121,6 +128,10 @@ echo "kind: $("$KIND" version); helm: $("$HELM" version --short); kubectl: $("$K
 KUBECONFIG_FILE=$(mktemp)
 KIND_CONFIG=$(mktemp)
 LWS_MANIFEST=$(mktemp)
+# the watches of the rolling update (step 7): background kubectl processes and their output
+WATCHERS=()
+POD_WATCH=
+GANG_WATCH=
 
 log "the LeaderWorkerSet controller: image FROM scratch with $LWS_BINARY, LWS's config/default"
 eval "$(DOCKER=$DOCKER KUBECTL=$KUBECTL "$HERE/lws-controller.sh" "$LWS_BINARY" "$LWS_MANIFEST")"
@@ -140,6 +151,9 @@ finish() {
     kubectl get leaderworkersets,statefulsets -A -o wide || true
     kubectl get gangs -A -o yaml || true
     kubectl -n "$JOB_NAMESPACE" describe pods -l "leaderworkerset.sigs.k8s.io/name=$LWS" || true
+    kubectl -n "$JOB_NAMESPACE" get lws "$LWS" -o jsonpath='LWS status: {.status}{"\n"}' 2>/dev/null || true
+    [[ -s $POD_WATCH ]] && { echo "the LWS's pods as watched:"; cat "$POD_WATCH"; }
+    [[ -s $GANG_WATCH ]] && { echo "the Gang records as watched:"; uniq "$GANG_WATCH"; }
     kubectl -n "$NAMESPACE" logs deploy/tpfabric-gang-webhook --tail=40 || true
     kubectl -n "$LWS_SYSTEM" logs deploy/lws-controller-manager --tail=60 || true
     kubectl -n "$LWS_SYSTEM" describe pods || true
@@ -152,7 +166,10 @@ finish() {
     "$KIND" delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
     restore_sysctls
   fi
-  rm -f "$KUBECONFIG_FILE" "$KIND_CONFIG" "$LWS_MANIFEST"
+  if [[ ${#WATCHERS[@]} -gt 0 ]]; then
+    kill "${WATCHERS[@]}" 2>/dev/null || true
+  fi
+  rm -f "$KUBECONFIG_FILE" "$KIND_CONFIG" "$LWS_MANIFEST" "${POD_WATCH:-}" "${GANG_WATCH:-}"
   log "e2e/kind exits $status"
   exit "$status"
 }
@@ -392,7 +409,18 @@ done
 hca=$HCA
 echo "HCA of the job: $hca" >&2
 
-# -- 6. a LeaderWorkerSet group through the gang webhook ------------------------------------------
+# The two LWS groups need both leaves: the job goes first, checked gone before the LWS comes.
+log "deleting the job (its pods and Service go): the LWS's two groups need both leaves"
+kubectl -n "$JOB_NAMESPACE" delete tpj "$JOB" --wait=true --timeout=120s
+for _ in $(seq 60); do
+  left=$(kubectl -n "$JOB_NAMESPACE" get pods,services -l "tpfabric.io/job-name=$JOB" -o name)
+  [[ -z $left ]] && break
+  sleep 1
+done
+[[ -z $left ]] || die "left after deleting the job: $left"
+echo "the job's pods and Service are gone" >&2
+
+# -- 6. a LeaderWorkerSet of two groups through the gang webhook ----------------------------------
 
 log "waiting for the LeaderWorkerSet controller (deployed with the cluster)"
 kubectl -n "$LWS_SYSTEM" rollout status deploy/lws-controller-manager --timeout=240s
@@ -402,7 +430,7 @@ for kind in mutating validating; do
     || die "LWS's own certificate management set no caBundle on lws-$kind-webhook-configuration"
 done
 
-log "applying LeaderWorkerSet $LWS in $JOB_NAMESPACE, opted in to tpfabric's gang webhook"
+log "applying LeaderWorkerSet $LWS (2 groups of 2) in $JOB_NAMESPACE, opted in to tpfabric's gang webhook"
 kubectl label namespace "$JOB_NAMESPACE" tpfabric.io/gangs=enabled --overwrite >/dev/null
 for attempt in $(seq 10); do
   # LWS's webhook answers the create; its Service may reach the new pod a moment after Ready
@@ -412,53 +440,178 @@ for attempt in $(seq 10); do
 done
 LWS_UID=$(kubectl -n "$JOB_NAMESPACE" get lws "$LWS" -o jsonpath='{.metadata.uid}')
 LWS_PODS=leaderworkerset.sigs.k8s.io/name=$LWS
+GROUPS_OF_LWS=$(kubectl -n "$JOB_NAMESPACE" get lws "$LWS" -o jsonpath='{.spec.replicas}')
+GROUP_SIZE=$(kubectl -n "$JOB_NAMESPACE" get lws "$LWS" -o jsonpath='{.spec.leaderWorkerTemplate.size}')
+LWS_POD_COUNT=$((GROUPS_OF_LWS * GROUP_SIZE))
 for _ in $(seq 120); do
-  [[ $(kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o name | wc -l) -eq 2 ]] && break
+  [[ $(kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o name | wc -l) -eq $LWS_POD_COUNT ]] && break
   sleep 1
 done
-[[ $(kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o name | wc -l) -eq 2 ]] \
-  || die "the LWS controller did not make the group's 2 pods: $(kubectl -n "$JOB_NAMESPACE" get lws,statefulsets,pods -o wide 2>&1)"
+[[ $(kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o name | wc -l) -eq $LWS_POD_COUNT ]] \
+  || die "the LWS controller did not make the $GROUPS_OF_LWS groups' $LWS_POD_COUNT pods: $(kubectl -n "$JOB_NAMESPACE" get lws,statefulsets,pods -o wide 2>&1)"
 kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" \
   -o jsonpath='{range .items[*]}{.metadata.name}: scheduler {.spec.schedulerName}, gates now [{.spec.schedulingGates[*].name}], gang {.metadata.labels.tpfabric\.io/gang}, rank {.metadata.labels.tpfabric\.io/rank}{"\n"}{end}' >&2
 kubectl -n "$JOB_NAMESPACE" wait pod -l "$LWS_PODS" --for=condition=Ready --timeout=300s
-GANG=$(kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o jsonpath='{range .items[*]}{.metadata.labels.tpfabric\.io/gang}{"\n"}{end}' | sort -u)
-[[ -n $GANG && $(wc -l <<<"$GANG") -eq 1 ]] \
-  || die "the group's pods name the gangs '$GANG' (one, set by the gang webhook, expected)"
-for _ in $(seq 60); do
-  [[ $(kubectl -n "$JOB_NAMESPACE" get gang "$GANG" -o jsonpath='{.status.phase}' 2>/dev/null) == Running ]] && break
-  sleep 1
-done
-kubectl -n "$JOB_NAMESPACE" get gangs -o wide
 kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o wide
 
-log "checking the group's placement and its Gang record"
-[[ $(kubectl -n "$JOB_NAMESPACE" get gang "$GANG" -o jsonpath='{.status.phase}') == Running ]] \
-  || die "Gang $GANG is not Running: $(kubectl -n "$JOB_NAMESPACE" get gang "$GANG" -o jsonpath='{.status}')"
-owner=$(kubectl -n "$JOB_NAMESPACE" get gang "$GANG" \
-  -o jsonpath='{range .metadata.ownerReferences[*]}{.kind}/{.name}/{.uid}{end}')
-[[ $owner == "LeaderWorkerSet/$LWS/$LWS_UID" ]] \
-  || die "Gang $GANG is owned by '$owner', not LeaderWorkerSet/$LWS/$LWS_UID"
-mapfile -t PLANNED < <(kubectl -n "$JOB_NAMESPACE" get gang "$GANG" -o jsonpath='{range .status.placement.nodes[*]}{@}{"\n"}{end}')
-LWS_NODES=()
-for pod in $(kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o name); do
-  IFS='|' read -r rank node scheduler rdma gates < <(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.metadata.labels.tpfabric\.io/rank}|{.spec.nodeName}|{.spec.schedulerName}|{.spec.containers[0].resources.limits.rdma/ib}|{.spec.schedulingGates}{"\n"}')
-  [[ -z $gates ]] || die "$pod still has scheduling gates: $gates"
-  [[ $scheduler == tpfabric-scheduler ]] || die "$pod names the scheduler '$scheduler' (the webhook sets tpfabric-scheduler)"
-  [[ $rdma == 8 ]] || die "$pod's container has rdma/ib '$rdma', asked 8 (tpfabric.io/rdma-count)"
-  [[ $node == "${PLANNED[$rank]:-}" ]] || die "$pod (rank $rank) is on $node, planned on '${PLANNED[$rank]:-}'"
-  echo "$pod: rank $rank, planned on ${PLANNED[$rank]}, bound to $node, rdma/ib=$rdma" >&2
-  LWS_NODES+=("$node")
-  check_wiring "$pod"
+declare -A GROUP_GANG GROUP_NODES GROUP_LEAF
+# check_group INDEX: the LWS's group INDEX is whole on one leaf, each pod on the node its Gang
+# record's plan gave its rank, wired by the gang webhook (no gate left, tpfabric's scheduler, 8
+# RDMA devices, rdma-init: check_wiring); the record Running, Planned, owned by the LWS, its
+# domain that leaf. Sets GROUP_GANG, GROUP_NODES and GROUP_LEAF of INDEX.
+check_group() {
+  local index=$1 selector gang state owner pod rank node scheduler rdma gates leaf domain
+  local -a planned nodes=()
+  selector="$LWS_PODS,leaderworkerset.sigs.k8s.io/group-index=$index"
+  gang=$(kubectl -n "$JOB_NAMESPACE" get pods -l "$selector" \
+    -o jsonpath='{range .items[*]}{.metadata.labels.tpfabric\.io/gang}{"\n"}{end}' | sort -u)
+  [[ -n $gang && $(wc -l <<<"$gang") -eq 1 ]] \
+    || die "group $index: its pods name the gangs '$gang' (one, set by the gang webhook, expected)"
+  for _ in $(seq 60); do
+    state=$(kubectl -n "$JOB_NAMESPACE" get gang "$gang" -o jsonpath='{.status.phase}/{.status.placement.state}' 2>/dev/null || true)
+    [[ $state == Running/Planned ]] && break
+    sleep 1
+  done
+  [[ $state == Running/Planned ]] \
+    || die "Gang $gang (group $index) is '$state' (phase/placement.state), not Running/Planned: $(kubectl -n "$JOB_NAMESPACE" get gang "$gang" -o jsonpath='{.status}')"
+  owner=$(kubectl -n "$JOB_NAMESPACE" get gang "$gang" \
+    -o jsonpath='{range .metadata.ownerReferences[*]}{.kind}/{.name}/{.uid}{end}')
+  [[ $owner == "LeaderWorkerSet/$LWS/$LWS_UID" ]] \
+    || die "Gang $gang is owned by '$owner', not LeaderWorkerSet/$LWS/$LWS_UID"
+  mapfile -t planned < <(kubectl -n "$JOB_NAMESPACE" get gang "$gang" -o jsonpath='{range .status.placement.nodes[*]}{@}{"\n"}{end}')
+  for pod in $(kubectl -n "$JOB_NAMESPACE" get pods -l "$selector" -o name); do
+    IFS='|' read -r rank node scheduler rdma gates < <(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.metadata.labels.tpfabric\.io/rank}|{.spec.nodeName}|{.spec.schedulerName}|{.spec.containers[0].resources.limits.rdma/ib}|{.spec.schedulingGates}{"\n"}')
+    [[ -z $gates ]] || die "$pod still has scheduling gates: $gates"
+    [[ $scheduler == tpfabric-scheduler ]] || die "$pod names the scheduler '$scheduler' (the webhook sets tpfabric-scheduler)"
+    [[ $rdma == 8 ]] || die "$pod's container has rdma/ib '$rdma', asked 8 (tpfabric.io/rdma-count)"
+    [[ $node == "${planned[$rank]:-}" ]] || die "$pod (rank $rank) is on $node, planned on '${planned[$rank]:-}'"
+    echo "$pod: group $index, rank $rank, planned on ${planned[$rank]}, bound to $node, rdma/ib=$rdma" >&2
+    nodes+=("$node")
+    check_wiring "$pod"
+  done
+  [[ ${#nodes[@]} -eq $GROUP_SIZE ]] || die "group $index has ${#nodes[@]} pods (${nodes[*]}), not $GROUP_SIZE"
+  leaf=$(leaves_of "${nodes[@]}")
+  [[ $(wc -l <<<"$leaf") -eq 1 ]] || die "group $index: its pods on ${nodes[*]} span leaves: $leaf"
+  domain=$(kubectl -n "$JOB_NAMESPACE" get gang "$gang" -o jsonpath='{.status.placement.domain}')
+  [[ $domain == "$leaf" ]] \
+    || die "Gang $gang: status.placement.domain is '$domain', its pods are on leaf '$leaf'"
+  GROUP_GANG[$index]=$gang
+  GROUP_NODES[$index]="${nodes[*]}"
+  GROUP_LEAF[$index]=$leaf
+}
+
+log "checking the groups' placement and their Gang records"
+for ((index = 0; index < GROUPS_OF_LWS; index++)); do
+  check_group "$index"
 done
-LWS_LEAVES=$(leaves_of "${LWS_NODES[@]}")
-[[ $(wc -l <<<"$LWS_LEAVES") -eq 1 ]] || die "the group's pods on ${LWS_NODES[*]} span leaves: $LWS_LEAVES"
-LWS_DOMAIN=$(kubectl -n "$JOB_NAMESPACE" get gang "$GANG" -o jsonpath='{.status.placement.domain}')
-[[ $LWS_DOMAIN == "$LWS_LEAVES" ]] \
-  || die "Gang $GANG: status.placement.domain is '$LWS_DOMAIN', its pods are on leaf '$LWS_LEAVES'"
-# the job holds the other leaf whole
-[[ $LWS_DOMAIN != "$DOMAIN" ]] || die "the group was placed on leaf $DOMAIN, which the job holds"
+kubectl -n "$JOB_NAMESPACE" get gangs -o wide
+# a leaf holds one group of 2 x 8 GPUs: the groups must be on different leaves
+[[ $(printf '%s\n' "${GROUP_LEAF[@]}" | sort -u | wc -l) -eq $GROUPS_OF_LWS ]] \
+  || die "the groups share a leaf: $(for i in "${!GROUP_LEAF[@]}"; do printf 'group %s on %s; ' "$i" "${GROUP_LEAF[$i]}"; done)"
 lws_hca=$HCA
-GANG_UID=$(kubectl -n "$JOB_NAMESPACE" get gang "$GANG" -o jsonpath='{.metadata.uid}')
+declare -A LEAF_BEFORE NODES_BEFORE
+for index in "${!GROUP_LEAF[@]}"; do
+  LEAF_BEFORE[$index]=${GROUP_LEAF[$index]}
+  NODES_BEFORE[$index]=${GROUP_NODES[$index]}
+  echo "group $index: Gang ${GROUP_GANG[$index]} on leaf ${GROUP_LEAF[$index]} (${GROUP_NODES[$index]})" >&2
+done
+
+# -- 7. a rolling update of the LWS ---------------------------------------------------------------
+
+# lws.yaml's rollout strategy: one group at a time (maxUnavailable 1), no surge group (the two
+# groups fill the four workers). Each group is made again whole: LWS deletes its leader, whose
+# worker StatefulSet goes with it, and makes both anew; the gang webhook gates them again and the
+# placer plans the group again, preferring the nodes of its last plan (status.placement.
+# previousNodes) once its old pods have left them.
+ROLLOUT_KEY=e2e.tpfabric.io/rollout
+ROLLOUT_VALUE=2
+OLD_UIDS=$(kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o jsonpath='{range .items[*]}{.metadata.uid}{"\n"}{end}')
+# Watches from before the patch: the first version of each pod seen is the one created (the gang
+# webhook's scheduling gate on it), and the Gang records' plans as they change.
+POD_WATCH=$(mktemp)
+GANG_WATCH=$(mktemp)
+"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" --watch \
+  -o jsonpath='{.metadata.uid} {.metadata.name} gates=[{.spec.schedulingGates[*].name}] node={.spec.nodeName}{"\n"}' \
+  >"$POD_WATCH" 2>&1 &
+WATCHERS=($!)
+"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n "$JOB_NAMESPACE" get gangs --watch \
+  -o jsonpath='{.metadata.name} uid={.metadata.uid} phase={.status.phase} state={.status.placement.state} nodes=[{.status.placement.nodes[*]}] previousNodes=[{.status.placement.previousNodes[*]}]{"\n"}' \
+  >"$GANG_WATCH" 2>&1 &
+WATCHERS+=($!)
+for _ in $(seq 30); do
+  [[ $(wc -l <"$POD_WATCH") -ge $LWS_POD_COUNT && $(wc -l <"$GANG_WATCH") -ge $GROUPS_OF_LWS ]] && break
+  sleep 0.5
+done
+[[ $(wc -l <"$POD_WATCH") -ge $LWS_POD_COUNT ]] || die "the pod watch did not start: $(cat "$POD_WATCH")"
+
+# rollout_state: one line, what the LWS's status and its pods say of the rollout.
+rollout_state() {
+  local status pods
+  status=$(kubectl -n "$JOB_NAMESPACE" get lws "$LWS" -o jsonpath='generation {.metadata.generation}, observed {.status.observedGeneration}, updated {.status.updatedReplicas}, ready {.status.readyReplicas}, Available {.status.conditions[?(@.type=="Available")].status}')
+  pods=$(kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o jsonpath='{range .items[*]}{.metadata.uid} {.metadata.deletionTimestamp}|{.metadata.annotations.e2e\.tpfabric\.io/rollout}|{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' \
+    | awk -v old="$OLD_UIDS" -v want="$ROLLOUT_VALUE" '
+        BEGIN { n = split(old, o, "\n"); for (i = 1; i <= n; i++) if (o[i] != "") was[o[i]] = 1 }
+        NF { split($0, f, "|"); split(f[1], id, " ")
+             if (id[1] in was) { left++; next }
+             new++; if (f[2] == want) changed++; if (f[3] == "True" && id[2] == "") ready++ }
+        END { printf "pods: %d new (%d with the change, %d Ready), %d old left", new, changed, ready, left }')
+  echo "$status; $pods"
+}
+
+log "rolling LWS $LWS: its worker template gets the annotation $ROLLOUT_KEY=$ROLLOUT_VALUE"
+rollout_started=$SECONDS
+kubectl -n "$JOB_NAMESPACE" patch lws "$LWS" --type merge \
+  -p "{\"spec\":{\"leaderWorkerTemplate\":{\"workerTemplate\":{\"metadata\":{\"annotations\":{\"$ROLLOUT_KEY\":\"$ROLLOUT_VALUE\"}}}}}}"
+generation=$(kubectl -n "$JOB_NAMESPACE" get lws "$LWS" -o jsonpath='{.metadata.generation}')
+done_state="generation $generation, observed $generation, updated $GROUPS_OF_LWS, ready $GROUPS_OF_LWS, Available True; pods: $LWS_POD_COUNT new ($LWS_POD_COUNT with the change, $LWS_POD_COUNT Ready), 0 old left"
+shown=
+for _ in $(seq 300); do
+  state=$(rollout_state)
+  [[ $state == "$shown" ]] || echo "  [$((SECONDS - rollout_started))s] $state" >&2
+  shown=$state
+  [[ $state == "$done_state" ]] && break
+  sleep 1
+done
+ROLLOUT_SECONDS=$((SECONDS - rollout_started))
+kill "${WATCHERS[@]}" 2>/dev/null || true
+wait "${WATCHERS[@]}" 2>/dev/null || true
+WATCHERS=()
+echo "the Gang records during the rollout (each change, as watched):" >&2
+uniq "$GANG_WATCH" | sed 's/^/    /' >&2
+[[ $state == "$done_state" ]] \
+  || die "the rolling update of $LWS did not complete in ${ROLLOUT_SECONDS}s: $state (wanted: $done_state)"
+echo "rolling update of $LWS complete in ${ROLLOUT_SECONDS}s: $state" >&2
+kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o wide
+
+log "checking the groups after the rolling update"
+# Each new pod came gated: it went through the gang webhook again, not around it.
+NEW_UIDS=$(kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o jsonpath='{range .items[*]}{.metadata.uid}{"\n"}{end}')
+while read -r uid; do
+  grep -qFx "$uid" <<<"$OLD_UIDS" && die "pod $uid of the LWS was not made again by the rollout"
+  created=$(grep -m1 "^$uid " "$POD_WATCH") || die "pod $uid was not seen by the watch begun before the rollout"
+  [[ $created == *"gates=[tpfabric.io/gang"* || $created == *" tpfabric.io/gang"* ]] \
+    || die "a new pod came without the gang webhook's scheduling gate: $created"
+  echo "  created gated: ${created%% node=*}" >&2
+  read -r _ pod _ <<<"$created"
+  annotation=$(kubectl -n "$JOB_NAMESPACE" get pod "$pod" -o jsonpath='{.metadata.annotations.e2e\.tpfabric\.io/rollout}')
+  [[ $annotation == "$ROLLOUT_VALUE" ]] || die "pod $pod lacks the template change ($ROLLOUT_KEY='$annotation')"
+done <<<"$NEW_UIDS"
+for ((index = 0; index < GROUPS_OF_LWS; index++)); do
+  check_group "$index"
+  if [[ ${GROUP_LEAF[$index]} != "${LEAF_BEFORE[$index]}" ]]; then
+    # With no surge the other leaf is full of the other group: a group cannot legitimately move.
+    die "group $index (Gang ${GROUP_GANG[$index]}) ran on leaf ${LEAF_BEFORE[$index]} (${NODES_BEFORE[$index]}) and came back on ${GROUP_LEAF[$index]} (${GROUP_NODES[$index]}); its record's plans during the rollout: $(grep "^${GROUP_GANG[$index]} " "$GANG_WATCH" | uniq)"
+  fi
+  previous=$(grep "^${GROUP_GANG[$index]} " "$GANG_WATCH" | grep -v 'previousNodes=\[\]' | tail -n1 \
+    | sed 's/.*previousNodes=\[\(.*\)\]$/\1/' || true)
+  echo "group $index: back on leaf ${GROUP_LEAF[$index]} (${NODES_BEFORE[$index]} -> ${GROUP_NODES[$index]}); previousNodes seen on Gang ${GROUP_GANG[$index]}: [${previous}]" >&2
+  [[ $(kubectl -n "$JOB_NAMESPACE" get gang "${GROUP_GANG[$index]}" -o jsonpath='{.metadata.uid}') \
+    == $(grep -m1 "^${GROUP_GANG[$index]} " "$GANG_WATCH" | sed 's/.* uid=\([^ ]*\) .*/\1/') ]] \
+    || echo "e2e/kind: NOTE: Gang ${GROUP_GANG[$index]} is a record made again during the rollout, not the one the group had" >&2
+done
+kubectl -n "$JOB_NAMESPACE" get gangs -o wide
+mapfile -t GANG_UIDS < <(kubectl -n "$JOB_NAMESPACE" get gangs -o jsonpath='{range .items[*]}{.metadata.uid}{"\n"}{end}')
+rm -f "$POD_WATCH" "$GANG_WATCH"
 
 # Known (the chart's operator RBAC, not this test): kopf puts its finalizer on the Gang records its
 # timer watches, which needs `patch` on gangs; said here, not failed on.
@@ -467,32 +620,28 @@ forbidden=$(kubectl -n "$NAMESPACE" logs -l app.kubernetes.io/component=operator
   | grep -o 'cannot [a-z]* resource \\*"[a-z/]*\\*" in API group \\*"[a-z.]*\\*"' | tr -d '\\' | sort | uniq -c || true)
 [[ -z $forbidden ]] || echo "e2e/kind: NOTE: the operator was refused by RBAC (times, what):"$'\n'"$forbidden" >&2
 
-# -- 7. cleanup by the product --------------------------------------------------------------------
+# -- 8. cleanup by the product --------------------------------------------------------------------
 
-# Both at once: the group goes by garbage collection (its StatefulSets, pods and Gang record)
-# while the job's deletion is waited for.
-log "deleting the LWS (its pods and Gang record go) and the job (its pods and Service go)"
+log "deleting the LWS: its pods and Gang records go (garbage collection)"
 deleted_at=$SECONDS
-kubectl -n "$JOB_NAMESPACE" delete lws "$LWS" --wait=false
-kubectl -n "$JOB_NAMESPACE" delete tpj "$JOB" --wait=true --timeout=120s
+kubectl -n "$JOB_NAMESPACE" delete lws "$LWS" --wait=true --timeout=120s
 # A record the operator made again after the LWS went (a pod event between the record's garbage
 # collection and its pods': known, the operator's gang sync) is said; the wait covers its going.
 remade=
 for _ in $(seq 120); do
   records=$(kubectl -n "$JOB_NAMESPACE" get gangs -o jsonpath='{range .items[*]}{.metadata.name} (uid {.metadata.uid}, owners [{.metadata.ownerReferences[*].kind}]){"\n"}{end}')
-  again=$(grep -v "uid $GANG_UID," <<<"$records" || true)
+  again=$(grep -vFf <(printf 'uid %s,\n' "${GANG_UIDS[@]}") <<<"$records" || true)
   [[ -z $again ]] || remade=$again
-  left=$(kubectl -n "$JOB_NAMESPACE" get pods,services -l "tpfabric.io/job-name=$JOB" -o name
-    kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o name
+  left=$(kubectl -n "$JOB_NAMESPACE" get pods -l "$LWS_PODS" -o name
     kubectl -n "$JOB_NAMESPACE" get lws -o name
     echo "$records")
   [[ -z ${left//$'\n'/} ]] && break
   sleep 1
 done
-[[ -z ${left//$'\n'/} ]] || die "left after deleting the LWS and the job: $left"
+[[ -z ${left//$'\n'/} ]] || die "left after deleting the LWS: $left"
 [[ -z $remade ]] \
   || echo "e2e/kind: NOTE: a Gang record was made again after the LWS was deleted: $remade; all gone $((SECONDS - deleted_at))s after the deletion" >&2
-echo "the LWS, its pods and Gang $GANG are gone; so are the job's pods and Service" >&2
+echo "the LWS, its pods and Gang records ${GROUP_GANG[*]} are gone" >&2
 
 log "helm uninstall: nothing of the release is left"
 "$HELM" uninstall "$RELEASE" --kubeconfig "$KUBECONFIG_FILE" --namespace "$NAMESPACE" --wait --timeout 3m
@@ -504,8 +653,11 @@ for _ in $(seq 60); do
   sleep 1
 done
 [[ -z $left ]] || die "left after helm uninstall: $left"
-echo "nothing left of release $RELEASE (CRD removed: crds.keep=false)" >&2
+echo "nothing of release $RELEASE left (CRD removed: crds.keep=false)" >&2
 
 log "PASS"
 echo "PASS: $JOB placed on leaf $DOMAIN (${NODES_OF[*]}), rdma-init wrote $hca"
-echo "PASS: LWS $LWS group $GANG placed through the gang webhook on leaf $LWS_DOMAIN (${LWS_NODES[*]}), rdma-init wrote $lws_hca"
+for ((index = 0; index < GROUPS_OF_LWS; index++)); do
+  echo "PASS: LWS $LWS group $index (Gang ${GROUP_GANG[$index]}) placed through the gang webhook on leaf ${LEAF_BEFORE[$index]}, rolled and back on leaf ${GROUP_LEAF[$index]} (${GROUP_NODES[$index]})"
+done
+echo "PASS: rolling update of $LWS ($GROUPS_OF_LWS groups, maxUnavailable 1, no surge) in ${ROLLOUT_SECONDS}s; rdma-init wrote $lws_hca"

@@ -3,8 +3,10 @@
 A real kind cluster built without a registry, tpfabric's three images, the chart under the
 "restricted" Pod Security profile, the fake RDMA device plugin under real kubelets and a
 TensorParallelJob placed on one leaf, its rdma-init writing the NCCL config; then a
-LeaderWorkerSet group (the real LWS controller, image FROM scratch) taken in by the chart's gang
-webhook, recorded as a Gang and placed whole on the other leaf, with the same wiring (see run.sh).
+LeaderWorkerSet of two groups (the real LWS controller, image FROM scratch) taken in by the
+chart's gang webhook, each group recorded as a Gang and placed whole on a leaf of its own, with
+the same wiring, and rolled one group at a time: every new pod gated again, each group back on
+the leaf it left (see run.sh).
 
 Where no Docker engine answers, e2e/kind/docker-engine.sh installs and starts one (root, apt);
 the test is skipped only when that is impossible, saying why. run.sh's output is not captured
