@@ -48,6 +48,7 @@ __all__ = [
     "RANK_LABEL",
     "GangMember",
     "GangSettings",
+    "Near",
     "Problem",
     "TopologyAsk",
     "gang_of",
@@ -63,6 +64,12 @@ GANG_PER_ANNOTATION = "tpfabric.io/gang-per"  # "job": one gang per child Job of
 LEVEL_ANNOTATION = "tpfabric.io/topology-level"
 MODE_ANNOTATION = "tpfabric.io/topology-mode"
 MAX_WAIT_ANNOTATION = "tpfabric.io/max-wait-seconds"
+#: placement near another gang (disaggregated serving: decode near prefill), at a level
+NEAR_ANNOTATION = "tpfabric.io/near"
+NEAR_LEVEL_ANNOTATION = "tpfabric.io/near-level"
+NEAR_MODE_ANNOTATION = "tpfabric.io/near-mode"
+#: what to do when a node under a running gang turns degraded (as TPJ's ``onDegradedLink``)
+ON_DEGRADED_ANNOTATION = "tpfabric.io/on-degraded-link"
 #: the webhook writes the gang record's name here (the placer finds a gang's pods by it)
 GANG_LABEL = "tpfabric.io/gang"
 
@@ -72,6 +79,10 @@ LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"  # an annotation
 LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"  # an annotation
+LWS_REVISION = "leaderworkerset.sigs.k8s.io/template-revision-hash"
+# -- DisaggregatedSet (LWS's api/disaggregatedset/v1): one LWS per role, pods labelled with it
+DISAGG_ROLE = "disaggregatedset.x-k8s.io/role"
+DISAGG_NAME = "disaggregatedset.x-k8s.io/name"
 
 # -- JobSet (api/jobset/v1alpha2/jobset_types.go; labels and annotations both) ----------------
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
@@ -126,6 +137,17 @@ class TopologyAsk:
 
 
 @dataclass(frozen=True, slots=True)
+class Near:
+    """Place the gang near another one (``tpfabric.io/near``): inside one domain of ``level``
+    with some pod of ``target``, an owner's name (an LWS, a JobSet, a pod group), a Gang
+    record's name, or a DisaggregatedSet role in the same namespace."""
+
+    target: str
+    level: str
+    mode: Mode = "preferred"
+
+
+@dataclass(frozen=True, slots=True)
 class GangSettings:
     """What the cluster's tpfabric is configured with (the chart's values)."""
 
@@ -154,6 +176,10 @@ class GangMember:
     order: tuple[int, ...] = ()
     topology: TopologyAsk = field(default_factory=TopologyAsk)
     problems: tuple[Problem, ...] = ()
+    near: Near | None = None
+    #: a DisaggregatedSet's role (``prefill``, ``decode``) and the set, from its pod labels
+    role: str = ""
+    role_set: str = ""
 
 
 def record_name(*parts: str) -> str:
@@ -208,6 +234,7 @@ def gang_of(
     else:
         return None
     topology, problems = _topology(annotations, settings)
+    near, near_problems = _near(annotations, settings)
     size_problems = _size_problems(member, labels, annotations, settings)
     return GangMember(
         kind=member.kind,
@@ -218,8 +245,44 @@ def gang_of(
         rank=member.rank,
         order=member.order,
         topology=topology,
-        problems=(*member.problems, *size_problems, *problems),
+        problems=(*member.problems, *size_problems, *problems, *near_problems),
+        near=near,
+        role=str(labels.get(DISAGG_ROLE) or ""),
+        role_set=str(labels.get(DISAGG_NAME) or ""),
     )
+
+
+#: the level ``tpfabric.io/near`` means without ``near-level``: one spine (a few switch hops)
+NEAR_DEFAULT_LEVEL = "spine"
+
+
+def _near(
+    annotations: Mapping[str, str], settings: GangSettings
+) -> tuple[Near | None, list[Problem]]:
+    """Return what ``tpfabric.io/near`` (with ``-level`` and ``-mode``) asks, and its problems."""
+    target = str(annotations.get(NEAR_ANNOTATION) or "").strip()
+    if not target:
+        return None, []
+    problems = []
+    if not _DNS_LABEL.match(target):
+        problems.append(
+            Problem(NEAR_ANNOTATION, f"{target!r} is not a DNS label (the other gang's name)")
+        )
+    level = str(annotations.get(NEAR_LEVEL_ANNOTATION) or NEAR_DEFAULT_LEVEL)
+    if level not in settings.levels and level != "cluster":
+        known = ", ".join(sorted(settings.levels)) or "none"
+        problems.append(
+            Problem(NEAR_LEVEL_ANNOTATION, f"level {level!r} is not configured (levels: {known})")
+        )
+    mode_text = str(annotations.get(NEAR_MODE_ANNOTATION) or "preferred")
+    modes: dict[str, Mode] = {"required": "required", "preferred": "preferred"}
+    if mode_text not in modes:
+        problems.append(
+            Problem(NEAR_MODE_ANNOTATION, f"{mode_text!r} is neither required nor preferred")
+        )
+    if problems:
+        return None, problems
+    return Near(target=target, level=level, mode=modes[mode_text]), []
 
 
 def _pod_group(

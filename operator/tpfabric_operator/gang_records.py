@@ -66,6 +66,8 @@ class GangPod:
     gated: bool = True
     #: the pod's controller, ``Kind/name`` of its controlling owner reference ("" when none)
     controller: str = ""
+    #: the node it is bound to (None: not yet)
+    node: str | None = None
 
     @property
     def rank(self) -> int | None:
@@ -244,6 +246,24 @@ def record_manifest(
     if ask.max_wait_seconds is not None:
         topology["maxWaitSeconds"] = ask.max_wait_seconds
     gpus = first.gpus
+    owner_spec: dict[str, Any] = {"kind": member.kind, "name": member.owner}
+    if member.role:
+        owner_spec["role"] = member.role
+    if member.role_set:
+        owner_spec["disaggregatedSet"] = member.role_set
+    spec: dict[str, Any] = {
+        "owner": owner_spec,
+        "workers": size,
+        "gpusPerWorker": gpus,
+        "tensorParallelSize": max(gpus, 1),
+        "topology": topology,
+    }
+    if member.near is not None:
+        spec["near"] = {
+            "target": member.near.target,
+            "level": member.near.level,
+            "mode": member.near.mode,
+        }
     metadata: dict[str, Any] = {
         "name": member.gang,
         "namespace": member.namespace,
@@ -262,13 +282,7 @@ def record_manifest(
         "apiVersion": API_VERSION,
         "kind": GANG_KIND,
         "metadata": metadata,
-        "spec": {
-            "owner": {"kind": member.kind, "name": member.owner},
-            "workers": size,
-            "gpusPerWorker": gpus,
-            "tensorParallelSize": max(gpus, 1),
-            "topology": topology,
-        },
+        "spec": spec,
     }
 
 

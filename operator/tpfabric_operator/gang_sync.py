@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import kopf
@@ -33,11 +33,14 @@ from tpfabric_core.gangs import (
     JOBSET_JOB_INDEX,
     JOBSET_NAME,
     JOBSET_REPLICATED_JOB,
+    LWS_GROUP_INDEX,
     RANK_LABEL,
     GangSettings,
     gang_of,
 )
-from tpfabric_operator import leadership
+from tpfabric_core.labels import HEALTH
+from tpfabric_core.timestamps import rfc3339
+from tpfabric_operator import leadership, serving
 from tpfabric_operator.gang_admission import default_levels
 from tpfabric_operator.gang_pods import GangPods, GangSyncer
 from tpfabric_operator.gang_records import (
@@ -69,6 +72,12 @@ _NOT_FOUND = 404
 _CONFLICT = 409
 
 _api: client.ApiClient | None = None
+#: (namespace, LWS) -> when it was read, and what it says (see _lws_of)
+_lws_seen: dict[tuple[str, str], tuple[float, serving.LwsView | None]] = {}
+#: (namespace, LWS) -> the group being moved off a degraded node, and since when
+_moving: dict[tuple[str, str], tuple[str, float]] = {}
+#: the operator's kopf index of degraded nodes (fabric_health.degraded_nodes), once seen
+_degraded_index: Mapping[str, Any] | None = None
 _idle_since: dict[tuple[str, str], float] = {}
 #: (namespace, gang) -> when other namespaces were looked at, and those with a record of its name
 _namespaces_seen: dict[tuple[str, str], tuple[float, list[str]]] = {}
@@ -121,6 +130,7 @@ def _gang_pod(pod: Mapping[str, Any]) -> GangPod | None:
             g.get("name") == GANG_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or []
         ),
         controller=controller,
+        node=(pod.get("spec") or {}).get("nodeName") or None,
     )
 
 
@@ -281,14 +291,183 @@ def _sync(namespace: str, gang: str) -> bool:
         log.info("gang %s/%s: pod %s is rank %d", namespace, gang, name, rank)
     stored = record.get("status") or {}
     status = record_status(pods, size, stored.get("placement") or {}, problems)
+    life = _serving(custom, core=core, first=first, pods=pods, size=size, stored=stored)
+    status["conditions"] = life.conditions
+    status["nearBy"] = _near_by(first.member.namespace, first.member.owner, gang)
     if any(stored.get(k) != v for k, v in status.items()):
         custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, GANG_PLURAL, gang, {"status": status}
         )
         return False
     # a gang short of pods is never settled: a namesake in another namespace (elsewhere_problem)
-    # shows in no event of its own
-    return not made and not ranks and len(pods) >= size
+    # shows in no event of its own; nor is one on a degraded node (the node's recovery is no
+    # event of the gang's)
+    return not made and not ranks and len(pods) >= size and life.settled
+
+
+@dataclass(frozen=True, slots=True)
+class _Serving:
+    conditions: list[dict[str, Any]]
+    settled: bool
+
+
+def _lws_of(custom: client.CustomObjectsApi, namespace: str, name: str) -> serving.LwsView | None:
+    """Return what the LeaderWorkerSet ``name`` says of its groups (read at most every
+    ``SYNC_SECONDS`` per LWS; None when it is gone)."""
+    key = (namespace, name)
+    seen = _lws_seen.get(key)
+    if seen is not None and time.monotonic() - seen[0] < SYNC_SECONDS:
+        return seen[1]
+    group, version, plural, _kind = LWS_API
+    try:
+        view = serving.lws_view(
+            custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+        )
+    except ApiException as err:
+        if err.status != _NOT_FOUND:
+            raise
+        view = None
+    if len(_lws_seen) > 4096:
+        _lws_seen.clear()
+    _lws_seen[key] = (time.monotonic(), view)
+    return view
+
+
+def _on_degraded_nodes(pods: list[GangPod]) -> list[tuple[int | None, str, tuple[str, ...]]]:
+    """Return each pod of the gang on a node labelled degraded: rank, node, the agent's reasons."""
+    index = _degraded_index
+    if index is None:
+        return []
+    found = []
+    for pod in pods:
+        if pod.node is None:
+            continue
+        try:
+            node = next(iter(index.get(pod.node, ())), None)
+        except RuntimeError:  # the index changed under the read: the next tick looks again
+            continue
+        if node is not None:
+            found.append((pod.rank, pod.node, tuple(node.reasons)))
+    return sorted(found, key=lambda item: (item[0] if item[0] is not None else 1 << 30, item[1]))
+
+
+def _unready_groups(namespace: str, view: serving.LwsView, gang: str) -> list[str]:
+    """Return the LWS's other groups that are not ready now, from the watched pods (a group
+    below its replicas with no pod at all counts: it is being made again)."""
+    if _gang_pods is None:
+        return []
+    found: dict[int, bool] = {}
+    names: dict[int, str] = {}
+    for key in _gang_pods.gangs():
+        if key[0] != namespace or key[1] == gang:
+            continue
+        members = _gang_pods.pods(key)
+        if not members or members[0].member.kind != "LeaderWorkerSet":
+            continue
+        if members[0].member.owner != view.name:
+            continue
+        index = serving.group_index(members[0].labels)
+        size = members[0].member.size or len(members)
+        if index is None:
+            continue
+        found[index] = serving.group_ready([p.ready for p in members], size)
+        names[index] = key[1]
+    unready = [names[i] for i, ok in found.items() if not ok]
+    own = serving.group_index({LWS_GROUP_INDEX: gang.rsplit("-", 1)[-1]})
+    unready += [f"{view.name}-{i}" for i in range(view.replicas) if i not in found and i != own]
+    return unready
+
+
+def _serving(
+    custom: client.CustomObjectsApi,
+    *,
+    core: client.CoreV1Api,
+    first: GangPod,
+    pods: list[GangPod],
+    size: int,
+    stored: Mapping[str, Any],
+) -> _Serving:
+    """Return the record's conditions (Ready, Degraded, Surge, Moving: :mod:`.serving`) and move
+    a degraded LWS group when its owner asks and it is safe."""
+    member = first.member
+    ready = serving.group_ready([p.ready for p in pods], size)
+    not_ready = [p.name for p in pods if not p.ready]
+    conditions = [
+        serving.condition(
+            "Ready",
+            ready,
+            "GroupReady" if ready else "PodsNotReady",
+            f"{sum(p.ready for p in pods)}/{size} pods ready"
+            + (f" (not ready: {', '.join(sorted(not_ready)[:3])})" if not_ready else ""),
+        )
+    ]
+    on_degraded = _on_degraded_nodes(pods)
+    had_degraded = any(c.get("type") == "Degraded" for c in stored.get("conditions") or [])
+    if on_degraded or had_degraded:
+        conditions.append(
+            serving.condition(
+                "Degraded",
+                bool(on_degraded),
+                "LinkDegraded" if on_degraded else "LinksHealthy",
+                serving.degraded_words(on_degraded)
+                if on_degraded
+                else "no node under the group is degraded now",
+            )
+        )
+    view = None
+    if member.kind == "LeaderWorkerSet":
+        view = _lws_of(custom, member.namespace, member.owner)
+    index = serving.group_index(first.labels) if view is not None else None
+    waiting = ((stored.get("placement") or {}).get("state")) == "Waiting"
+    surge = serving.surge_message(index, view, waiting=waiting) if view is not None else ""
+    if surge:
+        conditions.append(serving.condition("Surge", True, "RollingUpdate", surge))
+    moving = _moving.get((member.namespace, member.owner))
+    if moving is not None and (
+        moving[0] == member.gang
+        and ((ready and not on_degraded) or time.monotonic() - moving[1] > serving.MOVE_SECONDS)
+    ):
+        _moving.pop((member.namespace, member.owner), None)
+        moving = None
+    if view is not None:
+        move = serving.move_decision(
+            group=member.gang,
+            view=view,
+            degraded=bool(on_degraded),
+            ready=ready,
+            others_unready=_unready_groups(member.namespace, view, member.gang),
+            moving=moving[0] if moving is not None else None,
+        )
+        if move is not None:
+            if move.now:
+                _move(core, member.namespace, member.owner, member.gang, pods)
+            conditions.append(serving.condition("Moving", move.now, "DegradedLink", move.message))
+    now = rfc3339(time.time())
+    merged = serving.merge_conditions(conditions, stored.get("conditions") or [], now)
+    return _Serving(merged, settled=not on_degraded and not surge)
+
+
+def _move(
+    core: client.CoreV1Api, namespace: str, owner: str, gang: str, pods: list[GangPod]
+) -> None:
+    """Delete the group's leader pod: LWS makes the whole group again (its worker StatefulSet
+    is owned by the leader pod), and the placer plans it away from the degraded node."""
+    leader = next((p for p in pods if p.rank == 0), None)
+    if leader is None:
+        return
+    _moving[(namespace, owner)] = (gang, time.monotonic())
+    try:
+        core.delete_namespaced_pod(leader.name, namespace)
+        log.warning(
+            "gang %s/%s: moving off a degraded node: deleted leader pod %s",
+            namespace,
+            gang,
+            leader.name,
+        )
+    except ApiException as err:
+        if err.status != _NOT_FOUND:
+            _moving.pop((namespace, owner), None)
+            raise
 
 
 def _elsewhere(
@@ -394,13 +573,84 @@ def on_gang_record(
     type: str | None,  # noqa: A002 - kopf's name for the watch event's type
     namespace: str | None,
     name: str,
+    body: Mapping[str, Any] | None = None,
+    degraded_nodes: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> None:
-    """A record changed (the placer's plan, a deletion by hand): its gang is looked at again."""
+    """A record changed (the placer's plan, a deletion by hand): its gang is looked at again,
+    and so is the gang it asks to be near (whose record names those placed near it)."""
+    _keep_index(degraded_nodes)
     key = (namespace or "", name)
+    _note_near(key, None if type == "DELETED" else body)
     if type == "DELETED":
         _records.discard(key)
     else:
         _records.add(key)
     if _syncer is not None:
         _syncer.dirty(key)
+
+
+def _keep_index(index: Mapping[str, Any] | None) -> None:
+    """Keep kopf's index of degraded nodes (kopf hands it to handlers only)."""
+    global _degraded_index  # noqa: PLW0603 - one index per operator process
+    if index is not None:
+        _degraded_index = index
+
+
+@kopf.on.event("nodes", labels={HEALTH: "degraded"})
+def on_degraded_node(
+    *, name: str, degraded_nodes: Mapping[str, Any] | None = None, **_: Any
+) -> None:
+    """A node labelled degraded changed: every gang with a pod on it is looked at again."""
+    _keep_index(degraded_nodes)
+    if _gang_pods is None or _syncer is None:
+        return
+    for key in _gang_pods.gangs():
+        if any(p.node == name for p in _gang_pods.pods(key)):
+            _syncer.dirty(key)
+
+
+#: (namespace, near target) -> record name -> what its plan says of being near the target
+_near_from: dict[tuple[str, str], dict[str, str]] = {}
+_near_lock = threading.Lock()
+
+
+def _note_near(key: tuple[str, str], body: Mapping[str, Any] | None) -> None:
+    """Keep what record ``key`` says of the gang it asks to be near, and look at that gang."""
+    namespace, name = key
+    near = ((body or {}).get("spec") or {}).get("near") or {}
+    target = str(near.get("target") or "")
+    placement = ((body or {}).get("status") or {}).get("placement") or {}
+    words = str(placement.get("near") or "") if placement.get("state") == "Planned" else ""
+    touched: set[str] = set()
+    with _near_lock:
+        for (ns, other), entries in list(_near_from.items()):
+            if ns == namespace and name in entries and other != target:
+                del entries[name]
+                touched.add(other)
+        if target:
+            entries = _near_from.setdefault((namespace, target), {})
+            line = f"{name}: {words}" if words else ""
+            if entries.get(name, "") != line:
+                touched.add(target)
+            if line:
+                entries[name] = line
+            else:
+                entries.pop(name, None)
+    if _gang_pods is None or _syncer is None or not touched:
+        return
+    for gang_key in _gang_pods.gangs():
+        pods = _gang_pods.pods(gang_key) if gang_key[0] == namespace else []
+        if pods and (gang_key[1] in touched or pods[0].member.owner in touched):
+            _syncer.dirty(gang_key)
+
+
+def _near_by(namespace: str, owner: str, gang: str) -> list[str]:
+    """Return the gangs placed near this one (by its owner's or its record's name)."""
+    with _near_lock:
+        lines = {
+            line
+            for target in (owner, gang)
+            for line in (_near_from.get((namespace, target)) or {}).values()
+        }
+    return sorted(lines)

@@ -76,9 +76,15 @@ def _unplanned(state: str, message: str, **fields: Any) -> dict[str, Any]:
         "attempt": None,
         "replacedRanks": None,
         "waitingSince": None,
+        "near": None,
         "reasons": [],
         **fields,
     }
+
+
+def partner_waiting_placement(message: str, waiting_since: float) -> dict[str, Any]:
+    """Return the placement of a gang that waits for its ``near`` partner to be placed."""
+    return _unplanned("Waiting", message, waitingSince=rfc3339(waiting_since), reasons=[])
 
 
 def waiting_placement(result: Unschedulable, waiting_since: float) -> dict[str, Any]:

@@ -52,7 +52,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -61,7 +61,7 @@ from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.errors import InputError
 from tpfabric_core.placement.planner import describe_nodes, plan_gang
 from tpfabric_core.placement.request import GangRequest
-from tpfabric_core.placement.results import Unschedulable
+from tpfabric_core.placement.results import GangPlan, Unschedulable
 from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_core.placement.topology import DEFAULT_LEVELS, ClusterTopology, LevelSpec
 from tpfabric_scheduler.bind_watch import (
@@ -84,10 +84,12 @@ from tpfabric_scheduler.capacity import (
 from tpfabric_scheduler.gang_request import eligible_nodes, gang_request, refused_nodes
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
+from tpfabric_scheduler.near import PREFERRED_WAIT_SECONDS, NearTarget, near_target
 from tpfabric_scheduler.placement_status import (
     changed,
     invalid_placement,
     parse_rfc3339,
+    partner_waiting_placement,
     planned_placement,
     rfc3339,
     waiting_placement,
@@ -279,6 +281,7 @@ class GangPlacer:
                     eligible=self._eligible_of(store, job, worker),
                     priority=max((p.priority for p in members), default=0),
                     refused=refused_nodes(store, placement, worker, now),
+                    near=near_target(store, job, self._topology_now(store)),
                 )
             )
         work.sort(key=lambda w: (-w.priority, w.job.created, w.job.key))
@@ -376,6 +379,7 @@ class GangPlacer:
         snapshot = build_snapshot(view, topology, reservations) if needed else None
         rings = planned_rings(view) if needed else []
         typical = typical_gang_gpus(view.jobs.values()) if needed else None
+        returning = returning_nodes(view, topology, now) if needed else {}
         del view
         uplinks = self._rings.uplink_load(topology, rings) if needed else None
         for job in suspended:
@@ -385,7 +389,11 @@ class GangPlacer:
         for job, members in unrecorded:
             assert snapshot is not None
             self._record_running(job, members, snapshot)
-        cycle = Cycle(snapshot, now, uplinks, typical) if snapshot is not None else None
+        cycle = (
+            Cycle(snapshot, now, uplinks, typical, returning=returning)
+            if snapshot is not None
+            else None
+        )
         # released gangs first: their bind bound is checked every cycle, never behind planning
         work.sort(key=lambda w: not (w.planned and not w.gated))
         started = time.monotonic()
@@ -478,21 +486,19 @@ class GangPlacer:
         previous = item.placement
         waiting_since = parse_rfc3339(previous.get("waitingSince")) or cycle.now
         waited = max(0.0, cycle.now - waiting_since)
-        hol = waited >= self.head_of_line_seconds
-        if self._still_waiting(item, cycle.now, freed):
-            return False  # nothing it depends on changed since it last waited
+        if item.near is None and self._still_waiting(item, cycle.now, freed):
+            # nothing it depends on changed since it last waited (a gang near another depends on
+            # where that one runs too: planned again, cheaply, each cycle it is due)
+            return False
         if self._old_pods_leaving(item, cycle.now):
             return False
+        near = item.near
+        if near is not None and near.must_wait(waited):
+            return self._wait_for_partner(item, near, waiting_since)
         try:
             request = gang_request_of(item)
             started = time.perf_counter()
-            result = plan_gang(
-                self._without_held(cycle, item),
-                request,
-                waited_seconds=waited,
-                uplink_load=cycle.uplinks,
-                typical_gang_gpus=cycle.typical_gpus,
-            )
+            result = self._plan_near(cycle, item, request, waited)
             self.metrics.plan_seconds.observe(time.perf_counter() - started)
         except InputError as err:
             self._writes.write(
@@ -500,42 +506,23 @@ class GangPlacer:
             )
             return False
         if isinstance(result, Unschedulable):
-            self.metrics.plans.labels("waiting").inc()
-            placement = waiting_placement(result, waiting_since)
-            blocked = self._blocked_by_holds(cycle, request, waited)
-            if blocked:
-                placement["message"] += f"; blocked: {blocked}"
-            held = len(cycle.held_for_hol)
-            if hol:
-                placement["message"] += self._hold_for_head_of_line(
-                    cycle, result, job, waiting_since
-                )
-            relax = result.relax_after_seconds
-            self._attempts[job.uid] = _Attempt(
-                freed,
-                waiting_since + relax if relax is not None else None,
-                hol,
-                holds=len(cycle.held_for_hol) > held or held > 0,
-                members=_members_of(item),
+            return self._wait(
+                item,
+                cycle,
+                result,
+                request,
+                waited=waited,
+                waiting_since=waiting_since,
+                freed=freed,
             )
-            # A job that already waits is rewritten at most every WAITING_REWRITE_SECONDS: in a
-            # busy cluster its best domain's count changes with every pod, and rewriting every
-            # waiting job every cycle would starve the plans of new gangs of API time.
-            first = previous.get("state") != "Waiting"
-            last = self._waiting_written.get(job.uid, 0.0)
-            due = first or self.clock() - last >= WAITING_REWRITE_SECONDS
-            if due and changed(previous, placement):
-                self._writes.write(job, previous, placement, "WaitingForCapacity" if first else "")
-                self._waiting_written[job.uid] = self.clock()
-                log.info("job %s waits: %s", job.key, result.summary)
-                self._tell_pods(item, placement)
-            return False
         self._attempts.pop(job.uid, None)
         cycle.snapshot.allocate(result)
         attempts = [p.attempt for p in item.gated if p.attempt is not None]
         placement = planned_placement(
             result, self.clock(), max(attempts, default=None), waiting_since
         )
+        if near is not None:
+            placement["near"] = near.placed_words(self._domain_at(result, near.level))
         self.metrics.plans.labels("planned").inc()
         summary = result.explain().splitlines()[0]
 
@@ -552,6 +539,111 @@ class GangPlacer:
 
         self._writes.then_release(job, self._writes.persist(job, persist), release)
         return True
+
+    def _wait(
+        self,
+        item: PlacementWork,
+        cycle: Cycle,
+        result: Unschedulable,
+        request: GangRequest,
+        *,
+        waited: float,
+        waiting_since: float,
+        freed: int,
+    ) -> bool:
+        """Write why the gang waits (at most every WAITING_REWRITE_SECONDS); return False."""
+        job = item.job
+        previous = item.placement
+        near = item.near
+        # a surge group of a rolling update is extra, passing capacity: it never holds a domain
+        # against the gangs behind it
+        hol = waited >= self.head_of_line_seconds and not _surge(job)
+        self.metrics.plans.labels("waiting").inc()
+        placement = waiting_placement(result, waiting_since)
+        if near is not None:
+            placement["message"] = near.waiting_words(placement["message"])
+        blocked = self._blocked_by_holds(cycle, request, waited)
+        if blocked:
+            placement["message"] += f"; blocked: {blocked}"
+        held = len(cycle.held_for_hol)
+        if hol:
+            placement["message"] += self._hold_for_head_of_line(cycle, result, job, waiting_since)
+        relax = result.relax_after_seconds
+        self._attempts[job.uid] = _Attempt(
+            freed,
+            waiting_since + relax if relax is not None else None,
+            hol,
+            holds=len(cycle.held_for_hol) > held or held > 0,
+            members=_members_of(item),
+        )
+        # A job that already waits is rewritten at most every WAITING_REWRITE_SECONDS: in a
+        # busy cluster its best domain's count changes with every pod, and rewriting every
+        # waiting job every cycle would starve the plans of new gangs of API time.
+        first = previous.get("state") != "Waiting"
+        last = self._waiting_written.get(job.uid, 0.0)
+        due = first or self.clock() - last >= WAITING_REWRITE_SECONDS
+        if due and changed(previous, placement):
+            self._writes.write(job, previous, placement, "WaitingForCapacity" if first else "")
+            self._waiting_written[job.uid] = self.clock()
+            log.info("job %s waits: %s", job.key, result.summary)
+            self._tell_pods(item, placement)
+        return False
+
+    def _plan_near(
+        self, cycle: Cycle, item: PlacementWork, request: GangRequest, waited: float
+    ) -> GangPlan | Unschedulable:
+        """Plan the gang, inside its ``near`` partner's domains when it asks for that (then,
+        when ``preferred`` and nothing fits there, as its topology request alone puts it)."""
+        snapshot = self._without_held(cycle, item)
+
+        def plan(asked: GangRequest) -> GangPlan | Unschedulable:
+            return plan_gang(
+                snapshot,
+                asked,
+                waited_seconds=waited,
+                uplink_load=cycle.uplinks,
+                typical_gang_gpus=cycle.typical_gpus,
+            )
+
+        near = item.near
+        if near is None or near.nodes is None:
+            return plan(request)
+        eligible = (
+            near.nodes if request.eligible_nodes is None else request.eligible_nodes & near.nodes
+        )
+        result = plan(replace(request, eligible_nodes=eligible))
+        if isinstance(result, Unschedulable) and near.mode == "preferred":
+            return plan(request)
+        return result
+
+    def _domain_at(self, plan: GangPlan, level: str) -> str | None:
+        """Return the name of the domain of ``level`` that holds the plan's first node."""
+        topology = self._topology
+        if topology is None or not plan.nodes_by_rank:
+            return None
+        try:
+            return topology.domain_of(plan.nodes_by_rank[0], level).name
+        except (ValueError, KeyError):
+            return None
+
+    def _wait_for_partner(self, item: PlacementWork, near: NearTarget, since: float) -> bool:
+        """Write why a gang that must be near another waits: that one is not placed yet."""
+        job = item.job
+        found = ", ".join(near.partners) or "no gang of that name in the namespace yet"
+        how = (
+            f"it must be in the same {near.level} (near, required"
+            if near.mode == "required"
+            else f"up to {PREFERRED_WAIT_SECONDS:g} s, to be in the same {near.level} "
+            "(near, preferred"
+        )
+        placement = partner_waiting_placement(
+            f"waits for {near.target!r} to be placed: {how}; found: {found})", since
+        )
+        if changed(item.placement, placement):
+            first = item.placement.get("state") != "Waiting"
+            self._writes.write(job, item.placement, placement, "WaitingForPartner" if first else "")
+            self._tell_pods(item, placement)
+        return False
 
     def _tell_pods(self, item: PlacementWork, placement: dict[str, Any]) -> None:
         """Post one ``GangWaiting`` Event on each gated worker not told yet, in the words of the
@@ -579,11 +671,14 @@ class GangPlacer:
         self._writes.persist(item.job, tell)
 
     def _without_held(self, cycle: Cycle, item: PlacementWork) -> CapacitySnapshot:
-        """Return the cycle's snapshot, or a copy without the nodes held for older gangs."""
-        if not cycle.held_for_hol:
+        """Return the cycle's snapshot, or a copy without the nodes held for older gangs: by
+        head-of-line holds, and for older gangs returning to the nodes they ran on."""
+        own = (item.job.created, item.job.key)
+        returning = [i for i, gang in cycle.returning.items() if gang < own]
+        if not cycle.held_for_hol and not returning:
             return cycle.snapshot
         trimmed = cycle.snapshot.copy()
-        for i in cycle.held_for_hol:
+        for i in (*cycle.held_for_hol, *returning):
             trimmed.free_gpus[i] = 0
         return trimmed
 
@@ -774,6 +869,38 @@ class GangPlacer:
         ):
             return True  # a refused worker drops a plan made before the gang was whole
         return released is not None and self._binds.bind_check_due(released, now)
+
+
+def returning_nodes(
+    store: ClusterStore, topology: ClusterTopology, now: float
+) -> dict[int, tuple[str, str]]:
+    """Return the previous nodes of the gangs returning to them: a plan dropped less than
+    RETURN_GRACE_SECONDS ago (``waitingSince``) whose gang has no plan yet, as a group its owner
+    replaces in place (an LWS rollout) is while its old pods go and its new ones come. Younger
+    gangs (a rollout's surge group) may not take them meanwhile, so the group returns where it
+    ran instead of finding its domain taken."""
+    held: dict[int, tuple[str, str]] = {}
+    for job in store.jobs.values():
+        placement = store.placement_of(job)
+        if placement.get("state") not in ("Replanning", "Waiting"):
+            continue
+        since = parse_rfc3339(placement.get("waitingSince"))
+        nodes = placement.get("previousNodes") or []
+        if since is None or not nodes or now - since >= RETURN_GRACE_SECONDS:
+            continue
+        for node in nodes:
+            index = topology.index_of.get(str(node))
+            if index is not None:
+                held.setdefault(index, (job.created, job.key))
+    return held
+
+
+def _surge(job: JobRecord) -> bool:
+    """Return whether the operator marks the record a surge group (condition ``Surge``)."""
+    return any(
+        isinstance(c, dict) and c.get("type") == "Surge" and c.get("status") == "True"
+        for c in job.raw_status.get("conditions") or []
+    )
 
 
 def _attempt_unknown(pods: Iterable[PodRecord]) -> bool:

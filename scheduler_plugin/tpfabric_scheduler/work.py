@@ -14,6 +14,7 @@ from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_scheduler.capacity import Reservation
 from tpfabric_scheduler.gang_request import gang_request
+from tpfabric_scheduler.near import NearTarget
 from tpfabric_scheduler.placement_status import rfc3339
 from tpfabric_scheduler.store import JobRecord, PodRecord
 
@@ -33,6 +34,8 @@ class PlacementWork:
     priority: int
     #: nodes kube-scheduler's own filters refuse for the gang now (see ``refused_nodes``)
     refused: frozenset[str] = frozenset()
+    #: where the gang may go to be near its partner (``spec.near``; None: it asks for none)
+    near: NearTarget | None = None
 
     @property
     def planned(self) -> bool:
@@ -68,6 +71,9 @@ class Cycle:
     typical_gpus: int | None = None
     #: node index -> the head-of-line hold on it (its domain is kept for an older gang)
     held_for_hol: dict[int, Hold] = field(default_factory=dict)
+    #: node index -> (creationTimestamp, key) of the gang returning to it: a gang whose plan was
+    #: dropped lately while its owner makes it again keeps its previous nodes from younger gangs
+    returning: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 def gang_request_of(item: PlacementWork) -> GangRequest:

@@ -23,7 +23,15 @@ from tpfabric_core.api.models import (
     _Model,
 )
 
-__all__ = ["GANG_KIND", "GANG_PLURAL", "Gang", "GangOwner", "GangSpec", "GangStatus"]
+__all__ = [
+    "GANG_KIND",
+    "GANG_PLURAL",
+    "Gang",
+    "GangNear",
+    "GangOwner",
+    "GangSpec",
+    "GangStatus",
+]
 
 GANG_KIND: Final = "Gang"
 GANG_PLURAL: Final = "gangs"
@@ -38,6 +46,25 @@ class GangOwner(_Model):
     (pods labelled `tpfabric.io/gang-name`, or Kueue's `pod-group-name`)."""
     name: Annotated[str, Field(max_length=253)]
     """The owner's name (for a pod group: its label's value)."""
+    role: Annotated[str, Field(max_length=63)] | None = None
+    """The role its pods play in a DisaggregatedSet (`disaggregatedset.x-k8s.io/role`, e.g.
+    `prefill`), which `near` may name."""
+    disaggregated_set: Annotated[str, Field(max_length=253)] | None = None
+    """The DisaggregatedSet its pods belong to (`disaggregatedset.x-k8s.io/name`)."""
+
+
+class GangNear(_Model):
+    """Place the gang near another gang (``tpfabric.io/near``)."""
+
+    target: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+    """The other gang: its owner's name (a LeaderWorkerSet, a JobSet, a pod group), its Gang
+    record's name, or a DisaggregatedSet role (`disaggregatedset.x-k8s.io/role`, in the same
+    DisaggregatedSet when the gang is in one), in the same namespace."""
+    level: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,62}$")] = "spine"
+    """The level whose one domain holds both, e.g. `spine` (a few switch hops apart)."""
+    mode: Literal["required", "preferred"] = "preferred"
+    """`required`: only inside such a domain (the gang waits for one, and for the other gang to
+    be placed); `preferred`: there when it fits, else where the topology request puts it."""
 
 
 class GangSpec(_Model):
@@ -60,6 +87,8 @@ class GangSpec(_Model):
     """Always 0 devices here: the pods name their RDMA devices themselves."""
     suspend: bool = False
     """Never set by the operator; a suspended gang is not planned."""
+    near: GangNear | None = None
+    """Place the gang near another gang (from the pods' `tpfabric.io/near` annotations)."""
 
 
 class GangStatus(_Model):
@@ -79,7 +108,13 @@ class GangStatus(_Model):
     placement: Placement | None = None
     """The persisted gang plan, or why the gang waits."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Placed and Ready."""
+    """`Ready` (every pod of the group exists and is Ready: the leader and each worker),
+    `Degraded` (a node under the group is degraded: rank, node and the fabric agent's reasons),
+    `Surge` (an extra group of an LWS rolling update, deleted when the update ends) and `Moving`
+    (with `tpfabric.io/on-degraded-link: restart-elsewhere`: whether and why the group is moved
+    off a degraded node now)."""
+    near_by: list[str] = Field(default_factory=list)
+    """Gangs placed near this one (their `spec.near` names it): each record's name and where."""
 
 
 class Gang(_Model):

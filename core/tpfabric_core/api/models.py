@@ -409,6 +409,9 @@ class Placement(_Model):
     """While the gang has no plan: the nodes of its last plan, by rank (a plan dropped, a group
     its owner made again). The next plan prefers the domain holding most of them, and those
     nodes inside it, when the smallest level that fits has room there."""
+    near: str | None = None
+    """A Gang asked to be near another (`spec.near`): whether the plan is, and where, e.g.
+    `near 'prefill' in spine 's1' (required)`."""
     refused_nodes: list[RefusedNode] = Field(default_factory=list)
     """Nodes kube-scheduler's own filters refused for this gang's released workers (they did
     not bind within the bind bound although the placer saw room): the gang is planned without

@@ -12,6 +12,7 @@ from placer_world import RecordingWriter, a_worker, gang, placement, two_leaves
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.extender import worker_view
+from tpfabric_scheduler.placement_status import replanning_placement
 from tpfabric_scheduler.placer import RETURN_GRACE_SECONDS
 from tpfabric_scheduler.protocol import parse_extender_args
 from tpfabric_scheduler.store import GANG_GATE
@@ -336,3 +337,63 @@ def test_a_gang_part_running_part_gated_under_no_plan_is_made_again_not_left_wai
     clock.now += 2
     placer.run_cycle()
     assert gang_placement(writer, "redo-0")["state"] == "Planned"
+
+
+def test_a_group_replaced_in_place_keeps_its_nodes_from_a_younger_surge_group(world: Any) -> None:
+    """An LWS rollout replaces a group in place (its plan dropped, its pods made again one by
+    one) while a surge group of the same rollout waits for room: the surge group, younger, may
+    not take the nodes the group returns to within RETURN_GRACE_SECONDS, else the group would
+    land elsewhere (seen with the real LWS controller before this rule)."""
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=2)
+    for i in range(2):
+        _occupy(writer, f"leaf-b-n{i}")  # the only other room is taken
+    record = a_gang_record("vllm-3", 2)
+    record["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    nodes = ["leaf-a-n0", "leaf-a-n1"]
+    record["status"] = {
+        "placement": replanning_placement("its pods went", clock.now) | {"previousNodes": nodes}
+    }
+    writer.add_job(record)
+    leader = gang_pod("vllm-3", 0)  # the leader is made again first; the worker follows
+    writer.add_pod(leader)
+    surge = a_gang_record("vllm-4", 2)
+    surge["metadata"]["creationTimestamp"] = "2026-01-01T00:05:00Z"
+    writer.add_job(surge)
+    for rank in range(2):
+        writer.add_pod(gang_pod("vllm-4", rank))
+    clock.now += 2
+    placer.run_cycle()
+    assert gang_placement(writer, "vllm-4")["state"] == "Waiting", "the returning group's nodes"
+    writer.add_pod(gang_pod("vllm-3", 1))
+    clock.now += 2
+    placer.run_cycle()
+    plan = gang_placement(writer, "vllm-3")
+    assert plan["state"] == "Planned"
+    assert sorted(plan["nodes"]) == nodes, "back on its nodes"
+    clock.now += RETURN_GRACE_SECONDS
+    placer.run_cycle()
+    assert gang_placement(writer, "vllm-4")["state"] == "Waiting"
+
+
+def test_a_returning_groups_nodes_are_kept_only_for_the_grace(world: Any) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=2)
+    for i in range(2):
+        _occupy(writer, f"leaf-b-n{i}")
+    record = a_gang_record("vllm-3", 2)
+    record["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    record["status"] = {
+        "placement": replanning_placement("its pods went", clock.now)
+        | {"previousNodes": ["leaf-a-n0", "leaf-a-n1"]}
+    }
+    writer.add_job(record)
+    writer.add_pod(gang_pod("vllm-3", 0))  # its worker never comes back
+    surge = a_gang_record("vllm-4", 2)
+    surge["metadata"]["creationTimestamp"] = "2026-01-01T00:05:00Z"
+    writer.add_job(surge)
+    for rank in range(2):
+        writer.add_pod(gang_pod("vllm-4", rank))
+    clock.now += RETURN_GRACE_SECONDS + 1
+    placer.run_cycle()
+    assert gang_placement(writer, "vllm-4")["state"] == "Planned"

@@ -1,0 +1,209 @@
+"""Serving groups through their life: readiness, degraded links, rollouts. Pure.
+
+A LeaderWorkerSet group serves for weeks and is rolled; its Gang record shows, beside the
+placer's plan, what a person running the fleet asks of it (issue 35):
+
+- **Ready**: True only when every pod of the group exists and is Ready (the leader and each
+  worker), as LWS itself counts a group ready (``getReplicaStates``: the leader pod and the
+  worker StatefulSet both ready);
+- **Degraded**: a node under the group carries the fabric agent's ``degraded`` health, named
+  with the rank and the agent's reasons (a straggler risk for every request the group serves);
+- **Surge**: the group is one of the extra groups LWS adds during a rolling update
+  (``maxSurge``): its group index is at or above the LWS's replicas, and LWS deletes it when the
+  update ends, so while no domain has room it waits (never placed in part) and the rollout goes
+  on replacing groups in place;
+- **Moving**: with ``tpfabric.io/on-degraded-link: restart-elsewhere`` (on the LWS or its pod
+  templates, as TPJ's ``onDegradedLink``), a degraded, ready group is moved at the next safe
+  point: one group of an LWS at a time, and only while the LWS's other not-ready groups leave
+  room under its ``maxUnavailable``. Moving deletes the group's leader pod: LWS makes the whole
+  group again and the placer plans it away from the degraded node.
+
+Decided: only LeaderWorkerSet groups are moved (their owner makes a deleted group again, whole);
+a JobSet or a plain pod group on a degraded node is reported, not moved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tpfabric_core.gangs import LWS_GROUP_INDEX, ON_DEGRADED_ANNOTATION
+
+__all__ = [
+    "LwsView",
+    "Move",
+    "condition",
+    "degraded_words",
+    "group_ready",
+    "lws_view",
+    "merge_conditions",
+    "move_decision",
+    "surge_message",
+]
+
+#: how long a move is taken to be under way (the group is made again, planned, bound and ready)
+MOVE_SECONDS = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class LwsView:
+    """What the operator reads of a LeaderWorkerSet for its groups."""
+
+    name: str
+    replicas: int
+    max_unavailable: int
+    max_surge: int
+    on_degraded_link: str  # "report" (default) or "restart-elsewhere"
+
+
+def _scaled(value: Any, total: int, *, round_up: bool) -> int:
+    """Return an ``IntOrString`` as LWS scales it (``GetScaledValueFromIntOrPercent``)."""
+    if isinstance(value, int):
+        return value
+    text = str(value or "0").strip()
+    if text.endswith("%") and text[:-1].isdigit():
+        share = int(text[:-1]) * total / 100
+        return math.ceil(share) if round_up else math.floor(share)
+    return int(text) if text.isdigit() else 0
+
+
+def lws_view(lws: Mapping[str, Any]) -> LwsView:
+    """Return what a LeaderWorkerSet object says of its groups (LWS's defaults where unset:
+    ``maxUnavailable`` 1, ``maxSurge`` 0)."""
+    meta = lws.get("metadata") or {}
+    spec = lws.get("spec") or {}
+    given = spec.get("replicas")
+    replicas = given if isinstance(given, int) else 1
+    rolling = (spec.get("rolloutStrategy") or {}).get("rollingUpdateConfiguration") or {}
+    unavailable = _scaled(rolling.get("maxUnavailable", 1), replicas, round_up=False)
+    surge = min(_scaled(rolling.get("maxSurge", 0), replicas, round_up=True), replicas)
+    template = spec.get("leaderWorkerTemplate") or {}
+    asked = str((meta.get("annotations") or {}).get(ON_DEGRADED_ANNOTATION) or "")
+    for part in ("leaderTemplate", "workerTemplate"):
+        annotations = ((template.get(part) or {}).get("metadata") or {}).get("annotations") or {}
+        asked = asked or str(annotations.get(ON_DEGRADED_ANNOTATION) or "")
+    return LwsView(
+        name=str(meta.get("name") or ""),
+        replicas=replicas,
+        max_unavailable=unavailable,
+        max_surge=surge,
+        on_degraded_link=asked or "report",
+    )
+
+
+def group_index(labels: Mapping[str, str]) -> int | None:
+    """Return an LWS pod's group index (None when it carries none)."""
+    text = str(labels.get(LWS_GROUP_INDEX, ""))
+    return int(text) if text.isdigit() else None
+
+
+def surge_message(index: int | None, view: LwsView, *, waiting: bool = False) -> str:
+    """Return the Surge condition's words for group ``index`` ("" when it is not a surge
+    group); ``waiting``: no domain has room for it now."""
+    if index is None or index < view.replicas:
+        return ""
+    words = (
+        f"group {index} of LeaderWorkerSet {view.name!r} is a surge group of its rolling update "
+        f"(replicas {view.replicas}, maxSurge {view.max_surge}): LWS deletes it when the update "
+        "ends, and it holds no domain for itself while it waits"
+    )
+    if waiting:
+        words += (
+            "; the rollout waits for it: LWS replaces a group only once the groups above it are "
+            "ready and updated (it counts from the highest index, a surge group's), and no domain "
+            "has room for this one whole. To go on: free room for one group, or roll with "
+            "maxSurge 0 (groups replaced in place return to the domain they leave)"
+        )
+    return words
+
+
+def group_ready(ready: Sequence[bool], size: int) -> bool:
+    """Return whether a group is ready: every one of its ``size`` pods exists and is Ready."""
+    return len(ready) >= size and all(ready)
+
+
+def degraded_words(on_degraded: Sequence[tuple[int | None, str, Sequence[str]]]) -> str:
+    """Return the Degraded condition's words: each rank on a degraded node, and why."""
+    parts = [
+        f"rank {rank if rank is not None else '?'} on node {node}: {'; '.join(reasons)}"
+        for rank, node, reasons in on_degraded
+    ]
+    return "straggler risk: " + " | ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Whether to move a degraded group now, and the Moving condition's words."""
+
+    now: bool
+    message: str
+
+
+def move_decision(
+    *,
+    group: str,
+    view: LwsView | None,
+    degraded: bool,
+    ready: bool,
+    others_unready: Sequence[str],
+    moving: str | None,
+) -> Move | None:
+    """Return what to do with a group on a degraded node (None: nothing to say).
+
+    ``others_unready``: the LWS's other groups that are not ready now; ``moving``: the group of
+    the same LWS being moved now (None when none).
+    """
+    if not degraded or view is None or view.on_degraded_link != "restart-elsewhere":
+        return None
+    budget = view.max_unavailable
+    if moving is not None and moving != group:
+        wait = f"waits: group {moving} of {view.name!r} is being moved (one at a time)"
+    elif moving == group:
+        wait = "being moved: LWS makes the group again, away from the degraded node"
+    elif not ready:
+        wait = "waits for the group to be ready (a group that is not ready is not moved)"
+    elif budget == 0:
+        wait = f"not moved: {view.name!r} allows no unavailable group (maxUnavailable 0)"
+    elif len(others_unready) + 1 > budget:
+        shown = ", ".join(sorted(others_unready)[:3])
+        wait = (
+            f"waits: {len(others_unready)} other group(s) of {view.name!r} are not ready "
+            f"({shown}); moving this one would pass maxUnavailable {budget}"
+        )
+    else:
+        return Move(
+            True,
+            "moving off the degraded node: its leader pod is deleted, LWS makes the group again "
+            "and tpfabric plans it elsewhere",
+        )
+    return Move(False, wait)
+
+
+def condition(kind: str, status: bool, reason: str, message: str) -> dict[str, str]:
+    """Return a condition without its transition time (see :func:`merge_conditions`)."""
+    return {
+        "type": kind,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+    }
+
+
+def merge_conditions(
+    new: Sequence[Mapping[str, str]], stored: Sequence[Mapping[str, Any]], now: str
+) -> list[dict[str, Any]]:
+    """Return ``new`` with each ``lastTransitionTime`` kept from ``stored`` while its status is
+    unchanged (else ``now``), as ``metav1.Condition`` asks."""
+    before = {str(c.get("type")): c for c in stored if isinstance(c, Mapping)}
+    merged = []
+    for item in new:
+        old = before.get(item["type"])
+        since = (
+            old.get("lastTransitionTime")
+            if old is not None and old.get("status") == item["status"]
+            else None
+        )
+        merged.append({**item, "lastTransitionTime": since or now})
+    return merged

@@ -1,0 +1,145 @@
+"""What a serving group's record says and when a degraded group is moved (issue 35). Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tpfabric_core import labels
+from tpfabric_core.gangs import GangSettings, Near, gang_of
+from tpfabric_operator.serving import (
+    LwsView,
+    degraded_words,
+    group_ready,
+    lws_view,
+    merge_conditions,
+    move_decision,
+    surge_message,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def an_lws(**rolling: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"replicas": 4, "leaderWorkerTemplate": {"size": 2}}
+    if rolling:
+        spec["rolloutStrategy"] = {"rollingUpdateConfiguration": rolling}
+    return {"metadata": {"name": "chat"}, "spec": spec}
+
+
+def test_an_lws_is_read_with_lws_defaults_and_percentages_scaled_as_lws_scales_them() -> None:
+    assert lws_view(an_lws()) == LwsView("chat", 4, 1, 0, "report")
+    # maxSurge rounds up, maxUnavailable down (GetScaledValueFromIntOrPercent)
+    assert lws_view(an_lws(maxSurge="30%", maxUnavailable="30%")) == LwsView(
+        "chat", 4, 1, 2, "report"
+    )
+    asked = an_lws()
+    asked["spec"]["leaderWorkerTemplate"]["workerTemplate"] = {
+        "metadata": {"annotations": {"tpfabric.io/on-degraded-link": "restart-elsewhere"}}
+    }
+    assert lws_view(asked).on_degraded_link == "restart-elsewhere"
+
+
+def test_a_group_at_or_above_the_replicas_is_a_surge_group() -> None:
+    view = LwsView("chat", 4, 1, 1, "report")
+    assert surge_message(3, view) == ""
+    assert "group 4 of LeaderWorkerSet 'chat' is a surge group" in surge_message(4, view)
+
+
+def test_a_group_is_ready_only_when_every_pod_exists_and_is_ready() -> None:
+    assert group_ready([True, True], 2)
+    assert not group_ready([True], 2), "a worker not made yet"
+    assert not group_ready([True, False], 2)
+
+
+VIEW = LwsView("chat", 4, 1, 0, "restart-elsewhere")
+
+
+def decide(**kwargs: Any) -> Any:
+    args: dict[str, Any] = {
+        "group": "chat-1",
+        "view": VIEW,
+        "degraded": True,
+        "ready": True,
+        "others_unready": [],
+        "moving": None,
+    }
+    return move_decision(**(args | kwargs))
+
+
+def test_a_ready_degraded_group_is_moved_when_the_budget_allows() -> None:
+    assert decide().now
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"others_unready": ["chat-3"]}, "would pass maxUnavailable 1"),
+        ({"moving": "chat-2"}, "group chat-2 of 'chat' is being moved (one at a time)"),
+        ({"ready": False}, "waits for the group to be ready"),
+        ({"view": LwsView("chat", 4, 0, 1, "restart-elsewhere")}, "maxUnavailable 0"),
+    ],
+)
+def test_a_move_waits_for_a_safe_point(change: dict[str, Any], words: str) -> None:
+    move = decide(**change)
+    assert not move.now
+    assert words in move.message
+
+
+def test_nothing_is_moved_unless_the_owner_asked() -> None:
+    assert decide(view=LwsView("chat", 4, 1, 0, "report")) is None
+    assert decide(degraded=False) is None
+    assert decide(view=None) is None
+
+
+def test_the_degraded_words_name_rank_node_and_reason() -> None:
+    assert degraded_words([(1, "n7", ("symbol errors 1,200/min on mlx5_3",))]) == (
+        "straggler risk: rank 1 on node n7: symbol errors 1,200/min on mlx5_3"
+    )
+
+
+def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
+    stored = [{"type": "Ready", "status": "True", "lastTransitionTime": "T0", "message": "1/2"}]
+    same = merge_conditions([{"type": "Ready", "status": "True", "message": "2/2"}], stored, "T1")
+    flipped = merge_conditions([{"type": "Ready", "status": "False"}], stored, "T1")
+    assert same[0]["lastTransitionTime"] == "T0"
+    assert flipped[0]["lastTransitionTime"] == "T1"
+
+
+SETTINGS = GangSettings(levels={"spine": labels.SPINE, "leaf": labels.LEAF})
+
+
+def member(annotations: dict[str, str]) -> Any:
+    meta = {
+        "name": "decode-0",
+        "labels": {
+            "leaderworkerset.sigs.k8s.io/name": "decode",
+            "leaderworkerset.sigs.k8s.io/worker-index": "0",
+            "leaderworkerset.sigs.k8s.io/group-index": "0",
+        },
+        "annotations": {"leaderworkerset.sigs.k8s.io/size": "2", **annotations},
+    }
+    return gang_of(meta, SETTINGS)
+
+
+def test_near_is_read_from_the_pods_annotations_spine_and_preferred_by_default() -> None:
+    assert member({"tpfabric.io/near": "prefill"}).near == Near("prefill", "spine", "preferred")
+    asked = member(
+        {
+            "tpfabric.io/near": "prefill",
+            "tpfabric.io/near-level": "leaf",
+            "tpfabric.io/near-mode": "required",
+        }
+    )
+    assert asked.near == Near("prefill", "leaf", "required")
+    assert member({}).near is None
+
+
+def test_a_bad_near_is_a_problem_naming_the_annotation() -> None:
+    bad = member({"tpfabric.io/near": "prefill", "tpfabric.io/near-level": "rack"})
+    assert bad.near is None
+    assert [p.key for p in bad.problems] == ["tpfabric.io/near-level"]
+    assert "level 'rack' is not configured" in bad.problems[0].message
+    wrong = member({"tpfabric.io/near": "Pre_fill", "tpfabric.io/near-mode": "always"})
+    assert [p.key for p in wrong.problems] == ["tpfabric.io/near", "tpfabric.io/near-mode"]
