@@ -18,6 +18,14 @@ table per sweep point; the JSON holds every point under ``sweep`` (``--plot`` dr
 Only the simulated fabric changes: every placer, tpfabric's planner included, is called as it
 ships (the planner scores with its default cost model; it is not told the fabric's ratios).
 
+``--scenario contention`` replays the trace with other tenants' traffic and bunched collectives
+(:func:`tpfabric_bench.sim.constants.contended`: Crux's inter-job contention). ``--trace serving``
+is a serving trace (405B groups of 2 nodes, TP 8 x PP 2, among training tenants:
+:mod:`tpfabric_bench.sim.serving`); the table then shows the groups' modelled inter-token time.
+``--link-faults RATE`` makes links degrade during the run; ``tpfabric`` restarts the jobs on them
+elsewhere always, ``tpfabric-weighed`` only when that is expected to finish sooner
+(:func:`tpfabric_bench.sim.faults.restart_pays`), ``tpfabric-report`` never.
+
 Every figure comes from a model (see the simulator's docstrings), not from a cluster; timings
 are wall-clock on this machine and only compare placers run side by side. This module must never
 be imported by the product or assert on timings.
@@ -31,6 +39,7 @@ import json
 import math
 import random
 import statistics
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,9 +49,27 @@ from rich.console import Console
 from rich.table import Table
 
 from tpfabric_bench.sim.cluster import Cluster, build_cluster
-from tpfabric_bench.sim.constants import DEFAULT_CONSTANTS, SimConstants, oversubscribed
-from tpfabric_bench.sim.engine import PlaceFn, SimRun, simulate
-from tpfabric_bench.sim.faults import MEAN_FAULT_HOURS, LinkFault, RestartCost, link_faults
+from tpfabric_bench.sim.constants import (
+    DEFAULT_CONSTANTS,
+    SimConstants,
+    contended,
+    oversubscribed,
+)
+from tpfabric_bench.sim.engine import JobOutcome, PlaceFn, SimRun, simulate
+from tpfabric_bench.sim.faults import (
+    LOSSY_LINK_BANDWIDTH,
+    MEAN_FAULT_HOURS,
+    LinkFault,
+    RestartCost,
+    RestartRule,
+    link_faults,
+)
+from tpfabric_bench.sim.serving import (
+    is_serving,
+    serving_trace,
+    token_samples,
+    weighted_percentile,
+)
 from tpfabric_bench.sim.trace import TRACE_KINDS, SimJob, generate_trace, read_trace, write_trace
 from tpfabric_core.fabric_description import (
     FabricDescription,
@@ -65,8 +92,13 @@ POLICIES = (
 )
 ORACLE_BUDGET = 20_000
 """Allocations the oracle (exact search) may enumerate per gang before it is called intractable."""
-RESTARTING = frozenset({"tpfabric", "tpfabric-static"})
+RESTARTING = frozenset({"tpfabric", "tpfabric-static", "tpfabric-weighed"})
 """Placers whose jobs restart elsewhere when a link they use degrades (``restart-elsewhere``)."""
+WEIGHED = frozenset({"tpfabric-weighed"})
+"""Restarting placers that restart only when it is expected to pay (the weighed rule)."""
+SCENARIOS = ("baseline", "contention")
+SERVING = "serving"
+"""The serving trace's name for ``--trace`` and ``--kind``."""
 SCALE_TYPICAL_GPUS = 64
 """The typical gang the timed plans are given (8 workers x 8 GPUs: the fragment rule is on)."""
 
@@ -86,7 +118,7 @@ def placer(name: str) -> tuple[PlaceFn, bool]:
     same planner without it; ``tpfabric-report`` the same as ``tpfabric`` but, under link faults,
     as with ``onDegradedLink: report``: no restarts (see :data:`RESTARTING`).
     """
-    if name in ("tpfabric", "tpfabric-report"):
+    if name in ("tpfabric", "tpfabric-report", "tpfabric-weighed"):
         return (
             lambda s, r, w, u, t: plan_gang(
                 s, r, waited_seconds=w, uplink_load=u, typical_gang_gpus=t
@@ -134,7 +166,44 @@ def metrics(run: SimRun, cluster: Cluster) -> dict[str, Any]:
         else 0.0,
         "stretch_affected": round(statistics.fmean(o.stretch for o in hit), 4) if hit else 0.0,
         "restarts": sum(o.restarts for o in done),
+        **serving_metrics(done),
     }
+
+
+def serving_metrics(done: Sequence[JobOutcome]) -> dict[str, Any]:
+    """Return the serving groups' inter-token figures (time-weighted), none without groups."""
+    groups = [o for o in done if is_serving(o.name)]
+    if not groups:
+        return {}
+    samples = [s for o in groups for s in token_samples(o.pp_links)]
+    tokens = [(itl, seconds) for itl, _, seconds in samples]
+    fabric = [(hop, seconds) for _, hop, seconds in samples]
+    training = [o.end_s - o.arrival_s for o in done if not is_serving(o.name)]
+    return {
+        "serving_groups": len(groups),
+        "groups_spanning_leaves": sum(o.leaves > 1 for o in groups),
+        "token_ms_p50": round(weighted_percentile(tokens, 0.5) * 1e3, 4),
+        "token_ms_p99": round(weighted_percentile(tokens, 0.99) * 1e3, 4),
+        "fabric_us_p50": round(weighted_percentile(fabric, 0.5) * 1e6, 2),
+        "fabric_us_p99": round(weighted_percentile(fabric, 0.99) * 1e6, 2),
+        "group_wait_s": round(statistics.fmean(o.start_s - o.arrival_s for o in groups), 1),
+        "training_mean_jct_s": round(statistics.fmean(training), 1) if training else 0.0,
+    }
+
+
+def affected_anywhere(results: dict[str, dict[str, Any]], runs: dict[str, SimRun]) -> None:
+    """Return nothing; add each placer's mean JCT over the jobs that met a fault under any placer.
+
+    Each placer's own affected jobs differ (they depend on where it put them); this set is the
+    same for every placer, so the means compare like with like.
+    """
+    met = {o.name for run in runs.values() for o in run.outcomes if o.affected}
+    if not met:
+        return
+    for name, run in runs.items():
+        jct = [o.end_s - o.arrival_s for o in run.outcomes if o.name in met]
+        results[name]["jobs_met_anywhere"] = len(jct)
+        results[name]["mean_jct_met_anywhere_s"] = round(statistics.fmean(jct), 1) if jct else 0.0
 
 
 def comparison(results: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -150,6 +219,10 @@ def comparison(results: dict[str, dict[str, Any]]) -> dict[str, float]:
         if ours.get("mean_jct_affected_s") and kueue.get("mean_jct_affected_s"):
             out["affected_jct_gain_vs_kueue"] = round(
                 1 - ours["mean_jct_affected_s"] / kueue["mean_jct_affected_s"], 4
+            )
+        if ours.get("token_ms_p99") and kueue.get("token_ms_p99"):
+            out["token_p99_gain_vs_kueue"] = round(
+                1 - ours["token_ms_p99"] / kueue["token_ms_p99"], 6
             )
     spread = results.get("spread")
     if spread and "infeasible" not in spread and spread["comm_share_mean"]:
@@ -225,11 +298,35 @@ FAULT_COLUMNS = (
 )
 """Shown when some job met a link that degraded during the run."""
 
+ANYWHERE_COLUMNS = (
+    ("jobs_met_anywhere", "met anywhere"),
+    ("mean_jct_met_anywhere_s", "their JCT s"),
+)
+"""The jobs that met a fault under any placer: the same set for every placer."""
+
+SERVING_COLUMNS = (
+    ("serving_groups", "groups"),
+    ("groups_spanning_leaves", "spanning"),
+    ("token_ms_p50", "token p50 ms"),
+    ("token_ms_p99", "token p99 ms"),
+    ("fabric_us_p50", "fabric p50 us"),
+    ("fabric_us_p99", "fabric p99 us"),
+    ("group_wait_s", "group wait s"),
+    ("training_mean_jct_s", "training JCT s"),
+)
+"""Shown when the trace holds serving groups."""
+
 
 def columns_of(results: dict[str, dict[str, Any]]) -> tuple[tuple[str, str], ...]:
-    """Return the table's columns: the fault columns too when some job met a fault."""
-    met = any(values.get("affected_jobs") for values in results.values())
-    return COLUMNS + FAULT_COLUMNS if met else COLUMNS
+    """Return the table's columns: fault and serving columns too when the run has them."""
+    columns: tuple[tuple[str, str], ...] = COLUMNS
+    if any(values.get("affected_jobs") for values in results.values()):
+        columns += FAULT_COLUMNS
+    if any(values.get("jobs_met_anywhere") for values in results.values()):
+        columns += ANYWHERE_COLUMNS
+    if any(values.get("serving_groups") for values in results.values()):
+        columns += SERVING_COLUMNS
+    return columns
 
 
 def print_table(console: Console, title: str, results: dict[str, dict[str, Any]]) -> None:
@@ -243,7 +340,7 @@ def print_table(console: Console, title: str, results: dict[str, dict[str, Any]]
         if "infeasible" in values:
             table.add_row(policy, *(["n/a"] * len(columns)))
             continue
-        table.add_row(policy, *(str(values[key]) for key, _ in columns))
+        table.add_row(policy, *(str(values.get(key, "")) for key, _ in columns))
     console.print(table)
 
 
@@ -258,7 +355,7 @@ def markdown_table(results: dict[str, dict[str, Any]]) -> str:
         cells = (
             ["n/a"] * len(columns)
             if "infeasible" in values
-            else [str(values[k]) for k, _ in columns]
+            else [str(values.get(k, "")) for k, _ in columns]
         )
         lines.append(f"| {policy} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -325,12 +422,86 @@ def write_plots(directory: Path, title: str, runs: dict[str, SimRun]) -> list[Pa
     return written
 
 
+def scenario_of(results: dict[str, dict[str, Any]], scenario: str) -> str | None:
+    """Return the scenario a picture is drawn for: serving, degraded, contention, or none."""
+    if any(values.get("serving_groups") for values in results.values()):
+        return "serving"
+    if any(values.get("jobs_met_anywhere") for values in results.values()):
+        return "degraded"
+    return "contention" if scenario == "contention" else None
+
+
+def write_scenario_plot(
+    path: Path, kind: str, title: str, results: dict[str, dict[str, Any]], runs: dict[str, SimRun]
+) -> Path:
+    """Return ``path``, a PNG of the scenario's figure per placer.
+
+    serving: the CDF of the fabric's share of the inter-token time (time-weighted over every
+    group); degraded: mean JCT of all jobs and of the jobs that met a fault under any placer;
+    contention: mean JCT and stretch.
+    """
+    import matplotlib  # noqa: PLC0415 - only --plot needs it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    shown = {n: v for n, v in results.items() if "infeasible" not in v}
+    if kind == "serving":
+        for name, run in runs.items():
+            samples = sorted(
+                (hop * 1e6, seconds)
+                for o in run.outcomes
+                if is_serving(o.name)
+                for _, hop, seconds in token_samples(o.pp_links)
+            )
+            total = math.fsum(w for _, w in samples) or 1.0
+            xs, ys, acc = [], [], 0.0
+            for value, weight in samples:
+                acc += weight
+                xs.append(value)
+                ys.append(acc / total)
+            p99 = shown[name]["token_ms_p99"]
+            ax.step(xs, ys, where="post", label=f"{name} (token p99 {p99:.3f} ms)")
+        ax.set_xscale("log")
+        ax.set_xlabel("fabric time per token, µs (stage hop + tokens back)")
+        ax.set_ylabel("fraction of serving time")
+        ax.legend(fontsize=7, loc="lower right")
+    else:
+        names = list(shown)
+        xs = list(range(len(names)))
+        if kind == "degraded":
+            pairs = (
+                ("mean_jct_s", "all jobs"),
+                ("mean_jct_met_anywhere_s", "jobs that met a fault"),
+            )
+        else:
+            pairs = (("mean_jct_s", "mean JCT"), ("p95_jct_s", "p95 JCT"))
+        width = 0.38
+        for k, (key, label) in enumerate(pairs):
+            values = [shown[n].get(key, 0.0) / 3600 for n in names]
+            ax.bar([x + (k - 0.5) * width for x in xs], values, width, label=label)
+        ax.set_xticks(xs, names, rotation=20, fontsize=7)
+        ax.set_ylabel("hours")
+        ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    ax.set_title(textwrap.fill(title, 90), fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
 def resolve_trace(args: argparse.Namespace, nodes: int) -> tuple[str, list[SimJob]]:
     """Return (trace label, jobs): a shipped trace by kind, a CSV file, or a generated one."""
+    if args.trace is None and args.kind == SERVING:
+        jobs = serving_trace(nodes=nodes, seed=args.seed, training_jobs=args.jobs)
+        return f"generated {SERVING} (seed {args.seed})", jobs
     if args.trace is None:
         jobs = generate_trace(args.kind, jobs=args.jobs, nodes=nodes, seed=args.seed)
         return f"generated {args.kind} (seed {args.seed})", jobs
-    if args.trace in TRACE_KINDS:
+    if args.trace in (*TRACE_KINDS, SERVING):
         path = TRACES / f"{args.trace}-{nodes}.csv"
         if not path.exists():
             shipped = ", ".join(sorted(p.name for p in TRACES.glob("*.csv")))
@@ -369,14 +540,18 @@ def run_placers(
     *,
     faults: Sequence[LinkFault] = (),
     restart: RestartCost | None = None,
+    expected_fault_s: float = MEAN_FAULT_HOURS * 3600.0,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, SimRun]]:
     """Return every placer's metrics and run on ``trace`` (the oracle's may say infeasible).
 
     With ``faults``, the :data:`RESTARTING` placers restart a job that meets one at
-    ``restart``'s cost (``onDegradedLink: restart-elsewhere``); the others keep it running slow.
+    ``restart``'s cost (``onDegradedLink: restart-elsewhere``), the :data:`WEIGHED` ones only when
+    it is expected to pay over a fault lasting ``expected_fault_s``; the others keep it running
+    slow. Serving groups' stage hops are recorded when the trace holds any.
     """
     results: dict[str, dict[str, Any]] = {}
     runs: dict[str, SimRun] = {}
+    serving = any(is_serving(job.name) for job in trace)
     for name in policies:
         place, aware = placer(name)
         started = time.perf_counter()
@@ -389,6 +564,8 @@ def run_placers(
                 uplink_aware=aware,
                 faults=faults,
                 restart=restart if name in RESTARTING else None,
+                restart_rule=RestartRule("weighed", expected_fault_s) if name in WEIGHED else None,
+                record_pp_links=serving,
             )
         except SearchTooLargeError as err:
             results[name] = {"infeasible": f"{err} (budget {ORACLE_BUDGET} per gang)"}
@@ -396,6 +573,8 @@ def run_placers(
             runs[name] = run
             results[name] = metrics(run, cluster)
         console.log(f"{name}: simulated in {time.perf_counter() - started:.1f} s")
+    if faults:
+        affected_anywhere(results, runs)
     return results, runs
 
 
@@ -441,6 +620,15 @@ def run_sweep(
     Prints one table per point (one point, at the model's ratios, without a sweep).
     """
     base = dataclasses.replace(DEFAULT_CONSTANTS, flow_activity=args.flow_activity)
+    if args.scenario == "contention":
+        base = contended(base)
+    if args.degraded_bandwidth is not None:
+        if not 0.0 < args.degraded_bandwidth <= 1.0:
+            raise SystemExit(
+                f"--degraded-bandwidth {args.degraded_bandwidth}: a share of the link, in (0, 1]"
+            )
+        cost = base.cost.model_copy(update={"degraded_bandwidth_factor": args.degraded_bandwidth})
+        base = dataclasses.replace(base, cost=cost)
     sweeping = bool(args.oversubscription or args.core_oversubscription)
     nodes = len(cluster.topology)
     points: list[dict[str, Any]] = []
@@ -457,6 +645,7 @@ def run_sweep(
             constants,
             faults=faults,
             restart=restart,
+            expected_fault_s=args.fault_hours * 3600.0,
         )
         title = (
             f"{label}: {len(trace)} jobs on {nodes} nodes "
@@ -464,6 +653,8 @@ def run_sweep(
         )
         if sweeping:
             title += f"; {_ratio_label(constants)}"
+        if args.scenario != "baseline":
+            title += f"; scenario {args.scenario}"
         print_table(console, title, results)
         versus = comparison(results)
         if versus:
@@ -489,9 +680,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--nodes", type=int, default=128, help="generated fabric size")
     parser.add_argument(
         "--trace",
-        help=f"a shipped trace ({', '.join(TRACE_KINDS)}, for --nodes 128 or 4096) or a CSV file",
+        help=f"a shipped trace ({', '.join((*TRACE_KINDS, SERVING))}, for 128 nodes) or a CSV file",
     )
-    parser.add_argument("--kind", choices=TRACE_KINDS, default="small-jobs", help="to generate")
+    parser.add_argument(
+        "--kind", choices=(*TRACE_KINDS, SERVING), default="small-jobs", help="to generate"
+    )
     parser.add_argument("--jobs", type=int, default=400, help="jobs in a generated trace")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--write-trace", type=Path, help="write the generated trace here, stop")
@@ -506,6 +699,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=DEFAULT_CONSTANTS.flow_activity,
         help="scale each flow's uplink load (its duty cycle x this; above 1: bursts bunch up)",
+    )
+    parser.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default="baseline",
+        help="contention: other tenants' background load and bunched collectives (Crux)",
+    )
+    parser.add_argument(
+        "--degraded-bandwidth",
+        type=float,
+        help="bandwidth left on a link with a degraded endpoint (default: the cost model's 0.5; "
+        f"a lossy transceiver: {LOSSY_LINK_BANDWIDTH})",
     )
     parser.add_argument(
         "--oversubscription",
@@ -555,6 +760,7 @@ def main(argv: list[str] | None = None) -> int:
         "fabric": {"name": cluster.name, "nodes": nodes, "gpus": cluster.gpus},
         "trace": {"name": label, "jobs": len(trace), "seed": args.seed},
         "flow_activity": args.flow_activity,
+        "scenario": args.scenario,
     }
     if args.link_faults:
         output["link_faults"] = {
@@ -581,6 +787,11 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(output, indent=2) + "\n")
     if args.plot:
         for path in write_plots(args.plot, title, runs):
+            console.print(f"wrote {path}")
+        last = points[-1]["policies"] if points else {}
+        kind = scenario_of(last, args.scenario)
+        if kind:
+            path = write_scenario_plot(args.plot / f"{kind}.png", kind, title, last, runs)
             console.print(f"wrote {path}")
     return 0
 

@@ -20,6 +20,19 @@ points and where they come from:
   fewer spine ports are bought (the range issue 38 cites);
 - block->core 4:1: the cost model's default; up to 7:1: Llama 3's aggregation layer ("an
   oversubscription ratio of 1:7" between pods, section 3.3.1).
+
+**Contention between tenants** (issue 38, item 3). Crux (Cao et al., "Crux: GPU-Efficient
+Communication Scheduling for Deep Learning Training", SIGCOMM '24, section 2.2) profiled Alibaba's
+2,000-GPU production cluster for two weeks: 36.3% of the jobs (51% of the GPUs) met communication
+contention from other jobs, and a GPT job sharing links with a BERT job stepped 11% slower (1.53 s
+to 1.70 s per iteration). Its causes are traffic this trace does not hold (other tenants, storage
+and checkpoint traffic crossing the same spines), ECMP hash collisions that put several flows on one
+of the parallel uplinks, and collectives of different jobs running at the same moment. The fluid
+model has a knob for each: :func:`contended` raises the background load per tier (what other
+tenants and collisions take from an uplink) and ``flow_activity`` (collectives bunching up: a flow
+loads an uplink for its duty cycle times this). The figures are assumptions picked so that
+contention binds, not measurements: :data:`CONTENTION_BACKGROUND` and
+:data:`CONTENTION_FLOW_ACTIVITY`.
 """
 
 from __future__ import annotations
@@ -84,3 +97,33 @@ def oversubscribed(
         ratios[level] = ratio
     cost = constants.cost.model_copy(update={"oversubscription": ratios})
     return dataclasses.replace(constants, cost=cost)
+
+
+CONTENTION_BACKGROUND: dict[str, float] = {"spine": 0.5, "block": 0.6, "cluster": 0.7}
+"""Assumption: the share of each tier's uplinks other tenants' traffic and ECMP collisions take in
+the contention scenario (the cost model's default is 0.1 / 0.25 / 0.4). Half a leaf's uplinks:
+with flows hashed onto parallel uplinks, two colliding elephant flows each get half a link."""
+
+CONTENTION_FLOW_ACTIVITY = 4.0
+"""Assumption: in the contention scenario a flow loads an uplink for 4x its collective's duty
+cycle: collectives of different jobs bunch up (Crux, section 2.2) instead of spreading evenly."""
+
+
+def contended(
+    constants: SimConstants,
+    *,
+    background: dict[str, float] | None = None,
+    flow_activity: float = CONTENTION_FLOW_ACTIVITY,
+) -> SimConstants:
+    """Return ``constants`` with the contention scenario's background load and flow activity.
+
+    ``background`` maps a tier (``spine``, ``block``, ``cluster``) to the share of its uplinks
+    other tenants take (default :data:`CONTENTION_BACKGROUND`); a share outside [0, 1) is refused
+    (ValueError): an uplink that other tenants fill would carry nothing.
+    """
+    loads = dict(CONTENTION_BACKGROUND if background is None else background)
+    for level, share in loads.items():
+        if not 0.0 <= share < 1.0:
+            raise ValueError(f"background load {share} at {level} is outside [0, 1)")
+    cost = constants.cost.model_copy(update={"background_load": loads})
+    return dataclasses.replace(constants, cost=cost, flow_activity=flow_activity)

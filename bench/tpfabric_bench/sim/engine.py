@@ -15,7 +15,15 @@ again at its end). A job that met a degraded link is counted as affected. With a
 restart-elsewhere``) such a job is instead planned again at once, by the same placer, and moved
 if the new plan avoids every node degraded by a fault: it redoes the steps since its last
 checkpoint and makes no progress for the restore time (its flows keep their load meanwhile). If
-no such plan exists it keeps running slow. Other placers keep running slow.
+no such plan exists it keeps running slow. With a :class:`~tpfabric_bench.sim.faults.RestartRule`
+of kind ``weighed`` the job is first re-timed where it is and restarted only if
+:func:`~tpfabric_bench.sim.faults.restart_pays` says running slow is expected to take longer than
+the restart (its redo steps at its step time before the fault, plus the restore). Other placers
+keep running slow.
+
+With ``record_pp_links`` every job with pipeline stages records, from every re-timing on, the
+latency and the bandwidth its stage hop gets (its narrowest edge and uplink fair share): what a
+serving group's per-token stage hop meets (:mod:`.serving`).
 
 Cost per event: the placer's, plus O(flows of the job) to update the uplinks and O(affected
 jobs x their uplinks) to re-time them. This module must never read a clock other than for
@@ -33,7 +41,7 @@ from dataclasses import dataclass, field
 
 from tpfabric_bench.sim.cluster import Cluster, stranded_fraction
 from tpfabric_bench.sim.constants import DEFAULT_CONSTANTS, SimConstants
-from tpfabric_bench.sim.faults import LinkFault, RestartCost
+from tpfabric_bench.sim.faults import LinkFault, RestartCost, RestartRule, restart_pays
 from tpfabric_bench.sim.model import (
     Collective,
     JobTraffic,
@@ -70,6 +78,8 @@ class JobOutcome:
     leaves: int
     affected: bool = False
     restarts: int = 0
+    #: (seconds, latency s, bandwidth b/s) of the stage hop, per stretch of the run (if recorded)
+    pp_links: tuple[tuple[float, float, float], ...] = ()
 
 
 @dataclass
@@ -103,6 +113,8 @@ class _Running:
     nodes: frozenset[int] = frozenset()
     affected: bool = False
     restarts: int = 0
+    #: (from s, latency s, bandwidth b/s) of the stage hop at each re-timing (if recorded)
+    pp_links: list[tuple[float, float, float]] = field(default_factory=list)
 
 
 class _Simulation:
@@ -118,9 +130,13 @@ class _Simulation:
         uplink_aware: bool,
         faults: Sequence[LinkFault] = (),
         restart: RestartCost | None = None,
+        restart_rule: RestartRule | None = None,
+        record_pp_links: bool = False,
     ) -> None:
         self.cluster = cluster
         self.restart = restart
+        self.rule = restart_rule or RestartRule()
+        self.record_pp_links = record_pp_links
         #: faults now active per node index (a node is degraded while any is, or if seeded so)
         self.faults_on = [0] * len(cluster.topology)
         self.seeded_degraded = list(cluster.snapshot.degraded)
@@ -209,8 +225,19 @@ class _Simulation:
                 continue
             self._advance(state, now)
             state.step_s, state.comm_s = state.traffic.step(self._share_bps)
+            if self.record_pp_links:
+                self._record_pp_link(state)
             state.version += 1
             self._push(state.updated_s + state.remaining * state.step_s, "end", name, state.version)
+
+    def _record_pp_link(self, state: _Running) -> None:
+        """Return nothing; note the latency and bandwidth of ``state``'s stage hop from now."""
+        for collective in state.traffic.collectives:
+            if collective.kind == "pp":
+                bandwidth = collective.local_bps
+                if collective.uplinks:
+                    bandwidth = min(bandwidth, self._share_bps(state.traffic, collective))
+                state.pp_links.append((state.updated_s, collective.alpha_s, bandwidth))
 
     @staticmethod
     def _advance(state: _Running, now: float) -> None:
@@ -290,9 +317,33 @@ class _Simulation:
             state = self.running[name]
             if start:
                 state.affected = True
+                if self.restart is not None and self.rule.kind == "weighed":
+                    healthy_step_s = state.step_s
+                    self._replace_traffic(name, state, state.plan, now)
+                    if self._restart_pays(state, healthy_step_s):
+                        self._restarted(name, now)
+                    continue
                 if self.restart is not None and self._restarted(name, now):
                     continue
             self._replace_traffic(name, state, state.plan, now)
+
+    def _redo_steps(self, state: _Running) -> float:
+        """Return the steps ``state`` has done since its last checkpoint (a restart redoes them)."""
+        assert self.restart is not None
+        done = state.job.steps - state.remaining
+        return done % max(1.0, self.restart.checkpoint_interval_s / state.ideal_step_s)
+
+    def _restart_pays(self, state: _Running, healthy_step_s: float) -> bool:
+        """Return whether the weighed rule restarts ``state`` (now timed on its degraded links)."""
+        assert self.restart is not None
+        return restart_pays(
+            remaining_steps=state.remaining,
+            degraded_step_s=state.step_s,
+            healthy_step_s=healthy_step_s,
+            redo_steps=self._redo_steps(state),
+            restore_s=self.restart.restore_s,
+            expected_fault_s=self.rule.expected_fault_s,
+        )
 
     def _replace_traffic(self, name: str, state: _Running, plan: GangPlan, now: float) -> None:
         """Return nothing; move ``name`` onto ``plan`` (or re-time it where it is) from ``now``."""
@@ -323,9 +374,7 @@ class _Simulation:
             self._take(state.plan, sign=1)
             return False
         self._take(result, sign=1)
-        done = state.job.steps - state.remaining
-        per_checkpoint = max(1.0, self.restart.checkpoint_interval_s / state.ideal_step_s)
-        state.remaining += done % per_checkpoint
+        state.remaining += self._redo_steps(state)
         state.updated_s = now + self.restart.restore_s
         state.restarts += 1
         self._replace_traffic(name, state, result, now)
@@ -365,6 +414,7 @@ class _Simulation:
                 leaves=state.plan.leaves_spanned,
                 affected=state.affected,
                 restarts=state.restarts,
+                pp_links=_segments(state.pp_links, now),
             )
         )
         self.run.last_end_s = max(self.run.last_end_s, now)
@@ -410,6 +460,18 @@ class _Simulation:
         return run
 
 
+def _segments(
+    marks: Sequence[tuple[float, float, float]], end_s: float
+) -> tuple[tuple[float, float, float], ...]:
+    """Return (seconds, latency, bandwidth) per stretch between ``marks`` (each from its time)."""
+    out = []
+    for k, (start, alpha, bandwidth) in enumerate(marks):
+        until = marks[k + 1][0] if k + 1 < len(marks) else end_s
+        if until > start:
+            out.append((until - start, alpha, bandwidth))
+    return tuple(out)
+
+
 def _bursts(traffic: JobTraffic) -> dict[Uplink, float]:
     """Return per uplink the most flows one of ``traffic``'s collectives sends across at once."""
     peak: dict[Uplink, float] = {}
@@ -428,13 +490,24 @@ def simulate(
     uplink_aware: bool = False,
     faults: Sequence[LinkFault] = (),
     restart: RestartCost | None = None,
+    restart_rule: RestartRule | None = None,
+    record_pp_links: bool = False,
 ) -> SimRun:
     """Return what happens when ``trace`` is replayed with ``place`` on ``cluster``.
 
     ``uplink_aware``: hand the placer the running jobs' uplink load (else ``None``).
     ``faults``: links that degrade during the run; ``restart``: restart a job that meets one
-    elsewhere at that cost (else it keeps running slow).
+    elsewhere at that cost (else it keeps running slow), when ``restart_rule`` says so (default:
+    always). ``record_pp_links``: record each job's stage hop (:attr:`JobOutcome.pp_links`).
     """
     return _Simulation(
-        cluster, trace, place, constants, uplink_aware=uplink_aware, faults=faults, restart=restart
+        cluster,
+        trace,
+        place,
+        constants,
+        uplink_aware=uplink_aware,
+        faults=faults,
+        restart=restart,
+        restart_rule=restart_rule,
+        record_pp_links=record_pp_links,
     ).replay()

@@ -6,26 +6,43 @@ its start to its end; an edge with a degraded endpoint runs at the cost model's
 as a Poisson process per node and last an exponential time. A placer that restarts gangs away
 from degraded links (tpfabric with ``onDegradedLink: restart-elsewhere``) pays
 :class:`RestartCost`: the steps since the last checkpoint are redone and the restore time passes
-before the first step. This module must never simulate or read a clock.
+before the first step. :func:`restart_pays` is the weighed rule (``tpfabric-weighed``): restart
+only when running slow is expected to take longer than restarting. This module must never simulate
+or read a clock.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
 __all__ = [
     "LLAMA3_NETWORK_FAULTS_PER_NODE_HOUR",
+    "LOSSY_LINK_BANDWIDTH",
+    "RESTART_RULES",
     "LinkFault",
     "RestartCost",
+    "RestartRule",
     "link_faults",
+    "restart_pays",
 ]
+
+RESTART_RULES = ("always", "weighed")
+"""How a restarting placer decides: ``always`` restart a gang that meets a degraded link,
+``weighed`` only when :func:`restart_pays` (never restarting is a placer without a rule)."""
 
 LLAMA3_NETWORK_FAULTS_PER_NODE_HOUR = 42 / (54 * 24 * 2048)
 """Network interruptions per node-hour in Llama 3's pre-training ("The Llama 3 Herd of Models",
 2024, table 5): 35 faulty network switch/cable and 7 faulty NIC interruptions in 54 days on
 16,384 GPUs (2,048 nodes of 8): about 1.6e-5. Interruptions are the faults that stopped the job;
 links that only degrade are not counted there, so this is a floor for degradations."""
+
+LOSSY_LINK_BANDWIDTH = 0.1
+"""Assumption (no published figure for this case): the bandwidth a link keeps when its transceiver
+drops a few percent of packets (the seed's war story: 4%). RoCE recovers a loss by going back N
+packets, so a small loss rate costs far more than its share of throughput; ``--degraded-bandwidth
+0.1`` runs the fault scenario with it (the model's default degraded link keeps half)."""
 
 MEAN_FAULT_HOURS = 4.0
 """Assumption (no published figure): hours until a degraded link is repaired (a transceiver
@@ -80,3 +97,44 @@ def link_faults(
             now = end + rng.expovariate(rate_s)
     faults.sort(key=lambda f: (f.start_s, f.node))
     return faults
+
+
+@dataclass(frozen=True, slots=True)
+class RestartRule:
+    """When a gang that met a degraded link restarts elsewhere (see :data:`RESTART_RULES`).
+
+    ``expected_fault_s``: how much longer the fault is expected to last when it starts. Repair
+    times are modelled exponential (memoryless), so the mean repair time is the expectation at
+    any moment; ``math.inf`` weighs the rest of the job at the degraded speed.
+    """
+
+    kind: str = "always"
+    expected_fault_s: float = MEAN_FAULT_HOURS * 3600.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in RESTART_RULES:
+            raise ValueError(f"restart rule {self.kind!r}: use one of {', '.join(RESTART_RULES)}")
+
+
+def restart_pays(
+    *,
+    remaining_steps: float,
+    degraded_step_s: float,
+    healthy_step_s: float,
+    redo_steps: float,
+    restore_s: float,
+    expected_fault_s: float = math.inf,
+) -> bool:
+    """Return whether restarting elsewhere is expected to finish the job sooner than running slow.
+
+    Running slow: the steps left run at ``degraded_step_s`` while the fault lasts (expected
+    ``expected_fault_s``), at ``healthy_step_s`` after. Restarting: the restore, the
+    ``redo_steps`` since the last checkpoint, then every step left, at ``healthy_step_s`` (the
+    new placement is assumed healthy). Ties keep the job where it is (a restart has risks the
+    model does not count).
+    """
+    if degraded_step_s <= healthy_step_s or remaining_steps <= 0:
+        return False
+    slow_steps = min(remaining_steps, expected_fault_s / degraded_step_s)
+    slow_extra = slow_steps * (degraded_step_s - healthy_step_s)
+    return slow_extra > restore_s + redo_steps * healthy_step_s
