@@ -49,6 +49,7 @@ __all__ = [
     "request_seconds",
     "scheduler_metrics",
     "scheduling_seconds",
+    "start_gang_components",
     "start_placer",
     "summary",
     "tail",
@@ -491,3 +492,24 @@ def start_placer(cluster: Any, timeout: float = 180) -> int:
     ]
     cluster.add_component(EXTENDER, argv, f"http://127.0.0.1:{port}/readyz", timeout=timeout)
     return port
+
+
+def start_gang_components(cluster: Any, api: Any) -> tuple[int, Any]:
+    """Start tpfabric (placer, tpfabric-scheduler, operator), the LWS controller and the gang
+    webhook with its configuration; return the placer's port and the webhook."""
+    from kubernetes import client  # noqa: PLC0415
+
+    from tpfabric_bench.operator import _start_components  # noqa: PLC0415 - it imports this module
+    from tpfabric_localcluster.gang_webhook import start_gang_webhook  # noqa: PLC0415
+    from tpfabric_localcluster.workload_controllers import (  # noqa: PLC0415
+        LWS,
+        start_workload_controller,
+    )
+
+    port = _start_components(cluster)
+    start_workload_controller(cluster, LWS)
+    hook = start_gang_webhook(cluster)
+    client.AdmissionregistrationV1Api(api).create_mutating_webhook_configuration(
+        hook.configuration()
+    )
+    return port, hook

@@ -58,6 +58,7 @@ from tpfabric_bench._harness import (
     environment,
     histogram_totals,
     local_cluster,
+    start_gang_components,
     summary,
     vm_hwm_mib,
     wait,
@@ -67,7 +68,6 @@ from tpfabric_bench.operator import (
     NODES_PER_LEAF,
     SCHEDULER,
     Phase,
-    _start_components,
     scheduler_time_table,
     server_time_table,
 )
@@ -327,26 +327,6 @@ def _webhook_metrics(hook: Any) -> str | None:
     return text
 
 
-def _start_gang_components(cluster: Any, api: Any) -> tuple[int, Any]:
-    """Start tpfabric (placer, tpfabric-scheduler, operator), the LWS controller and the gang
-    webhook with its configuration; return the placer's port and the webhook."""
-    from kubernetes import client  # noqa: PLC0415
-
-    from tpfabric_localcluster.gang_webhook import start_gang_webhook  # noqa: PLC0415
-    from tpfabric_localcluster.workload_controllers import (  # noqa: PLC0415
-        LWS,
-        start_workload_controller,
-    )
-
-    port = _start_components(cluster)
-    start_workload_controller(cluster, LWS)
-    hook = start_gang_webhook(cluster)
-    client.AdmissionregistrationV1Api(api).create_mutating_webhook_configuration(
-        hook.configuration()
-    )
-    return port, hook
-
-
 def _burst(
     api: Any,
     namespace: str,
@@ -463,7 +443,7 @@ def run_gangs(
         ],
     }
     with local_cluster(fabric, ARMS[0][1], log, result) as (cluster, api):
-        port, hook = _start_gang_components(cluster, api)
+        port, hook = start_gang_components(cluster, api)
         core = client.CoreV1Api(api)
         core.create_namespace(
             {"metadata": {"name": ARMS[1][1], "labels": {NAMESPACE_LABEL: "enabled"}}}

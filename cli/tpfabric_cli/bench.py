@@ -64,6 +64,14 @@ def gangs(ctx: typer.Context) -> None:
     raise typer.Exit(main(list(ctx.args)))
 
 
+@app.command("fleet", context_settings=_PASS_THROUGH, add_help_option=False)
+def fleet(ctx: typer.Context) -> None:
+    """50 LWS groups x 2 roll out while training gangs come and go, 1,000 nodes (--json F)."""
+    from tpfabric_bench.fleet import main  # noqa: PLC0415
+
+    raise typer.Exit(main(list(ctx.args)))
+
+
 @app.command("fabric-agent", context_settings=_PASS_THROUGH, add_help_option=False)
 def fabric_agent(ctx: typer.Context) -> None:
     """Fabric agent CPU/memory per node (8 HCAs x 2 ports) and API writes/hour (--json F)."""

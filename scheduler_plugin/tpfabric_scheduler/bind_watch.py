@@ -302,7 +302,7 @@ class BindWatch:
             why = f"{job.key}: {err}; the gang is planned again"
             answer = ReplacementOptions(job.key, min(gone, default=0), "", "", "", (), why)
         if isinstance(answer, ReplacementOptions):
-            if running(item.members, topology):
+            if running(item.members, topology) or in_flight(item.members):
                 self._replan_whole(item, answer.summary, cycle.now)
             else:
                 self._give_back(cycle, item, None if not moving else _others(item, moving))
@@ -434,6 +434,16 @@ def running(members: Iterable[PodRecord], topology: ClusterTopology) -> list[Pod
         p
         for p in members
         if p.node is not None and not p.terminal and not p.deleting and p.node in topology.index_of
+    ]
+
+
+def in_flight(members: Iterable[PodRecord]) -> list[PodRecord]:
+    """Return the members released and not bound yet: kube-scheduler may bind them any moment
+    onto the nodes the plan gave them, so a fresh plan for the rest of the gang would split it
+    (seen in a 50-group LWS rollout: a leader released onto its old node, its worker then
+    planned with a fresh domain under another spine)."""
+    return [
+        p for p in members if not p.gated and p.node is None and not p.terminal and not p.deleting
     ]
 
 

@@ -71,6 +71,7 @@ from tpfabric_scheduler.bind_watch import (
     first_wait,
     fits_reserved,
     gone_ranks,
+    in_flight,
     missing_ranks,
     released_at,
     running,
@@ -765,8 +766,10 @@ class GangPlacer:
                 moves.append(pod)
         if moves:
             updated = self._binds.replace_ranks(item, cycle, moves, nodes, replaced)
-            if updated is None and bound:
-                return False  # dropped: the operator recreates the gang gated
+            if updated is None and (bound or in_flight(item.members)):
+                # dropped: the owner makes the gang again gated (a pod released and not bound
+                # yet binds where the dropped plan sent it: a fresh plan would split the gang)
+                return False
             if updated is None:
                 # nothing of the gang runs yet and its domain has no room: plan it whole again
                 return self._plan_gang(

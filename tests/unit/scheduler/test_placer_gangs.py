@@ -397,3 +397,43 @@ def test_a_returning_groups_nodes_are_kept_only_for_the_grace(world: Any) -> Non
     clock.now += RETURN_GRACE_SECONDS + 1
     placer.run_cycle()
     assert gang_placement(writer, "vllm-4")["state"] == "Planned"
+
+
+def test_a_group_whose_released_leader_has_not_bound_is_never_split_by_a_fresh_plan(
+    world: Any,
+) -> None:
+    """An LWS rollout makes the leader again, then the worker. The leader is released (under
+    the group's plan) and has not bound when the worker comes and the worker's node is taken.
+    A fresh plan for the gang would release the worker elsewhere while the leader binds where
+    the plan sent it (seen in `tpfabric bench fleet`: a group across two spines, its leader
+    outside its own plan). The plan is dropped instead: the owner makes the group again,
+    whole."""
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=2)
+    writer.add_job(a_gang_record("vllm-6", 2))
+    for rank in range(2):
+        writer.add_pod(gang_pod("vllm-6", rank))
+    placer.run_cycle()
+    nodes = list(gang_placement(writer, "vllm-6")["nodes"])
+    for rank, node in enumerate(nodes):
+        writer.bind(f"vllm-6-{rank}", node)
+    clock.now += 10
+    for rank in range(2):
+        writer.delete_pod("ns", f"vllm-6-{rank}")
+    leader = gang_pod("vllm-6", 0)  # made again and released onto its node, not bound yet
+    leader["metadata"].update(
+        name="vllm-6-0-new", uid="uid-vllm-6-0-new", creationTimestamp=rfc3339(clock.now)
+    )
+    leader["spec"]["schedulingGates"] = []
+    writer.add_pod(leader)
+    _occupy(writer, nodes[1])  # the worker's node is taken meanwhile
+    worker = gang_pod("vllm-6", 1)
+    worker["metadata"].update(
+        name="vllm-6-1-new", uid="uid-vllm-6-1-new", creationTimestamp=rfc3339(clock.now)
+    )
+    writer.add_pod(worker)
+    clock.now += 1
+    placer.run_cycle()
+    placement = gang_placement(writer, "vllm-6")
+    assert placement["state"] == "Replanning", placement.get("message")
+    assert "vllm-6-1-new" not in writer.released, "never released apart from its leader"
