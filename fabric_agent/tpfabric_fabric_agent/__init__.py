@@ -2,7 +2,9 @@
 the node's live fabric health (condition ``FabricHealthy``, label ``topology.tpfabric.io/health``,
 annotation ``topology.tpfabric.io/fabric-health``, Prometheus metrics).
 
-Reading sysfs and judging are core's (:mod:`tpfabric_core.fabric.sysfs_links`,
-:mod:`tpfabric_core.fabric.link_judgement`, :mod:`tpfabric_core.fabric.fabric_condition`); this
-package is the loop, the one API adapter and the metrics. It writes nothing but its own node.
+Read -> judge -> publish: this package reads sysfs (:mod:`.link_read`, into core's
+:mod:`tpfabric_core.fabric.link_samples`); judging and what is published are core's
+(:mod:`tpfabric_core.fabric.link_judge`, :mod:`tpfabric_core.fabric.link_publish`). Besides the
+reader, this package is the loop, the one API adapter and the metrics. It writes nothing but its
+own node.
 """

@@ -21,8 +21,8 @@ from kubernetes import client
 from prometheus_client import start_http_server
 from pydantic import ValidationError
 
-from tpfabric_core.fabric.fabric_condition import FabricPublication, publication_of
-from tpfabric_core.fabric.link_judgement import LinkJudgeConfig
+from tpfabric_core.fabric.link_judge import LinkJudgeConfig
+from tpfabric_core.fabric.link_publish import FabricPublication, publication_of
 from tpfabric_fabric_agent.agent import AgentSettings, FabricAgent
 from tpfabric_fabric_agent.kube import NodePublisher, api_client
 from tpfabric_fabric_agent.metrics import AgentMetrics

@@ -1,7 +1,7 @@
 """The agent's loop: every interval read the node's sysfs, judge it, publish what changed.
 
 One :meth:`FabricAgent.step` is a read of ``ports x (4 + counters)`` small files plus the PCIe
-link files, one :class:`~tpfabric_core.fabric.link_judgement.LinkJudge` observation, and API
+link files, one :class:`~tpfabric_core.fabric.link_judge.LinkJudge` observation, and API
 writes only when the publication changed (none on a quiet fabric). The clock is injected.
 
 Which ports are judged is decided once, at start, by the rule the RDMA init container pairs GPUs
@@ -29,14 +29,14 @@ from tpfabric_core.fabric.compute_rails import (
     pair_gpus_with_hcas,
     uncabled_ports,
 )
-from tpfabric_core.fabric.fabric_condition import FabricPublication, publication_of
-from tpfabric_core.fabric.link_judgement import (
+from tpfabric_core.fabric.link_judge import (
     LinkJudge,
     LinkJudgeConfig,
     NodeSample,
     NodeVerdict,
 )
-from tpfabric_core.fabric.sysfs_links import (
+from tpfabric_core.fabric.link_publish import FabricPublication, publication_of
+from tpfabric_fabric_agent.link_read import (
     SysfsNic,
     find_gpus,
     port_netdevs,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tpfabric_core.fabric.sysfs_links import ERROR_COUNTERS, HW_COUNTERS
+from tpfabric_core.fabric.link_samples import ERROR_COUNTERS, HW_COUNTERS
 
 __all__ = ["FakeSysfs"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from tpfabric_core.fabric.fabric_condition import (
+from tpfabric_core.fabric.link_publish import (
     CONDITION_TYPE,
     FabricPublication,
     condition_patch,

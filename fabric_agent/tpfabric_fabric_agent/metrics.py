@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tpfabric_core.fabric.link_judgement import NodeVerdict
+from tpfabric_core.fabric.link_judge import NodeVerdict
 
 __all__ = ["AgentMetrics"]
 

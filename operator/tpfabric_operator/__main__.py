@@ -9,12 +9,13 @@ releases it, so that another replica takes over at once.
 from __future__ import annotations
 
 import argparse
+import functools
 import getpass
 import logging
 import os
 import socket
 
-from tpfabric_core.leader_election import add_timing_flags, check_timing_flags
+from tpfabric_kube.leader_election import add_timing_flags, check_timing_flags
 
 try:  # the TPFABRIC_* knobs, read once: a value it cannot use stops it here, in one line
     from tpfabric_operator import settings
@@ -89,23 +90,27 @@ def main(argv: list[str] | None = None) -> None:
 
     # importing registers the handlers (the jobs' and the gang records')
     from tpfabric_operator import gang_sync, handlers, leadership  # noqa: PLC0415, F401
+    from tpfabric_operator.reconcile import reconcile_every_job  # noqa: PLC0415
 
+    # the jobs' state, made here for the Lease's election and handed to kopf's memo
+    state = handlers.new_state()
     if args.leader_elect:
         leadership.start(
-            handlers.adapter().coordination,
+            state.kube.coordination,
             args.lease_namespace,
             args.lease_name,
             args.identity or leadership.identity(os.environ["POD_ID"]),
             lease_seconds=args.lease_seconds,
             renew_seconds=args.renew_seconds,
             retry_seconds=args.retry_seconds,
-            on_leading=handlers.reconcile_every_job,
+            on_leading=functools.partial(reconcile_every_job, state),
         )
     kopf.run(
         standalone=True,
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness,
+        memo=kopf.Memo(state=state),
     )
 
 

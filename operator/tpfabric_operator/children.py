@@ -1,5 +1,5 @@
 """The objects a TensorParallelJob owns: one headless Service and one gated pod per worker
-(born released instead when the gang's plan exists already: :func:`born_released`).
+(born released instead when the gang's plan exists already: :mod:`.born_released`).
 
 Pure: a job in, manifests out. Every name is deterministic (``<job>-worker-<index>``, with
 ``-a<attempt>`` after a restart), so creating them again after an operator restart is a no-op
@@ -11,8 +11,6 @@ rank order without changing after creation.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
 from typing import Any
 
 from tpfabric_core.api import (
@@ -23,7 +21,6 @@ from tpfabric_core.api import (
     WORKER_INDEX_LABEL,
     TensorParallelJob,
 )
-from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
 from tpfabric_core.pod_wiring import (
     GPU_RESOURCE,
     NCCL_CONF_ENV,
@@ -41,7 +38,6 @@ __all__ = [
     "SCHEDULER_NAME",
     "SHARED_MOUNT",
     "WORKER_INDEX_LABEL",
-    "born_released",
     "headless_service",
     "rendezvous_id",
     "service_name",
@@ -214,37 +210,3 @@ def worker_pod(
         },
         "spec": pod_spec,
     }
-
-
-def born_released(
-    manifest: dict[str, Any], placement: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
-    """Return ``manifest`` released onto the gang's plan, or None when no plan covers it.
-
-    The placer plans a gang once its first worker exists; a worker created after that, for the
-    attempt the plan was made for, is created as the placer would release it (its required node
-    affinity narrowed to the planned domain, without our gate): one write instead of a create and
-    a release patch. The extender still steers it to its rank's planned node.
-    """
-    if not placement or placement.get("state") != "Planned":
-        return None
-    labels = manifest["metadata"].get("labels") or {}
-    attempt = placement.get("attempt")
-    if not isinstance(attempt, int) or labels.get(ATTEMPT_LABEL) != str(attempt):
-        return None
-    index = str(labels.get(WORKER_INDEX_LABEL, ""))
-    if not index.isdigit() or int(index) >= len(placement.get("nodes") or []):
-        return None
-    expressions = plan_expressions(placement)
-    if expressions is None:  # a plan without its domain's labels (an older placer)
-        return None
-    released = copy.deepcopy(manifest)
-    spec = released["spec"]
-    if expressions:  # a cluster-wide plan narrows nothing
-        spec["affinity"] = narrow_affinity(spec.get("affinity"), expressions)
-    gates = remaining_gates(spec.get("schedulingGates"))
-    if gates:
-        spec["schedulingGates"] = gates
-    else:
-        spec.pop("schedulingGates", None)
-    return released

@@ -5,7 +5,7 @@ of the gang and for a while: posting the whole gang again at every reconcile cos
 job refused by PodSecurity 128 POSTs in two reconciles. So (issue 31):
 
 - a creation round stops at the first refusal: no pod is posted after it (only creations already
-  in flight finish; ``handlers._create_pods``);
+  in flight finish; ``apply_intent.create_pods``);
 - the job's next round waits: ``BASE_SECONDS`` after its first refused round, doubling up to
   ``CAP_SECONDS`` (the Job controller backs off pod creation the same way); a round made during
   a refusal streak posts one pod first and doubles the batch while they are accepted (the Job
@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.timestamps import rfc3339
-from tpfabric_operator.lifecycle import Memory, WorkerPod
+from tpfabric_operator.job_state import Memory, WorkerPod
 
 __all__ = [
     "BASE_SECONDS",

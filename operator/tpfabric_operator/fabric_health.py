@@ -1,7 +1,7 @@
 """Live fabric health in the operator: which ranks run on degraded nodes, and suspect switches.
 
 The fabric agent on every node publishes ``topology.tpfabric.io/health`` and, per rail, the
-``topology.tpfabric.io/fabric-health`` annotation (:mod:`tpfabric_core.fabric.fabric_condition`).
+``topology.tpfabric.io/fabric-health`` annotation (:mod:`tpfabric_core.fabric.link_publish`).
 The kopf index :func:`degraded_nodes` keeps the nodes labelled ``degraded`` (kopf drops a node
 from it as soon as the label says otherwise), so a job's reconcile finds its ranks on degraded
 nodes with a dict lookup per worker, never a list call.
@@ -9,7 +9,7 @@ nodes with a dict lookup per worker, never a list call.
 - :func:`ranks_on_degraded_nodes` and :func:`straggler_message` are pure: the reconcile turns
   them into the job's ``Degraded`` condition, a Warning Event (``DegradedLink``) and, with
   ``spec.topology.onDegradedLink: restart-elsewhere``, the workers to move
-  (:func:`workers_to_move`) that ``lifecycle.decide`` restarts through the failure policy.
+  (:func:`workers_to_move`) that ``decide.decide`` restarts through the failure policy.
 - :func:`report_suspect_switches` runs on node events: when at least
   :data:`SUSPECT_MIN_NODES` nodes under one rail leaf switch are degraded on that rail at once,
   the switch is reported (a Warning Event ``SuspectRailSwitch`` on each of those nodes, and a
@@ -29,7 +29,7 @@ from typing import Any
 import kopf
 
 from tpfabric_core.api import TensorParallelJob
-from tpfabric_core.fabric.fabric_condition import (
+from tpfabric_core.fabric.link_publish import (
     CONDITION_TYPE,
     DETAIL_ANNOTATION,
     RailDetail,
@@ -39,7 +39,7 @@ from tpfabric_core.fabric.fabric_condition import (
 )
 from tpfabric_core.labels import HEALTH, PREFIX
 from tpfabric_operator import leadership
-from tpfabric_operator.lifecycle import WorkerPod
+from tpfabric_operator.job_state import WorkerPod
 from tpfabric_operator.settings import SUSPECT_SWITCH_NODES
 
 __all__ = [

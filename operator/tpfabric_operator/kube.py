@@ -13,7 +13,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LABEL
-from tpfabric_core.request_timeouts import with_default_timeout
+from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_operator.children import FAILED_WORKER_LABEL, service_name
 from tpfabric_operator.queueing import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
 

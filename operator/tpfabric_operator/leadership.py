@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tpfabric_core.leader_election import LeaseElector
+from tpfabric_kube.leader_election import LeaseElector
 
 __all__ = ["identity", "leading", "start", "stop"]
 

@@ -44,7 +44,7 @@ from prometheus_client import (
 
 from tpfabric_core.api import SCHEDULER_NAME
 from tpfabric_core.gangs import GangSettings
-from tpfabric_core.request_timeouts import with_default_timeout
+from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_operator.gang_admission import (
     BadReviewError,
     WebhookSettings,

@@ -23,9 +23,9 @@ from aiohttp import web
 from kubernetes import client, config
 
 from tpfabric_core.errors import InputError
-from tpfabric_core.leader_election import add_timing_flags, check_timing_flags
 from tpfabric_core.placement.topology import DEFAULT_LEVELS, LevelSpec, parse_levels
-from tpfabric_core.request_timeouts import with_default_timeout
+from tpfabric_kube.leader_election import add_timing_flags, check_timing_flags
+from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_scheduler.kube import Informer, KubeWriter, start_informers
 from tpfabric_scheduler.leader import LeaseElector
 from tpfabric_scheduler.loop import PlacerLoop

@@ -32,7 +32,7 @@ from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL
-from tpfabric_core.list_watch import (
+from tpfabric_kube.list_watch import (
     LIST_PAGE_SIZE,
     WATCH_REQUEST_TIMEOUT,
     WATCH_TIMEOUT_S,

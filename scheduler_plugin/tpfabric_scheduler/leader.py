@@ -1,4 +1,4 @@
-"""The placer's Lease elector: :class:`tpfabric_core.leader_election.LeaseElector`, shared with
+"""The placer's Lease elector: :class:`tpfabric_kube.leader_election.LeaseElector`, shared with
 the operator, made from this process's API client."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tpfabric_core import leader_election
+from tpfabric_kube import leader_election
 
 __all__ = ["LeaseElector"]
 

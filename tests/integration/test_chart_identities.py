@@ -23,7 +23,7 @@ from kubernetes import client
 from conftest import CHART_NAMESPACE, FabricFactory, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
-from tpfabric_core.fabric.fabric_condition import CONDITION_TYPE
+from tpfabric_core.fabric.link_publish import CONDITION_TYPE
 from tpfabric_fabric_agent.fake_sysfs import FakeSysfs
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.processes import log_tail

@@ -22,8 +22,8 @@ from test_operator import Tpj, small_job
 from conftest import two_leaves_of_four, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
-from tpfabric_core.fabric.fabric_condition import CONDITION_TYPE, DETAIL_ANNOTATION, parse_detail
-from tpfabric_core.fabric.link_judgement import LinkJudgeConfig
+from tpfabric_core.fabric.link_judge import LinkJudgeConfig
+from tpfabric_core.fabric.link_publish import CONDITION_TYPE, DETAIL_ANNOTATION, parse_detail
 from tpfabric_core.fabric_description import parse_fabric_description
 from tpfabric_fabric_agent.agent import AgentSettings, FabricAgent
 from tpfabric_fabric_agent.fake_sysfs import FakeSysfs

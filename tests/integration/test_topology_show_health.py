@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from conftest import FabricFactory, two_leaves_of_four
 from tpfabric_cli.main import app
 from tpfabric_core import labels
-from tpfabric_core.fabric.fabric_condition import CONDITION_TYPE, DETAIL_ANNOTATION
+from tpfabric_core.fabric.link_publish import CONDITION_TYPE, DETAIL_ANNOTATION
 from tpfabric_localcluster.cluster import LocalCluster
 
 FABRIC = two_leaves_of_four("health-show", "hs", rails=4)

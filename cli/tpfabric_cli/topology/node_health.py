@@ -1,6 +1,6 @@
 """What the live cluster says about each node's fabric health, read into one :class:`NodeHealth`.
 
-The fabric health agent (:mod:`tpfabric_core.fabric.fabric_condition`) publishes, per node, the
+The fabric health agent (:mod:`tpfabric_core.fabric.link_publish`) publishes, per node, the
 label ``topology.tpfabric.io/health`` (``ok`` or ``degraded``; ``down`` is read too), the node
 condition ``FabricHealthy`` whose reason and message say what is wrong (e.g. "symbol errors
 1,200/min on mlx5_3 port 1"), and a per-rail detail annotation. A node is unhealthy when the label
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tpfabric_core import labels
-from tpfabric_core.fabric.fabric_condition import RailDetail, parse_detail
+from tpfabric_core.fabric.link_publish import RailDetail, parse_detail
 
 if TYPE_CHECKING:
     from tpfabric_cli.kube_nodes import NodeCondition

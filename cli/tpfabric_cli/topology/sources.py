@@ -32,17 +32,6 @@ from tpfabric_core.fabric.conventions import (
     levels_flag,
     tiers_above_block,
 )
-from tpfabric_core.fabric.fabric_condition import (
-    CONDITION_TYPE,
-    DETAIL_ANNOTATION,
-    suspect_rail_switches,
-)
-from tpfabric_core.fabric.health import (
-    DegradedLink,
-    apply_link_health,
-    parse_counters_json,
-    read_sysfs_counters,
-)
 from tpfabric_core.fabric.ibnetdiscover import (
     IbnetdiscoverOptions,
     IbnetdiscoverReport,
@@ -51,12 +40,23 @@ from tpfabric_core.fabric.ibnetdiscover import (
     parse_guid_map,
     parse_ibnetdiscover,
 )
+from tpfabric_core.fabric.link_publish import (
+    CONDITION_TYPE,
+    DETAIL_ANNOTATION,
+    suspect_rail_switches,
+)
+from tpfabric_core.fabric.link_snapshot_judge import (
+    DegradedLink,
+    apply_link_health,
+    parse_counters_json,
+)
 from tpfabric_core.fabric.model import Fabric, HcaRole
 from tpfabric_core.fabric.node_labels import fabric_node_labels
 from tpfabric_core.fabric.rails import CablingAnomaly, analyze_rails
 from tpfabric_core.fabric.slurm import fabric_from_slurm, parse_slurm_topology
 from tpfabric_core.fabric_description import parse_fabric_description, pydantic_error_path
 from tpfabric_core.hostlist import compress_hostlist
+from tpfabric_fabric_agent.link_read import read_sysfs_counters
 
 __all__ = ["Discovery", "Sources", "discover", "fabric_from_labels"]
 

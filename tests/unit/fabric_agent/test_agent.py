@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from tpfabric_core import labels
-from tpfabric_core.fabric.fabric_condition import (
+from tpfabric_core.fabric.link_judge import LinkJudgeConfig
+from tpfabric_core.fabric.link_publish import (
     CONDITION_TYPE,
     DETAIL_ANNOTATION,
     FabricPublication,
 )
-from tpfabric_core.fabric.link_judgement import LinkJudgeConfig
 from tpfabric_fabric_agent.__main__ import build_parser, settings_from_args
 from tpfabric_fabric_agent.agent import AgentSettings, FabricAgent, fabric_rails
 from tpfabric_fabric_agent.fake_sysfs import FakeSysfs

@@ -7,7 +7,6 @@ from tpfabric_core.api import TensorParallelJob
 from tpfabric_operator.children import (
     GANG_GATE,
     SCHEDULER_NAME,
-    born_released,
     headless_service,
     worker_pod,
 )
@@ -52,69 +51,6 @@ def test_a_worker_is_gated_named_by_index_and_scheduled_by_tpfabric() -> None:
     assert pod["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
     assert pod["spec"]["schedulerName"] == SCHEDULER_NAME
     assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("j-worker-2", "j-workers")
-
-
-PLAN = {
-    "state": "Planned",
-    "attempt": 0,
-    "level": "leaf",
-    "domain": "leaf-1",
-    "domainLabels": {"topology.tpfabric.io/spine": "sp-1", "topology.tpfabric.io/leaf": "leaf-1"},
-    "nodes": ["n0", "n1", "n2", "n3"],
-}
-
-
-def test_a_worker_created_after_its_gangs_plan_is_born_released_into_the_domain() -> None:
-    job = a_job(
-        template={
-            "spec": {
-                "containers": [{"name": "t", "image": "img"}],
-                "schedulingGates": [{"name": "example.com/quota"}],
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {"key": "zone", "operator": "In", "values": ["a"]}
-                                    ]
-                                }
-                            ]
-                        }
-                    }
-                },
-            }
-        }
-    )
-    gated = worker_pod(job, "j", "ns", 3, "init:1")
-    pod = born_released(gated, PLAN)
-    assert pod is not None
-    assert pod["spec"]["schedulingGates"] == [{"name": "example.com/quota"}], "only our gate goes"
-    terms = pod["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]
-    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "zone", "operator": "In", "values": ["a"]},
-        {"key": "topology.tpfabric.io/spine", "operator": "In", "values": ["sp-1"]},
-        {"key": "topology.tpfabric.io/leaf", "operator": "In", "values": ["leaf-1"]},
-    ]
-    assert gated["spec"]["schedulingGates"][-1] == {"name": GANG_GATE}, "the input is untouched"
-    plain = born_released(worker_pod(a_job(), "j", "ns", 0, "init:1"), PLAN)
-    assert plain is not None
-    assert "schedulingGates" not in plain["spec"]
-
-
-def test_a_worker_no_plan_covers_stays_gated() -> None:
-    pod = worker_pod(a_job(), "j", "ns", 1, "init:1")
-    assert born_released(pod, None) is None
-    assert born_released(pod, {**PLAN, "state": "Waiting"}) is None
-    assert born_released(pod, {**PLAN, "attempt": 1}) is None, "a plan of another attempt"
-    assert born_released(pod, {**PLAN, "attempt": None}) is None, "a plan without its attempt"
-    assert born_released(pod, {**PLAN, "nodes": ["n0"]}) is None, "no node for its rank"
-    assert born_released(pod, {**PLAN, "domainLabels": {}}) is None, "an older placer's plan"
-    spread = born_released(pod, {**PLAN, "level": "cluster", "domainLabels": {}})
-    assert spread is not None, "a cluster-wide plan narrows nothing"
-    assert "affinity" not in spread["spec"]
 
 
 def test_a_restarted_worker_has_a_new_name_and_the_same_hostname() -> None:

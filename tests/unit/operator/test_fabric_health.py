@@ -8,7 +8,8 @@ from typing import Any
 
 from test_lifecycle import NOW, RUNNING, a_job, gang
 
-from tpfabric_core.fabric.fabric_condition import DETAIL_ANNOTATION, RailDetail
+from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, RailDetail
+from tpfabric_operator.decide import decide
 from tpfabric_operator.fabric_health import (
     DegradedNode,
     RankOnDegradedNode,
@@ -17,7 +18,7 @@ from tpfabric_operator.fabric_health import (
     straggler_message,
     workers_to_move,
 )
-from tpfabric_operator.lifecycle import Outcome, decide, job_status
+from tpfabric_operator.job_status import Outcome, job_status
 
 REASON = "symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)"
 

@@ -12,19 +12,29 @@ from driven_clock import Clock
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import TensorParallelJob
-from tpfabric_operator import handlers
+from tpfabric_operator import apply_intent, handlers, reconcile
+from tpfabric_operator.apply_intent import CREATE_CONCURRENCY, ensure_service
+from tpfabric_operator.born_released import PlanWaits
 from tpfabric_operator.children import GANG_GATE, worker_pod
-from tpfabric_operator.handlers import (
-    CREATE_CONCURRENCY,
-    SERVICE_MEMORY_SECONDS,
-    _create_pods,
-    _ensure_service,
-    _Made,
-    _Serial,
-)
 from tpfabric_operator.kube import extended_resources
-from tpfabric_operator.plan_waits import PlanWaits
+from tpfabric_operator.operator_state import (
+    SERVICE_MEMORY_SECONDS,
+    STALE_BODY_SECONDS,
+    OperatorState,
+    Serial,
+    ServicesMade,
+)
 from tpfabric_operator.pod_cache import worker_of
+
+
+def state_with(kube: Any = None, **parts: Any) -> OperatorState:
+    """Return a fresh operator state on the given stand-in adapter."""
+    return handlers.new_state(kube=kube, **parts)
+
+
+def _create_pods(kube: Any, *args: Any, waits: PlanWaits | None = None, **kwargs: Any) -> Any:
+    """Run a creation round on ``kube`` (with the small gangs' waits of ``waits``)."""
+    return apply_intent.create_pods(state_with(kube, plan_waits=waits), *args, **kwargs)
 
 
 def failed_pod(**status: Any) -> tuple[str, Any]:
@@ -68,7 +78,7 @@ def test_an_eviction_without_container_states_keeps_the_pods_reason() -> None:
 def test_one_reconcile_at_a_time_and_never_on_a_body_older_than_our_patch(
     monkeypatch: Any,
 ) -> None:
-    serial = _Serial()
+    serial = Serial()
     old = {"phase": "Pending"}
     assert serial.enter("uid", "10", old)
     assert not serial.enter("uid", "10", old)  # the timer while the change handler runs
@@ -81,7 +91,7 @@ def test_one_reconcile_at_a_time_and_never_on_a_body_older_than_our_patch(
     assert serial.enter("uid", "11", old)  # nothing patched since: any body will do
     serial.leave("uid", "11", {"phase": "Failed"})
     # a patch that never shows (it did not land) holds the job back for a bounded time only
-    later = time.monotonic() + handlers.STALE_BODY_SECONDS
+    later = time.monotonic() + STALE_BODY_SECONDS
     monkeypatch.setattr(time, "monotonic", lambda: later)
     assert serial.enter("uid", "11", old)
 
@@ -91,7 +101,7 @@ def test_a_patch_counts_as_shown_as_the_api_server_stores_a_merge_patch() -> Non
     # (lastFailure.exitCode of a lost or refused worker), so the stored status never holds it;
     # compared as plain values the patch never showed, and the job's reconciles waited the
     # full STALE_BODY_SECONDS after every incident without an exit code
-    serial = _Serial()
+    serial = Serial()
     assert serial.enter("uid", "1", {})
     failure = {"worker": 1, "reason": "OutOfnvidia.com/gpu", "exitCode": None, "pod": "p"}
     serial.leave("uid", "1", {"lastFailure": failure, "restarts": 0, "startTime": None})
@@ -105,14 +115,13 @@ def test_a_patch_counts_as_shown_as_the_api_server_stores_a_merge_patch() -> Non
 def test_the_same_warning_is_posted_once_per_interval(monkeypatch: Any) -> None:
     from types import SimpleNamespace  # noqa: PLC0415
 
-    from tpfabric_operator import handlers  # noqa: PLC0415
-
     posted: list[str] = []
-    monkeypatch.setattr(handlers.kopf, "warn", lambda body, reason, message: posted.append(reason))
+    monkeypatch.setattr(kopf, "warn", lambda body, reason, message: posted.append(reason))
     body = SimpleNamespace(meta={"uid": "rate-limited"})
+    state = state_with()
     for _ in range(5):
-        handlers._warn(body, "InvalidSpec", "spec.workers: too many")  # type: ignore[arg-type]
-    handlers._warn(body, "InvalidSpec", "spec.workers: other")  # type: ignore[arg-type]
+        state.warn(body, "InvalidSpec", "spec.workers: too many")
+    state.warn(body, "InvalidSpec", "spec.workers: other")
     assert posted == ["InvalidSpec", "InvalidSpec"]
 
 
@@ -149,7 +158,7 @@ class _Pods:
 def test_a_gangs_pods_are_created_concurrently_in_order_and_a_409_is_ours_only_if_owned() -> None:
     manifests = [{"metadata": {"name": f"w-{k}", "namespace": "ns"}} for k in range(40)]
     pods = _Pods(existing={"w-3": "uid-1", "w-4": "uid-old", "w-5": ""}, refuse=set())
-    outcomes = _create_pods(pods, manifests, "uid-1")  # type: ignore[arg-type]
+    outcomes = _create_pods(pods, manifests, "uid-1")
     assert len(outcomes) == 40
     assert outcomes[3] == (True, None)  # an earlier reconcile's pod of this job
     assert outcomes[4] == (False, None)  # an older job's pod of the same name
@@ -162,19 +171,19 @@ def test_no_pod_is_posted_after_the_first_refusal() -> None:
     # issue 31, item 11: a 64-worker job refused by PodSecurity was posted whole every reconcile
     manifests = [{"metadata": {"name": f"w-{k}", "namespace": "ns"}} for k in range(64)]
     pods = _Pods(existing={}, refuse={f"w-{k}" for k in range(64)})
-    outcomes = _create_pods(pods, manifests, "uid-1")  # type: ignore[arg-type]
+    outcomes = _create_pods(pods, manifests, "uid-1")
     assert outcomes[0][0] is False
     assert "w-0: 403" in str(outcomes[0][1])
     assert pods.posted <= CREATE_CONCURRENCY, "only creations already in flight"
     assert all(not ok for ok, _ in outcomes)
     # a round of a job whose last round was refused posts one pod first (slow start)
     again = _Pods(existing={}, refuse={f"w-{k}" for k in range(64)})
-    _create_pods(again, manifests, "uid-1", slow_start=True)  # type: ignore[arg-type]
+    _create_pods(again, manifests, "uid-1", slow_start=True)
     assert again.posted == 1
     # and doubles while they are accepted: worker 0 (alone: the plan), 1, 2, 4, 8, then the
     # batch of 16 in which the refusal comes
     partly = _Pods(existing={}, refuse={f"w-{k}" for k in range(20, 64)})
-    outcomes = _create_pods(partly, manifests, "uid-1", slow_start=True)  # type: ignore[arg-type]
+    outcomes = _create_pods(partly, manifests, "uid-1", slow_start=True)
     assert all(ok for ok, _ in outcomes[:20])
     assert partly.posted <= 1 + 1 + 2 + 4 + 8 + 16
     assert not any(ok for ok, _ in outcomes[20:])
@@ -227,8 +236,8 @@ class _Recorder:
 def test_a_big_gangs_first_worker_waits_for_the_plan_and_the_rest_is_born_released() -> None:
     kube = _Recorder()
     started = time.monotonic()
-    outcomes = _create_pods(kube, _gang(40), "uid-1")  # type: ignore[arg-type]
-    assert time.monotonic() - started < handlers.PLAN_WAIT_SECONDS, "stopped waiting at the plan"
+    outcomes = _create_pods(kube, _gang(40), "uid-1")
+    assert time.monotonic() - started < state_with().plan_wait_seconds, "stopped at the plan"
     assert all(ok for ok, _ in outcomes)
     first, rest = kube.created[0], kube.created[1:]
     assert first["metadata"]["name"] == "big-worker-0"
@@ -245,20 +254,17 @@ def test_a_big_gangs_first_worker_waits_for_the_plan_and_the_rest_is_born_releas
     )
 
 
-def test_without_a_plan_in_time_the_rest_of_the_gang_is_created_gated(monkeypatch: Any) -> None:
+def test_without_a_plan_in_time_the_rest_of_the_gang_is_created_gated() -> None:
     kube = _Recorder(plan_after=None)
-    monkeypatch.setattr(handlers, "PLAN_WAIT_SECONDS", 0.1)
-    _create_pods(kube, _gang(40), "uid-1")  # type: ignore[arg-type]
+    apply_intent.create_pods(state_with(kube, plan_wait_seconds=0.1), _gang(40), "uid-1")
     assert len(kube.created) == 40
     assert all(pod["spec"]["schedulingGates"] == [{"name": GANG_GATE}] for pod in kube.created)
 
 
 @pytest.fixture
-def waits(monkeypatch: Any) -> tuple[PlanWaits, Clock]:
+def waits() -> tuple[PlanWaits, Clock]:
     clock = Clock(100.0)
-    plan_waits = PlanWaits(2.0, clock)
-    monkeypatch.setattr(handlers, "_plan_waits", plan_waits)
-    return plan_waits, clock
+    return PlanWaits(2.0, clock), clock
 
 
 def _planned(workers: int) -> dict[str, Any]:
@@ -278,7 +284,7 @@ def test_a_small_gangs_first_worker_is_made_alone_and_the_rest_follow_its_plan_r
     kube = _Recorder()
     gang = _gang(CREATE_CONCURRENCY)
     started = time.monotonic()
-    outcomes = _create_pods(kube, gang, "uid-1")  # type: ignore[arg-type]
+    outcomes = _create_pods(kube, gang, "uid-1", waits=plan_waits)
     assert time.monotonic() - started < 1, "the reconcile does not wait for the plan"
     assert outcomes == [(True, None)] + [(False, None)] * (CREATE_CONCURRENCY - 1)
     assert [m["metadata"]["name"] for m in kube.created] == ["big-worker-0"]
@@ -286,12 +292,14 @@ def test_a_small_gangs_first_worker_is_made_alone_and_the_rest_follow_its_plan_r
     assert kube.reads == 0, "it never polls the API server"
     # a reconcile before the plan (a tick, the pod cache not showing worker 0 yet) makes nothing
     clock.now += 1.0
-    assert _create_pods(kube, gang, "uid-1") == [(False, None)] * CREATE_CONCURRENCY  # type: ignore[arg-type]
+    assert (
+        _create_pods(kube, gang, "uid-1", waits=plan_waits) == [(False, None)] * CREATE_CONCURRENCY
+    )
     assert len(kube.created) == 1
     # the job's watch shows the plan: the reconcile it wakes makes the rest, born released
     assert plan_waits.answered("uid-1")
     assert plan_waits.heard("uid-1")
-    outcomes = _create_pods(kube, gang[1:], "uid-1", _planned(CREATE_CONCURRENCY))  # type: ignore[arg-type]
+    outcomes = _create_pods(kube, gang[1:], "uid-1", _planned(CREATE_CONCURRENCY), waits=plan_waits)
     assert all(ok for ok, _ in outcomes)
     assert len(kube.created) == CREATE_CONCURRENCY
     assert all("schedulingGates" not in pod["spec"] for pod in kube.created[1:])
@@ -299,12 +307,12 @@ def test_a_small_gangs_first_worker_is_made_alone_and_the_rest_follow_its_plan_r
 
 
 def test_without_a_plan_in_time_a_small_gangs_rest_is_made_gated(waits: Any) -> None:
-    _, clock = waits
+    plan_waits, clock = waits
     kube = _Recorder(plan_after=None)
     gang = _gang(4)
-    _create_pods(kube, gang, "uid-1")  # type: ignore[arg-type]
+    _create_pods(kube, gang, "uid-1", waits=plan_waits)
     clock.now += 2.5  # past the wait: the next reconcile (a tick) makes the rest as they are
-    outcomes = _create_pods(kube, gang[1:], "uid-1")  # type: ignore[arg-type]
+    outcomes = _create_pods(kube, gang[1:], "uid-1", waits=plan_waits)
     assert all(ok for ok, _ in outcomes)
     assert [m["metadata"]["name"] for m in kube.created] == [f"big-worker-{i}" for i in range(4)]
     assert all(pod["spec"]["schedulingGates"] == [{"name": GANG_GATE}] for pod in kube.created)
@@ -313,15 +321,15 @@ def test_without_a_plan_in_time_a_small_gangs_rest_is_made_gated(waits: Any) -> 
 def test_past_the_wait_a_plan_kopf_has_not_shown_yet_is_read_from_the_api_server(
     waits: Any,
 ) -> None:
-    _, clock = waits
+    plan_waits, clock = waits
     kube = _Recorder(plan_after=0)  # the API server has the plan; kopf's view still lags
     gang = _gang(4)
-    _create_pods(kube, gang, "uid-1")  # type: ignore[arg-type]
+    _create_pods(kube, gang, "uid-1", waits=plan_waits)
     clock.now += 1.0
-    _create_pods(kube, gang[1:], "uid-1")  # type: ignore[arg-type]
+    _create_pods(kube, gang[1:], "uid-1", waits=plan_waits)
     assert kube.reads == 0, "no read while the wait lasts"
     clock.now += 1.5
-    outcomes = _create_pods(kube, gang[1:], "uid-1")  # type: ignore[arg-type]
+    outcomes = _create_pods(kube, gang[1:], "uid-1", waits=plan_waits)
     assert kube.reads == 1
     assert all(ok for ok, _ in outcomes)
     assert all("schedulingGates" not in pod["spec"] for pod in kube.created[1:]), "born released"
@@ -331,7 +339,7 @@ def test_a_small_gang_the_placer_answered_is_made_whole_at_once(waits: Any) -> N
     plan_waits, _ = waits
     for placement in ({"state": "Waiting"}, {"state": "Replanning"}, _planned(4)):
         kube = _Recorder(plan_after=None)
-        _create_pods(kube, _gang(4), "uid-1", placement)  # type: ignore[arg-type]
+        _create_pods(kube, _gang(4), "uid-1", placement, waits=plan_waits)
         assert len(kube.created) == 4, placement
         assert not plan_waits.answered("uid-1"), "no wait begun"
 
@@ -339,7 +347,7 @@ def test_a_small_gang_the_placer_answered_is_made_whole_at_once(waits: Any) -> N
 def test_a_small_gang_whose_first_worker_was_refused_posts_nothing_more(waits: Any) -> None:
     plan_waits, _ = waits
     pods = _Pods(existing={}, refuse={f"big-worker-{i}" for i in range(4)})
-    outcomes = _create_pods(pods, _gang(4), "uid-1")  # type: ignore[arg-type]
+    outcomes = _create_pods(pods, _gang(4), "uid-1", waits=plan_waits)
     assert outcomes[0][0] is False
     assert "403" in str(outcomes[0][1])
     assert outcomes[1:] == [(False, None)] * 3, "the round ends at the refusal"
@@ -350,7 +358,7 @@ def test_a_small_gang_whose_first_worker_was_refused_posts_nothing_more(waits: A
 def test_the_rest_of_a_gang_whose_creation_was_cut_short_is_made_at_once(waits: Any) -> None:
     plan_waits, _ = waits
     kube = _Recorder(plan_after=None)
-    _create_pods(kube, _gang(4)[1:], "uid-1", whole_gang=False)  # type: ignore[arg-type]
+    _create_pods(kube, _gang(4)[1:], "uid-1", whole_gang=False, waits=plan_waits)
     assert len(kube.created) == 3, "no second wait for a gang whose worker 0 exists"
     assert all(pod["spec"]["schedulingGates"] == [{"name": GANG_GATE}] for pod in kube.created)
     assert not plan_waits.answered("uid-1")
@@ -360,31 +368,33 @@ def test_a_plan_wakes_the_reconcile_of_a_gang_that_waits_for_it(
     waits: Any, monkeypatch: Any
 ) -> None:
     plan_waits, _ = waits
+    state = state_with(plan_waits=plan_waits)
+    memo = kopf.Memo(state=state)
     woken: list[Any] = []
-    monkeypatch.setattr(handlers._waker, "wake", woken.append)
+    monkeypatch.setattr(state.waker, "wake", woken.append)
 
     def body(state: str | None) -> kopf.Body:
         status = {"placement": {"state": state}} if state else {}
         return kopf.Body({"metadata": {"uid": "uid-1", "name": "big"}, "status": status})
 
-    handlers.job_objects(namespace="ns", name="big", body=body("Planned"))
+    handlers.job_objects(namespace="ns", name="big", body=body("Planned"), memo=memo)
     assert woken == [], "no gang of the job waits"
     plan_waits.begin(("uid-1", "0"))
-    handlers.job_objects(namespace="ns", name="big", body=body(None))
+    handlers.job_objects(namespace="ns", name="big", body=body(None), memo=memo)
     assert woken == [], "no answer yet"
-    handlers.job_objects(namespace="ns", name="big", body=body("Planned"))
+    handlers.job_objects(namespace="ns", name="big", body=body("Planned"), memo=memo)
     assert woken == [("ns", "big")]
     # a woken reconcile that finds the older body in kopf's index (stored after this function
     # returns) is tried again; the one that finds the plan runs
     older = body(None)
-    monkeypatch.setattr(handlers, "_kopf_state", ({"job_objects": {("ns", "big"): [older]}}, None))
-    assert handlers.reconcile_woken(("ns", "big")) is False
+    state.kopf_state = ({"job_objects": {("ns", "big"): [older]}}, None)  # type: ignore[assignment]
+    assert reconcile.reconcile_woken(state, ("ns", "big")) is False
 
 
 def test_a_gang_whose_plan_the_reconcile_saw_is_born_released_without_waiting() -> None:
     kube = _Recorder(plan_after=None)
     plan = {"state": "Planned", "attempt": 0, "level": "cluster", "nodes": ["n0", "n1"]}
-    _create_pods(kube, _gang(2)[1:], "uid-1", plan)  # type: ignore[arg-type]
+    _create_pods(kube, _gang(2)[1:], "uid-1", plan)
     assert kube.reads == 0
     assert "schedulingGates" not in kube.created[0]["spec"]
 
@@ -396,7 +406,7 @@ def test_a_restarted_big_gang_under_an_earlier_attempts_plan_is_created_without_
         manifest["metadata"]["labels"]["tpfabric.io/attempt"] = "1"
     plan = {"state": "Planned", "attempt": 0, "level": "cluster", "nodes": ["n"] * 40}
     started = time.monotonic()
-    _create_pods(kube, restart, "uid-1", plan)  # type: ignore[arg-type]
+    _create_pods(kube, restart, "uid-1", plan)
     assert time.monotonic() - started < 1, "no plan of attempt 1 comes: the ranks are moved"
     assert kube.reads == 0
     assert len(kube.created) == 40
@@ -417,7 +427,7 @@ def test_a_nodes_extended_resources_are_its_whole_domain_prefixed_counts() -> No
 def test_a_service_made_here_counts_until_the_index_shows_it_or_the_memory_runs_out(
     monkeypatch: Any,
 ) -> None:
-    made = _Made()
+    made = ServicesMade()
     assert not made.pending("u", shown=False)  # never made here: the index decides
     made.note("u")
     assert made.pending("u", shown=False)  # made a moment ago, the index lags: do not post again
@@ -432,10 +442,9 @@ def test_a_service_made_here_counts_until_the_index_shows_it_or_the_memory_runs_
 def test_a_service_deleted_after_the_index_showed_it_is_made_again_at_once(
     monkeypatch: Any,
 ) -> None:
-    # what every reconcile of a job with pods goes through (the regression itself, _apply not
+    # what every reconcile of a job with pods goes through (the regression itself, apply_intent not
     # calling this once the index showed the Service, is caught on the real control plane by
     # test_a_deleted_headless_service_is_made_again)
-    monkeypatch.setattr(handlers, "_services_made", _Made())
     created: list[str] = []
 
     class _Kube:
@@ -450,12 +459,12 @@ def test_a_service_deleted_after_the_index_showed_it_is_made_again_at_once(
     body = kopf.Body(
         {"apiVersion": "tpfabric.io/v1alpha1", "kind": "TensorParallelJob", "metadata": meta}
     )
-    kube: Any = _Kube()
-    assert _ensure_service(kube, body, []) is None  # the job's first reconcile
-    assert _ensure_service(kube, body, []) is None  # the index lags: not posted again
-    assert _ensure_service(kube, body, ["u"]) is None  # the index shows it
+    state = state_with(_Kube())
+    assert ensure_service(state, body, []) is None  # the job's first reconcile
+    assert ensure_service(state, body, []) is None  # the index lags: not posted again
+    assert ensure_service(state, body, ["u"]) is None  # the index shows it
     assert created == ["j-workers"]
-    assert _ensure_service(kube, body, []) is None  # someone deleted it: made again now
+    assert ensure_service(state, body, []) is None  # someone deleted it: made again now
     assert created == ["j-workers", "j-workers"]
 
 
@@ -466,13 +475,12 @@ def test_a_woken_reconcile_marks_its_body_patched_only_when_its_write_went_throu
         synced = threading.Event()
 
     _Synced.synced.set()
-    monkeypatch.setattr(handlers, "pods", lambda: _Synced)
-    monkeypatch.setattr(handlers, "_serial", _Serial())
+    state = state_with(pods=_Synced)
 
-    def decide(body: Any, patch: Any, indexes: Any) -> None:
+    def decide(state: Any, body: Any, patch: Any, indexes: Any) -> None:
         patch.status["phase"] = "Running"
 
-    monkeypatch.setattr(handlers, "_reconcile", decide)
+    monkeypatch.setattr(reconcile, "_reconcile", decide)
     body = kopf.Body({"metadata": {"uid": "u", "resourceVersion": "7", "name": "j"}})
     written: list[dict[str, Any]] = []
 
@@ -480,10 +488,12 @@ def test_a_woken_reconcile_marks_its_body_patched_only_when_its_write_went_throu
         raise ApiException(status=500, reason="etcd timeout")
 
     with pytest.raises(ApiException):
-        handlers.reconcile(body, kopf.Patch(), {}, refused)
+        reconcile.reconcile(state, body, kopf.Patch(), {}, refused)
     # nothing was written: the same body may be acted on again at once
-    assert handlers.reconcile(body, kopf.Patch(), {}, lambda b, p: written.append(dict(p)))
+    assert reconcile.reconcile(state, body, kopf.Patch(), {}, lambda b, p: written.append(dict(p)))
     assert written == [{"status": {"phase": "Running"}}]
     # written: that body is stale now, until the watch brings the job as patched
-    assert not handlers.reconcile(body, kopf.Patch(), {}, lambda b, p: written.append(dict(p)))
+    assert not reconcile.reconcile(
+        state, body, kopf.Patch(), {}, lambda b, p: written.append(dict(p))
+    )
     assert len(written) == 1

@@ -5,16 +5,10 @@ from typing import Any
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_operator.children import WORKER_INDEX_LABEL
-from tpfabric_operator.lifecycle import (
-    Failure,
-    Memory,
-    Outcome,
-    WorkerPod,
-    decide,
-    honour_problem,
-    job_status,
-    rule_action,
-)
+from tpfabric_operator.decide import decide, honour_problem
+from tpfabric_operator.failure_policy import rule_action
+from tpfabric_operator.job_state import Failure, Memory, WorkerPod
+from tpfabric_operator.job_status import Outcome, job_status
 from tpfabric_operator.obstacles import STUCK_AFTER_SECONDS, stuck_message, stuck_terminating
 from tpfabric_operator.pod_cache import worker_of
 

@@ -12,7 +12,7 @@ from tpfabric_operator.children import (
     JOB_LABEL,
     WORKER_INDEX_LABEL,
 )
-from tpfabric_operator.lifecycle import WorkerPod
+from tpfabric_operator.job_state import WorkerPod
 from tpfabric_operator.pod_cache import PodCache, entry_of, keyed_entry, shows_at_once
 
 

@@ -15,9 +15,10 @@ import kopf
 import pytest
 from kubernetes.client.rest import ApiException
 
-from tpfabric_operator import handlers
+from tpfabric_operator import handlers, reconcile
+from tpfabric_operator.born_released import PlanWaits
 from tpfabric_operator.children import GANG_GATE
-from tpfabric_operator.plan_waits import PlanWaits
+from tpfabric_operator.operator_state import OperatorState
 from tpfabric_operator.pod_cache import worker_of
 
 UID = "uid-1"
@@ -36,6 +37,7 @@ class Cluster:
         self.deleted: list[str] = []
         self.synced = threading.Event()
         self.synced.set()
+        self.state: OperatorState = handlers.new_state(kube=self, pods=self)
 
     # -- the adapter -----------------------------------------------------------------------------
 
@@ -120,11 +122,12 @@ class Job:
             "status": status or {},
         }
 
-    def reconcile(self) -> dict[str, Any]:
-        """Run one reconcile; return the status it patched (applied to the view)."""
+    def reconcile(self, cluster: Cluster) -> dict[str, Any]:
+        """Run one reconcile on ``cluster``; return the status it patched (applied to the view)."""
         patch = kopf.Patch()
         indexes = {"node_resources": {}, "job_services": {("ns", "j"): [UID]}}
-        handlers._reconcile(kopf.Body(copy.deepcopy(self.body)), patch, indexes)
+        body = kopf.Body(copy.deepcopy(self.body))
+        reconcile._reconcile(cluster.state, body, patch, indexes)
         written = dict(patch.get("status") or {})
         for key, value in written.items():
             if value is None:
@@ -146,23 +149,20 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
         monkeypatch.setattr(
             handlers.kopf, kind, lambda body, reason, message: posted.append((reason, message))
         )
-    monkeypatch.setattr(handlers, "_warned", {})
     return posted
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    now = [T0]
-    monkeypatch.setattr(handlers, "_now", lambda: now[0])
-    return now
+def clock() -> list[float]:
+    return [T0]
 
 
-def use(monkeypatch: pytest.MonkeyPatch, cluster: Cluster) -> Cluster:
-    monkeypatch.setattr(handlers, "adapter", lambda: cluster)
-    monkeypatch.setattr(handlers, "pods", lambda: cluster)
-    monkeypatch.setattr(handlers, "_plan_waits", PlanWaits(0.0))
-    if hasattr(handlers, "_create_backoff"):
-        monkeypatch.setattr(handlers, "_create_backoff", type(handlers._create_backoff)())
+def use(cluster: Cluster, clock: list[float] | None = None) -> Cluster:
+    """Give ``cluster`` a fresh operator state that acts on it, at the time ``clock`` shows."""
+    now = clock if clock is not None else [T0]
+    cluster.state = handlers.new_state(
+        kube=cluster, pods=cluster, plan_waits=PlanWaits(0.0), clock=lambda: now[0]
+    )
     return cluster
 
 
@@ -201,9 +201,9 @@ def test_a_worker_recreated_for_a_replan_is_never_born_released_onto_the_dropped
         "nodes": ["n0", "n1"],
     }
     job = Job(status={"workersCreated": True, "attempt": 0, "placement": planned})
-    cluster = use(monkeypatch, Cluster({**planned, "state": "Replanning"}))
+    cluster = use(Cluster({**planned, "state": "Replanning"}), clock)
     cluster.pods["j-worker-0"] = running_pod(job, 0)
-    written = job.reconcile()
+    written = job.reconcile(cluster)
     assert cluster.posted == ["j-worker-1"]
     made = cluster.pods["j-worker-1"]
     assert made["spec"].get("schedulingGates") == [{"name": GANG_GATE}], "born released"
@@ -218,9 +218,9 @@ def test_pods_no_job_owns_are_not_adopted_and_the_job_says_what_to_do(
     monkeypatch: pytest.MonkeyPatch, events: Any, clock: Any
 ) -> None:
     job = Job()
-    cluster = use(monkeypatch, Cluster())
+    cluster = use(Cluster(), clock)
     cluster.pods["j-worker-0"] = running_pod(job, 0, owner=None)  # kept by --cascade=orphan
-    job.reconcile()
+    job.reconcile(cluster)
     assert (cluster.posted, cluster.deleted) == ([], [])
     created = job.condition("WorkersCreated")
     assert created["status"] == "False"
@@ -228,7 +228,7 @@ def test_pods_no_job_owns_are_not_adopted_and_the_job_says_what_to_do(
     assert "not owned by this job" in created["message"]
     assert "kubectl delete pod -n ns j-worker-0" in created["message"]
     cluster.pods.clear()  # the user deleted it: the job starts
-    job.reconcile()
+    job.reconcile(cluster)
     assert cluster.posted == ["j-worker-0"]
 
 
@@ -241,12 +241,12 @@ def test_a_refused_gang_backs_off_and_gives_a_partial_gang_back(
     """A quota of one pod; a gang of four; a reconcile every second for 40 s. The old operator
     posted the missing three workers at every reconcile (about 120 refusals)."""
     job = Job(workers=4)
-    cluster = use(monkeypatch, Cluster(quota=1))
+    cluster = use(Cluster(quota=1), clock)
     rounds: list[tuple[float, int]] = []
     for second in range(40):
         clock[0] = T0 + second
         before = len(cluster.posted)
-        job.reconcile()
+        job.reconcile(cluster)
         cluster.gone()
         if len(cluster.posted) > before:
             rounds.append((second, len(cluster.posted) - before))
@@ -268,20 +268,20 @@ def test_a_gang_created_whole_ends_its_backoff(
     monkeypatch: pytest.MonkeyPatch, events: Any, clock: list[float]
 ) -> None:
     job = Job(workers=2)
-    cluster = use(monkeypatch, Cluster(quota=1))
-    job.reconcile()  # worker 0
+    cluster = use(Cluster(quota=1), clock)
+    job.reconcile(cluster)  # worker 0
     clock[0] += 1
-    job.reconcile()  # worker 1 refused
+    job.reconcile(cluster)  # worker 1 refused
     assert cluster.refused == ["j-worker-1"]
     cluster.quota = None  # the quota grows
     clock[0] += 0.5
-    job.reconcile()
+    job.reconcile(cluster)
     assert cluster.posted == ["j-worker-0", "j-worker-1"], "nothing posted before the next round"
     clock[0] += 1
-    job.reconcile()
+    job.reconcile(cluster)
     assert cluster.posted[-1] == "j-worker-1"
     assert set(cluster.pods) == {"j-worker-0", "j-worker-1"}
-    assert handlers._create_backoff.streak(UID) is None
+    assert cluster.state.create_backoff.streak(UID) is None
 
 
 # -- 12: an invalid spec is a condition, not a failure -------------------------------------------
@@ -292,10 +292,10 @@ def test_an_invalid_spec_keeps_the_job_running_and_recovers_when_fixed(
 ) -> None:
     running = {"phase": "Running", "workersCreated": True, "restarts": 0, "attempt": 0}
     job = Job(status=running)
-    cluster = use(monkeypatch, Cluster())
+    cluster = use(Cluster(), clock)
     cluster.pods = {f"j-worker-{i}": running_pod(job, i) for i in range(2)}
     job.body["spec"]["failurePolicy"] = {"rules": [{"action": "FailJob"}]}  # past an old CRD
-    written = job.reconcile()
+    written = job.reconcile(cluster)
     assert "phase" not in written
     assert job.body["status"]["phase"] == "Running"
     invalid = job.condition("InvalidSpec")
@@ -305,7 +305,7 @@ def test_an_invalid_spec_keeps_the_job_running_and_recovers_when_fixed(
     assert (cluster.posted, cluster.deleted) == ([], [])
     assert ("InvalidSpec", invalid["message"]) in events
     job.body["spec"]["failurePolicy"] = {"rules": [{"action": "FailJob", "onExitCodes": [3]}]}
-    job.reconcile()
+    job.reconcile(cluster)
     assert job.body["status"]["phase"] == "Running"
     assert job.condition("InvalidSpec")["status"] == "False"
     assert job.condition("Failed")["status"] == "False"
@@ -318,9 +318,9 @@ def test_a_job_an_older_operator_failed_for_an_invalid_spec_runs_on(
     failed = {"type": "Failed", "status": "True", "reason": "InvalidSpec", "message": "m"}
     status = {"phase": "Failed", "workersCreated": True, "conditions": [failed]}
     job = Job(status=status)
-    cluster = use(monkeypatch, Cluster())
+    cluster = use(Cluster(), clock)
     cluster.pods = {f"j-worker-{i}": running_pod(job, i) for i in range(2)}
-    job.reconcile()
+    job.reconcile(cluster)
     assert job.body["status"]["phase"] == "Running"
     assert cluster.deleted == []
 
@@ -333,8 +333,7 @@ def test_a_replica_that_does_not_hold_the_lease_acts_on_nothing(
 ) -> None:
     from tpfabric_operator import leadership  # noqa: PLC0415
 
-    cluster = use(monkeypatch, Cluster())
-    monkeypatch.setattr(handlers, "_serial", handlers._Serial())
+    cluster = use(Cluster(), clock)
 
     class Follower:
         def is_leader(self) -> bool:
@@ -343,7 +342,7 @@ def test_a_replica_that_does_not_hold_the_lease_acts_on_nothing(
     monkeypatch.setattr(leadership, "_elector", Follower())
     job = Job()
     patch = kopf.Patch()
-    assert handlers.reconcile(kopf.Body(job.body), patch, {}) is True
+    assert reconcile.reconcile(cluster.state, kopf.Body(job.body), patch, {}) is True
     assert (cluster.posted, dict(patch), events) == ([], {}, [])
 
 
@@ -351,8 +350,9 @@ def test_a_replica_that_begins_to_lead_reconciles_every_job_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     woken: list[Any] = []
-    monkeypatch.setattr(handlers._waker, "wake", woken.append)
+    state = handlers.new_state()
+    monkeypatch.setattr(state.waker, "wake", woken.append)
     jobs = {("ns", "a"): [object()], ("ns", "b"): [object()]}
-    monkeypatch.setattr(handlers, "_kopf_state", ({"job_objects": jobs}, None))
-    handlers.reconcile_every_job()
+    state.kopf_state = ({"job_objects": jobs}, None)  # type: ignore[assignment]
+    reconcile.reconcile_every_job(state)
     assert sorted(woken) == [("ns", "a"), ("ns", "b")]

@@ -1,19 +1,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from fabric_builders import two_unit_rail_fabric
 
 from tpfabric_core.errors import InputError
-from tpfabric_core.fabric.health import (
+from tpfabric_core.fabric.link_snapshot_judge import (
     HealthThresholds,
     PortCounters,
     apply_link_health,
     assess_link_health,
     parse_counters_json,
-    read_sysfs_counters,
 )
 
 
@@ -77,22 +75,3 @@ def test_a_bad_snapshot_entry_names_its_path() -> None:
 def test_snapshot_must_be_json_with_links() -> None:
     with pytest.raises(InputError, match="'links' list"):
         parse_counters_json("{}")
-
-
-def test_sysfs_tree_is_read_by_guid_or_by_node_and_rail(tmp_path: Path) -> None:
-    def port(device: str, symbol: int, rate: str, guid: str | None = None) -> None:
-        counters = tmp_path / device / "ports" / "1" / "counters"
-        counters.mkdir(parents=True)
-        (counters / "symbol_error").write_text(f"{symbol}\n")
-        (counters / "link_downed").write_text("0\n")
-        (tmp_path / device / "ports" / "1" / "rate").write_text(rate)
-        if guid:
-            (tmp_path / device / "node_guid").write_text(guid)
-
-    port("mlx5_0", 3, "400 Gb/sec (4X NDR)\n", guid="e09d:7303:0085:94bc\n")
-    port("mlx5_1", 50, "200 Gb/sec (4X HDR)\n")
-    counters = read_sysfs_counters(tmp_path, node="dgx-01")
-    assert counters == [
-        PortCounters(hca="e09d7303008594bc", port=1, symbol_errors=3, rate_gbps=400),
-        PortCounters(node="dgx-01", rail=1, symbol_errors=50, rate_gbps=200),
-    ]

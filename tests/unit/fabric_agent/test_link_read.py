@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from tpfabric_core.fabric.sysfs_links import (
-    ERROR_COUNTERS,
-    HW_COUNTERS,
-    NETDEV_COUNTERS,
+from tpfabric_core.fabric.link_samples import ERROR_COUNTERS, HW_COUNTERS, NETDEV_COUNTERS
+from tpfabric_core.fabric.link_snapshot_judge import PortCounters
+from tpfabric_fabric_agent.fake_sysfs import FakeSysfs
+from tpfabric_fabric_agent.link_read import (
     parse_rate,
     read_pcie_links,
     read_port_samples,
+    read_sysfs_counters,
 )
-from tpfabric_fabric_agent.fake_sysfs import FakeSysfs
 
 
 @pytest.mark.parametrize(
@@ -114,3 +114,22 @@ def test_hw_counters_and_the_netdev_counters_are_read(tmp_path: Path) -> None:
     assert two.counters["roce_slow_restart"] == 5
     assert two.counters["carrier_changes"] == 4
     assert two.counters["rx_crc_errors"] == 9
+
+
+def test_sysfs_tree_is_read_by_guid_or_by_node_and_rail(tmp_path: Path) -> None:
+    def port(device: str, symbol: int, rate: str, guid: str | None = None) -> None:
+        counters = tmp_path / device / "ports" / "1" / "counters"
+        counters.mkdir(parents=True)
+        (counters / "symbol_error").write_text(f"{symbol}\n")
+        (counters / "link_downed").write_text("0\n")
+        (tmp_path / device / "ports" / "1" / "rate").write_text(rate)
+        if guid:
+            (tmp_path / device / "node_guid").write_text(guid)
+
+    port("mlx5_0", 3, "400 Gb/sec (4X NDR)\n", guid="e09d:7303:0085:94bc\n")
+    port("mlx5_1", 50, "200 Gb/sec (4X HDR)\n")
+    counters = read_sysfs_counters(tmp_path, node="dgx-01")
+    assert counters == [
+        PortCounters(hca="e09d7303008594bc", port=1, symbol_errors=3, rate_gbps=400),
+        PortCounters(node="dgx-01", rail=1, symbol_errors=50, rate_gbps=200),
+    ]

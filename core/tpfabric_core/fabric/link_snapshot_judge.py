@@ -1,7 +1,10 @@
-"""Link health from port counters: which cables are degraded, and so which leaves and nodes.
+"""Judge a fabric-wide counter snapshot: which cables are degraded, and so which leaves and nodes.
 
-Counters come from a JSON snapshot (what a collector on the UFM/fabric-manager side writes) or
-from a sysfs-style tree (what ``/sys/class/infiniband`` on a node shows). The JSON format::
+The one-shot judge of the ``tpfabric topology`` commands' ``--counters`` (a node's live series is
+:mod:`.link_judge`'s). Counters come from a JSON snapshot (what a collector on the
+UFM/fabric-manager side writes), parsed here, or from a sysfs-style tree (what
+``/sys/class/infiniband`` on a node shows), read by
+:func:`tpfabric_fabric_agent.link_read.read_sysfs_counters`. The JSON format::
 
     {"links": [
       {"switch": "S-2c5eab0300b87a80", "port": 7, "symbol_errors": 1250, "link_downed": 2,
@@ -15,29 +18,22 @@ Each entry names one cable by one of its ends: a switch port (``switch`` is an i
 and rail. Counters default to 0; ``rate_gbps`` is the rate the port runs at, and
 ``expected_rate_gbps`` defaults to the cable's modelled rate (e.g. 400 for 4xNDR).
 
-The sysfs tree is ``<root>/<hca>/ports/<p>/counters/{symbol_error,link_downed}`` and
-``<root>/<hca>/ports/<p>/rate`` (``400 Gb/sec (4X NDR)``); the HCA is named by
-``<root>/<hca>/node_guid`` when present, else by the node and the ``mlx5_<n>`` name (rail n).
-
 A cable is degraded when a counter is over its :class:`HealthThresholds` limit or it runs below
 its expected rate; a leaf with a degraded cable makes every node on it ``degraded``
-(:meth:`~tpfabric_core.fabric.model.Fabric.node_health`). Reading files is allowed here; running
-tools or talking to the network is not.
+(:meth:`~tpfabric_core.fabric.model.Fabric.node_health`). Pure: text in, data out; no file,
+tool or network access here.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric.ibnetdiscover import normalize_guid
 from tpfabric_core.fabric.model import Fabric, Link, LinkKey, hca_id
-from tpfabric_core.fabric.sysfs_links import read_hca_ports
 from tpfabric_core.fabric_description import pydantic_error_path
 
 __all__ = [
@@ -48,10 +44,7 @@ __all__ = [
     "apply_link_health",
     "assess_link_health",
     "parse_counters_json",
-    "read_sysfs_counters",
 ]
-
-_MLX = re.compile(r"^mlx5_(\d+)$")
 
 
 class HealthThresholds(BaseModel):
@@ -131,34 +124,6 @@ def parse_counters_json(text: str, source: str = "<counters>") -> list[PortCount
             raise InputError(
                 f"{source}: {path}", first["msg"].removeprefix("Value error, ")
             ) from err
-    return result
-
-
-def read_sysfs_counters(root: Path, node: str | None = None) -> list[PortCounters]:
-    """Return the counters of every HCA port under a sysfs-style ``root`` (see module docstring).
-
-    HCAs without ``node_guid`` need ``node`` and an ``mlx5_<n>`` name; others are skipped.
-    """
-    result: list[PortCounters] = []
-    for sample in read_hca_ports(root):
-        guid_file = root / sample.hca / "node_guid"
-        ident: dict[str, object]
-        if guid_file.is_file():
-            ident = {"hca": normalize_guid(guid_file.read_text()), "port": sample.port}
-        elif node is not None and (match := _MLX.match(sample.hca)):
-            ident = {"node": node, "rail": int(match[1])}
-        else:
-            continue
-        result.append(
-            PortCounters.model_validate(
-                ident
-                | {
-                    "symbol_errors": sample.counters.get("symbol_error", 0),
-                    "link_downed": sample.counters.get("link_downed", 0),
-                    "rate_gbps": sample.rate_gbps,
-                }
-            )
-        )
     return result
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from tpfabric_core import labels
-from tpfabric_core.fabric.fabric_condition import (
+from tpfabric_core.fabric.link_judge import NodeVerdict, PcieVerdict, PortVerdict
+from tpfabric_core.fabric.link_publish import (
     CONDITION_TYPE,
     DETAIL_ANNOTATION,
     RailDetail,
@@ -15,8 +16,7 @@ from tpfabric_core.fabric.fabric_condition import (
     publication_of,
     suspect_rail_switches,
 )
-from tpfabric_core.fabric.link_judgement import NodeVerdict, PcieVerdict, PortVerdict
-from tpfabric_core.fabric.sysfs_links import PcieLink
+from tpfabric_core.fabric.link_samples import PcieLink
 
 NOW = "2026-12-01T10:00:00Z"
 LATER = "2026-12-01T10:05:00Z"

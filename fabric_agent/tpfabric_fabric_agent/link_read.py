@@ -1,5 +1,5 @@
-"""Read a node's fabric links from sysfs: HCA ports (state, rate, width, error counters) and the
-PCIe links of its HCAs and GPUs.
+"""Read, the first stage of link health: a node's fabric links from sysfs, HCA ports (state,
+rate, width, error counters) and the PCIe links of its HCAs and GPUs.
 
 Everything is read below a root that stands for ``/sys`` (the host's, mounted read-only into the
 fabric agent, or a fixture tree in tests), from the files ``ibstat``, ``perfquery`` and ``lspci``
@@ -23,23 +23,30 @@ show:
 - GPUs: ``bus/pci/devices/<bdf>`` with vendor ``0x10de`` and a display/3D class.
 
 Reading files is all this module may do: no tools, no network, no writes. Missing or unreadable
-files become ``None``; judging what was read is :mod:`tpfabric_core.fabric.link_judgement`'s.
+files become ``None``. What is read are core's records (:mod:`tpfabric_core.fabric.link_samples`);
+judging them is :mod:`tpfabric_core.fabric.link_judge`'s, publishing the verdict
+:mod:`tpfabric_core.fabric.link_publish`'s. :func:`read_sysfs_counters` reads a sysfs-style tree
+once, for the CLI's fabric-wide snapshot (:mod:`tpfabric_core.fabric.link_snapshot_judge`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from tpfabric_core.fabric.ibnetdiscover import normalize_guid
+from tpfabric_core.fabric.link_samples import (
+    ERROR_COUNTERS,
+    HW_COUNTERS,
+    PcieLink,
+    PortSample,
+)
+from tpfabric_core.fabric.link_snapshot_judge import PortCounters
+
 __all__ = [
-    "ERROR_COUNTERS",
-    "HW_COUNTERS",
-    "NETDEV_COUNTERS",
     "PciPlace",
-    "PcieLink",
-    "PortSample",
     "SysfsGpu",
     "SysfsNic",
     "SysfsPort",
@@ -53,71 +60,16 @@ __all__ = [
     "read_pcie_links",
     "read_port_samples",
     "read_ports",
+    "read_sysfs_counters",
 ]
 
-#: The error counters the agent watches, by their sysfs names.
-ERROR_COUNTERS = (
-    "symbol_error",
-    "link_error_recovery",
-    "link_downed",
-    "port_rcv_errors",
-    "port_rcv_remote_physical_errors",
-    "local_link_integrity_errors",
-    "excessive_buffer_overrun_errors",
-    "port_xmit_discards",
-)
-#: Driver counters of ``hw_counters/`` the agent watches (mlx5 names; absent ones are left out).
-HW_COUNTERS = ("rnr_nak_retry_err", "local_ack_timeout_err", "roce_slow_restart")
-#: Counters of the port's netdev: ``carrier_changes`` (a link that went down and up between two
-#: reads) and ``statistics/rx_crc_errors`` (Ethernet FCS errors, mlx5e's PHY/MAC count).
-NETDEV_COUNTERS = ("carrier_changes", "rx_crc_errors")
 NVIDIA_VENDOR = "0x10de"
 _GPU_CLASSES = ("0x0302", "0x0300")  # 3D controller (datacenter GPUs), VGA controller
 _RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec(?:\s*\((\d+)X\b)?")
 _SPEED = re.compile(r"^\s*([0-9.]+)\s*GT/s")
 _MLX_INDEX = re.compile(r"(\d+)$")
+_MLX = re.compile(r"^mlx5_(\d+)$")
 _BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-
-
-@dataclass(frozen=True, slots=True)
-class PortSample:
-    """One HCA port as sysfs shows it at one moment."""
-
-    hca: str
-    port: int
-    state: str  # ACTIVE, DOWN, INIT, ARMED (the text after ``4: ``)
-    phys_state: str  # LinkUp, Polling, Disabled, ...
-    rate_gbps: float | None
-    width: int | None  # lanes: 4 for ``4X``
-    link_layer: str = "InfiniBand"
-    counters: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def where(self) -> str:
-        """Return ``mlx5_3 port 1``, the name messages use."""
-        return f"{self.hca} port {self.port}"
-
-    @property
-    def up(self) -> bool:
-        """Return whether the port carries traffic: ACTIVE, and physically LinkUp (or no
-        ``phys_state`` file to say otherwise)."""
-        return self.state.upper() == "ACTIVE" and self.phys_state.lower() in ("linkup", "unknown")
-
-
-@dataclass(frozen=True, slots=True)
-class PcieLink:
-    """The PCIe link of one HCA or GPU: what it trained at and what it can do."""
-
-    bdf: str
-    role: str  # "hca" or "gpu"
-    name: str  # mlx5_3 for an HCA, the bus id for a GPU
-    speed_gts: float | None
-    max_speed_gts: float | None
-    width: int | None
-    max_width: int | None
-    #: what the upstream port the device trains with can do (the slot); None when unread
-    path_max_speed_gts: float | None = None
-    path_max_width: int | None = None
 
 
 def parse_rate(text: str) -> tuple[float | None, int | None]:
@@ -431,3 +383,33 @@ def read_gpu_places(sys_root: Path, gpus: list[str] | None = None) -> list[Sysfs
         SysfsGpu(bdf, _place(sys_root, pci / bdf))
         for bdf in (find_gpus(sys_root) if gpus is None else gpus)
     ]
+
+
+def read_sysfs_counters(root: Path, node: str | None = None) -> list[PortCounters]:
+    """Return the counters of every HCA port under a sysfs-style ``root``
+    (``<root>/<hca>/ports/<p>/counters/{symbol_error,link_downed}`` and ``.../rate``).
+
+    An HCA is named by ``<root>/<hca>/node_guid`` when present, else by ``node`` and its
+    ``mlx5_<n>`` name (rail n); others are skipped.
+    """
+    result: list[PortCounters] = []
+    for sample in read_hca_ports(root):
+        guid_file = root / sample.hca / "node_guid"
+        ident: dict[str, object]
+        if guid_file.is_file():
+            ident = {"hca": normalize_guid(guid_file.read_text()), "port": sample.port}
+        elif node is not None and (match := _MLX.match(sample.hca)):
+            ident = {"node": node, "rail": int(match[1])}
+        else:
+            continue
+        result.append(
+            PortCounters.model_validate(
+                ident
+                | {
+                    "symbol_errors": sample.counters.get("symbol_error", 0),
+                    "link_downed": sample.counters.get("link_downed", 0),
+                    "rate_gbps": sample.rate_gbps,
+                }
+            )
+        )
+    return result

@@ -1,7 +1,7 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease: one placer plans, one operator acts.
 
 Shared by the placer (``tpfabric_scheduler``) and the operator (``tpfabric_operator.leadership``);
-like :mod:`tpfabric_core.list_watch`, it never opens a connection itself: the caller brings the
+like :mod:`tpfabric_kube.list_watch`, it never opens a connection itself: the caller brings the
 Lease API (``kubernetes.client.CoordinationV1Api`` or a stand-in), and an error is read by its
 ``status`` (409 conflict, 404 not found), as ``ApiException`` carries it.
 

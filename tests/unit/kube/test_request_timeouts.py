@@ -11,7 +11,7 @@ import pytest
 import urllib3
 from kubernetes import client
 
-from tpfabric_core.request_timeouts import API_TIMEOUT, with_default_timeout
+from tpfabric_kube.request_timeouts import API_TIMEOUT, with_default_timeout
 
 
 def test_a_call_without_a_timeout_gets_the_default_and_one_with_keeps_its_own() -> None:

@@ -1,4 +1,8 @@
-"""Judge a node's fabric links from a series of samples: ``ok``, ``degraded`` (and why) or ``down``.
+"""Judge, the second stage of link health: a node's links from a series of samples, ``ok``,
+``degraded`` (and why) or ``down``.
+
+The samples are :mod:`.link_samples`' records (read from sysfs by the fabric agent); the verdict
+goes to :mod:`.link_publish`.
 
 :class:`LinkJudge` is fed one :class:`NodeSample` per interval and returns a :class:`NodeVerdict`.
 It keeps, per port, the samples of the sliding window (``window_seconds``) and turns counter
@@ -32,7 +36,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tpfabric_core.fabric.sysfs_links import (
+from tpfabric_core.fabric.link_samples import (
     ERROR_COUNTERS,
     HW_COUNTERS,
     NETDEV_COUNTERS,

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from tpfabric_core.fabric.link_judgement import (
+from tpfabric_core.fabric.link_judge import (
     LinkJudge,
     LinkJudgeConfig,
     NodeSample,
@@ -14,7 +14,7 @@ from tpfabric_core.fabric.link_judgement import (
     PortVerdict,
     counter_delta,
 )
-from tpfabric_core.fabric.sysfs_links import PcieLink, PortSample
+from tpfabric_core.fabric.link_samples import PcieLink, PortSample
 
 INTERVAL = 10.0
 

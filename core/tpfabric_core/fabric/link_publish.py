@@ -1,4 +1,5 @@
-"""How a node's live fabric health is published, and read back: condition, label, annotation.
+"""Publish, the last stage of link health: how a node's verdict (:mod:`.link_judge`) is
+published, and read back: condition, label, annotation.
 
 The fabric agent publishes, per node, three things, and writes them only when they change:
 
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpfabric_core import labels
-from tpfabric_core.fabric.link_judgement import NodeVerdict
+from tpfabric_core.fabric.link_judge import NodeVerdict
 
 __all__ = [
     "CONDITION_TYPE",

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tpfabric_core.list_watch import list_and_watch
+from tpfabric_kube.list_watch import list_and_watch
 
 
 class ExpiredError(Exception):
