@@ -16,13 +16,13 @@ IMAGE_TAG ?= dev
 BASE_IMAGE ?=
 HOST_WHEELS ?= 0
 
-.PHONY: demo test lint typecheck test-unit test-integration toolchain venv constraints clean \
+.PHONY: demo test lint typecheck test-unit test-integration test-soak toolchain venv constraints clean \
 	images e2e-kind test-e2e
 
 demo: venv toolchain
 	$(BIN)/tpfabric demo
 
-test: lint typecheck test-unit test-integration
+test: lint typecheck test-unit test-integration test-soak
 
 venv: $(VENV)/.installed
 
@@ -50,6 +50,12 @@ test-unit: venv
 test-integration: venv toolchain
 	$(GO_ENV) $(BIN)/tpfabric toolchain build --minimum --controllers --kueue
 	$(BIN)/pytest tests/integration $(PYTEST_FLAGS)
+
+# One long run on the local control plane (marker soak: 1,000 kwok nodes, churn, two leader kills;
+# ~5 min alone on 2 cores). Its own tier, part of `make test`. pytest's exit 5 (nothing collected)
+# fails it like any other tier.
+test-soak: venv toolchain
+	$(BIN)/pytest tests/soak $(PYTEST_FLAGS)
 
 constraints: venv
 	{ echo '# Exact versions CI and `make` install (pip -c). Regenerate: make constraints'; \

@@ -45,10 +45,12 @@ __all__ = [
     "histogram_totals",
     "local_cluster",
     "mean_ms_grown",
+    "metric_labels",
     "request_counts",
     "request_seconds",
     "scheduler_metrics",
     "scheduling_seconds",
+    "start_components",
     "start_gang_components",
     "start_placer",
     "summary",
@@ -192,7 +194,8 @@ def apiserver_requests(api: Any) -> Counter[str]:
     return request_counts(apiserver_metrics(api))
 
 
-def _labels(text: str) -> dict[str, str]:
+def metric_labels(text: str) -> dict[str, str]:
+    """Return the labels of a Prometheus series' ``{...}`` text (quotes dropped) as a dict."""
     return dict(pair.split("=", 1) for pair in text.replace('"', "").split(",") if "=" in pair)
 
 
@@ -211,7 +214,7 @@ def request_counts(metrics: str) -> Counter[str]:
         if not line.startswith(_REQUEST_PREFIX):
             continue
         labels_text, _, value = line[len(_REQUEST_PREFIX) :].rpartition("} ")
-        found = _labels(labels_text)
+        found = metric_labels(labels_text)
         counts[f"{_kind(found)} {found.get('code', '')}"] += int(float(value))
     return counts
 
@@ -230,7 +233,7 @@ def histogram_totals(
         part = head[len(name) + 1 :]
         if part not in ("sum", "count"):
             continue
-        kind = key(_labels(labels_text.removesuffix("}")))
+        kind = key(metric_labels(labels_text.removesuffix("}")))
         if kind is None:
             continue
         pair = totals.setdefault(kind, [0.0, 0.0])
@@ -494,19 +497,34 @@ def start_placer(cluster: Any, timeout: float = 180) -> int:
     return port
 
 
+def start_components(cluster: Any) -> int:
+    """Start the extender/placer, the tpfabric kube-scheduler (the chart's configuration, its
+    client QPS/burst included) and the operator (its default reconcile interval); return the
+    extender's port."""
+    from tpfabric_localcluster.tpfabric import TPFABRIC_SCHEDULER, start_operator  # noqa: PLC0415
+    from tpfabric_operator.settings import RECONCILE_SECONDS  # noqa: PLC0415
+    from tpfabric_scheduler.config import scheduler_configuration  # noqa: PLC0415
+
+    port = start_placer(cluster)
+    cluster.start_scheduler(
+        TPFABRIC_SCHEDULER, scheduler_configuration(f"http://127.0.0.1:{port}"), timeout=120
+    )
+    start_operator(cluster, reconcile_seconds=RECONCILE_SECONDS)
+    return port
+
+
 def start_gang_components(cluster: Any, api: Any) -> tuple[int, Any]:
     """Start tpfabric (placer, tpfabric-scheduler, operator), the LWS controller and the gang
     webhook with its configuration; return the placer's port and the webhook."""
     from kubernetes import client  # noqa: PLC0415
 
-    from tpfabric_bench.operator import _start_components  # noqa: PLC0415 - it imports this module
     from tpfabric_localcluster.gang_webhook import start_gang_webhook  # noqa: PLC0415
     from tpfabric_localcluster.workload_controllers import (  # noqa: PLC0415
         LWS,
         start_workload_controller,
     )
 
-    port = _start_components(cluster)
+    port = start_components(cluster)
     start_workload_controller(cluster, LWS)
     hook = start_gang_webhook(cluster)
     client.AdmissionregistrationV1Api(api).create_mutating_webhook_configuration(

@@ -1,15 +1,15 @@
 """The extender's answers while it relists every pod: latency during a full relist.
 
-:func:`run_relist` starts this module as a child process (``python -m tpfabric_bench._relist``)
-that holds what a production extender holds: the store loaded by the product's informers
-(``Informer._list``, fed by :class:`~tpfabric_bench._memory.FakeList` with the 5-10 KB pods of
-:class:`~tpfabric_bench._memory.ClusterShape`), a :class:`~tpfabric_scheduler.placer.GangPlacer`
-(its writes go nowhere) and the real aiohttp app of ``make_app`` on 127.0.0.1, with the
-interpreter's switch interval the extender's process sets. The parent is the
-load generator, as kube-scheduler is: one keep-alive connection, one ``/filter`` request after
-the other for the probe job's released worker (its domain's names, as kube-scheduler sends them
-once the placer narrowed the worker's affinity), each timed from send to the last byte of the
-answer. After ``quiet_s`` of plain serving the child relists every pod in a thread, as an
+:func:`run_relist` starts this module as a child process (``python -m tpfabric_bench._relist``) that
+holds what a production extender holds: the store loaded by the product's informers
+(``Informer._list``, fed by :class:`~tpfabric_bench._fake_apiserver.FakeList` with the 5-10 KB pods
+of :class:`~tpfabric_bench._fake_apiserver.ClusterShape`), a
+:class:`~tpfabric_scheduler.placer.GangPlacer` (its writes go nowhere) and the real aiohttp app of
+``make_app`` on 127.0.0.1, with the interpreter's switch interval the extender's process sets. The
+parent is the load generator, as kube-scheduler is: one keep-alive connection, one ``/filter``
+request after the other for the probe job's released worker (its domain's names, as kube-scheduler
+sends them once the placer narrowed the worker's affinity), each timed from send to the last byte of
+the answer. After ``quiet_s`` of plain serving the child relists every pod in a thread, as an
 informer does after a ``410 Gone`` (the pages are built beforehand, as a response arrives off the
 wire), runs the placer cycle the relist wakes, serves ``quiet_s`` more and reports when the relist
 started, when its list was in and when the cycle ended. Requests sent while the relist read its
@@ -37,14 +37,10 @@ import orjson
 from aiohttp import web
 from rich.table import Table
 
+from tpfabric_bench._fake_apiserver import KINDS, ClusterShape, fake_lists
 from tpfabric_bench._harness import summary
-from tpfabric_bench._memory import (
-    KINDS,
-    ClusterShape,
-    _informers,
-    _lists,
-    _proc_status_kib,
-)
+from tpfabric_bench._memory import informers_reading
+from tpfabric_bench._rss import proc_status_kib
 from tpfabric_scheduler.__main__ import SWITCH_INTERVAL_S
 from tpfabric_scheduler.kube import POD_PAGE_SIZE
 from tpfabric_scheduler.metrics import Metrics
@@ -105,16 +101,16 @@ async def _serve(
 def child(pods: int, nodes: int, quiet_s: float) -> dict[str, Any]:
     """Return the relist's timings and the child's RSS (this process is the child)."""
     shape = ClusterShape(pods, nodes)
-    lists = _lists(shape)
+    lists = fake_lists(shape)
     store = ClusterStore()
-    informers = _informers(store, lists)
+    informers = informers_reading(store, lists)
     for kind in KINDS:
         informers[kind]._list()
     placer = GangPlacer(store, _NoWrites(), Metrics())  # type: ignore[arg-type]
     placer.run_cycle()  # the cycle after start-up: plans what waits, before any timing
     lists["pods"].prebuild(POD_PAGE_SIZE)  # the relist's pages arrive off the wire
     timings = asyncio.run(_serve(store, placer, lists, informers, quiet_s))
-    rss = _proc_status_kib()
+    rss = proc_status_kib()
     return {
         "relist": {k: round(v, 3) for k, v in timings.items()},
         "rss_mib": round(rss.get("VmRSS", 0) / 1024, 1),

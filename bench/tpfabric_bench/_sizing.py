@@ -2,11 +2,11 @@
 
 :func:`run_sizing` brings up a local control plane (real etcd, kube-apiserver,
 kube-controller-manager, the default kube-scheduler and kwok) with ``nodes`` kwok nodes of
-``uniform_fabric``, stops kwok and kube-controller-manager once the nodes are Ready (the caches
-are measured, not kubelets), and creates ``pods`` pods bound to them (the pods of
-:class:`~tpfabric_bench._memory.ClusterShape` as their creators submit them: 5-10 KB each once the
-API server has defaulted them; the TensorParallelJob workers of running jobs, gated workers of
-waiting jobs, DaemonSet, Deployment and finished batch pods). Only then does it start the real
+``uniform_fabric``, stops kwok and kube-controller-manager once the nodes are Ready (the caches are
+measured, not kubelets), and creates ``pods`` pods bound to them (the pods of
+:class:`~tpfabric_bench._fake_apiserver.ClusterShape` as their creators submit them: 5-10 KB each
+once the API server has defaulted them; the TensorParallelJob workers of running jobs, gated workers
+of waiting jobs, DaemonSet, Deployment and finished batch pods). Only then does it start the real
 extender/placer process (``python -m tpfabric_scheduler``, as the chart runs it) and tpfabric's
 kube-scheduler (the chart's configuration), so each lists the whole cluster at start, as after a
 roll-out. Once the extender is ready (its informers listed) and both have settled, it reads the
@@ -27,8 +27,8 @@ from typing import Any
 import psutil
 from rich.table import Table
 
+from tpfabric_bench._fake_apiserver import ClusterShape, api_pod, as_submitted
 from tpfabric_bench._harness import local_cluster, start_placer, vm_hwm_mib, wait
-from tpfabric_bench._memory import ClusterShape, _as_submitted, api_pod
 from tpfabric_core.fabric_description import uniform_fabric
 from tpfabric_scheduler.config import SCHEDULER_NAME, scheduler_configuration
 
@@ -45,7 +45,7 @@ def _submitted(shape: ClusterShape, k: int) -> dict[str, Any]:
     pending for tpfabric's scheduler when it has no node)."""
     pod = api_pod(shape, k)
     meta = pod["metadata"]
-    spec = _as_submitted(pod["spec"])
+    spec = as_submitted(pod["spec"])
     if pod["spec"].get("nodeName"):
         spec["nodeName"] = pod["spec"]["nodeName"]
     if pod["spec"].get("schedulerName") == SCHEDULER_NAME:

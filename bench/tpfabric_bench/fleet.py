@@ -81,8 +81,8 @@ from tpfabric_bench._harness import (
     summary,
     wait,
 )
+from tpfabric_bench._operator_run import NODES_PER_LEAF
 from tpfabric_bench.gangs import GPUS_PER_POD, LWS_API, PROCESSES, group_of, lws_manifests
-from tpfabric_bench.operator import NODES_PER_LEAF
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.api.models import GROUP, VERSION
 from tpfabric_core.fabric_description import uniform_fabric

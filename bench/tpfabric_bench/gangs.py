@@ -53,24 +53,19 @@ from rich.table import Table
 from tpfabric_bench._harness import (
     EventClock,
     ProcessSampler,
-    _labels,
     apiserver_metrics,
     environment,
     histogram_totals,
     local_cluster,
+    metric_labels,
     start_gang_components,
     summary,
     vm_hwm_mib,
     wait,
 )
-from tpfabric_bench.operator import (
-    COMPONENTS,
-    NODES_PER_LEAF,
-    SCHEDULER,
-    Phase,
-    scheduler_time_table,
-    server_time_table,
-)
+from tpfabric_bench._operator_run import COMPONENTS, NODES_PER_LEAF, SCHEDULER
+from tpfabric_bench._operator_tables import scheduler_time_table, server_time_table
+from tpfabric_bench.operator import Phase
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.api.models import GROUP, VERSION
 from tpfabric_core.fabric_description import uniform_fabric
@@ -244,7 +239,7 @@ def histogram_buckets(
     head = name + "_bucket{"
     for line in filter(lambda text: text.startswith(head), metrics.splitlines()):
         series, value = line[len(head) :].rsplit("} ", 1)
-        found = _labels(series)
+        found = metric_labels(series)
         if "le" in found and keep(found):
             bound = float(found["le"])
             buckets[bound] = buckets.get(bound, 0.0) + float(value)

@@ -20,7 +20,7 @@ import psutil
 import pytest
 from kubernetes import client
 
-from conftest import CHART_NAMESPACE, FabricFactory, wait_for
+from control_plane_fixtures import CHART_NAMESPACE, FabricFactory, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE

@@ -11,8 +11,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from conftest import apply_crd
-from conftest import run_kubectl as kubectl
+from control_plane_fixtures import apply_crd
+from control_plane_fixtures import run_kubectl as kubectl
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import LocalCluster
 from tpj_examples import INVALID_JOBS, base_job, constraint_cases, valid_jobs

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from conftest import Jobs, clear_jobs_and_pods
+from control_plane_fixtures import Jobs, clear_jobs_and_pods
 from tpfabric_localcluster.cluster import LocalCluster
 
 pytestmark = pytest.mark.integration

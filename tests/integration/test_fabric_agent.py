@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 from test_operator import Tpj, small_job
 
-from conftest import two_leaves_of_four, wait_for
+from control_plane_fixtures import two_leaves_of_four, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric.link_judge import LinkJudgeConfig

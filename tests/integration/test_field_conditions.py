@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from conftest import clear_jobs_and_pods, wait_for
+from control_plane_fixtures import clear_jobs_and_pods, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric_description import uniform_fabric

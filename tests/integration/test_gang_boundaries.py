@@ -23,7 +23,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from conftest import (
+from control_plane_fixtures import (
     FabricFactory,
     Jobs,
     clear_jobs_and_pods,

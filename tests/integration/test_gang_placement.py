@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from conftest import Jobs, clear_jobs_and_pods, wait_for
+from control_plane_fixtures import Jobs, clear_jobs_and_pods, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import KWOK_NODE_ANNOTATION, LocalCluster

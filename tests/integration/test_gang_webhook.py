@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from conftest import gang_pod, opt_in, run_kubectl, wait_for
+from control_plane_fixtures import gang_pod, opt_in, run_kubectl, wait_for
 from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
 from tpfabric_localcluster.cluster import LocalCluster, free_ports

@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from conftest import FabricFactory, clear_jobs_and_pods, opt_in, wait_for
+from control_plane_fixtures import FabricFactory, clear_jobs_and_pods, opt_in, wait_for
 from tpfabric_core.api import GROUP, SCHEDULER_NAME, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL

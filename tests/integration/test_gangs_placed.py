@@ -17,7 +17,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from conftest import FabricFactory, clear_jobs_and_pods, gang_pod, opt_in, run_kubectl, wait_for
+from control_plane_fixtures import (
+    FabricFactory,
+    clear_jobs_and_pods,
+    gang_pod,
+    opt_in,
+    run_kubectl,
+    wait_for,
+)
 from tpfabric_core.api import GROUP, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL

@@ -20,8 +20,8 @@ import yaml
 from kubernetes import client
 from typer.testing import CliRunner
 
-from conftest import CRD_NAMES, FabricFactory, apply_crd, wait_for, wait_serving
-from conftest import run_kubectl as kubectl
+from control_plane_fixtures import CRD_NAMES, FabricFactory, apply_crd, wait_for, wait_serving
+from control_plane_fixtures import run_kubectl as kubectl
 from tpfabric_cli.main import app
 from tpfabric_core.api.crd import crd_name
 from tpfabric_localcluster.cluster import LocalCluster

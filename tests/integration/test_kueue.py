@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 from test_lifecycle import end_worker
 from test_operator import Tpj, small_job
 
-from conftest import wait_for
+from control_plane_fixtures import wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import LocalCluster

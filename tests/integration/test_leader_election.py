@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from conftest import wait_for
+from control_plane_fixtures import wait_for
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_scheduler.kube import KubeWriter

@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client
 from test_operator import Tpj, operator, small_job, tpj
 
-from conftest import run_kubectl, wait_for
+from control_plane_fixtures import run_kubectl, wait_for
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
 from tpfabric_operator.children import (

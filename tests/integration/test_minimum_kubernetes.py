@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from conftest import LOGS, run_kubectl, wait_for
+from control_plane_fixtures import LOGS, run_kubectl, wait_for
 from tpfabric_localcluster.cluster import LocalCluster, api_client
 from tpfabric_localcluster.toolchain import ensure_minimum_toolchain, find_toolchain
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from conftest import run_kubectl, wait_for
+from control_plane_fixtures import run_kubectl, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
 from tpfabric_localcluster.cluster import LocalCluster

@@ -17,7 +17,7 @@ from kubernetes import client
 from test_gang_boundaries import fill_with_tenants, nodes, tenant_pod
 from test_operator import Tpj, operator, small_job
 
-from conftest import wait_for
+from control_plane_fixtures import wait_for
 from tpfabric_localcluster.cluster import LocalCluster
 
 __all__ = ["nodes", "operator"]  # fixtures: the module's operator process, the test's nodes

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from test_operator import Tpj, operator, small_job, tpj
 
-from conftest import wait_for
+from control_plane_fixtures import wait_for
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
 

@@ -32,7 +32,7 @@ from kubernetes import client
 from kubernetes import watch as kube_watch
 from test_gangs_owned import controllers  # noqa: F401 - the module's controllers fixture
 
-from conftest import FabricFactory, clear_jobs_and_pods, opt_in, wait_for
+from control_plane_fixtures import FabricFactory, clear_jobs_and_pods, opt_in, wait_for
 from tpfabric_core.api import GROUP, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.gangs import GANG_LABEL

@@ -8,7 +8,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from conftest import FabricFactory, run_kubectl, wait_for
+from control_plane_fixtures import FabricFactory, run_kubectl, wait_for
 from tpfabric_core import labels
 from tpfabric_core.fabric_description import uniform_fabric
 from tpfabric_localcluster.cluster import LocalCluster

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from conftest import Jobs, clear_jobs_and_pods
+from control_plane_fixtures import Jobs, clear_jobs_and_pods
 from tpfabric_core import labels
 from tpfabric_core.fabric_description import uniform_fabric
 from tpfabric_localcluster.cluster import LocalCluster

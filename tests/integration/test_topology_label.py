@@ -16,7 +16,7 @@ from click.testing import Result
 from kubernetes import client
 from typer.testing import CliRunner
 
-from conftest import FabricFactory
+from control_plane_fixtures import FabricFactory
 from tpfabric_cli.main import app
 from tpfabric_core import labels
 from tpfabric_core.fabric.generator import (

@@ -12,7 +12,7 @@ from pathlib import Path
 from kubernetes import client
 from typer.testing import CliRunner
 
-from conftest import FabricFactory, two_leaves_of_four
+from control_plane_fixtures import FabricFactory, two_leaves_of_four
 from tpfabric_cli.main import app
 from tpfabric_core import labels
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE, DETAIL_ANNOTATION

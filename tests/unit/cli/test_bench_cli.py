@@ -10,15 +10,8 @@ import orjson
 import pytest
 from cli_runner import tpfabric
 
-from tpfabric_bench._memory import (
-    CASE_ALL,
-    CASE_DOMAIN,
-    ClusterShape,
-    FakeList,
-    api_pod,
-    measure,
-    measure_traced,
-)
+from tpfabric_bench._fake_apiserver import ClusterShape, FakeList, api_pod
+from tpfabric_bench._memory import CASE_ALL, CASE_DOMAIN, measure, measure_traced
 from tpfabric_bench._relist import run_relist
 from tpfabric_bench._sizing import _submitted
 from tpfabric_scheduler.kube import POD_PAGE_SIZE, list_pages

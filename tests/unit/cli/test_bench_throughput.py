@@ -15,6 +15,7 @@ from tpfabric_bench._harness import (
     scheduling_seconds,
     summary,
 )
+from tpfabric_bench._operator_tables import scheduler_time_table
 from tpfabric_bench.operator import (
     EXTENDER_FILTER,
     NEVER_FIT,
@@ -32,7 +33,6 @@ from tpfabric_bench.operator import (
     parse_args,
     placer_time_totals,
     plain_pods,
-    scheduler_time_table,
     settled,
     stage_ends,
 )

@@ -68,7 +68,7 @@ from soak_support import (
     soak_fleet,
 )
 
-from conftest import LOGS
+from control_plane_fixtures import LOGS
 from tpfabric_core.api import GROUP, PLURAL, SCHEDULER_NAME, VERSION
 from tpfabric_core.fabric_description import uniform_fabric
 from tpfabric_localcluster.cluster import KWOK_NODE_ANNOTATION, LocalCluster, api_client
