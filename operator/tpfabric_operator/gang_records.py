@@ -68,6 +68,8 @@ class GangPod:
     controller: str = ""
     #: the node it is bound to (None: not yet)
     node: str | None = None
+    #: metadata.uid (a pod made again under the same name is another pod)
+    uid: str = ""
 
     @property
     def rank(self) -> int | None:

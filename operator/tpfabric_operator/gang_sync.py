@@ -33,7 +33,6 @@ from tpfabric_core.gangs import (
     JOBSET_JOB_INDEX,
     JOBSET_NAME,
     JOBSET_REPLICATED_JOB,
-    LWS_GROUP_INDEX,
     RANK_LABEL,
     GangSettings,
     gang_of,
@@ -74,8 +73,12 @@ _CONFLICT = 409
 _api: client.ApiClient | None = None
 #: (namespace, LWS) -> when it was read, and what it says (see _lws_of)
 _lws_seen: dict[tuple[str, str], tuple[float, serving.LwsView | None]] = {}
-#: (namespace, LWS) -> the group being moved off a degraded node, and since when
-_moving: dict[tuple[str, str], tuple[str, float]] = {}
+#: (namespace, LWS) -> the group being moved off a degraded node, since when, and the uids of
+#: the pods it had then (the move is over once the group is ready with none of them)
+_moving: dict[tuple[str, str], tuple[str, float, frozenset[str]]] = {}
+#: (namespace, gang) -> the degraded nodes a moved group was placed back on (no healthy domain
+#: had room): it is not moved again while those stay its degraded nodes
+_moved_back: dict[tuple[str, str], frozenset[str]] = {}
 #: the operator's kopf index of degraded nodes (fabric_health.degraded_nodes), once seen
 _degraded_index: Mapping[str, Any] | None = None
 _idle_since: dict[tuple[str, str], float] = {}
@@ -131,6 +134,7 @@ def _gang_pod(pod: Mapping[str, Any]) -> GangPod | None:
         ),
         controller=controller,
         node=(pod.get("spec") or {}).get("nodeName") or None,
+        uid=str(meta.get("uid") or ""),
     )
 
 
@@ -351,7 +355,7 @@ def _on_degraded_nodes(pods: list[GangPod]) -> list[tuple[int | None, str, tuple
     return sorted(found, key=lambda item: (item[0] if item[0] is not None else 1 << 30, item[1]))
 
 
-def _unready_groups(namespace: str, view: serving.LwsView, gang: str) -> list[str]:
+def _unready_groups(namespace: str, view: serving.LwsView, gang: str, own: int | None) -> list[str]:
     """Return the LWS's other groups that are not ready now, from the watched pods (a group
     below its replicas with no pod at all counts: it is being made again)."""
     if _gang_pods is None:
@@ -373,7 +377,6 @@ def _unready_groups(namespace: str, view: serving.LwsView, gang: str) -> list[st
         found[index] = serving.group_ready([p.ready for p in members], size)
         names[index] = key[1]
     unready = [names[i] for i, ok in found.items() if not ok]
-    own = serving.group_index({LWS_GROUP_INDEX: gang.rsplit("-", 1)[-1]})
     unready += [f"{view.name}-{i}" for i in range(view.replicas) if i not in found and i != own]
     return unready
 
@@ -422,21 +425,27 @@ def _serving(
     surge = serving.surge_message(index, view, waiting=waiting) if view is not None else ""
     if surge:
         conditions.append(serving.condition("Surge", True, "RollingUpdate", surge))
+    degraded_nodes = frozenset(node for _, node, _ in on_degraded)
+    group_key = (member.namespace, member.gang)
     moving = _moving.get((member.namespace, member.owner))
-    if moving is not None and (
-        moving[0] == member.gang
-        and ((ready and not on_degraded) or time.monotonic() - moving[1] > serving.MOVE_SECONDS)
-    ):
-        _moving.pop((member.namespace, member.owner), None)
-        moving = None
+    if moving is not None and moving[0] == member.gang:
+        made_again = ready and not any(p.uid in moving[2] for p in pods)
+        if made_again or time.monotonic() - moving[1] > serving.MOVE_SECONDS:
+            _moving.pop((member.namespace, member.owner), None)
+            moving = None
+            if made_again and degraded_nodes:
+                _moved_back[group_key] = degraded_nodes
+    if _moved_back.get(group_key) not in (None, degraded_nodes):
+        del _moved_back[group_key]  # other nodes went degraded (or recovered): judged afresh
     if view is not None:
         move = serving.move_decision(
             group=member.gang,
             view=view,
             degraded=bool(on_degraded),
             ready=ready,
-            others_unready=_unready_groups(member.namespace, view, member.gang),
+            others_unready=_unready_groups(member.namespace, view, member.gang, index),
             moving=moving[0] if moving is not None else None,
+            placed_back=sorted(_moved_back.get(group_key, ())),
         )
         if move is not None:
             if move.now:
@@ -455,7 +464,7 @@ def _move(
     leader = next((p for p in pods if p.rank == 0), None)
     if leader is None:
         return
-    _moving[(namespace, owner)] = (gang, time.monotonic())
+    _moving[(namespace, owner)] = (gang, time.monotonic(), frozenset(p.uid for p in pods))
     try:
         core.delete_namespaced_pod(leader.name, namespace)
         log.warning(
@@ -503,6 +512,7 @@ def _forget_when_idle(
     if record is None:
         _idle_since.pop((namespace, gang), None)
         return
+    _moved_back.pop((namespace, gang), None)
     since = _idle_since.setdefault((namespace, gang), time.monotonic())
     if time.monotonic() - since < IDLE_SECONDS:
         return

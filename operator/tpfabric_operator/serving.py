@@ -149,16 +149,24 @@ def move_decision(
     ready: bool,
     others_unready: Sequence[str],
     moving: str | None,
+    placed_back: Sequence[str] = (),
 ) -> Move | None:
     """Return what to do with a group on a degraded node (None: nothing to say).
 
     ``others_unready``: the LWS's other groups that are not ready now; ``moving``: the group of
-    the same LWS being moved now (None when none).
+    the same LWS being moved now (None when none); ``placed_back``: the degraded nodes this
+    group was placed on again after its last move (no healthy domain had room for it then).
     """
     if not degraded or view is None or view.on_degraded_link != "restart-elsewhere":
         return None
     budget = view.max_unavailable
-    if moving is not None and moving != group:
+    if placed_back and moving != group:
+        wait = (
+            f"not moved again: its last move placed it back on degraded node(s) "
+            f"{', '.join(placed_back)} (no healthy domain had room for the group whole); it is "
+            "moved again only once the degraded nodes under it change"
+        )
+    elif moving is not None and moving != group:
         wait = f"waits: group {moving} of {view.name!r} is being moved (one at a time)"
     elif moving == group:
         wait = "being moved: LWS makes the group again, away from the degraded node"

@@ -53,7 +53,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from kubernetes.client.rest import ApiException
 
@@ -750,9 +750,16 @@ class GangPlacer:
         plan_attempt = placement.get("attempt")
         bound = running(item.members, cycle.snapshot.topology)
         moves: list[PodRecord] = []
+        held: list[PodRecord] = []  # a Gang's pods whose planned node an old pod still leaves
+        made_again = job.kind == GANG_KIND and not isinstance(plan_attempt, int)
         for pod in item.gated:
             rank = pod.worker_index
             if rank is None or rank >= len(nodes):
+                continue
+            if made_again:
+                way = self._made_again(item, cycle, nodes[rank])
+                if way != "release":
+                    (held if way == "wait" else moves).append(pod)
                 continue
             if isinstance(plan_attempt, int) and pod.attempt is not None:
                 # planned from the gang's first worker: the rest of its attempt is released onto
@@ -772,27 +779,44 @@ class GangPlacer:
                 return False
             if updated is None:
                 # nothing of the gang runs yet and its domain has no room: plan it whole again
-                return self._plan_gang(
-                    PlacementWork(
-                        job=job,
-                        members=item.members,
-                        gated=item.gated,
-                        placement={
-                            **placement,
-                            "waitingSince": rfc3339(first_wait(item) or cycle.now),
-                        },
-                        reservations=[],
-                        eligible=item.eligible,
-                        priority=item.priority,
-                    ),
-                    cycle,
-                    -1,
-                )
+                # (the same work, its refused nodes and its near target kept, with no plan)
+                again = {**placement, "waitingSince": rfc3339(first_wait(item) or cycle.now)}
+                return self._plan_gang(replace(item, placement=again, reservations=[]), cycle, -1)
             placement = updated
-        self._writes.then_release(
-            job, None, lambda: self._writes.release(item, placement, item.gated)
-        )
+        if made_again and not held:
+            self._leaving_since.pop(job.uid, None)
+        free = [p for p in item.gated if p not in held]
+        if free:
+            self._writes.then_release(
+                job, None, lambda: self._writes.release(item, placement, free)
+            )
         return True
+
+    def _made_again(
+        self, item: PlacementWork, cycle: Cycle, node: str
+    ) -> Literal["release", "wait", "move"]:
+        """Return what becomes of a gated pod of a planned Gang record (pods another
+        controller makes, no attempt label) planned on ``node``.
+
+        Such a pod is made again for a rollout (LWS replaces a group in place), an eviction or
+        a move off a degraded node, seldom because its node failed. It returns to its planned
+        node while that node holds its reservation and is not degraded (unless the gang
+        ignores degraded nodes); while an old pod of the gang still leaves that node it waits,
+        RETURN_GRACE_SECONDS at most (the clock :meth:`_old_pods_leaving` keeps); otherwise it
+        moves (``replan_ranks``, else the whole gang is planned again). Its creationTimestamp
+        decides nothing: whole seconds cannot tell a pod made again in the second of its plan
+        from a pod of the plan.
+        """
+        snapshot = cycle.snapshot
+        i = snapshot.topology.index_of.get(node)
+        if i is None:
+            return "move"
+        if snapshot.degraded[i] and gang_request_of(item).policy.avoid_degraded != "ignore":
+            return "move"
+        if any(p.deleting and not p.terminal and p.node == node for p in item.members):
+            since = self._leaving_since.setdefault(item.job.uid, cycle.now)
+            return "wait" if cycle.now - since < RETURN_GRACE_SECONDS else "move"
+        return "release" if fits_reserved(snapshot, node) else "move"
 
     def _still_waiting(self, item: PlacementWork, now: float, freed: int) -> bool:
         """Return whether ``item`` waited at its last attempt and nothing it depends on changed.

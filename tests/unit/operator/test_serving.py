@@ -79,6 +79,10 @@ def test_a_ready_degraded_group_is_moved_when_the_budget_allows() -> None:
         ({"moving": "chat-2"}, "group chat-2 of 'chat' is being moved (one at a time)"),
         ({"ready": False}, "waits for the group to be ready"),
         ({"view": LwsView("chat", 4, 0, 1, "restart-elsewhere")}, "maxUnavailable 0"),
+        (
+            {"placed_back": ["n7"]},
+            "not moved again: its last move placed it back on degraded node(s) n7",
+        ),
     ],
 )
 def test_a_move_waits_for_a_safe_point(change: dict[str, Any], words: str) -> None:

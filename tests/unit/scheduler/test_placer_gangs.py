@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from placer_world import RecordingWriter, a_worker, gang, placement, two_leaves
+from placer_world import RecordingWriter, a_node, a_worker, gang, placement, two_leaves
 
+from tpfabric_core import labels
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.extender import worker_view
@@ -437,3 +438,77 @@ def test_a_group_whose_released_leader_has_not_bound_is_never_split_by_a_fresh_p
     placement = gang_placement(writer, "vllm-6")
     assert placement["state"] == "Replanning", placement.get("message")
     assert "vllm-6-1-new" not in writer.released, "never released apart from its leader"
+
+
+def _one_made_again(writer: RecordingWriter, name: str, rank: int) -> None:
+    """The owner deletes a pod and makes it again: same name, new uid, created in the second of
+    the plan (kwok-fast clusters do it; creationTimestamp has whole seconds)."""
+    writer.delete_pod("ns", f"{name}-{rank}")
+    again = gang_pod(name, rank)
+    again["metadata"]["uid"] = f"uid-{name}-{rank}-again"
+    again["metadata"]["creationTimestamp"] = gang_placement(writer, name)["plannedAt"]
+    writer.add_pod(again)
+
+
+def test_a_gang_pod_made_again_goes_back_to_its_planned_node(world: Any) -> None:
+    """An LWS group replaced in place: its leader made again returns to the node it left."""
+    store, writer, placer, _ = world
+    two_leaves(store, per_leaf=2)
+    nodes = _planned_and_bound(writer, placer, "chat-0")
+    _one_made_again(writer, "chat-0", 0)
+    placer.run_cycle()
+    plan = gang_placement(writer, "chat-0")
+    assert plan["nodes"] == nodes
+    assert not plan.get("replacedRanks")
+    assert writer.released.count("chat-0-0") == 2
+    assert writer.deleted == ["chat-0-0"], "nothing else deleted"
+
+
+def test_a_gang_pod_made_again_moves_off_a_planned_node_gone_degraded(world: Any) -> None:
+    """A group moved off a degraded node (the operator deletes its leader, LWS makes it again
+    within the second of its plan): the pod whose planned node turned degraded is not sent back
+    onto it; with no other node in the leaf the group is planned whole elsewhere (a CI failure of
+    tests/integration/test_serving.py sent it back onto the degraded node)."""
+    store, writer, placer, _ = world
+    two_leaves(store, per_leaf=2)
+    nodes = _planned_and_bound(writer, placer, "chat-0")
+    with store.lock:
+        node = a_node(nodes[1], nodes[1].split("-n")[0])
+        node["metadata"]["labels"][labels.HEALTH] = "degraded"
+        store.upsert_node(node)
+    _one_made_again(writer, "chat-0", 0)
+    writer.delete_pod("ns", "chat-0-1")
+    again = gang_pod("chat-0", 1)
+    again["metadata"]["uid"] = "uid-chat-0-1-again"
+    writer.add_pod(again)
+    placer.run_cycle()
+    plan = gang_placement(writer, "chat-0")
+    assert plan["state"] == "Planned", plan
+    assert nodes[1] not in plan["nodes"], "off the degraded node"
+    assert len({n.split("-n")[0] for n in plan["nodes"]}) == 1, "whole in the other leaf"
+    assert sorted(writer.released[-2:]) == ["chat-0-0", "chat-0-1"]
+
+
+def test_a_gang_pod_made_again_waits_for_its_old_pod_to_leave_its_node(world: Any) -> None:
+    """A new worker StatefulSet's pod while the old worker still terminates on rank 1's node:
+    it is not released onto that node, nothing is deleted, and it returns there once the old
+    pod is gone."""
+    store, writer, placer, clock = world
+    two_leaves(store, per_leaf=2)
+    nodes = _planned_and_bound(writer, placer, "chat-0")
+    old = writer.pods["ns/chat-0-1"]
+    old["metadata"]["deletionTimestamp"] = rfc3339(clock.now)
+    writer.add_pod(old)
+    again = gang_pod("chat-0", 1)
+    again["metadata"].update(name="chat-0-1b", uid="uid-chat-0-1b")
+    writer.add_pod(again)
+    placer.run_cycle()
+    assert "chat-0-1b" not in writer.released, "not onto the node its old pod still holds"
+    assert writer.deleted == [], "the leader keeps running"
+    writer.delete_pod("ns", "chat-0-1")
+    clock.now += 2
+    placer.run_cycle()
+    assert "chat-0-1b" in writer.released
+    plan = gang_placement(writer, "chat-0")
+    assert plan["state"] == "Planned"
+    assert plan["nodes"] == nodes, "back on its own node"
