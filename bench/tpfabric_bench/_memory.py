@@ -5,7 +5,7 @@ tpfabric_bench._memory``), so nothing of the parent's heap is counted:
 
 - **measured**: after its imports the child reads ``VmRSS`` from ``/proc/self/status`` and resets
   the kernel's high-water mark (``VmHWM``, by writing 5 to ``/proc/self/clear_refs``); it lists
-  nodes, TensorParallelJobs and pods through ``Informer._list``, the product's own list function
+  nodes, TensorParallelJobs and pods through ``Informer.relist``, the product's own list function
   (``list_pages`` in pages of each kind's size, every object cut down and made a record as its
   page arrives, the store's view built outside the lock and installed under it in one step), and
   reads ``VmHWM`` and ``VmRSS`` again. Then, with the store loaded, it times
@@ -159,7 +159,7 @@ def _load(informers: dict[str, Informer], lists: dict[str, FakeList]) -> dict[st
     result = {}
     for kind in KINDS:
         started = time.perf_counter()
-        informers[kind]._list()
+        informers[kind].relist()
         total = time.perf_counter() - started
         fake = lists[kind]
         result[kind] = {
@@ -246,7 +246,7 @@ def measure_traced(pods: int, nodes: int) -> dict[str, Any]:
     for kind in KINDS:
         before, _ = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
-        informers[kind]._list()
+        informers[kind].relist()
         _, kind_peak = tracemalloc.get_traced_memory()
         gc.collect()
         after, _ = tracemalloc.get_traced_memory()

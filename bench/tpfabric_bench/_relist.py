@@ -2,7 +2,7 @@
 
 :func:`run_relist` starts this module as a child process (``python -m tpfabric_bench._relist``) that
 holds what a production extender holds: the store loaded by the product's informers
-(``Informer._list``, fed by :class:`~tpfabric_bench._fake_apiserver.FakeList` with the 5-10 KB pods
+(``Informer.relist``, fed by :class:`~tpfabric_bench._fake_apiserver.FakeList` with the 5-10 KB pods
 of :class:`~tpfabric_bench._fake_apiserver.ClusterShape`), a
 :class:`~tpfabric_scheduler.placer.GangPlacer` (its writes go nowhere) and the real aiohttp app of
 ``make_app`` on 127.0.0.1, with the interpreter's switch interval the extender's process sets. The
@@ -84,7 +84,7 @@ async def _serve(
     def relist() -> None:
         timings["start"] = time.time()
         started = time.perf_counter()
-        informers["pods"]._list()
+        informers["pods"].relist()
         timings["list_s"] = time.perf_counter() - started
         timings["listed"] = time.time()
         started = time.perf_counter()
@@ -105,7 +105,7 @@ def child(pods: int, nodes: int, quiet_s: float) -> dict[str, Any]:
     store = ClusterStore()
     informers = informers_reading(store, lists)
     for kind in KINDS:
-        informers[kind]._list()
+        informers[kind].relist()
     placer = GangPlacer(store, _NoWrites(), Metrics())  # type: ignore[arg-type]
     placer.run_cycle()  # the cycle after start-up: plans what waits, before any timing
     lists["pods"].prebuild(POD_PAGE_SIZE)  # the relist's pages arrive off the wire

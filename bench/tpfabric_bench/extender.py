@@ -33,7 +33,7 @@ the same K pods through the extender (pass-through); TensorParallelJob gangs (ga
 released by the placer before the scheduler starts; the placer's time is reported separately).
 
 (c) **Memory** (skipped with ``--memory-pods 0``; run right after (a), before the cluster of (b)).
-The extender's real informer list path (``Informer._list``: pages of 25 pods, each cut down before
+The extender's real informer list path (``Informer.relist``: pages of 25 pods, each cut down before
 the next) fed by a fake API server with 50,000 pods of 5-10 KB of JSON (managedFields, env,
 volumes, status; TensorParallelJob workers and other pods), 5,000 nodes and the workers' jobs, in
 a child process: RSS growth (``VmRSS``/``VmHWM``), tracemalloc peak, list time, the store's

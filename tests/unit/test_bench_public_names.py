@@ -4,7 +4,8 @@ import-linter checks modules, not names, so this walks ``bench/tpfabric_bench`` 
 ``from tpfabric_X import _name``, no import of a ``_module`` of a product package, and no
 ``tpfabric_X._name`` attribute reached through a module imported whole. Private names between the
 benchmark's own modules (``tpfabric_bench._harness`` and the like) are the package's business.
-A private method called on a product object (``informer._list()``) is not visible to ``ast``.
+A private method called on a product object is not visible to ``ast`` (the relist the
+benchmarks measure goes through the informer's public ``relist``).
 """
 
 from __future__ import annotations

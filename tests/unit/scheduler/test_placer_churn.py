@@ -97,7 +97,7 @@ def test_a_relist_parses_and_indexes_every_pod_without_the_stores_lock() -> None
     kind.record = lambda obj: (held.append(not lock_free()), parse(obj))[1]
     kind.index = lambda records: (held.append(not lock_free()), index(records))[1]
     informer = Informer(kind, store, lambda: None)
-    assert informer._list() == "7"
+    assert informer.relist() == "7"
     assert len(held) == 51
     assert not any(held), "parsing and indexing never held the lock"
     assert len(store.pods) == 50
