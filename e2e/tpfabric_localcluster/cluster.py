@@ -400,6 +400,14 @@ class LocalCluster:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             # react to node readiness within a second (the default 5 s only slows tests down)
             "--node-monitor-period=1s",
+            # a node whose heartbeat stops turns Unknown after these, and the controller marks its
+            # pods not Ready, which kwok (unlike a kubelet) never undoes. kwok's lease loop can
+            # drop nodes deleted and made again under the same name (seen in a CI run: 63 of 64
+            # leases unrenewed after a test's fabric was made again; 50 s later every pod on
+            # them was not Ready for good). No test here stops a heartbeat on purpose: a node
+            # that must fail reports NotReady itself, which the controller acts on at once.
+            "--node-monitor-grace-period=10m",
+            "--node-startup-grace-period=10m",
             # the default 20 QPS untaints new nodes at ~5/s: 1,000 kwok nodes would take minutes
             "--kube-api-qps=300",
             "--kube-api-burst=600",
