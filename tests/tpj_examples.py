@@ -74,6 +74,10 @@ INVALID_JOBS: dict[str, tuple[dict[str, Any], str]] = {
         _with("failurePolicy.restartStrategy", "ReplaceWorker"),
         "spec.failurePolicy.restartStrategy",
     ),
+    "restart-when-it-pays-without-its-cost": (
+        _with("topology.onDegradedLink", "restart-when-it-pays"),
+        "spec.topology.restartCost",
+    ),
     "unknown-success-policy": (_with("successPolicy", "Majority"), "spec.successPolicy"),
     "unknown-failure-action": (
         _with("failurePolicy.rules", [{"action": "Retry", "onExitCodes": [1]}]),
@@ -99,6 +103,7 @@ VALIDATOR_CASES: dict[str, tuple[str, ...]] = {
         "replace-worker-with-static-rendezvous",
     ),
     "TensorParallelJob._name_fits_hostnames": ("name-too-long",),
+    "TopologyPolicy._restart_cost_given": ("restart-when-it-pays-without-its-cost",),
 }
 
 #: a valid item of each list of objects, to set a field of the list's first item

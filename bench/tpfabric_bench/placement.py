@@ -24,7 +24,8 @@ is a serving trace (405B groups of 2 nodes, TP 8 x PP 2, among training tenants:
 :mod:`tpfabric_bench.sim.serving`); the table then shows the groups' modelled inter-token time.
 ``--link-faults RATE`` makes links degrade during the run; ``tpfabric`` restarts the jobs on them
 elsewhere always, ``tpfabric-weighed`` only when that is expected to finish sooner
-(:func:`tpfabric_bench.sim.faults.restart_pays`), ``tpfabric-report`` never.
+(the operator's ``restart-when-it-pays``: :mod:`tpfabric_core.fabric.restart_rule`),
+``tpfabric-report`` never.
 
 Every figure comes from a model (see the simulator's docstrings), not from a cluster; timings
 are wall-clock on this machine and only compare placers run side by side. This module must never

@@ -9,7 +9,9 @@ nodes with a dict lookup per worker, never a list call.
 - :func:`ranks_on_degraded_nodes` and :func:`straggler_message` are pure: the reconcile turns
   them into the job's ``Degraded`` condition, a Warning Event (``DegradedLink``) and, with
   ``spec.topology.onDegradedLink: restart-elsewhere``, the workers to move
-  (:func:`workers_to_move`) that ``decide.decide`` restarts through the failure policy.
+  (:func:`workers_to_move`) that ``decide.decide`` restarts through the failure policy; with
+  ``restart-when-it-pays``, only when :func:`restart_weighing` finds running slow costs more than
+  the restart (:mod:`tpfabric_core.fabric.restart_rule`, the rule the simulator measures).
 - :func:`report_suspect_switches` runs on node events: when at least
   :data:`SUSPECT_MIN_NODES` nodes under one rail leaf switch are degraded on that rail at once,
   the switch is reported (a Warning Event ``SuspectRailSwitch`` on each of those nodes, and a
@@ -37,18 +39,25 @@ from tpfabric_core.fabric.link_publish import (
     parse_detail,
     suspect_rail_switches,
 )
+from tpfabric_core.fabric.restart_rule import RestartWeighing, slowdown_of, weigh_restart
 from tpfabric_core.labels import HEALTH, PREFIX
 from tpfabric_operator import leadership
 from tpfabric_operator.job_state import WorkerPod
-from tpfabric_operator.settings import SUSPECT_SWITCH_NODES
+from tpfabric_operator.settings import (
+    DEGRADED_LINK_BANDWIDTH,
+    EXPECTED_REPAIR_SECONDS,
+    SUSPECT_SWITCH_NODES,
+)
 
 __all__ = [
     "SUSPECT_MIN_NODES",
     "DegradedNode",
     "RankOnDegradedNode",
+    "degraded_condition_words",
     "degraded_nodes",
     "ranks_on_degraded_nodes",
     "report_suspect_switches",
+    "restart_weighing",
     "straggler_message",
     "workers_to_move",
 ]
@@ -78,6 +87,9 @@ class RankOnDegradedNode:
     rank: int
     node: str
     reasons: tuple[str, ...]
+    #: what its worst rail keeps of its rate: 0 for a rail that is down, the fabric agent's
+    #: measured fraction for one that runs below its rate, None when not measured (errors)
+    bandwidth: float | None = None
 
 
 @kopf.index("nodes", labels={HEALTH: "degraded"})
@@ -117,8 +129,18 @@ def ranks_on_degraded_nodes(
             continue
         node = _lookup(index, pod.node)
         if node is not None:
-            found.append(RankOnDegradedNode(pod.index, pod.node, node.reasons))
+            found.append(
+                RankOnDegradedNode(pod.index, pod.node, node.reasons, _bandwidth_kept(node))
+            )
     return sorted(found, key=lambda r: r.rank)
+
+
+def _bandwidth_kept(node: DegradedNode) -> float | None:
+    """Return what the node's worst rail keeps of its rate (None when no rail says)."""
+    if any(rail.state == "down" for rail in node.rails):
+        return 0.0
+    measured = [rail.bandwidth for rail in node.rails if rail.bandwidth is not None]
+    return min(measured) if measured else None
 
 
 def straggler_message(ranks: list[RankOnDegradedNode]) -> str:
@@ -128,14 +150,79 @@ def straggler_message(ranks: list[RankOnDegradedNode]) -> str:
     return "straggler risk: " + " | ".join(parts)
 
 
-def workers_to_move(job: TensorParallelJob, ranks: list[RankOnDegradedNode]) -> dict[int, str]:
-    """Return ``{worker: why}`` to restart elsewhere (``onDegradedLink: restart-elsewhere``)."""
-    if job.spec.topology.on_degraded_link != "restart-elsewhere":
-        return {}
+def degraded_condition_words(
+    job: TensorParallelJob, ranks: list[RankOnDegradedNode], weighing: str
+) -> str:
+    """Return the ``Degraded`` condition's and the ``DegradedLink`` Event's words: the straggler
+    message, then the restart weighing when there is one ("" when nothing is to be said)."""
+    if not ranks or job.spec.topology.on_degraded_link == "ignore":
+        return ""
+    words = straggler_message(ranks)
+    return f"{words}; {weighing}" if weighing else words
+
+
+def workers_to_move(
+    job: TensorParallelJob,
+    ranks: list[RankOnDegradedNode],
+    *,
+    expected_repair_s: float = EXPECTED_REPAIR_SECONDS,
+    unmeasured_bandwidth: float = DEGRADED_LINK_BANDWIDTH,
+) -> tuple[dict[int, str], str]:
+    """Return ``({worker: why}, weighing words)``: the workers to restart elsewhere, and, with
+    ``restart-when-it-pays``, why the job restarts or keeps running (else "").
+
+    ``restart-elsewhere`` moves every rank on a degraded node. ``restart-when-it-pays`` weighs
+    (:func:`restart_weighing`) and moves them only when the restart pays.
+    """
+    policy = job.spec.topology.on_degraded_link
+    if not ranks or policy not in ("restart-elsewhere", "restart-when-it-pays"):
+        return {}, ""
+    words = ""
+    if policy == "restart-when-it-pays":
+        weighing = restart_weighing(
+            job,
+            ranks,
+            expected_repair_s=expected_repair_s,
+            unmeasured_bandwidth=unmeasured_bandwidth,
+        )
+        words = weighing.words
+        if not weighing.pays:
+            return {}, words
+    moving = f"{words}; moving it elsewhere" if words else "moving it elsewhere"
     return {
-        r.rank: f"node {r.node} is degraded ({'; '.join(r.reasons)}); moving it elsewhere"
-        for r in ranks
-    }
+        r.rank: f"node {r.node} is degraded ({'; '.join(r.reasons)}); {moving}" for r in ranks
+    }, words
+
+
+def restart_weighing(
+    job: TensorParallelJob,
+    ranks: list[RankOnDegradedNode],
+    *,
+    expected_repair_s: float,
+    unmeasured_bandwidth: float,
+) -> RestartWeighing:
+    """Return the weighing of restarting ``job`` away from the degraded nodes of ``ranks``.
+
+    The job runs at its slowest link: the least bandwidth any of its ranks' nodes keeps (the
+    fabric agent's measure; ``unmeasured_bandwidth`` where it has none). Its steps stretch by
+    :func:`slowdown_of` its declared inter-node share; the fault is expected to last
+    ``expected_repair_s`` (the same expectation at any moment: the operator keeps no clock per
+    fault, and a restarted operator decides the same); the work lost on a restart is half a
+    checkpoint interval, its expectation, because when the job last checkpointed is the job's,
+    not Kubernetes', to know; the job's remaining time is unknown, taken as longer than the
+    fault. Every input stays the same while the fault does, so the decision (and the condition
+    that shows it) does not flap between reconciles.
+    """
+    cost = job.spec.topology.restart_cost
+    if cost is None:  # the model's validator requires it with restart-when-it-pays
+        raise ValueError("restart-when-it-pays needs spec.topology.restartCost")
+    kept = min(r.bandwidth if r.bandwidth is not None else unmeasured_bandwidth for r in ranks)
+    return weigh_restart(
+        slowdown=slowdown_of(cost.inter_node_comm_share, kept),
+        redo_s=cost.checkpoint_interval_seconds / 2,
+        restore_s=cost.restore_seconds,
+        expected_fault_s=expected_repair_s,
+    )
 
 
 _reported: set[str] = set()

@@ -277,7 +277,7 @@ def _reconcile(
         nodes = [value for store in indexes["node_resources"].values() for value in store]
         problem = honour_problem(job, nodes)
     on_bad_nodes = fabric_health.ranks_on_degraded_nodes(owned, indexes.get("degraded_nodes", {}))
-    move = fabric_health.workers_to_move(job, on_bad_nodes)
+    move, weighing = fabric_health.workers_to_move(job, on_bad_nodes)
     intent = decide(
         job,
         owned,
@@ -287,9 +287,8 @@ def _reconcile(
         foreign=pods_now.foreign,
         move=move,
     )
-    straggler = ""
-    if on_bad_nodes and job.spec.topology.on_degraded_link != "ignore":
-        straggler = fabric_health.straggler_message(on_bad_nodes)
+    straggler = fabric_health.degraded_condition_words(job, on_bad_nodes, weighing)
+    if straggler:
         state.warn(body, "DegradedLink", straggler)
     if problem and not memory.created_before and not intent.succeed:
         # a job that never ran and that no node can run fails at once; a running one is only

@@ -9,12 +9,15 @@ it must be; no knob is read anywhere else. :data:`KNOBS` lists them for the docs
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
     "CREATE_CONCURRENCY",
+    "DEGRADED_LINK_BANDWIDTH",
+    "EXPECTED_REPAIR_SECONDS",
     "GANG_IDLE_SECONDS",
     "GANG_SYNC_SECONDS",
     "HANDLER_THREADS",
@@ -44,6 +47,7 @@ class Knob:
     meaning: str
     kind: type = float
     minimum: float = 0.0
+    maximum: float = math.inf
 
 
 KNOBS: tuple[Knob, ...] = (
@@ -91,6 +95,21 @@ KNOBS: tuple[Knob, ...] = (
         "how often each Gang record is brought in step with its pods at the latest",
         minimum=0.01,
     ),
+    Knob(
+        "TPFABRIC_EXPECTED_REPAIR_SECONDS",
+        "14400",
+        "how long a degraded link is expected to stay degraded (onDegradedLink: "
+        "restart-when-it-pays weighs running slow for this long against a restart)",
+        minimum=1,
+    ),
+    Knob(
+        "TPFABRIC_DEGRADED_LINK_BANDWIDTH",
+        "0.5",
+        "the fraction of its rate a degraded link is taken to keep when the fabric agent could "
+        "not measure it (errors, not a lower rate); weighed by restart-when-it-pays",
+        minimum=0.01,
+        maximum=1,
+    ),
     Knob("TPFABRIC_LOG_LEVEL", "INFO", "the log level (--log-level overrides it)", str),
     Knob(
         "TPFABRIC_GANG_IDLE_SECONDS",
@@ -116,6 +135,10 @@ def read(knob: Knob, environ: Mapping[str, str]) -> float | int | str:
         raise SettingsError(
             f"{knob.env}={raw!r} is below {knob.minimum:g} (default {knob.default}: {knob.meaning})"
         )
+    if value > knob.maximum:
+        raise SettingsError(
+            f"{knob.env}={raw!r} is above {knob.maximum:g} (default {knob.default}: {knob.meaning})"
+        )
     return value
 
 
@@ -131,3 +154,5 @@ SUSPECT_SWITCH_NODES = int(_VALUES["TPFABRIC_SUSPECT_SWITCH_NODES"])
 GANG_SYNC_SECONDS = float(_VALUES["TPFABRIC_GANG_SYNC_SECONDS"])
 GANG_IDLE_SECONDS = float(_VALUES["TPFABRIC_GANG_IDLE_SECONDS"])
 LOG_LEVEL = str(_VALUES["TPFABRIC_LOG_LEVEL"])
+EXPECTED_REPAIR_SECONDS = float(_VALUES["TPFABRIC_EXPECTED_REPAIR_SECONDS"])
+DEGRADED_LINK_BANDWIDTH = float(_VALUES["TPFABRIC_DEGRADED_LINK_BANDWIDTH"])

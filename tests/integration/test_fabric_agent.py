@@ -36,6 +36,7 @@ INTERVAL = 1.0
 WINDOW = 4.0
 RECOVER = 3.0
 FABRIC = two_leaves_of_four("agents", "fa", rails=4)
+FULL_RATE = "400 Gb/sec (4X NDR)"
 
 
 @dataclass
@@ -90,6 +91,7 @@ class Fleet:
         for each in self.agents.values():
             for hca in each.sysfs.hcas:
                 each.sysfs.set_up(hca, 1, up=True)
+                each.sysfs.set_rate(hca, 1, FULL_RATE)
 
     def close(self) -> None:
         self.stop.set()
@@ -306,6 +308,59 @@ def test_restart_elsewhere_moves_the_rank_off_the_degraded_node(
     status = tpj.status("mover")
     assert status["restarts"] == 0  # a move is not charged
     assert status["lastFailure"]["reason"] == "DegradedLink"
+
+
+def test_restart_when_it_pays_weighs_the_measured_rate_against_the_restart(
+    api: client.ApiClient, calm_fabric: Fleet, tpj: Tpj
+) -> None:
+    """Issue 38: the operator's restart-when-it-pays, the rule the simulator's tpfabric-weighed
+    measures. One rail of each job's rank-0 node retrains to 2X (half its rate, which the agent
+    publishes as the rail's bandwidth): over the default 4 h expected repair, a job spending 5%
+    of a step across nodes loses 11.4 min running slow, less than its restart's 25 min (10 min
+    restore, half of a 30 min checkpoint interval), and keeps running; one spending 50% loses
+    80 min and moves."""
+    cost = {"checkpointIntervalSeconds": 1800, "restoreSeconds": 600}
+    for name, share in (("keeper", 0.05), ("payer", 0.5)):
+        create_job(
+            tpj,
+            name,
+            2,
+            onDegradedLink="restart-when-it-pays",
+            restartCost={**cost, "interNodeCommShare": share},
+        )
+    kept = tpj.wait_phase("keeper", "Running")["placement"]["nodes"]
+    paid = tpj.wait_phase("payer", "Running")["placement"]["nodes"]
+    for node in (kept[0], paid[0]):
+        calm_fabric.agents[node].sysfs.set_rate("mlx5_2", 1, "200 Gb/sec (2X NDR)")
+    degraded = wait_for(
+        lambda: (c := tpj.condition("keeper", "Degraded")).get("status") == "True" and c,
+        timeout=15,
+        what="the keeper's Degraded condition",
+    )
+    assert degraded["message"].startswith(f"straggler risk: rank 0 on node {kept[0]}: rate 200")
+    assert degraded["message"].endswith(
+        "; kept running: running slow (steps 5.0% slower) is expected to lose 11.4 min, a "
+        "restart costs 25.0 min (10.0 min restore + 15.0 min redone since the last checkpoint)"
+    )
+
+    def moved() -> list[str] | None:
+        pods = tpj.pods("payer")
+        nodes = [p.spec.node_name for p in pods if p.status.phase == "Running"]
+        return nodes if len(nodes) == 2 and paid[0] not in nodes else None
+
+    wait_for(moved, timeout=60, what="the payer running again off the slow node")
+    failure = tpj.status("payer")["lastFailure"]
+    assert failure["reason"] == "DegradedLink"
+    assert (
+        "restart pays: running slow (steps 50.0% slower) is expected to lose 80.0 min"
+        in (failure["message"])
+    )
+    assert tpj.status("payer")["restarts"] == 0  # a move is not charged
+    # the keeper stays where it was, on the slow node, and was never restarted
+    keeper = tpj.status("keeper")
+    assert keeper["placement"]["nodes"] == kept
+    assert keeper.get("attempt", 0) == 0
+    assert "lastFailure" not in keeper
 
 
 def test_three_nodes_of_one_rail_switch_degrading_report_the_switch(

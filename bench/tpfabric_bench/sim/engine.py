@@ -17,9 +17,10 @@ if the new plan avoids every node degraded by a fault: it redoes the steps since
 checkpoint and makes no progress for the restore time (its flows keep their load meanwhile). If
 no such plan exists it keeps running slow. With a :class:`~tpfabric_bench.sim.faults.RestartRule`
 of kind ``weighed`` the job is first re-timed where it is and restarted only if
-:func:`~tpfabric_bench.sim.faults.restart_pays` says running slow is expected to take longer than
-the restart (its redo steps at its step time before the fault, plus the restore). Other placers
-keep running slow.
+:func:`~tpfabric_core.fabric.restart_rule.weigh_restart` (the operator's ``restart-when-it-pays``,
+with what the operator knows: half a checkpoint interval redone, the job's remaining time
+unknown) says running slow is expected to take longer than the restart. Other placers keep
+running slow.
 
 With ``record_pp_links`` every job with pipeline stages records, from every re-timing on, the
 latency and the bandwidth its stage hop gets (its narrowest edge and uplink fair share): what a
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 
 from tpfabric_bench.sim.cluster import Cluster, stranded_fraction
 from tpfabric_bench.sim.constants import DEFAULT_CONSTANTS, SimConstants
-from tpfabric_bench.sim.faults import LinkFault, RestartCost, RestartRule, restart_pays
+from tpfabric_bench.sim.faults import LinkFault, RestartCost, RestartRule
 from tpfabric_bench.sim.model import (
     Collective,
     JobTraffic,
@@ -51,6 +52,7 @@ from tpfabric_bench.sim.model import (
     placed_traffic,
 )
 from tpfabric_bench.sim.trace import SimJob
+from tpfabric_core.fabric.restart_rule import weigh_restart
 from tpfabric_core.placement import CapacitySnapshot, GangPlan, GangRequest, Unschedulable
 from tpfabric_core.placement.cost import UplinkLoad
 
@@ -334,16 +336,20 @@ class _Simulation:
         return done % max(1.0, self.restart.checkpoint_interval_s / state.ideal_step_s)
 
     def _restart_pays(self, state: _Running, healthy_step_s: float) -> bool:
-        """Return whether the weighed rule restarts ``state`` (now timed on its degraded links)."""
+        """Return whether the weighed rule restarts ``state`` (now timed on its degraded links).
+
+        Weighed as the operator weighs (``restart-when-it-pays``), with what it knows: the
+        slowdown (here the model's own, as if the job declared its inter-node share exactly),
+        the fault's expected length, half a checkpoint interval redone, the job's remaining
+        time unknown.
+        """
         assert self.restart is not None
-        return restart_pays(
-            remaining_steps=state.remaining,
-            degraded_step_s=state.step_s,
-            healthy_step_s=healthy_step_s,
-            redo_steps=self._redo_steps(state),
+        return weigh_restart(
+            slowdown=state.step_s / healthy_step_s,
+            redo_s=self.restart.checkpoint_interval_s / 2,
             restore_s=self.restart.restore_s,
             expected_fault_s=self.rule.expected_fault_s,
-        )
+        ).pays
 
     def _replace_traffic(self, name: str, state: _Running, plan: GangPlan, now: float) -> None:
         """Return nothing; move ``name`` onto ``plan`` (or re-time it where it is) from ``now``."""

@@ -6,14 +6,14 @@ its start to its end; an edge with a degraded endpoint runs at the cost model's
 as a Poisson process per node and last an exponential time. A placer that restarts gangs away
 from degraded links (tpfabric with ``onDegradedLink: restart-elsewhere``) pays
 :class:`RestartCost`: the steps since the last checkpoint are redone and the restore time passes
-before the first step. :func:`restart_pays` is the weighed rule (``tpfabric-weighed``): restart
-only when running slow is expected to take longer than restarting. This module must never simulate
+before the first step. The weighed rule (``tpfabric-weighed``) is the operator's
+``restart-when-it-pays`` (:mod:`tpfabric_core.fabric.restart_rule`): restart only when running
+slow is expected to take longer than restarting. This module must never simulate
 or read a clock.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 
@@ -25,12 +25,13 @@ __all__ = [
     "RestartCost",
     "RestartRule",
     "link_faults",
-    "restart_pays",
 ]
 
 RESTART_RULES = ("always", "weighed")
 """How a restarting placer decides: ``always`` restart a gang that meets a degraded link,
-``weighed`` only when :func:`restart_pays` (never restarting is a placer without a rule)."""
+``weighed`` only when the operator's ``restart-when-it-pays`` weighing says so
+(:func:`tpfabric_core.fabric.restart_rule.weigh_restart`; never restarting is a placer without a
+rule)."""
 
 LLAMA3_NETWORK_FAULTS_PER_NODE_HOUR = 42 / (54 * 24 * 2048)
 """Network interruptions per node-hour in Llama 3's pre-training ("The Llama 3 Herd of Models",
@@ -114,27 +115,3 @@ class RestartRule:
     def __post_init__(self) -> None:
         if self.kind not in RESTART_RULES:
             raise ValueError(f"restart rule {self.kind!r}: use one of {', '.join(RESTART_RULES)}")
-
-
-def restart_pays(
-    *,
-    remaining_steps: float,
-    degraded_step_s: float,
-    healthy_step_s: float,
-    redo_steps: float,
-    restore_s: float,
-    expected_fault_s: float = math.inf,
-) -> bool:
-    """Return whether restarting elsewhere is expected to finish the job sooner than running slow.
-
-    Running slow: the steps left run at ``degraded_step_s`` while the fault lasts (expected
-    ``expected_fault_s``), at ``healthy_step_s`` after. Restarting: the restore, the
-    ``redo_steps`` since the last checkpoint, then every step left, at ``healthy_step_s`` (the
-    new placement is assumed healthy). Ties keep the job where it is (a restart has risks the
-    model does not count).
-    """
-    if degraded_step_s <= healthy_step_s or remaining_steps <= 0:
-        return False
-    slow_steps = min(remaining_steps, expected_fault_s / degraded_step_s)
-    slow_extra = slow_steps * (degraded_step_s - healthy_step_s)
-    return slow_extra > restore_s + redo_steps * healthy_step_s

@@ -20,6 +20,7 @@ from tpfabric_core.api.models import (
     CEL_IMMUTABLE_SHAPE,
     CEL_NAME_FITS,
     CEL_REPLACE_NEEDS_ELASTIC,
+    CEL_RESTART_COST_GIVEN,
     CEL_RULE_MATCHES_SOMETHING,
     CEL_SUSPENDED,
     CEL_TP_FITS_NODES,
@@ -128,6 +129,15 @@ def _spec_schema() -> Schema:
             "rule": CEL_RULE_MATCHES_SOMETHING,
             "message": "a rule needs onExitCodes, onPodConditions or onReasons (a rule without "
             "any would match every failure)",
+            "reason": "FieldValueRequired",
+        }
+    ]
+    props["topology"]["x-kubernetes-validations"] = [
+        {
+            "rule": CEL_RESTART_COST_GIVEN,
+            "message": "onDegradedLink restart-when-it-pays needs restartCost.interNodeCommShare "
+            "(the share of a step spent in collectives across nodes) to weigh a restart",
+            "fieldPath": ".restartCost",
             "reason": "FieldValueRequired",
         }
     ]

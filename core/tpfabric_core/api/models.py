@@ -35,6 +35,7 @@ __all__ = [
     "Placement",
     "RdmaSpec",
     "RefusedNode",
+    "RestartCost",
     "TensorParallelJob",
     "TensorParallelJobSpec",
     "TensorParallelJobStatus",
@@ -78,6 +79,10 @@ CEL_WORLD_DIVISIBLE = (
     "(self.workers * self.gpusPerWorker) % (self.tensorParallelSize * self.pipelineParallelSize)"
     " == 0"
 )
+CEL_RESTART_COST_GIVEN = (
+    "!has(self.onDegradedLink) || self.onDegradedLink != 'restart-when-it-pays' || "
+    "has(self.restartCost)"
+)
 CEL_REPLACE_NEEDS_ELASTIC = (
     "!has(self.failurePolicy) || !has(self.failurePolicy.restartStrategy) || "
     "self.failurePolicy.restartStrategy != 'ReplaceWorker' || "
@@ -114,6 +119,22 @@ class _Model(BaseModel):
     )
 
 
+class RestartCost(_Model):
+    """What `onDegradedLink: restart-when-it-pays` weighs: the job's slowdown on a degraded link
+    against what restarting it elsewhere costs."""
+
+    inter_node_comm_share: Annotated[float, Field(ge=0, le=1)]
+    """Share of a healthy step the job spends in collectives across nodes, not hidden behind
+    compute (from a profile: NCCL's timings, Nsight Systems). A link keeping a fraction `f` of
+    its rate stretches that share of every step by `1/f` (a ring runs at its slowest link)."""
+    checkpoint_interval_seconds: Annotated[int, Field(ge=1, le=604800)] = 1800
+    """How often the job checkpoints: a restart redoes the work since the last checkpoint
+    (estimated as the running time since the workers last started, modulo this interval)."""
+    restore_seconds: Annotated[int, Field(ge=0, le=86400)] = 600
+    """From stopping the workers to the first step again: rescheduling, starting the workers,
+    loading the checkpoint."""
+
+
 class TopologyPolicy(_Model):
     """Where the workers of the job may go in the fabric."""
 
@@ -128,15 +149,31 @@ class TopologyPolicy(_Model):
     """Keep the workers on shared rail leaves and tell NCCL not to cross rails."""
     avoid_degraded: Literal["avoid", "penalize", "ignore"] = "avoid"
     """What to do with nodes whose fabric links are degraded."""
-    on_degraded_link: Literal["ignore", "report", "restart-elsewhere"] = "report"
+    on_degraded_link: Literal["ignore", "report", "restart-elsewhere", "restart-when-it-pays"] = (
+        "report"
+    )
     """What to do when a node that runs a rank turns degraded (the fabric agent's
     `FabricHealthy` condition and `topology.tpfabric.io/health` label): `report` sets the job's
     `Degraded` condition and posts an Event naming the rank, node, port and reason (straggler
     risk); `restart-elsewhere` also recreates the workers away from the node through the
-    failure policy's restart path (not charged to `maxRestarts`); `ignore` does neither."""
+    failure policy's restart path (not charged to `maxRestarts`); `restart-when-it-pays` does so
+    only while running slow is expected to lose more time than the restart costs, weighed with
+    `restartCost` (the condition says both sides); `ignore` does neither."""
+    restart_cost: RestartCost | None = None
+    """What a restart costs this job and how much a slow link slows it; required by
+    `onDegradedLink: restart-when-it-pays`."""
     max_wait_seconds: Annotated[int, Field(ge=0, le=604800)] | None = None
     """With mode `preferred`: wait up to this long for a domain at `level` before relaxing to the
     next level (like Slurm's `--switches=N@time`). Unset: relax at once."""
+
+    @model_validator(mode="after")
+    def _restart_cost_given(self) -> TopologyPolicy:
+        if self.on_degraded_link == "restart-when-it-pays" and self.restart_cost is None:
+            raise ValueError(
+                "onDegradedLink restart-when-it-pays needs restartCost.interNodeCommShare (the "
+                "share of a step spent in collectives across nodes) to weigh a restart"
+            )
+        return self
 
 
 class RdmaSpec(_Model):

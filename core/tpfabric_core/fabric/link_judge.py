@@ -8,7 +8,8 @@ goes to :mod:`.link_publish`.
 It keeps, per port, the samples of the sliding window (``window_seconds``) and turns counter
 deltas into rates per minute; a rate over its limit, a port that runs below the expected rate or
 width, and a PCIe link trained below what it can do make the port (or the node) ``degraded``; a
-port that is not ACTIVE/LinkUp is ``down``.
+port that is not ACTIVE/LinkUp is ``down``. A port up below the expected rate also carries the
+fraction of that rate it keeps (:attr:`PortVerdict.bandwidth`, 0.5 for 4X NDR retrained to 2X).
 
 Counters, as the IBTA defines PortCounters, *saturate* at all ones (a 16-bit symbol_error stops at
 65535) and are cleared by ``perfquery -R`` or a driver reload; counters read through 64-bit
@@ -186,6 +187,10 @@ class PortVerdict:
     rate_gbps: float | None = None
     width: int | None = None
     notes: tuple[str, ...] = ()  # e.g. a saturated counter
+    #: the fraction of the expected rate the port keeps (``rate_gbps / expected``) when it is up
+    #: and below the rate floor (``expected x (1 - rate_tolerance)``); None otherwise. Live, like
+    #: ``rate_gbps``: a held verdict whose port is back at full rate has None.
+    bandwidth: float | None = None
 
     @property
     def where(self) -> str:
@@ -405,12 +410,19 @@ class LinkJudge:
                 )
         if not port.up:
             return "down", found  # a port that is down has no rate or width to judge
-        floor = expected_rate * (1 - self.config.rate_tolerance)
-        if port.rate_gbps is not None and expected_rate and port.rate_gbps < floor:
+        if self._bandwidth(port, expected_rate) is not None:
             found["rate"] = f"rate {port.rate_gbps:g} Gb/s, expected {expected_rate:g}, on {where}"
         if port.width is not None and expected_width and port.width < expected_width:
             found["width"] = f"width {port.width}X, expected {expected_width}X, on {where}"
         return ("degraded" if found else "ok"), found
+
+    def _bandwidth(self, port: PortSample, expected_rate: float) -> float | None:
+        """Return the fraction of ``expected_rate`` that ``port`` keeps when it is up and runs
+        below the floor (``expected_rate x (1 - rate_tolerance)``), else None."""
+        floor = expected_rate * (1 - self.config.rate_tolerance)
+        if port.up and port.rate_gbps is not None and expected_rate and port.rate_gbps < floor:
+            return port.rate_gbps / expected_rate
+        return None
 
     def _observe_port(
         self, now: float, port: PortSample, expected_rate: float, expected_width: int
@@ -440,10 +452,20 @@ class LinkJudge:
             if _saturated(name, value)
         )
         rail = self._rails.get(port.hca)
+        bandwidth = self._bandwidth(port, expected_rate)
 
         def verdict(state: PortState, reasons: tuple[str, ...]) -> PortVerdict:
             memory.published = PortVerdict(
-                port.hca, port.port, rail, state, reasons, rates, port.rate_gbps, port.width, notes
+                port.hca,
+                port.port,
+                rail,
+                state,
+                reasons,
+                rates,
+                port.rate_gbps,
+                port.width,
+                notes,
+                bandwidth,
             )
             return memory.published
 

@@ -18,11 +18,16 @@ The fabric agent publishes, per node, three things, and writes them only when th
     {"state": "degraded",
      "rails": {"3": {"hca": "mlx5_3", "state": "degraded",
                      "reasons": ["symbol errors 12,000/h on mlx5_3 port 1 (limit 120/h, IBTA)"]},
+               "5": {"hca": "mlx5_5", "state": "degraded", "bandwidth": 0.5,
+                     "reasons": ["rate 200 Gb/s, expected 400, on mlx5_5 port 1", "..."]},
                "0": {"hca": "mlx5_0", "state": "ok"}},
      "pcie": ["PCIe x8 at 32 GT/s, capable of x16 at 32 GT/s, on mlx5_3 (0000:17:00.0)"]}
 
   ``state`` per rail is ``ok``, ``degraded`` or ``down``; ``reasons`` and ``pcie`` are absent
-  when empty.
+  when empty. ``bandwidth`` is the fraction of the expected rate that a port up below it keeps
+  (:attr:`.PortVerdict.bandwidth`, rounded to 3 decimals; of a rail with several such ports, the
+  smallest): how much slower the rail moves data. Absent when no port of the rail is up below
+  the expected rate (a rail that is ok, down, or degraded only by errors or width).
 
 :func:`suspect_rail_switches` reads the same data back for many nodes and names the rail leaf
 switches that several nodes blame at once. Pure functions; the agent and the operator do the I/O.
@@ -75,6 +80,8 @@ class RailDetail:
     hca: str
     state: str
     reasons: tuple[str, ...] = ()
+    #: the fraction of the expected rate the rail keeps; None when absent or unreadable
+    bandwidth: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +124,9 @@ def publication_of(verdict: NodeVerdict) -> FabricPublication:
             entry["state"] = port.state
         if port.reasons:
             entry.setdefault("reasons", []).extend(port.reasons)
+        if port.bandwidth is not None:
+            share = round(port.bandwidth, 3)
+            entry["bandwidth"] = min(entry.get("bandwidth", share), share)
     detail: dict[str, Any] = {"state": verdict.state, "rails": rails}
     if verdict.pcie:
         detail["pcie"] = [v.reason for v in verdict.pcie]
@@ -199,12 +209,20 @@ def parse_detail(annotation: str | None) -> tuple[RailDetail, ...]:
                 hca=str(entry.get("hca", "")),
                 state=str(entry.get("state", "ok")),
                 reasons=tuple(str(r) for r in entry.get("reasons") or ()),
+                bandwidth=_fraction(entry.get("bandwidth")),
             )
             for key, entry in sorted(rails.items(), key=lambda kv: str(kv[0]))
             if str(key).isdigit() and isinstance(entry, dict)
         )
     except (ValueError, AttributeError, TypeError):
         return ()
+
+
+def _fraction(value: object) -> float | None:
+    """Return ``value`` when it is a number from 0 to 1, else None (NaN fails both bounds)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        return None
+    return float(value)
 
 
 def suspect_rail_switches(

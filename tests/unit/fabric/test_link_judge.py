@@ -180,6 +180,22 @@ def test_a_port_below_the_expected_rate_is_degraded_with_both_numbers() -> None:
     assert mlx5_3(verdicts[0]).reasons == ("rate 200 Gb/s, expected 400, on mlx5_3 port 1",)
 
 
+def test_a_port_below_the_expected_rate_keeps_its_fraction_of_the_bandwidth() -> None:
+    verdicts = feed(judge(), [[port(rate=200.0, width=2)]])  # 4X NDR retrained to 2X
+    assert mlx5_3(verdicts[0]).bandwidth == pytest.approx(0.5)
+    assert verdicts[0].ports[0].bandwidth is None  # mlx5_0 at the full 400 Gb/s
+
+
+def test_a_port_at_rate_down_or_within_the_tolerance_has_no_bandwidth_fraction() -> None:
+    errors = feed(judge(), ([port(symbol_error=200 * i)] for i in range(3)))
+    assert errors[-1].state == "degraded"
+    assert mlx5_3(errors[-1]).bandwidth is None  # degraded by symbol errors only
+    down = feed(judge(), [[port(up=False, rate=200.0)]])
+    assert mlx5_3(down[0]).bandwidth is None
+    tolerated = feed(judge(rate_tolerance=0.1), [[port(rate=380.0)]])
+    assert mlx5_3(tolerated[0]).bandwidth is None
+
+
 def test_a_port_retrained_on_fewer_lanes_is_degraded() -> None:
     verdicts = feed(judge(), [[port(rate=200.0, width=2)]])
     assert "width 2X, expected 4X, on mlx5_3 port 1" in mlx5_3(verdicts[0]).reasons

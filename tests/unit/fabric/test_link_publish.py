@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 
 from tpfabric_core import labels
-from tpfabric_core.fabric.link_judge import NodeVerdict, PcieVerdict, PortVerdict
+from tpfabric_core.fabric.link_judge import (
+    LinkJudge,
+    LinkJudgeConfig,
+    NodeSample,
+    NodeVerdict,
+    PcieVerdict,
+    PortVerdict,
+)
 from tpfabric_core.fabric.link_publish import (
     CONDITION_TYPE,
     DETAIL_ANNOTATION,
@@ -16,7 +23,7 @@ from tpfabric_core.fabric.link_publish import (
     publication_of,
     suspect_rail_switches,
 )
-from tpfabric_core.fabric.link_samples import PcieLink
+from tpfabric_core.fabric.link_samples import PcieLink, PortSample
 
 NOW = "2026-12-01T10:00:00Z"
 LATER = "2026-12-01T10:05:00Z"
@@ -40,6 +47,54 @@ def test_a_healthy_node_is_true_ok_and_every_rail_ok() -> None:
         "state": "ok",
         "rails": {"0": {"hca": "mlx5_0", "state": "ok"}, "1": {"hca": "mlx5_1", "state": "ok"}},
     }
+
+
+def test_a_healthy_annotation_has_no_bandwidth_and_keeps_its_exact_text() -> None:
+    published = publication_of(NodeVerdict((ok_port(0), ok_port(1))))
+    assert published.annotation == (
+        '{"rails":{"0":{"hca":"mlx5_0","state":"ok"},"1":{"hca":"mlx5_1","state":"ok"}},'
+        '"state":"ok"}'
+    )
+    assert "bandwidth" not in publication_of(sick_node()).annotation  # symbol errors only
+
+
+def test_a_port_retrained_from_4x_to_2x_publishes_half_the_bandwidth_on_its_rail() -> None:
+    judge = LinkJudge(LinkJudgeConfig(), {"mlx5_0": 0, "mlx5_3": 3})
+    ports = (
+        PortSample("mlx5_0", 1, "ACTIVE", "LinkUp", 400.0, 4),
+        PortSample("mlx5_3", 1, "ACTIVE", "LinkUp", 200.0, 2),  # 200 Gb/sec (2X NDR)
+    )
+    published = publication_of(judge.observe(NodeSample(0.0, ports)))
+    rails = json.loads(published.annotation)["rails"]
+    assert rails["3"]["bandwidth"] == 0.5
+    assert "bandwidth" not in rails["0"]
+    assert parse_detail(published.annotation)[1].bandwidth == 0.5
+
+
+def test_a_rail_with_several_slow_ports_publishes_the_smallest_fraction_rounded() -> None:
+    ports = (
+        PortVerdict("mlx5_3", 1, 3, "degraded", ("rate 200 Gb/s",), bandwidth=0.5),
+        PortVerdict("mlx5_3", 2, 3, "degraded", ("rate 100 Gb/s",), bandwidth=1 / 3),
+        PortVerdict("mlx5_4", 1, 4, "ok"),
+    )
+    rails = json.loads(publication_of(NodeVerdict(ports)).annotation)["rails"]
+    assert rails["3"]["bandwidth"] == 0.333
+    assert "bandwidth" not in rails["4"]
+
+
+def test_parse_detail_reads_the_bandwidth_and_turns_junk_into_none() -> None:
+    def rail(value: str) -> RailDetail:
+        text = f'{{"rails":{{"3":{{"hca":"mlx5_3","state":"degraded","bandwidth":{value}}}}}}}'
+        (detail,) = parse_detail(text)
+        return detail
+
+    assert rail("0.5") == RailDetail(3, "mlx5_3", "degraded", bandwidth=0.5)
+    assert rail("0").bandwidth == 0.0
+    assert rail("1").bandwidth == 1.0
+    huge = "1" + "0" * 400
+    for junk in ('"0.5"', "-0.1", "1.5", "true", "null", "[0.5]", "NaN", "Infinity", huge):
+        assert rail(junk).bandwidth is None, junk
+    assert parse_detail('{"rails":{"0":{"hca":"mlx5_0","state":"ok"}}}')[0].bandwidth is None
 
 
 def test_a_degraded_port_makes_the_node_false_degraded_with_the_reason_as_message() -> None:

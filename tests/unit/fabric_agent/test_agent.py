@@ -13,6 +13,7 @@ from tpfabric_core.fabric.link_publish import (
     CONDITION_TYPE,
     DETAIL_ANNOTATION,
     FabricPublication,
+    parse_detail,
 )
 from tpfabric_fabric_agent.__main__ import build_parser, settings_from_args
 from tpfabric_fabric_agent.agent import AgentSettings, FabricAgent, fabric_rails
@@ -94,6 +95,26 @@ def test_climbing_symbol_errors_flip_within_two_intervals_and_clear_after_hyster
         clock.now += 10
         fabric_agent.step()
     assert [p.label for p in recorder.published] == ["ok", "degraded", "ok"]
+
+
+def test_a_port_retrained_to_2x_ndr_publishes_half_the_bandwidth_on_its_rail(
+    tmp_path: Path,
+) -> None:
+    sysfs, fabric_agent, recorder, clock = agent(tmp_path)
+    fabric_agent.step()
+    healthy = recorder.published[-1].annotation
+    assert "bandwidth" not in healthy
+    sysfs.add_errors("mlx5_2", 1, "symbol_error", 200)  # errors only: no bandwidth fraction
+    clock.now += 10
+    sysfs.add_errors("mlx5_2", 1, "symbol_error", 200)
+    sysfs.set_rate("mlx5_3", 1, "200 Gb/sec (2X NDR)")
+    fabric_agent.step()
+    rails = parse_detail(recorder.published[-1].annotation)
+    by_rail = {r.rail: r for r in rails}
+    assert by_rail[2].state == "degraded"
+    assert by_rail[2].bandwidth is None
+    assert (by_rail[3].state, by_rail[3].bandwidth) == ("degraded", 0.5)  # port 2 still 4X
+    assert [r.bandwidth for r in rails if r.rail not in (2, 3)] == [None] * 6
 
 
 def test_a_pcie_link_at_half_width_is_published(tmp_path: Path) -> None:

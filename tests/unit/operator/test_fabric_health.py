@@ -13,6 +13,7 @@ from tpfabric_operator.decide import decide
 from tpfabric_operator.fabric_health import (
     DegradedNode,
     RankOnDegradedNode,
+    degraded_condition_words,
     degraded_nodes,
     ranks_on_degraded_nodes,
     straggler_message,
@@ -66,11 +67,71 @@ def test_only_active_ranks_on_degraded_nodes_are_named_by_rank() -> None:
 
 def test_workers_move_only_when_the_job_asks_to_restart_elsewhere() -> None:
     ranks = [RankOnDegradedNode(1, "n1", (REASON,))]
-    assert workers_to_move(a_job(), ranks) == {}
+    assert workers_to_move(a_job(), ranks) == ({}, "")
     job = a_job(topology={"onDegradedLink": "restart-elsewhere"})
-    assert workers_to_move(job, ranks) == {
-        1: f"node n1 is degraded ({REASON}); moving it elsewhere"
+    assert workers_to_move(job, ranks) == (
+        {1: f"node n1 is degraded ({REASON}); moving it elsewhere"},
+        "",
+    )
+
+
+def _paying_job(share: float) -> Any:
+    return a_job(
+        topology={
+            "onDegradedLink": "restart-when-it-pays",
+            "restartCost": {
+                "interNodeCommShare": share,
+                "checkpointIntervalSeconds": 1800,
+                "restoreSeconds": 600,
+            },
+        }
+    )
+
+
+def test_a_half_rate_link_under_a_job_that_talks_little_keeps_it_running() -> None:
+    # 10% of a step across nodes at half the rate: steps 10% slower; over 4 h that loses
+    # 4 h / 1.1 x 0.1 = 21.8 min, less than 10 min restore + 15 min redone
+    ranks = [RankOnDegradedNode(1, "n1", ("rate 200 Gb/s, expected 400",), bandwidth=0.5)]
+    move, words = workers_to_move(_paying_job(0.1), ranks, expected_repair_s=4 * 3600.0)
+    assert move == {}
+    assert words == (
+        "kept running: running slow (steps 10.0% slower) is expected to lose 21.8 min, a "
+        "restart costs 25.0 min (10.0 min restore + 15.0 min redone since the last checkpoint)"
+    )
+
+
+def test_the_same_link_under_a_job_that_talks_more_moves_it() -> None:
+    ranks = [RankOnDegradedNode(1, "n1", ("rate 200 Gb/s, expected 400",), bandwidth=0.5)]
+    move, words = workers_to_move(_paying_job(0.3), ranks, expected_repair_s=4 * 3600.0)
+    assert words.startswith("restart pays: running slow (steps 30.0% slower) is expected to lose")
+    assert move == {
+        1: f"node n1 is degraded (rate 200 Gb/s, expected 400); {words}; moving it elsewhere"
     }
+
+
+def test_the_slowest_rank_sets_the_pace_and_an_unmeasured_link_takes_the_setting() -> None:
+    measured = RankOnDegradedNode(1, "n1", ("rate",), bandwidth=0.5)
+    unmeasured = RankOnDegradedNode(2, "n2", (REASON,))
+    job = _paying_job(0.1)
+    # errors only: taken to keep a tenth; 10% of the step 10x longer: 1.9x slower
+    move, words = workers_to_move(job, [measured, unmeasured], unmeasured_bandwidth=0.1)
+    assert "steps 90.0% slower" in words
+    assert sorted(move) == [1, 2]
+    _, words = workers_to_move(job, [measured, unmeasured], unmeasured_bandwidth=1.0)
+    assert "steps 10.0% slower" in words
+
+
+def test_a_rail_that_is_down_always_pays_and_a_measured_rail_is_indexed() -> None:
+    down = DegradedNode("n1", "u", ("down",), (RailDetail(0, "mlx5_0", "down"),), ())
+    slow = DegradedNode(
+        "n2", "u", ("rate",), (RailDetail(1, "mlx5_1", "degraded", bandwidth=0.25),), ()
+    )
+    pods = gang("Running", "Running", "Running")
+    found = ranks_on_degraded_nodes(pods, {"n1": [down], "n2": [slow]})
+    assert [(r.rank, r.bandwidth) for r in found] == [(1, 0.0), (2, 0.25)]
+    move, words = workers_to_move(_paying_job(0.01), found[:1])
+    assert sorted(move) == [1]
+    assert "unbounded time" in words
 
 
 def test_restart_elsewhere_is_an_uncharged_incident_through_the_restart_path() -> None:
@@ -120,3 +181,15 @@ def test_the_job_shows_degraded_with_the_straggler_words() -> None:
         now=NOW,
     )
     assert next(c for c in healthy["conditions"] if c["type"] == "Degraded")["status"] == "False"
+
+
+def test_the_condition_says_the_straggler_then_the_weighing_and_nothing_when_ignored() -> None:
+    ranks = [RankOnDegradedNode(1, "n1", (REASON,), bandwidth=0.5)]
+    _, weighing = workers_to_move(_paying_job(0.1), ranks, expected_repair_s=4 * 3600.0)
+    words = degraded_condition_words(_paying_job(0.1), ranks, weighing)
+    assert words == f"straggler risk: rank 1 on node n1: {REASON}; {weighing}"
+    assert words.endswith("15.0 min redone since the last checkpoint)")
+    assert degraded_condition_words(a_job(), ranks, "") == straggler_message(ranks)
+    ignoring = a_job(topology={"onDegradedLink": "ignore"})
+    assert degraded_condition_words(ignoring, ranks, "") == ""
+    assert degraded_condition_words(a_job(), [], "") == ""

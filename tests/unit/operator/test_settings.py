@@ -56,3 +56,10 @@ def test_every_knob_is_in_the_docs_with_its_default() -> None:
     text = (REPO / "docs" / "install.md").read_text()
     for knob in KNOBS:
         assert f"| `{knob.env}` | `{knob.default}` |" in text, knob.env
+
+
+def test_a_number_above_its_greatest_value_is_refused() -> None:
+    knob = next(k for k in KNOBS if k.env == "TPFABRIC_DEGRADED_LINK_BANDWIDTH")
+    assert read(knob, {knob.env: "1"}) == 1.0
+    with pytest.raises(SettingsError, match=r"TPFABRIC_DEGRADED_LINK_BANDWIDTH='1\.5' is above 1"):
+        read(knob, {knob.env: "1.5"})
