@@ -3,6 +3,8 @@
 #   <prefix>/tpfabric:<tag>                 operator, extender/placer, CLI  (images/tpfabric/Dockerfile)
 #   <prefix>/rdma-init:<tag>                worker init container           (rdma_init/Dockerfile)
 #   <prefix>/fake-rdma-device-plugin:<tag>  kind e2e device plugin          (e2e/tpfabric_deviceplugin/Dockerfile)
+# and <prefix>/tpfabric-build:<tag>, the first's build stage (the next build's cache). The image a
+# tag named before a rebuild is removed once nothing names it.
 #
 #   images/build.sh [--prefix tpfabric] [--tag dev] [--base-image IMAGE] [--host-wheels]
 #
@@ -95,14 +97,27 @@ if [[ $HOST_WHEELS == 1 ]]; then
 fi
 
 build() {
-  local image=$1 started
+  local image=$1 started before after
   shift
   started=$(date +%s)
+  before=$("$DOCKER" image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
   log "building $image"
   "$DOCKER" build "${args[@]}" -t "$image" "$@"
   log "  $image: built in $(( $(date +%s) - started ))s ($("$DOCKER" image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}'))"
+  # The image the tag named before is left without a name: remove it, or every rebuild (each
+  # kind-tier run) leaves a dangling image behind, gigabytes after a few dozen runs. One another
+  # tag or a container still uses stays (docker refuses, quietly here).
+  after=$("$DOCKER" image inspect -f '{{.Id}}' "$image")
+  if [[ -n $before && $before != "$after" ]] \
+    && [[ $("$DOCKER" image inspect -f '{{len .RepoTags}}' "$before" 2>/dev/null) == 0 ]]; then
+    "$DOCKER" image rm "$before" >/dev/null 2>&1 && log "  removed the image $image named before"
+  fi
+  return 0
 }
 
+# The build stage gets a name of its own: the image it makes is the next build's cache, and with a
+# name the one it replaces is removed like any other (unnamed, every source change left one).
+build "$PREFIX/tpfabric-build:$TAG" --target build -f "$ROOT/images/tpfabric/Dockerfile" "$ROOT"
 build "$PREFIX/tpfabric:$TAG" -f "$ROOT/images/tpfabric/Dockerfile" "$ROOT"
 build "$PREFIX/rdma-init:$TAG" "$ROOT/rdma_init"
 build "$PREFIX/fake-rdma-device-plugin:$TAG" -f "$ROOT/e2e/tpfabric_deviceplugin/Dockerfile" "$ROOT/e2e"

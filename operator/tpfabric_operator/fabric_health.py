@@ -55,6 +55,7 @@ __all__ = [
     "RankOnDegradedNode",
     "degraded_condition_words",
     "degraded_nodes",
+    "on_degraded_nodes",
     "ranks_on_degraded_nodes",
     "report_suspect_switches",
     "restart_weighing",
@@ -84,7 +85,7 @@ class DegradedNode:
 class RankOnDegradedNode:
     """A running rank of a job on a degraded node."""
 
-    rank: int
+    rank: int | None  # None: a gang pod without a rank label
     node: str
     reasons: tuple[str, ...]
     #: what its worst rail keeps of its rate: 0 for a rail that is down, the fabric agent's
@@ -115,7 +116,24 @@ def degraded_nodes(
 
 
 def _lookup(index: Mapping[str, Iterable[DegradedNode]], node: str) -> DegradedNode | None:
-    return next(iter(index.get(node, ())), None)
+    try:
+        return next(iter(index.get(node, ())), None)
+    except RuntimeError:  # the index changed under the read: the next reconcile looks again
+        return None
+
+
+def on_degraded_nodes(
+    placed: Iterable[tuple[int | None, str | None]], index: Mapping[str, Iterable[DegradedNode]]
+) -> list[RankOnDegradedNode]:
+    """Return the ``(rank, node)`` pairs whose node is degraded, by rank (a pod with no rank
+    label last), with the node's reasons and what its worst rail keeps; the pods of a
+    TensorParallelJob (:func:`ranks_on_degraded_nodes`) and of a gang record alike."""
+    found = []
+    for rank, name in placed:
+        node = _lookup(index, name) if name is not None else None
+        if node is not None and name is not None:
+            found.append(RankOnDegradedNode(rank, name, node.reasons, _bandwidth_kept(node)))
+    return sorted(found, key=lambda r: (r.rank is None, r.rank or 0, r.node))
 
 
 def ranks_on_degraded_nodes(
@@ -123,16 +141,7 @@ def ranks_on_degraded_nodes(
 ) -> list[RankOnDegradedNode]:
     """Return the ranks of the job's running (or starting) workers that sit on degraded nodes,
     by rank."""
-    found = []
-    for pod in pods:
-        if not pod.active or pod.node is None:
-            continue
-        node = _lookup(index, pod.node)
-        if node is not None:
-            found.append(
-                RankOnDegradedNode(pod.index, pod.node, node.reasons, _bandwidth_kept(node))
-            )
-    return sorted(found, key=lambda r: r.rank)
+    return on_degraded_nodes(((p.index, p.node) for p in pods if p.active), index)
 
 
 def _bandwidth_kept(node: DegradedNode) -> float | None:
@@ -146,7 +155,10 @@ def _bandwidth_kept(node: DegradedNode) -> float | None:
 def straggler_message(ranks: list[RankOnDegradedNode]) -> str:
     """Return the ``Degraded`` condition's and the Event's words, e.g. ``straggler risk: rank 1
     on node dgx-07: symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)``."""
-    parts = [f"rank {r.rank} on node {r.node}: {'; '.join(r.reasons)}" for r in ranks]
+    parts = [
+        f"rank {r.rank if r.rank is not None else '?'} on node {r.node}: {'; '.join(r.reasons)}"
+        for r in ranks
+    ]
     return "straggler risk: " + " | ".join(parts)
 
 
@@ -190,7 +202,9 @@ def workers_to_move(
             return {}, words
     moving = f"{words}; moving it elsewhere" if words else "moving it elsewhere"
     return {
-        r.rank: f"node {r.node} is degraded ({'; '.join(r.reasons)}); {moving}" for r in ranks
+        r.rank: f"node {r.node} is degraded ({'; '.join(r.reasons)}); {moving}"
+        for r in ranks
+        if r.rank is not None
     }, words
 
 

@@ -39,7 +39,7 @@ from tpfabric_core.gangs import (
 )
 from tpfabric_core.labels import HEALTH
 from tpfabric_core.timestamps import rfc3339
-from tpfabric_operator import leadership, serving
+from tpfabric_operator import fabric_health, leadership, serving
 from tpfabric_operator.gang_admission import default_levels
 from tpfabric_operator.gang_pods import GangPods, GangSyncer
 from tpfabric_operator.gang_records import (
@@ -337,22 +337,12 @@ def _lws_of(custom: client.CustomObjectsApi, namespace: str, name: str) -> servi
     return view
 
 
-def _on_degraded_nodes(pods: list[GangPod]) -> list[tuple[int | None, str, tuple[str, ...]]]:
+def _on_degraded_nodes(pods: list[GangPod]) -> list[fabric_health.RankOnDegradedNode]:
     """Return each pod of the gang on a node labelled degraded: rank, node, the agent's reasons."""
     index = _degraded_index
     if index is None:
         return []
-    found = []
-    for pod in pods:
-        if pod.node is None:
-            continue
-        try:
-            node = next(iter(index.get(pod.node, ())), None)
-        except RuntimeError:  # the index changed under the read: the next tick looks again
-            continue
-        if node is not None:
-            found.append((pod.rank, pod.node, tuple(node.reasons)))
-    return sorted(found, key=lambda item: (item[0] if item[0] is not None else 1 << 30, item[1]))
+    return fabric_health.on_degraded_nodes(((p.rank, p.node) for p in pods), index)
 
 
 def _unready_groups(namespace: str, view: serving.LwsView, gang: str, own: int | None) -> list[str]:
@@ -412,7 +402,7 @@ def _serving(
                 "Degraded",
                 bool(on_degraded),
                 "LinkDegraded" if on_degraded else "LinksHealthy",
-                serving.degraded_words(on_degraded)
+                fabric_health.straggler_message(on_degraded)
                 if on_degraded
                 else "no node under the group is degraded now",
             )
@@ -425,7 +415,7 @@ def _serving(
     surge = serving.surge_message(index, view, waiting=waiting) if view is not None else ""
     if surge:
         conditions.append(serving.condition("Surge", True, "RollingUpdate", surge))
-    degraded_nodes = frozenset(node for _, node, _ in on_degraded)
+    degraded_nodes = frozenset(r.node for r in on_degraded)
     group_key = (member.namespace, member.gang)
     moving = _moving.get((member.namespace, member.owner))
     if moving is not None and moving[0] == member.gang:

@@ -35,7 +35,6 @@ __all__ = [
     "LwsView",
     "Move",
     "condition",
-    "degraded_words",
     "group_ready",
     "lws_view",
     "merge_conditions",
@@ -122,15 +121,6 @@ def surge_message(index: int | None, view: LwsView, *, waiting: bool = False) ->
 def group_ready(ready: Sequence[bool], size: int) -> bool:
     """Return whether a group is ready: every one of its ``size`` pods exists and is Ready."""
     return len(ready) >= size and all(ready)
-
-
-def degraded_words(on_degraded: Sequence[tuple[int | None, str, Sequence[str]]]) -> str:
-    """Return the Degraded condition's words: each rank on a degraded node, and why."""
-    parts = [
-        f"rank {rank if rank is not None else '?'} on node {node}: {'; '.join(reasons)}"
-        for rank, node, reasons in on_degraded
-    ]
-    return "straggler risk: " + " | ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)

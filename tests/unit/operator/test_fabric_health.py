@@ -15,6 +15,7 @@ from tpfabric_operator.fabric_health import (
     RankOnDegradedNode,
     degraded_condition_words,
     degraded_nodes,
+    on_degraded_nodes,
     ranks_on_degraded_nodes,
     straggler_message,
     workers_to_move,
@@ -193,3 +194,20 @@ def test_the_condition_says_the_straggler_then_the_weighing_and_nothing_when_ign
     ignoring = a_job(topology={"onDegradedLink": "ignore"})
     assert degraded_condition_words(ignoring, ranks, "") == ""
     assert degraded_condition_words(a_job(), [], "") == ""
+
+
+def test_a_gang_pod_without_a_rank_is_named_with_a_question_mark_after_the_ranked() -> None:
+    index = {"n7": [sick("n7")], "n8": [sick("n8")]}
+    found = on_degraded_nodes([(None, "n8"), (1, "n7"), (0, None), (2, "n9")], index)
+    assert [(r.rank, r.node) for r in found] == [(1, "n7"), (None, "n8")]
+    assert straggler_message(found) == (
+        f"straggler risk: rank 1 on node n7: {REASON} | rank ? on node n8: {REASON}"
+    )
+
+
+def test_an_index_that_changes_under_the_read_finds_nothing_this_time() -> None:
+    class Changing(dict[str, Any]):
+        def get(self, key: str, default: Any = None) -> Any:
+            raise RuntimeError("dictionary changed size during iteration")
+
+    assert on_degraded_nodes([(0, "n1")], Changing()) == []

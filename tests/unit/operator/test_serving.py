@@ -10,7 +10,6 @@ from tpfabric_core import labels
 from tpfabric_core.gangs import GangSettings, Near, gang_of
 from tpfabric_operator.serving import (
     LwsView,
-    degraded_words,
     group_ready,
     lws_view,
     merge_conditions,
@@ -95,12 +94,6 @@ def test_nothing_is_moved_unless_the_owner_asked() -> None:
     assert decide(view=LwsView("chat", 4, 1, 0, "report")) is None
     assert decide(degraded=False) is None
     assert decide(view=None) is None
-
-
-def test_the_degraded_words_name_rank_node_and_reason() -> None:
-    assert degraded_words([(1, "n7", ("symbol errors 1,200/min on mlx5_3",))]) == (
-        "straggler risk: rank 1 on node n7: symbol errors 1,200/min on mlx5_3"
-    )
 
 
 def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
