@@ -1,7 +1,8 @@
 """``tpfabric explain NAME``: where one live job's workers are and why, from the cluster.
 
 For a TensorParallelJob or a Gang record (another controller's gang) it prints the job's
-``status.placement`` in the placer's own words (state, message, reasons, refused nodes), the
+``status.placement`` in the placer's own words (state, message, reasons, refused nodes), its
+``Degraded`` condition while a rank runs on a degraded link (with the restart weighing), the
 plan's level, domain, hops and modelled all-reduce, and a rank table that puts each rank's
 planned node beside the node its pod is bound to, with that node's leaf, spine, rails and
 fabric health; a pod off its planned node is flagged. ``--json`` gives the same facts to
@@ -161,6 +162,10 @@ class Explanation:
     """A Gang's ``spec.owner`` (kind and name); None for a TensorParallelJob."""
     problems: tuple[str, ...] = ()
     """A Gang's ``status.problems``."""
+    degraded: str | None = None
+    """The message of the job's ``Degraded`` condition while it is True: the ranks on degraded
+    links and, with ``onDegradedLink: restart-when-it-pays``, why the job restarts or keeps
+    running."""
 
     @property
     def off_plan(self) -> tuple[RankRow, ...]:
@@ -187,6 +192,7 @@ class Explanation:
         if self.owner is not None:
             document["owner"] = dict(self.owner)
             document["problems"] = list(self.problems)
+        document["degraded"] = self.degraded
         document["placement"] = dict(self.placement)
         document["ranks"] = [row.document() for row in self.ranks]
         return document
@@ -292,7 +298,16 @@ def explain_object(
         ranks=tuple(rows),
         owner=(spec.get("owner") or {}) if is_gang else None,
         problems=tuple(str(p) for p in status.get("problems") or ()) if is_gang else (),
+        degraded=_degraded(status),
     )
+
+
+def _degraded(status: Mapping[str, Any]) -> str | None:
+    """Return the message of the ``Degraded`` condition when it is True, else None."""
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "Degraded" and condition.get("status") == "True":
+            return str(condition.get("message") or "")
+    return None
 
 
 def _heading(explanation: Explanation) -> str:
@@ -384,6 +399,8 @@ def print_explanation(explanation: Explanation, console: Console) -> None:
                           f" (since {escape(str(node.get('since')))})")  # fmt: skip
     if previous := placement.get("previousNodes") or []:
         console.print(f"nodes of the last plan: {escape(compress_hostlist(list(previous)))}")
+    if explanation.degraded is not None:
+        console.print(f"[yellow]degraded: {escape(explanation.degraded)}[/]")
     if explanation.problems:
         console.print("[yellow]problems of the gang's pods:[/]")
         for problem in explanation.problems:

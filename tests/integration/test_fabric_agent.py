@@ -8,6 +8,7 @@ kube-scheduler and the operator (its own process) react to what the agents publi
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from test_explain import explain
 from test_operator import Tpj, small_job
 
 from control_plane_fixtures import two_leaves_of_four, wait_for
@@ -342,6 +344,9 @@ def test_restart_when_it_pays_weighs_the_measured_rate_against_the_restart(
         "; kept running: running slow (steps 5.0% slower) is expected to lose 11.4 min, a "
         "restart costs 25.0 min (10.0 min restore + 15.0 min redone since the last checkpoint)"
     )
+    shown = explain(tpj.cluster, "keeper", "-n", tpj.namespace, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["degraded"] == degraded["message"]
 
     def moved() -> list[str] | None:
         pods = tpj.pods("payer")

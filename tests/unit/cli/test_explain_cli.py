@@ -144,6 +144,29 @@ def test_json_carries_the_placement_verbatim_and_the_rank_rows() -> None:
         "rails": "su1-leaf2-rail[0-7]", "health": "degraded",
     }  # fmt: skip
     assert "owner" not in document
+    assert document["degraded"] is None
+
+
+def test_a_degraded_job_shows_the_straggler_and_the_restart_weighing() -> None:
+    job = tpj(**planned(["n1", "n4"]))
+    words = (
+        "straggler risk: rank 1 on node n4: rate 200 Gb/s, expected 400, on mlx5_2 port 1; kept "
+        "running: running slow (steps 5.0% slower) is expected to lose 11.4 min, a restart costs "
+        "25.0 min (10.0 min restore + 15.0 min redone since the last checkpoint)"
+    )
+    job["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "message": "2/2"},
+        {"type": "Degraded", "status": "True", "reason": "DegradedLink", "message": words},
+    ]
+    explanation = explain_object(job, [pod("llama-w-0", 0, "n1"), pod("llama-w-1", 1, "n4")],
+                                 NODES)  # fmt: skip
+    assert explanation.degraded == words
+    assert f"degraded: {words}" in text_of(explanation).replace("\n", " ")
+    assert explanation.document()["degraded"] == words
+    job["status"]["conditions"][1]["status"] = "False"
+    healthy = explain_object(job, [], NODES)
+    assert healthy.degraded is None
+    assert "degraded:" not in text_of(healthy)
 
 
 def test_a_waiting_job_shows_why_it_waits_and_the_refused_nodes() -> None:
