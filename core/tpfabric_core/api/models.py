@@ -128,8 +128,8 @@ class RestartCost(_Model):
     compute (from a profile: NCCL's timings, Nsight Systems). A link keeping a fraction `f` of
     its rate stretches that share of every step by `1/f` (a ring runs at its slowest link)."""
     checkpoint_interval_seconds: Annotated[int, Field(ge=1, le=604800)] = 1800
-    """How often the job checkpoints: a restart redoes the work since the last checkpoint
-    (estimated as the running time since the workers last started, modulo this interval)."""
+    """How often the job checkpoints: a restart redoes the work since the last checkpoint, taken
+    as half this interval (its expectation: when the job last checkpointed is not known)."""
     restore_seconds: Annotated[int, Field(ge=0, le=86400)] = 600
     """From stopping the workers to the first step again: rescheduling, starting the workers,
     loading the checkpoint."""
