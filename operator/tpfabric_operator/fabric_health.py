@@ -12,6 +12,13 @@ nodes with a dict lookup per worker, never a list call.
   (:func:`workers_to_move`) that ``decide.decide`` restarts through the failure policy; with
   ``restart-when-it-pays``, only when :func:`restart_weighing` finds running slow costs more than
   the restart (:mod:`tpfabric_core.fabric.restart_rule`, the rule the simulator measures).
+  Either restarts a job only into healthy room the placer found for the whole gang
+  (``status.placement.healthyRoom``, :mod:`tpfabric_scheduler.healthy_room`): without it a
+  restart would stop a job that runs slow for one that waits, or land it back on the node. A
+  job is restarted away from a set of degraded nodes once: the nodes it left are kept in its
+  status (``movedOffNodes``, pruned as they heal, so an operator restart forgets nothing), and a
+  job put back on them anyway (the room was taken meanwhile, ``avoidDegraded: penalize`` or
+  ``ignore``) keeps running there instead of restarting again and again.
 - :func:`report_suspect_switches` runs on node events: when at least
   :data:`SUSPECT_MIN_NODES` nodes under one rail leaf switch are degraded on that rail at once,
   the switch is reported (a Warning Event ``SuspectRailSwitch`` on each of those nodes, and a
@@ -51,14 +58,18 @@ from tpfabric_operator.settings import (
 
 __all__ = [
     "SUSPECT_MIN_NODES",
+    "DegradedLinks",
     "DegradedNode",
     "RankOnDegradedNode",
     "degraded_condition_words",
+    "degraded_links",
     "degraded_nodes",
     "on_degraded_nodes",
     "ranks_on_degraded_nodes",
     "report_suspect_switches",
     "restart_weighing",
+    "room_elsewhere",
+    "still_degraded",
     "straggler_message",
     "workers_to_move",
 ]
@@ -173,22 +184,82 @@ def degraded_condition_words(
     return f"{words}; {weighing}" if weighing else words
 
 
+def still_degraded(
+    moved_off: Iterable[str] | None, index: Mapping[str, Iterable[DegradedNode]]
+) -> frozenset[str]:
+    """Return the nodes of a job's ``status.movedOffNodes`` that are still degraded (a node
+    that healed is forgotten: should it degrade again, the job is judged afresh)."""
+    return frozenset(n for n in moved_off or () if isinstance(n, str) and _lookup(index, n))
+
+
+@dataclass(frozen=True, slots=True)
+class DegradedLinks:
+    """What a job's reconcile makes of the degraded nodes under it (:func:`degraded_links`)."""
+
+    #: its ranks on degraded nodes
+    ranks: list[RankOnDegradedNode]
+    #: the still-degraded nodes it was restarted away from before (``status.movedOffNodes``)
+    moved_off: frozenset[str]
+    #: the workers to restart elsewhere, with why
+    move: dict[int, str]
+    #: the Degraded condition's and the DegradedLink Event's words ("": nothing to say)
+    words: str
+
+    def moved_off_after(self, failure_reason: str | None) -> frozenset[str]:
+        """Return ``status.movedOffNodes`` once the reconcile's intent is known: the nodes the
+        moved workers leave are added when it restarts them (its incident is ``DegradedLink``)."""
+        if failure_reason != "DegradedLink":
+            return self.moved_off
+        return self.moved_off | {r.node for r in self.ranks if r.rank in self.move}
+
+
+def degraded_links(
+    job: TensorParallelJob,
+    pods: Iterable[WorkerPod],
+    index: Mapping[str, Iterable[DegradedNode]],
+    status: Mapping[str, Any],
+    placement: Mapping[str, Any],
+) -> DegradedLinks:
+    """Return the job's ranks on degraded nodes, the workers to move and what to say of them."""
+    ranks = ranks_on_degraded_nodes(pods, index)
+    moved_off = still_degraded(status.get("movedOffNodes"), index)
+    move, weighing = workers_to_move(
+        job, ranks, moved_off=moved_off, room=placement.get("healthyRoom")
+    )
+    return DegradedLinks(ranks, moved_off, move, degraded_condition_words(job, ranks, weighing))
+
+
 def workers_to_move(
     job: TensorParallelJob,
     ranks: list[RankOnDegradedNode],
     *,
+    moved_off: frozenset[str] = frozenset(),
+    room: Mapping[str, Any] | None = None,
     expected_repair_s: float = EXPECTED_REPAIR_SECONDS,
     unmeasured_bandwidth: float = DEGRADED_LINK_BANDWIDTH,
 ) -> tuple[dict[int, str], str]:
-    """Return ``({worker: why}, weighing words)``: the workers to restart elsewhere, and, with
-    ``restart-when-it-pays``, why the job restarts or keeps running (else "").
+    """Return ``({worker: why}, words)``: the workers to restart elsewhere, and why the job
+    restarts or keeps running (with ``restart-when-it-pays`` the weighing, else "").
 
     ``restart-elsewhere`` moves every rank on a degraded node. ``restart-when-it-pays`` weighs
-    (:func:`restart_weighing`) and moves them only when the restart pays.
+    (:func:`restart_weighing`) and moves them only when the restart pays. Either moves them
+    only into room: ``room`` is the placer's ``status.placement.healthyRoom``, whether the whole
+    gang has a plan off its degraded nodes now (:func:`room_elsewhere`). Neither moves a job
+    whose degraded nodes are all among ``moved_off``, the still-degraded nodes it was restarted
+    away from before: the room it was restarted into was gone by then and it was put back on
+    them, and restarting again would likely land it there again.
     """
     policy = job.spec.topology.on_degraded_link
     if not ranks or policy not in ("restart-elsewhere", "restart-when-it-pays"):
         return {}, ""
+    if all(r.node in moved_off for r in ranks):
+        back = sorted({r.node for r in ranks})
+        return {}, (
+            f"kept running: restarted once away from {', '.join(back)}, it was placed back (no "
+            "healthy room elsewhere); it is not restarted again while "
+            + ("that node stays" if len(back) == 1 else "those nodes stay")
+            + " degraded"
+        )
     words = ""
     if policy == "restart-when-it-pays":
         weighing = restart_weighing(
@@ -200,12 +271,26 @@ def workers_to_move(
         words = weighing.words
         if not weighing.pays:
             return {}, words
+    blocked = room_elsewhere(room, ranks)
+    if blocked:
+        return {}, f"{words}; kept running: {blocked}" if words else f"kept running: {blocked}"
     moving = f"{words}; moving it elsewhere" if words else "moving it elsewhere"
     return {
         r.rank: f"node {r.node} is degraded ({'; '.join(r.reasons)}); {moving}"
         for r in ranks
         if r.rank is not None
     }, words
+
+
+def room_elsewhere(room: Mapping[str, Any] | None, ranks: list[RankOnDegradedNode]) -> str:
+    """Return why the job cannot move off the degraded nodes of ``ranks`` now ("" when it can):
+    the placer's answer (``healthyRoom``) must be for those nodes and have found room."""
+    nodes = {r.node for r in ranks}
+    if not isinstance(room, Mapping) or not nodes <= set(room.get("degradedNodes") or ()):
+        return "the placer has not looked for healthy room elsewhere yet"
+    if room.get("found") is not True:
+        return str(room.get("message") or "no healthy room for the whole gang")
+    return ""
 
 
 def restart_weighing(

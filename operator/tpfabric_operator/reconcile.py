@@ -276,8 +276,9 @@ def _reconcile(
     if not terminal and not job.spec.suspend:
         nodes = [value for store in indexes["node_resources"].values() for value in store]
         problem = honour_problem(job, nodes)
-    on_bad_nodes = fabric_health.ranks_on_degraded_nodes(owned, indexes.get("degraded_nodes", {}))
-    move, weighing = fabric_health.workers_to_move(job, on_bad_nodes)
+    links = fabric_health.degraded_links(
+        job, owned, indexes.get("degraded_nodes", {}), status, placement
+    )
     intent = decide(
         job,
         owned,
@@ -285,11 +286,10 @@ def _reconcile(
         now=now,
         stale=pods_now.stale,
         foreign=pods_now.foreign,
-        move=move,
+        move=links.move,
     )
-    straggler = fabric_health.degraded_condition_words(job, on_bad_nodes, weighing)
-    if straggler:
-        state.warn(body, "DegradedLink", straggler)
+    if links.words:
+        state.warn(body, "DegradedLink", links.words)
     if problem and not memory.created_before and not intent.succeed:
         # a job that never ran and that no node can run fails at once; a running one is only
         # warned (node pools scale, and what runs proves nodes for it existed)
@@ -328,8 +328,9 @@ def _reconcile(
         create_error=create_error,
         admission=kueue.admission,
         now=now,
-        straggler=straggler,
+        straggler=links.words,
         stuck=stuck_words,
+        moved_off=links.moved_off_after(intent.failure.reason if intent.failure else None),
     )
 
 
@@ -372,6 +373,7 @@ def _write_status(
     now: float,
     straggler: str = "",
     stuck: str = "",
+    moved_off: frozenset[str] = frozenset(),
 ) -> None:
     status = dict(body.get("status") or {})
     spec = job.spec
@@ -437,6 +439,9 @@ def _write_status(
     wanted["attempt"] = intent.attempt
     wanted["restartingWorkers"] = sorted(restarting) if not terminal else []
     wanted["succeededWorkers"] = sorted(intent.succeeded)
+    # the degraded nodes the job was restarted away from (and that have not healed): it is not
+    # restarted again while it runs only on them (fabric_health.workers_to_move); None drops it
+    wanted["movedOffNodes"] = sorted(moved_off) if moved_off and not terminal else None
     outcome = Outcome(
         restarts=restarts,
         restarting=frozenset(restarting) if not terminal else frozenset(),

@@ -53,6 +53,7 @@ def planned_placement(
         "waitingSince": rfc3339(waiting_since) if waiting_since is not None else None,
         "replacedRanks": None,
         "previousNodes": None,
+        "healthyRoom": None,
         "reasons": [
             {"level": plan.level, "domain": plan.domain, "reason": r}
             for r in plan.reasons[: MAX_REASONS * 2]
@@ -77,6 +78,7 @@ def _unplanned(state: str, message: str, **fields: Any) -> dict[str, Any]:
         "replacedRanks": None,
         "waitingSince": None,
         "near": None,
+        "healthyRoom": None,
         "reasons": [],
         **fields,
     }
@@ -124,6 +126,7 @@ _MEANING = (
     "nodes",
     "domainLabels",
     "refusedNodes",
+    "healthyRoom",
 )
 
 

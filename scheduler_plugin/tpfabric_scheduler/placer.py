@@ -64,6 +64,7 @@ from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import GangPlan, Unschedulable
 from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_core.placement.topology import DEFAULT_LEVELS, ClusterTopology, LevelSpec
+from tpfabric_scheduler import healthy_room
 from tpfabric_scheduler.bind_watch import (
     BIND_TIMEOUT_SECONDS,
     BindWatch,
@@ -192,6 +193,8 @@ class GangPlacer:
         self._binds = BindWatch(store, self._writes, clock, bind_timeout)
         #: the planned rings' flows across uplinks, kept from cycle to cycle
         self._rings = RingFlows()
+        #: job uid -> when its healthy room was last looked for, for which degraded nodes
+        self._room_checked: dict[str, tuple[float, frozenset[str]]] = {}
 
     @property
     def bind_timeout(self) -> float:
@@ -343,6 +346,89 @@ class GangPlacer:
             return
         log.info("job %s: placement read back from its running pods: %s", job.key, plan.domain)
 
+    def _movers_due(self, store: ClusterStore, now: float) -> list[healthy_room.Mover]:
+        """Return the running jobs asking to move off degraded nodes whose healthy room is due
+        to be looked for (:mod:`.healthy_room`): new degraded nodes, or not looked at for
+        RECHECK_SECONDS; and those whose answer is stale (no degraded node any more)."""
+
+        def request_of(job: JobRecord, worker: PodRecord, placement: dict[str, Any]) -> Any:
+            assert job.job is not None
+            # the workers a restart makes: the template's node selector and affinity, not
+            # the running pods' (narrowed to the planned domain when they were released)
+            template = job.job.spec.template.spec if hasattr(job.job.spec, "template") else {}
+            fresh = replace(
+                worker,
+                scheduling={
+                    **{k: v for k, v in worker.scheduling.items() if k == "tolerations"},
+                    **{k: template[k] for k in ("nodeSelector", "affinity") if template.get(k)},
+                },
+            )
+            return gang_request(
+                job.key,
+                job.job,
+                fresh,
+                self._eligible_of(store, job, fresh),
+                refused_nodes(store, placement, fresh, now),
+                previous=previous_nodes(placement),
+            )
+
+        due = []
+        live = set()
+        for mover in healthy_room.movers(store, request_of):
+            live.add(mover.job.uid)
+            checked = self._room_checked.get(mover.job.uid)
+            if (
+                mover.degraded
+                and checked is not None
+                and checked[1] == mover.degraded
+                and now - checked[0] < healthy_room.RECHECK_SECONDS
+            ):
+                continue
+            due.append(mover)
+        for uid in [u for u in self._room_checked if u not in live]:
+            del self._room_checked[uid]
+        return due
+
+    def _answer_room(self, mover: healthy_room.Mover, cycle: Cycle | None) -> None:
+        """Write whether ``mover`` has healthy room elsewhere now (None once it has no degraded
+        node), when the answer changed."""
+        job = mover.job
+        now = self.clock()
+        room: dict[str, Any] | None = None
+        if mover.degraded and mover.request is not None and cycle is not None:
+            self._room_checked[job.uid] = (now, mover.degraded)
+            snapshot = healthy_room.without_pods(cycle.snapshot, mover.pods)
+            try:
+                result = plan_gang(
+                    snapshot,
+                    healthy_room.off_degraded(mover.request),
+                    uplink_load=cycle.uplinks,
+                    typical_gang_gpus=cycle.typical_gpus,
+                )
+            except InputError as err:
+                log.warning("job %s: healthy room not looked for: %s", job.key, err)
+                return
+            room = healthy_room.answer(result, mover.degraded, now)
+        previous = mover.placement.get("healthyRoom") or None
+        if (
+            room is not None
+            and isinstance(previous, dict)
+            and (previous.get("found"), previous.get("degradedNodes"))
+            == (room["found"], room["degradedNodes"])
+        ):
+            return  # the same answer: its words and time stay those of its first writing
+        if room is None and previous is None:
+            return
+        try:
+            self._writes.write(job, mover.placement, {**mover.placement, "healthyRoom": room}, "")
+        except NotLeadingError:
+            return
+        except ApiException as err:
+            log.warning("job %s: writing its healthy room failed: %s", job.key, err.reason)
+            return
+        if room is not None:
+            log.info("job %s: %s", job.key, room["message"])
+
     def suspended_with_plan(self, store: ClusterStore | None = None) -> list[JobRecord]:
         """Return suspended jobs that still carry a placement (to be dropped)."""
         store = store or self.store
@@ -372,11 +458,16 @@ class GangPlacer:
         suspended = self.suspended_with_plan(view)
         unfinished = self.unfinished_replans(now, view)
         unrecorded = self.running_without_plan(view)
+        movers = self._movers_due(view, now)
         freed = view.freed_generation
         # a cycle that only watches released gangs bind (none due for the bind check) and
         # meets waiting gangs whose inputs did not change needs no snapshot: every bind and
         # pod update wakes a cycle, and a snapshot of every node is not built for nothing
-        needed = bool(unrecorded) or any(self._needs_snapshot(item, now, freed) for item in work)
+        needed = (
+            bool(unrecorded)
+            or any(m.degraded for m in movers)
+            or any(self._needs_snapshot(item, now, freed) for item in work)
+        )
         snapshot = build_snapshot(view, topology, reservations) if needed else None
         rings = planned_rings(view) if needed else []
         typical = typical_gang_gpus(view.jobs.values()) if needed else None
@@ -403,6 +494,8 @@ class GangPlacer:
         # WritePipeline.cycle)
         with self._writes.cycle():
             waiting = self._plan_all(work, cycle, freed, started)
+        for mover in movers:
+            self._answer_room(mover, cycle)
         self.metrics.jobs_waiting.set(waiting)
         live = {item.job.uid for item in work}
         for uid in [u for u in self._attempts if u not in live]:

@@ -368,6 +368,64 @@ def test_restart_when_it_pays_weighs_the_measured_rate_against_the_restart(
     assert "lastFailure" not in keeper
 
 
+def test_a_job_is_restarted_off_a_degraded_node_only_once_healthy_room_is_free(
+    api: client.ApiClient, calm_fabric: Fleet, tpj: Tpj
+) -> None:
+    """With the other leaf full, a gang asking to restart elsewhere has nowhere healthy to go:
+    the placer says so (``status.placement.healthyRoom``) and the operator keeps it running on
+    the degraded node, where it used to restart it every backoff, uncharged, landing it back
+    on the node (``avoidDegraded: penalize``) or leaving it waiting (``avoid``). Once the other
+    leaf frees, the placer finds room and the gang moves there, once; the node it left stays
+    in ``status.movedOffNodes`` until it heals."""
+    create_job(tpj, "filler", 4)
+    tpj.wait_phase("filler", "Running")
+    create_job(tpj, "cramped", 4, avoidDegraded="penalize", onDegradedLink="restart-elsewhere")
+    nodes = tpj.wait_phase("cramped", "Running")["placement"]["nodes"]
+    sick = nodes[1]
+    calm_fabric.climb(sick, "mlx5_1")
+
+    words = wait_for(
+        lambda: (
+            "no healthy room" in (m := tpj.condition("cramped", "Degraded").get("message", ""))
+            and m
+        ),
+        timeout=20,
+        what="the Degraded condition saying there is no healthy room",
+    )
+    assert words.startswith(f"straggler risk: rank 1 on node {sick}: ")
+    assert "; kept running: no healthy room for the whole gang: " in words
+    room = tpj.status("cramped")["placement"]["healthyRoom"]
+    assert (room["found"], room["degradedNodes"]) == (False, [sick])
+    time.sleep(15)  # the backoff is 10 s: it restarted at least once in that time before
+    status = tpj.status("cramped")
+    assert (status.get("attempt", 0), status["phase"]) == (0, "Running"), status
+    assert "lastFailure" not in status
+
+    tpj.custom.delete_namespaced_custom_object(GROUP, VERSION, tpj.namespace, PLURAL, "filler")
+
+    def moved() -> list[str] | None:
+        pods = tpj.pods("cramped")
+        running = [p.spec.node_name for p in pods if p.status.phase == "Running"]
+        return running if len(running) == 4 and sick not in running else None
+
+    after = wait_for(moved, timeout=90, what="the gang moved into the freed leaf")
+    assert not set(after) & set(nodes)
+    status = tpj.status("cramped")
+    assert status["attempt"] == 1
+    assert status["restarts"] == 0  # a move is not charged
+    assert status["lastFailure"]["reason"] == "DegradedLink"
+    assert status["movedOffNodes"] == [sick]
+    assert status["placement"].get("healthyRoom") is None  # a new plan: no answer left
+
+    calm_fabric.calm()
+    wait_for(
+        lambda: "movedOffNodes" not in tpj.status("cramped"),
+        timeout=WINDOW + RECOVER + 15,
+        what="the healed node forgotten",
+    )
+    assert tpj.status("cramped")["attempt"] == 1
+
+
 def test_three_nodes_of_one_rail_switch_degrading_report_the_switch(
     api: client.ApiClient, calm_fabric: Fleet
 ) -> None:

@@ -393,6 +393,25 @@ class RefusedNode(_Model):
     """When the refusal was seen (RFC 3339); forgotten 10 minutes later."""
 
 
+class HealthyRoom(_Model):
+    """Whether the placer found room for the whole gang off its degraded nodes (for
+    `onDegradedLink: restart-elsewhere` and `restart-when-it-pays`: the operator restarts a job
+    away from degraded nodes only into room the placer found)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    found: bool
+    """Whether a plan of the whole gang, with its own pods gone and every degraded node kept
+    off, exists now."""
+    degraded_nodes: list[str] = Field(default_factory=list)
+    """The degraded nodes under the gang that the answer is for."""
+    message: str = ""
+    """Where the room is, or why there is none."""
+    since: str | None = None
+    """When the placer first gave this answer (RFC 3339); it looks again every 10 seconds and
+    writes only a changed answer."""
+
+
 class Placement(_Model):
     """The gang plan the placer persisted: survives restarts of every component."""
 
@@ -449,6 +468,9 @@ class Placement(_Model):
     near: str | None = None
     """A Gang asked to be near another (`spec.near`): whether the plan is, and where, e.g.
     `near 'prefill' in spine 's1' (required)`."""
+    healthy_room: HealthyRoom | None = None
+    """While the running gang has a worker on a degraded node and asks to move off it: whether
+    there is healthy room for it elsewhere now."""
     refused_nodes: list[RefusedNode] = Field(default_factory=list)
     """Nodes kube-scheduler's own filters refused for this gang's released workers (they did
     not bind within the bind bound although the placer saw room): the gang is planned without
@@ -519,6 +541,11 @@ class TensorParallelJobStatus(_Model):
     """Whether the whole set of worker pods was created once (a missing worker is then lost)."""
     last_failure_time: str | None = None
     """When a worker was last lost or failed (RFC 3339); starts the replacement backoff."""
+    moved_off_nodes: list[str] = Field(default_factory=list)
+    """Degraded nodes the job was restarted away from (`onDegradedLink: restart-elsewhere` or
+    `restart-when-it-pays`) that are still degraded. A job the placer could only put back on
+    them (no healthy room, with `avoidDegraded: penalize` or `ignore`) is not restarted again
+    while its degraded nodes are all among these; a node leaves the list once it is healthy."""
     placement: Placement | None = None
     """The persisted gang plan, or why the job waits."""
     conditions: list[Condition] = Field(default_factory=list)

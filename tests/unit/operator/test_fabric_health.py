@@ -17,12 +17,15 @@ from tpfabric_operator.fabric_health import (
     degraded_nodes,
     on_degraded_nodes,
     ranks_on_degraded_nodes,
+    still_degraded,
     straggler_message,
     workers_to_move,
 )
 from tpfabric_operator.job_status import Outcome, job_status
 
 REASON = "symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)"
+#: the placer's answer: room for the whole gang off n1 and n2 (status.placement.healthyRoom)
+ROOM = {"found": True, "degradedNodes": ["n1", "n2"], "message": "leaf 'l2' has room"}
 
 
 def sick(name: str) -> DegradedNode:
@@ -70,10 +73,64 @@ def test_workers_move_only_when_the_job_asks_to_restart_elsewhere() -> None:
     ranks = [RankOnDegradedNode(1, "n1", (REASON,))]
     assert workers_to_move(a_job(), ranks) == ({}, "")
     job = a_job(topology={"onDegradedLink": "restart-elsewhere"})
-    assert workers_to_move(job, ranks) == (
+    assert workers_to_move(job, ranks, room=ROOM) == (
         {1: f"node n1 is degraded ({REASON}); moving it elsewhere"},
         "",
     )
+
+
+def test_a_job_put_back_on_the_nodes_it_left_is_not_restarted_again() -> None:
+    job = a_job(topology={"onDegradedLink": "restart-elsewhere", "avoidDegraded": "penalize"})
+    ranks = [RankOnDegradedNode(1, "n1", (REASON,)), RankOnDegradedNode(2, "n2", (REASON,))]
+    move, words = workers_to_move(job, ranks, moved_off=frozenset({"n1", "n2", "n9"}))
+    assert move == {}
+    assert words == (
+        "kept running: restarted once away from n1, n2, it was placed back (no healthy room "
+        "elsewhere); it is not restarted again while those nodes stay degraded"
+    )
+    # one degraded node it never left: judged afresh, every rank on a degraded node moves
+    move, _ = workers_to_move(job, ranks, moved_off=frozenset({"n1"}), room=ROOM)
+    assert sorted(move) == [1, 2]
+    # the weighed rule does not weigh a job that was put back either
+    move, words = workers_to_move(_paying_job(0.9), ranks[:1], moved_off=frozenset({"n1"}))
+    assert move == {}
+    assert words.endswith("while that node stays degraded")
+
+
+def test_a_job_moves_only_into_room_the_placer_found_for_its_degraded_nodes() -> None:
+    job = a_job(topology={"onDegradedLink": "restart-elsewhere"})
+    ranks = [RankOnDegradedNode(1, "n1", (REASON,))]
+    assert workers_to_move(job, ranks) == (
+        {},
+        "kept running: the placer has not looked for healthy room elsewhere yet",
+    )
+    # an answer for other nodes is no answer for these
+    other = {**ROOM, "degradedNodes": ["n7"]}
+    assert workers_to_move(job, ranks, room=other)[0] == {}
+    none = {
+        "found": False,
+        "degradedNodes": ["n1"],
+        "message": "no healthy room for the whole gang: leaf l2 has 3 of 4 nodes free",
+    }
+    assert workers_to_move(job, ranks, room=none) == (
+        {},
+        "kept running: no healthy room for the whole gang: leaf l2 has 3 of 4 nodes free",
+    )
+    assert sorted(workers_to_move(job, ranks, room=ROOM)[0]) == [1]
+    # a restart that pays says so, and why it does not happen
+    ranks = [RankOnDegradedNode(1, "n1", ("rate",), bandwidth=0.5)]
+    move, words = workers_to_move(_paying_job(0.9), ranks, room=none)
+    assert move == {}
+    assert words.startswith("restart pays: running slow (steps 90.0% slower)")
+    assert words.endswith(
+        "; kept running: no healthy room for the whole gang: leaf l2 has 3 of 4 nodes free"
+    )
+
+
+def test_the_nodes_a_job_left_are_forgotten_once_they_heal() -> None:
+    index = {"n1": [sick("n1")], "n3": [sick("n3")]}
+    assert still_degraded(["n1", "n2", 7], index) == frozenset({"n1"})  # type: ignore[list-item]
+    assert still_degraded(None, index) == frozenset()
 
 
 def _paying_job(share: float) -> Any:
@@ -93,7 +150,7 @@ def test_a_half_rate_link_under_a_job_that_talks_little_keeps_it_running() -> No
     # 10% of a step across nodes at half the rate: steps 10% slower; over 4 h that loses
     # 4 h / 1.1 x 0.1 = 21.8 min, less than 10 min restore + 15 min redone
     ranks = [RankOnDegradedNode(1, "n1", ("rate 200 Gb/s, expected 400",), bandwidth=0.5)]
-    move, words = workers_to_move(_paying_job(0.1), ranks, expected_repair_s=4 * 3600.0)
+    move, words = workers_to_move(_paying_job(0.1), ranks, room=ROOM, expected_repair_s=4 * 3600.0)
     assert move == {}
     assert words == (
         "kept running: running slow (steps 10.0% slower) is expected to lose 21.8 min, a "
@@ -103,7 +160,7 @@ def test_a_half_rate_link_under_a_job_that_talks_little_keeps_it_running() -> No
 
 def test_the_same_link_under_a_job_that_talks_more_moves_it() -> None:
     ranks = [RankOnDegradedNode(1, "n1", ("rate 200 Gb/s, expected 400",), bandwidth=0.5)]
-    move, words = workers_to_move(_paying_job(0.3), ranks, expected_repair_s=4 * 3600.0)
+    move, words = workers_to_move(_paying_job(0.3), ranks, room=ROOM, expected_repair_s=4 * 3600.0)
     assert words.startswith("restart pays: running slow (steps 30.0% slower) is expected to lose")
     assert move == {
         1: f"node n1 is degraded (rate 200 Gb/s, expected 400); {words}; moving it elsewhere"
@@ -115,7 +172,7 @@ def test_the_slowest_rank_sets_the_pace_and_an_unmeasured_link_takes_the_setting
     unmeasured = RankOnDegradedNode(2, "n2", (REASON,))
     job = _paying_job(0.1)
     # errors only: taken to keep a tenth; 10% of the step 10x longer: 1.9x slower
-    move, words = workers_to_move(job, [measured, unmeasured], unmeasured_bandwidth=0.1)
+    move, words = workers_to_move(job, [measured, unmeasured], room=ROOM, unmeasured_bandwidth=0.1)
     assert "steps 90.0% slower" in words
     assert sorted(move) == [1, 2]
     _, words = workers_to_move(job, [measured, unmeasured], unmeasured_bandwidth=1.0)
@@ -130,7 +187,7 @@ def test_a_rail_that_is_down_always_pays_and_a_measured_rail_is_indexed() -> Non
     pods = gang("Running", "Running", "Running")
     found = ranks_on_degraded_nodes(pods, {"n1": [down], "n2": [slow]})
     assert [(r.rank, r.bandwidth) for r in found] == [(1, 0.0), (2, 0.25)]
-    move, words = workers_to_move(_paying_job(0.01), found[:1])
+    move, words = workers_to_move(_paying_job(0.01), found[:1], room=ROOM)
     assert sorted(move) == [1]
     assert "unbounded time" in words
 

@@ -1,0 +1,146 @@
+"""Whether a running gang could run off its degraded nodes: the placer's answer to the
+operator's ``onDegradedLink: restart-elsewhere`` and ``restart-when-it-pays``.
+
+The operator restarts a job away from degraded nodes only once the placer has found healthy room
+for it (``status.placement.healthyRoom``). A restart into no room would stop a job that runs slow
+for one that does not run at all (``avoidDegraded: avoid``: the gang waits for room), or put it
+back where it was (``penalize``, ``ignore``). The check plans the whole gang as if its own pods
+were gone, keeping off every degraded node, on the cycle's snapshot (the other gangs'
+reservations and this cycle's plans already taken off), so it is the plan a restart would get
+now. It runs for the few planned jobs that ask to move and have a pod on a degraded node, at
+most every :data:`RECHECK_SECONDS` per job unless its degraded nodes change, and its answer is
+written only when it changes (found or not, for which nodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tpfabric_core import labels
+from tpfabric_core.api.gang import GANG_KIND
+from tpfabric_core.placement.request import GangRequest
+from tpfabric_core.placement.results import GangPlan, Unschedulable
+from tpfabric_core.placement.snapshot import CapacitySnapshot
+from tpfabric_scheduler.placement_status import rfc3339
+from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
+
+__all__ = [
+    "RECHECK_SECONDS",
+    "RESTARTING",
+    "Mover",
+    "answer",
+    "movers",
+    "off_degraded",
+    "without_pods",
+]
+
+#: the onDegradedLink policies that restart a job away from degraded nodes
+RESTARTING = ("restart-elsewhere", "restart-when-it-pays")
+#: how often a job's room is looked at again while its degraded nodes stay the same
+RECHECK_SECONDS = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Mover:
+    """A planned job that asks to move off degraded nodes, as one cycle sees it."""
+
+    job: JobRecord
+    #: its live pods, every one bound
+    pods: tuple[PodRecord, ...]
+    #: the nodes under its pods labelled degraded (empty: only a stale answer to clear)
+    degraded: frozenset[str]
+    placement: dict[str, Any]
+    #: the engine's request for the whole gang (None with no degraded node)
+    request: GangRequest | None
+
+
+def movers(
+    store: ClusterStore, request_of: Callable[[JobRecord, PodRecord, dict[str, Any]], GangRequest]
+) -> list[Mover]:
+    """Return the planned TensorParallelJobs with ``onDegradedLink`` restart-elsewhere or
+    restart-when-it-pays whose whole gang is bound, with a pod on a degraded node or a
+    ``healthyRoom`` answer left from one (read from ``store``, a view or the store locked)."""
+    found = []
+    for key, job in store.jobs.items():
+        spec = job.job.spec if job.job is not None else None
+        if job.kind == GANG_KIND or spec is None or spec.suspend:
+            continue
+        if spec.topology.on_degraded_link not in RESTARTING:
+            continue
+        placement = store.placement_of(job)
+        if placement.get("state") != "Planned":
+            continue
+        pods = tuple(
+            sorted(
+                (p for p in store.workers.get(key, {}).values() if not p.terminal),
+                key=lambda p: p.name,
+            )
+        )
+        if not pods or any(p.deleting or p.gated or p.node is None for p in pods):
+            continue  # starting, restarting or leaving: nothing runs to be moved
+        degraded = frozenset(
+            str(p.node)
+            for p in pods
+            if (node := store.nodes.get(str(p.node))) is not None
+            and node.labels.get(labels.HEALTH) == "degraded"
+        )
+        if not degraded and not placement.get("healthyRoom"):
+            continue
+        request = request_of(job, pods[0], placement) if degraded else None
+        found.append(Mover(job, pods, degraded, placement, request))
+    return found
+
+
+def without_pods(snapshot: CapacitySnapshot, pods: Iterable[PodRecord]) -> CapacitySnapshot:
+    """Return a copy of ``snapshot`` with what ``pods`` take on their nodes given back."""
+    free_gpus = list(snapshot.free_gpus)
+    free_other = {resource: list(per_node) for resource, per_node in snapshot.free_other.items()}
+    index_of = snapshot.topology.index_of
+    for pod in pods:
+        i = index_of.get(str(pod.node))
+        if i is None:
+            continue
+        for resource, amount in pod.requests.items():
+            if resource == GPU_RESOURCE:
+                free_gpus[i] += amount
+            elif resource in free_other:
+                free_other[resource][i] += amount
+    return CapacitySnapshot(
+        snapshot.topology,
+        free_gpus=free_gpus,
+        free_rdma=list(snapshot.free_rdma),
+        ready=snapshot.ready,
+        schedulable=snapshot.schedulable,
+        degraded=snapshot.degraded,
+        taints=snapshot.taints,
+        free_other=free_other,
+        alloc_gpus=snapshot.alloc_gpus,
+        alloc_rdma=snapshot.alloc_rdma,
+    )
+
+
+def off_degraded(request: GangRequest) -> GangRequest:
+    """Return ``request`` keeping off every degraded node, whatever the job's own policy."""
+    return replace(request, policy=replace(request.policy, avoid_degraded="avoid"))
+
+
+def answer(
+    result: GangPlan | Unschedulable, degraded: frozenset[str], now: float
+) -> dict[str, Any]:
+    """Return ``status.placement.healthyRoom`` for the check's ``result``."""
+    if isinstance(result, GangPlan):
+        found = True
+        message = f"{result.level} '{result.domain}' has room for the whole gang off " + ", ".join(
+            sorted(degraded)
+        )
+    else:
+        found = False
+        message = f"no healthy room for the whole gang: {result.summary}"
+    return {
+        "found": found,
+        "degradedNodes": sorted(degraded),
+        "message": message,
+        "since": rfc3339(now),
+    }

@@ -1,0 +1,124 @@
+"""The placer's answer to onDegradedLink restart-elsewhere and restart-when-it-pays: whether a
+running gang has healthy room elsewhere (``status.placement.healthyRoom``), which the operator
+needs before it restarts the gang away from a degraded node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from placer_world import a_node, gang, placement, two_leaves
+
+from tpfabric_scheduler.healthy_room import RECHECK_SECONDS
+
+
+def _running(writer: Any, placer: Any, name: str, workers: int, **job_args: Any) -> list[str]:
+    gang(writer, name, workers, **job_args)
+    placer.run_cycle()
+    nodes = placement(writer, name)["nodes"]
+    for index, node in enumerate(nodes):
+        writer.bind(f"{name}-worker-{index}", node)
+    return list(nodes)
+
+
+def _health(store: Any, name: str, health: str) -> None:
+    leaf = name.rsplit("-", 1)[0]
+    with store.lock:
+        store.upsert_node(a_node(name, leaf, health=health))
+
+
+def _room_writes(writer: Any, name: str) -> list[Any]:
+    return [
+        w["placement"]["healthyRoom"]
+        for job, w in writer.status_writes
+        if job == name and w.get("placement", {}).get("healthyRoom")
+    ]
+
+
+MOVER = {"topology": {"onDegradedLink": "restart-elsewhere"}}
+
+
+def test_a_gang_on_a_degraded_node_is_told_where_healthy_room_is(world: Any) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store)
+    nodes = _running(writer, placer, "job", 4, **MOVER)
+    assert placement(writer, "job").get("healthyRoom") is None
+    _health(store, nodes[1], "degraded")
+    clock.now += 1
+    placer.run_cycle()
+    room = placement(writer, "job")["healthyRoom"]
+    other = "leaf-b" if nodes[0].startswith("leaf-a") else "leaf-a"
+    assert room["found"] is True
+    assert room["degradedNodes"] == [nodes[1]]
+    assert room["message"] == f"leaf '{other}' has room for the whole gang off {nodes[1]}"
+    assert placement(writer, "job")["nodes"] == nodes  # only an answer: the plan is the same
+
+
+def test_with_the_other_leaf_full_there_is_none_until_it_frees(world: Any) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store)
+    nodes = _running(
+        writer,
+        placer,
+        "job",
+        4,
+        topology={
+            "onDegradedLink": "restart-when-it-pays",
+            "restartCost": {"interNodeCommShare": 0.5},
+            "avoidDegraded": "penalize",
+        },
+    )
+    _running(writer, placer, "filler", 4)
+    _health(store, nodes[2], "degraded")
+    clock.now += 1
+    placer.run_cycle()
+    room = placement(writer, "job")["healthyRoom"]
+    assert room["found"] is False
+    assert room["message"].startswith("no healthy room for the whole gang: ")
+    # the same answer is not written again, however often it is looked for
+    for _ in range(3):
+        clock.now += RECHECK_SECONDS
+        placer.run_cycle()
+    assert len(_room_writes(writer, "job")) == 1
+    writer.delete_job_pods("ns", "filler")  # the filler finished: its pods and plan are gone
+    with store.lock:
+        store.delete_job("ns/filler")
+    clock.now += 1  # looked at again only after RECHECK_SECONDS
+    placer.run_cycle()
+    assert placement(writer, "job")["healthyRoom"]["found"] is False
+    clock.now += RECHECK_SECONDS
+    placer.run_cycle()
+    assert placement(writer, "job")["healthyRoom"]["found"] is True
+
+
+def test_another_degraded_node_is_looked_at_at_once_and_a_healed_gang_loses_its_answer(
+    world: Any,
+) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store)
+    nodes = _running(writer, placer, "job", 4, **MOVER)
+    _health(store, nodes[0], "degraded")
+    placer.run_cycle()
+    assert placement(writer, "job")["healthyRoom"]["degradedNodes"] == [nodes[0]]
+    _health(store, nodes[3], "degraded")
+    placer.run_cycle()  # the same second: new degraded nodes are not rate-limited
+    assert placement(writer, "job")["healthyRoom"]["degradedNodes"] == sorted([nodes[0], nodes[3]])
+    _health(store, nodes[0], "ok")
+    _health(store, nodes[3], "ok")
+    placer.run_cycle()
+    assert placement(writer, "job").get("healthyRoom") is None
+
+
+def test_jobs_that_do_not_move_and_gangs_not_running_whole_get_no_answer(world: Any) -> None:
+    store, writer, placer, clock = world
+    two_leaves(store)
+    reporter = _running(writer, placer, "reporter", 4)  # onDegradedLink: report (the default)
+    gang(writer, "starting", 4, **MOVER)
+    placer.run_cycle()
+    starting = placement(writer, "starting")["nodes"]
+    writer.bind("starting-worker-0", starting[0])  # three workers not bound yet
+    _health(store, reporter[0], "degraded")
+    _health(store, starting[0], "degraded")
+    clock.now += 1
+    placer.run_cycle()
+    assert placement(writer, "reporter").get("healthyRoom") is None
+    assert placement(writer, "starting").get("healthyRoom") is None
