@@ -436,6 +436,11 @@ def _serving(
             others_unready=_unready_groups(member.namespace, view, member.gang, index),
             moving=moving[0] if moving is not None else None,
             placed_back=sorted(_moved_back.get(group_key, ())),
+            no_room=fabric_health.room_elsewhere(
+                (stored.get("placement") or {}).get("healthyRoom"), on_degraded
+            )
+            if on_degraded
+            else "",
         )
         if move is not None:
             if move.now:

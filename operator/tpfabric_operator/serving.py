@@ -140,12 +140,16 @@ def move_decision(
     others_unready: Sequence[str],
     moving: str | None,
     placed_back: Sequence[str] = (),
+    no_room: str = "",
 ) -> Move | None:
     """Return what to do with a group on a degraded node (None: nothing to say).
 
     ``others_unready``: the LWS's other groups that are not ready now; ``moving``: the group of
     the same LWS being moved now (None when none); ``placed_back``: the degraded nodes this
-    group was placed on again after its last move (no healthy domain had room for it then).
+    group was placed on again after its last move (no healthy domain had room for it then);
+    ``no_room``: why the placer has no healthy room for the group elsewhere now ("" when it
+    found some: :func:`.fabric_health.room_elsewhere`), so a move would leave the group
+    waiting for room instead of serving slowly.
     """
     if not degraded or view is None or view.on_degraded_link != "restart-elsewhere":
         return None
@@ -170,6 +174,8 @@ def move_decision(
             f"waits: {len(others_unready)} other group(s) of {view.name!r} are not ready "
             f"({shown}); moving this one would pass maxUnavailable {budget}"
         )
+    elif no_room:
+        wait = f"not moved: {no_room}"
     else:
         return Move(
             True,

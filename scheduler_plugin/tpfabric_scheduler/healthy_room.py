@@ -60,14 +60,19 @@ def movers(
     store: ClusterStore, request_of: Callable[[JobRecord, PodRecord, dict[str, Any]], GangRequest]
 ) -> list[Mover]:
     """Return the planned TensorParallelJobs with ``onDegradedLink`` restart-elsewhere or
-    restart-when-it-pays whose whole gang is bound, with a pod on a degraded node or a
-    ``healthyRoom`` answer left from one (read from ``store``, a view or the store locked)."""
+    restart-when-it-pays, and the planned LeaderWorkerSet groups, whose whole gang is bound,
+    with a pod on a degraded node or a ``healthyRoom`` answer left from one (read from
+    ``store``, a view or the store locked)."""
     found = []
     for key, job in store.jobs.items():
-        spec = job.job.spec if job.job is not None else None
-        if job.kind == GANG_KIND or spec is None or spec.suspend:
+        if job.job is None or job.job.spec.suspend:
             continue
-        if spec.topology.on_degraded_link not in RESTARTING:
+        if job.kind == GANG_KIND:
+            # a LeaderWorkerSet group: its owner's annotation, which only the operator reads,
+            # says whether it moves; the answer is written either way (it is cheap and rare)
+            if job.job.spec.owner.kind != "LeaderWorkerSet":  # type: ignore[union-attr]
+                continue
+        elif job.job.spec.topology.on_degraded_link not in RESTARTING:
             continue
         placement = store.placement_of(job)
         if placement.get("state") != "Planned":

@@ -57,12 +57,14 @@ from typing import Any, Literal
 
 from kubernetes.client.rest import ApiException
 
+from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.errors import InputError
 from tpfabric_core.placement.planner import describe_nodes, plan_gang
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import GangPlan, Unschedulable
 from tpfabric_core.placement.snapshot import CapacitySnapshot
+from tpfabric_core.placement.steering import plan_expressions, widen_affinity
 from tpfabric_core.placement.topology import DEFAULT_LEVELS, ClusterTopology, LevelSpec
 from tpfabric_scheduler import healthy_room
 from tpfabric_scheduler.bind_watch import (
@@ -353,16 +355,20 @@ class GangPlacer:
 
         def request_of(job: JobRecord, worker: PodRecord, placement: dict[str, Any]) -> Any:
             assert job.job is not None
-            # the workers a restart makes: the template's node selector and affinity, not
-            # the running pods' (narrowed to the planned domain when they were released)
-            template = job.job.spec.template.spec if hasattr(job.job.spec, "template") else {}
-            fresh = replace(
-                worker,
-                scheduling={
-                    **{k: v for k, v in worker.scheduling.items() if k == "tolerations"},
-                    **{k: template[k] for k in ("nodeSelector", "affinity") if template.get(k)},
-                },
-            )
+            # the pods a restart makes ask what their template asks, not what the running
+            # pods ask (narrowed to the planned domain when they were released): a job's
+            # template, or a group's pods with the plan's expressions taken out again
+            if isinstance(job.job, TensorParallelJob):
+                template = job.job.spec.template.spec
+                asked = {k: template[k] for k in ("nodeSelector", "affinity") if template.get(k)}
+            else:
+                planned = plan_expressions(placement, self.levels) or []
+                widened = widen_affinity(worker.scheduling.get("affinity"), planned)
+                asked = {k: v for k, v in worker.scheduling.items() if k == "nodeSelector"} | (
+                    {"affinity": widened} if widened else {}
+                )
+            tolerations = {k: v for k, v in worker.scheduling.items() if k == "tolerations"}
+            fresh = replace(worker, scheduling=tolerations | asked)
             return gang_request(
                 job.key,
                 job.job,

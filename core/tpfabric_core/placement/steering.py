@@ -18,7 +18,13 @@ from typing import Any
 from tpfabric_core.api import GANG_GATE
 from tpfabric_core.placement.topology import CLUSTER_LEVEL, LevelSpec
 
-__all__ = ["domain_expressions", "narrow_affinity", "plan_expressions", "remaining_gates"]
+__all__ = [
+    "domain_expressions",
+    "narrow_affinity",
+    "plan_expressions",
+    "remaining_gates",
+    "widen_affinity",
+]
 
 
 def domain_expressions(level_key: str, domain: str) -> list[dict[str, Any]]:
@@ -61,6 +67,33 @@ def narrow_affinity(
         narrowed.append({**term, "matchExpressions": merged})
     required["nodeSelectorTerms"] = narrowed
     return result
+
+
+def widen_affinity(
+    affinity: dict[str, Any] | None, expressions: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Return ``affinity`` without ``expressions`` in its required node affinity: what a pod
+    made again from the same template asks, before its plan narrowed it (the inverse of
+    :func:`narrow_affinity`; an expression the template itself had is removed too, as the
+    two cannot be told apart). None when nothing is left."""
+    if not affinity:
+        return None
+    result = copy.deepcopy(affinity)
+    node_affinity = result.get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = []
+    for term in required.get("nodeSelectorTerms") or []:
+        kept = [e for e in term.get("matchExpressions") or [] if e not in expressions]
+        rest = {k: v for k, v in term.items() if k != "matchExpressions"}
+        if kept or any(rest.values()):
+            terms.append({**rest, **({"matchExpressions": kept} if kept else {})})
+    if terms:
+        required["nodeSelectorTerms"] = terms
+    elif "requiredDuringSchedulingIgnoredDuringExecution" in node_affinity:
+        del node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+    if "nodeAffinity" in result and not node_affinity:
+        del result["nodeAffinity"]
+    return result or None
 
 
 def remaining_gates(gates: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

@@ -82,6 +82,10 @@ def test_a_ready_degraded_group_is_moved_when_the_budget_allows() -> None:
             {"placed_back": ["n7"]},
             "not moved again: its last move placed it back on degraded node(s) n7",
         ),
+        (
+            {"no_room": "no healthy room for the whole gang: leaf l2 fits 1 of 2"},
+            "not moved: no healthy room for the whole gang: leaf l2 fits 1 of 2",
+        ),
     ],
 )
 def test_a_move_waits_for_a_safe_point(change: dict[str, Any], words: str) -> None:

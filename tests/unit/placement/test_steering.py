@@ -1,6 +1,11 @@
 from __future__ import annotations
 
-from tpfabric_core.placement.steering import domain_expressions, narrow_affinity, remaining_gates
+from tpfabric_core.placement.steering import (
+    domain_expressions,
+    narrow_affinity,
+    remaining_gates,
+    widen_affinity,
+)
 
 LEAF = domain_expressions("topology.tpfabric.io/leaf", "leaf-a")
 
@@ -43,3 +48,22 @@ def test_narrowing_twice_changes_nothing_more() -> None:
 def test_only_our_gate_is_removed() -> None:
     gates = [{"name": "other.io/quota"}, {"name": "tpfabric.io/gang"}]
     assert remaining_gates(gates) == [{"name": "other.io/quota"}]
+
+
+def test_widening_undoes_the_narrowing_and_keeps_the_pods_own_terms() -> None:
+    assert widen_affinity(narrow_affinity(None, LEAF), LEAF) is None
+    mine = {"key": "gpu.product", "operator": "In", "values": ["H100"]}
+    fields = {"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}
+    affinity = {
+        "podAntiAffinity": {"x": 1},
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [mine]},
+                    {"matchFields": [fields]},
+                ]
+            },
+        },
+    }
+    assert widen_affinity(narrow_affinity(affinity, LEAF), LEAF) == affinity
+    assert widen_affinity({"podAntiAffinity": {"x": 1}}, LEAF) == {"podAntiAffinity": {"x": 1}}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from placer_world import a_node, gang, placement, two_leaves
+from test_placer_gangs import add_gang, gang_placement
 
 from tpfabric_scheduler.healthy_room import RECHECK_SECONDS
 
@@ -122,3 +123,29 @@ def test_jobs_that_do_not_move_and_gangs_not_running_whole_get_no_answer(world: 
     placer.run_cycle()
     assert placement(writer, "reporter").get("healthyRoom") is None
     assert placement(writer, "starting").get("healthyRoom") is None
+
+
+def test_a_leaderworkerset_group_is_told_too_with_its_pods_narrowing_taken_out(
+    world: Any,
+) -> None:
+    """A group's pods were narrowed to their leaf when released; LWS makes them again from
+    its template, so the room is looked for with that narrowing taken out again."""
+    store, writer, placer, clock = world
+    two_leaves(store)
+    add_gang(writer, "vllm-0", 2)
+    placer.run_cycle()
+    nodes = gang_placement(writer, "vllm-0")["nodes"]
+    for rank, node in enumerate(nodes):
+        writer.bind(f"vllm-0-{rank}", node)
+    leaf = nodes[0].rsplit("-", 1)[0]
+    narrowed = writer.pods["ns/vllm-0-0"]["spec"]["affinity"]
+    assert leaf in str(narrowed)  # released into its leaf
+    for other in (n for n in store.nodes if n.startswith(leaf) and n not in nodes):
+        _health(store, other, "degraded")  # its own leaf has no healthy room left
+    _health(store, nodes[0], "degraded")
+    clock.now += 1
+    placer.run_cycle()
+    room = gang_placement(writer, "vllm-0")["healthyRoom"]
+    assert room["found"] is True
+    other = "leaf-b" if leaf == "leaf-a" else "leaf-a"
+    assert room["message"] == f"leaf '{other}' has room for the whole gang off {nodes[0]}"
