@@ -287,7 +287,10 @@ def _sync(namespace: str, gang: str) -> bool:
         )
         if p
     )
-    ranks = ranks_to_write(pods, size, layout)
+    # a gang with a problem (two owners claim its name...) gets no ranks: the placer plans a
+    # gang record once every pod has its rank, and would plan this one in the moment between
+    # the rank writes and the status that names the problem
+    ranks = ranks_to_write(pods, size, layout) if not problems else {}
     for name, rank in ranks.items():
         core.patch_namespaced_pod(
             name, namespace, {"metadata": {"labels": {RANK_LABEL: str(rank)}}}

@@ -7,9 +7,12 @@ for one that does not run at all (``avoidDegraded: avoid``: the gang waits for r
 back where it was (``penalize``, ``ignore``). The check plans the whole gang as if its own pods
 were gone, keeping off every degraded node, on the cycle's snapshot (the other gangs'
 reservations and this cycle's plans already taken off), so it is the plan a restart would get
-now. It runs for the few planned jobs that ask to move and have a pod on a degraded node, at
-most every :data:`RECHECK_SECONDS` per job unless its degraded nodes change, and its answer is
-written only when it changes (found or not, for which nodes).
+now, with the nodes the pods a restart makes may use: those the running pods may use before
+their plan narrowed them (their template, and what an admission added: Kueue's flavor labels
+and TAS hosts, which a restart keeps). It runs for the few planned jobs that ask to move and
+have a pod on a degraded node, at most every :data:`RECHECK_SECONDS` per job unless its
+degraded nodes change, and its answer is written only when it changes (found or not, for which
+nodes).
 """
 
 from __future__ import annotations

@@ -57,7 +57,6 @@ from typing import Any, Literal
 
 from kubernetes.client.rest import ApiException
 
-from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.errors import InputError
 from tpfabric_core.placement.planner import describe_nodes, plan_gang
@@ -355,20 +354,16 @@ class GangPlacer:
 
         def request_of(job: JobRecord, worker: PodRecord, placement: dict[str, Any]) -> Any:
             assert job.job is not None
-            # the pods a restart makes ask what their template asks, not what the running
-            # pods ask (narrowed to the planned domain when they were released): a job's
-            # template, or a group's pods with the plan's expressions taken out again
-            if isinstance(job.job, TensorParallelJob):
-                template = job.job.spec.template.spec
-                asked = {k: template[k] for k in ("nodeSelector", "affinity") if template.get(k)}
-            else:
-                planned = plan_expressions(placement, self.levels) or []
-                widened = widen_affinity(worker.scheduling.get("affinity"), planned)
-                asked = {k: v for k, v in worker.scheduling.items() if k == "nodeSelector"} | (
-                    {"affinity": widened} if widened else {}
-                )
-            tolerations = {k: v for k, v in worker.scheduling.items() if k == "tolerations"}
-            fresh = replace(worker, scheduling=tolerations | asked)
+            # the pods a restart makes ask what the running ones asked before their plan
+            # narrowed them to its domain: the template, and what an admission added (Kueue's
+            # flavor labels, its TAS hosts), which a restart keeps
+            planned = plan_expressions(placement, self.levels) or []
+            widened = widen_affinity(worker.scheduling.get("affinity"), planned)
+            fresh = replace(
+                worker,
+                scheduling={k: v for k, v in worker.scheduling.items() if k != "affinity"}
+                | ({"affinity": widened} if widened else {}),
+            )
             return gang_request(
                 job.key,
                 job.job,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -549,21 +550,17 @@ def test_an_evicted_job_stops_uncharged_and_waits_without_writes_until_readmitte
     assert tpj.condition(name, "Admitted")["status"] == "True"
 
 
-def test_a_gang_restart_is_a_recovery_kueue_is_told_of(tpj: Tpj, queues: Queues) -> None:
-    """A worker fails and the gang restarts: the Workload's ``PodsReady`` goes False
-    (``WaitForRecovery``) and back to True (``Recovered``) once the new gang is ready, as
-    Kueue's own job reconciler writes it; the job is never evicted meanwhile."""
-    queues.queue(gpus=16)
-    name = tpj.apply(queued_job("recovers"))
-    tpj.wait_phase(name, "Running", timeout=120)
-    uid = uid_of(tpj, name)
+def wait_pods_ready(tpj: Tpj, name: str, uid: str) -> None:
     wait_for(
         lambda: is_true(workload_of(tpj, name, uid), "PodsReady"),
         30,
         what="the Workload's PodsReady True",
         explain=explain_workload(tpj, name, uid),
     )
-    end_worker(tpj, tpj.pods(name)[0].metadata.name, "Failed", exit_code=1, reason="Error")
+
+
+def wait_recovered(tpj: Tpj, name: str, uid: str) -> None:
+    """Wait for the Workload's ``PodsReady`` True again, ``Recovered`` (after a gang restart)."""
     recovered = wait_workload_condition(
         tpj,
         name,
@@ -574,9 +571,100 @@ def test_a_gang_restart_is_a_recovery_kueue_is_told_of(tpj: Tpj, queues: Queues)
         what="the Workload's PodsReady True again, Recovered",
     )
     assert recovered["status"] == "True", recovered
+
+
+def test_a_gang_restart_is_a_recovery_kueue_is_told_of(tpj: Tpj, queues: Queues) -> None:
+    """A worker fails and the gang restarts: the Workload's ``PodsReady`` goes False
+    (``WaitForRecovery``) and back to True (``Recovered``) once the new gang is ready, as
+    Kueue's own job reconciler writes it; the job is never evicted meanwhile."""
+    queues.queue(gpus=16)
+    name = tpj.apply(queued_job("recovers"))
+    tpj.wait_phase(name, "Running", timeout=120)
+    uid = uid_of(tpj, name)
+    wait_pods_ready(tpj, name, uid)
+    end_worker(tpj, tpj.pods(name)[0].metadata.name, "Failed", exit_code=1, reason="Error")
+    wait_recovered(tpj, name, uid)
     status = tpj.wait_phase(name, "Running", timeout=30)
     assert status["restarts"] == 1
     assert not is_true(workload_of(tpj, name, uid), "Evicted")
+
+
+@contextmanager
+def degraded(tpj: Tpj, node: str, fabric_nodes: dict[str, dict[str, str]]) -> Iterator[None]:
+    """Label ``node`` degraded as the fabric agent does (restored afterwards)."""
+    tpj.core.patch_node(node, {"metadata": {"labels": {labels.HEALTH: "degraded"}}})
+    try:
+        yield
+    finally:
+        before = fabric_nodes[node].get(labels.HEALTH)
+        tpj.core.patch_node(node, {"metadata": {"labels": {labels.HEALTH: before}}})
+
+
+def test_a_restart_off_a_degraded_node_that_pays_is_a_recovery_kueue_is_told_of(
+    tpj: Tpj, queues: Queues, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    """``onDegradedLink: restart-when-it-pays`` on a Kueue-admitted job: the move is a gang
+    restart inside the admission (the Workload stays admitted, its ``PodsReady`` goes False and
+    back to True, ``Recovered``), never an eviction, and is not charged."""
+    queues.queue(gpus=16)
+    paying = {
+        "mode": "required",
+        "level": "leaf",
+        "onDegradedLink": "restart-when-it-pays",
+        "restartCost": {"interNodeCommShare": 0.9},
+    }
+    name = tpj.apply(queued_job("pays", topology=paying))
+    nodes = tpj.wait_phase(name, "Running", timeout=120)["placement"]["nodes"]
+    uid = uid_of(tpj, name)
+    wait_pods_ready(tpj, name, uid)
+    admitted = (workload_of(tpj, name, uid) or {})["status"]["admission"]
+    with degraded(tpj, nodes[0], fabric_nodes):
+
+        def moved() -> list[str] | None:
+            running = [p.spec.node_name for p in tpj.pods(name) if p.status.phase == "Running"]
+            return running if len(running) == 2 and nodes[0] not in running else None
+
+        wait_for(moved, 90, what="the gang running again off the degraded node")
+        wait_recovered(tpj, name, uid)
+        workload = workload_of(tpj, name, uid) or {}
+        assert not is_true(workload, "Evicted")
+        assert workload["status"]["admission"] == admitted  # the same admission throughout
+        status = tpj.status(name)
+        assert (status["attempt"], status["restarts"]) == (1, 0)
+        assert status["lastFailure"]["message"].startswith(f"node {nodes[0]} is degraded")
+        assert "restart pays: running slow (steps 90.0% slower)" in status["lastFailure"]["message"]
+
+
+def test_a_job_held_to_kueues_hosts_keeps_running_on_a_degraded_one(
+    tpj: Tpj, queues: Queues, fabric_nodes: dict[str, dict[str, str]]
+) -> None:
+    """Under Kueue's TAS every worker is held to the hosts Kueue assigned (the operator adds
+    that node affinity to each pod, a restart too): with one of them degraded no healthy room
+    exists for the job, so ``restart-elsewhere`` keeps it running there, saying why, instead of
+    restarting it onto the same hosts."""
+    topology = queues.topology("fabric", [labels.LEAF, HOSTNAME])
+    flavor = queues.flavor("tas", nodeLabels={FAKE_NODE_LABEL: "true"}, topologyName=topology)
+    queues.queue(gpus=80, flavor=flavor)
+    moving = {"mode": "required", "level": "leaf", "onDegradedLink": "restart-elsewhere"}
+    name = tpj.apply(queued_job("held", topology=moving))
+    nodes = tpj.wait_phase(name, "Running", timeout=120)["placement"]["nodes"]
+    with degraded(tpj, nodes[1], fabric_nodes):
+        words = wait_for(
+            lambda: "no healthy room" in (m := condition_message(tpj, name, "Degraded")) and m,
+            30,
+            what="the Degraded condition saying there is no healthy room",
+        )
+        assert words.startswith(f"straggler risk: rank 1 on node {nodes[1]}: ")
+        assert "; kept running: no healthy room for the whole gang: " in words
+        time.sleep(12)  # longer than the backoff a restart would wait
+        status = tpj.status(name)
+        assert (status.get("attempt", 0), status["phase"]) == (0, "Running"), status
+        assert status["placement"]["healthyRoom"]["found"] is False
+
+
+def condition_message(tpj: Tpj, name: str, kind: str) -> str:
+    found = [c for c in tpj.status(name).get("conditions") or [] if c.get("type") == kind]
+    return str(found[0].get("message") or "") if found else ""
 
 
 def test_a_gang_that_never_gets_ready_is_evicted_by_kueue_and_requeued(

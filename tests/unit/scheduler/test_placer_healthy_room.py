@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from placer_world import a_node, gang, placement, two_leaves
+from placer_world import a_job, a_node, gang, make_workers, placement, two_leaves
 from test_placer_gangs import add_gang, gang_placement
 
 from tpfabric_scheduler.healthy_room import RECHECK_SECONDS
@@ -23,8 +23,10 @@ def _running(writer: Any, placer: Any, name: str, workers: int, **job_args: Any)
 
 def _health(store: Any, name: str, health: str) -> None:
     leaf = name.rsplit("-", 1)[0]
+    node = a_node(name, leaf, health=health)
+    node["metadata"]["labels"][HOSTNAME] = name  # as the kubelet labels every node
     with store.lock:
-        store.upsert_node(a_node(name, leaf, health=health))
+        store.upsert_node(node)
 
 
 def _room_writes(writer: Any, name: str) -> list[Any]:
@@ -36,6 +38,7 @@ def _room_writes(writer: Any, name: str) -> list[Any]:
 
 
 MOVER = {"topology": {"onDegradedLink": "restart-elsewhere"}}
+HOSTNAME = "kubernetes.io/hostname"
 
 
 def test_a_gang_on_a_degraded_node_is_told_where_healthy_room_is(world: Any) -> None:
@@ -149,3 +152,36 @@ def test_a_leaderworkerset_group_is_told_too_with_its_pods_narrowing_taken_out(
     assert room["found"] is True
     other = "leaf-b" if leaf == "leaf-a" else "leaf-a"
     assert room["message"] == f"leaf '{other}' has room for the whole gang off {nodes[0]}"
+
+
+def test_a_job_kept_to_its_admitted_hosts_has_no_room_outside_them(world: Any) -> None:
+    """Kueue's TAS admission keeps every worker on the hosts it assigned (a required node
+    affinity the operator adds to each pod, and keeps on a restart): with one of them degraded
+    there is no room, however free the rest of the cluster is."""
+    store, writer, placer, clock = world
+    for name in two_leaves(store):
+        _health(store, name, "ok")
+    hosts = ["leaf-a-n0", "leaf-a-n1"]
+    job = a_job("tas", 2)
+    job["spec"]["topology"] = {"mode": "required", "level": "leaf", **MOVER["topology"]}
+    writer.add_job(job)
+    kueue = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": hosts}]}
+                ]
+            }
+        }
+    }
+    make_workers(writer, "tas", 2, affinity=kueue)
+    placer.run_cycle()
+    nodes = placement(writer, "tas")["nodes"]
+    assert sorted(nodes) == hosts
+    for index, node in enumerate(nodes):
+        writer.bind(f"tas-worker-{index}", node)
+    _health(store, hosts[0], "degraded")
+    clock.now += 1
+    placer.run_cycle()
+    room = placement(writer, "tas")["healthyRoom"]
+    assert room["found"] is False, room
