@@ -390,36 +390,61 @@ class GangPlacer:
             del self._room_checked[uid]
         return due
 
-    def _answer_room(self, mover: healthy_room.Mover, cycle: Cycle | None) -> None:
+    def _answer_room(self, mover: healthy_room.Mover, cycle: Cycle | None, waiting: int) -> None:
         """Write whether ``mover`` has healthy room elsewhere now (None once it has no degraded
-        node), when the answer changed."""
-        job = mover.job
-        now = self.clock()
-        room: dict[str, Any] | None = None
-        if mover.degraded and mover.request is not None and cycle is not None:
-            self._room_checked[job.uid] = (now, mover.degraded)
-            snapshot = healthy_room.without_pods(cycle.snapshot, mover.pods)
-            try:
-                result = plan_gang(
-                    snapshot,
-                    healthy_room.off_degraded(mover.request),
-                    uplink_load=cycle.uplinks,
-                    typical_gang_gpus=cycle.typical_gpus,
-                )
-            except InputError as err:
-                log.warning("job %s: healthy room not looked for: %s", job.key, err)
-                return
-            room = healthy_room.answer(result, mover.degraded, now)
+        node), when the answer changed.
+
+        The first look for a set of degraded nodes offers any healthy room. A later look (the
+        first found none) offers room only while no gang of the cycle waits for capacity: what
+        frees is the queue's first (the benchmark: moving into room as it frees, ahead of the
+        queue, made all jobs' mean JCT 19% worse on a lossy huge-jobs run).
+        """
         previous = mover.placement.get("healthyRoom") or None
-        if (
-            room is not None
-            and isinstance(previous, dict)
-            and (previous.get("found"), previous.get("degradedNodes"))
-            == (room["found"], room["degradedNodes"])
-        ):
-            return  # the same answer: its words and time stay those of its first writing
-        if room is None and previous is None:
+        again = isinstance(previous, dict) and previous.get("degradedNodes") == sorted(
+            mover.degraded
+        )
+        if again and previous.get("found") is True:  # type: ignore[union-attr]
+            return  # found: the operator restarts the job into it
+        room: dict[str, Any] | None = None
+        if mover.degraded:
+            if mover.request is None or cycle is None:
+                return
+            room = self._room_now(mover, mover.request, cycle, queue_first=again and waiting > 0)
+            if room is None or (again and room["found"] is False):
+                return  # nothing to say, or the same answer: its words and time stay
+        elif previous is None:
             return
+        self._write_room(mover, room)
+
+    def _room_now(
+        self,
+        mover: healthy_room.Mover,
+        request: GangRequest,
+        cycle: Cycle,
+        *,
+        queue_first: bool,
+    ) -> dict[str, Any] | None:
+        """Return the answer for ``mover`` now (None: none to give: its request is invalid, or
+        there is room but ``queue_first`` keeps it for the waiting gangs)."""
+        now = self.clock()
+        self._room_checked[mover.job.uid] = (now, mover.degraded)
+        snapshot = healthy_room.without_pods(cycle.snapshot, mover.pods)
+        try:
+            result = plan_gang(
+                snapshot,
+                healthy_room.off_degraded(request),
+                uplink_load=cycle.uplinks,
+                typical_gang_gpus=cycle.typical_gpus,
+            )
+        except InputError as err:
+            log.warning("job %s: healthy room not looked for: %s", mover.job.key, err)
+            return None
+        if queue_first and isinstance(result, GangPlan):
+            return None
+        return healthy_room.answer(result, mover.degraded, now)
+
+    def _write_room(self, mover: healthy_room.Mover, room: dict[str, Any] | None) -> None:
+        job = mover.job
         try:
             self._writes.write(job, mover.placement, {**mover.placement, "healthyRoom": room}, "")
         except NotLeadingError:
@@ -496,7 +521,7 @@ class GangPlacer:
         with self._writes.cycle():
             waiting = self._plan_all(work, cycle, freed, started)
         for mover in movers:
-            self._answer_room(mover, cycle)
+            self._answer_room(mover, cycle, waiting)
         self.metrics.jobs_waiting.set(waiting)
         live = {item.job.uid for item in work}
         for uid in [u for u in self._attempts if u not in live]:

@@ -15,12 +15,14 @@ again at its end). A job that met a degraded link is counted as affected. With a
 restart-elsewhere``) such a job is instead planned again at once, by the same placer, and moved
 if the new plan avoids every node degraded by a fault: it redoes the steps since its last
 checkpoint and makes no progress for the restore time (its flows keep their load meanwhile). If
-no such plan exists it keeps running slow. With a :class:`~tpfabric_bench.sim.faults.RestartRule`
-of kind ``weighed`` the job is first re-timed where it is and restarted only if
-:func:`~tpfabric_core.fabric.restart_rule.weigh_restart` (the operator's ``restart-when-it-pays``,
-with what the operator knows: half a checkpoint interval redone, the job's remaining time
-unknown) says running slow is expected to take longer than the restart. Other placers keep
-running slow.
+no such plan exists it keeps running slow, and is planned again after every later event while
+no gang waits in the queue (what frees is the queue's first, as the placer offers room on a
+later look only while no gang waits) until it moves or no longer runs on a faulty node. With
+a :class:`~tpfabric_bench.sim.faults.RestartRule` of kind ``weighed`` the job is first re-timed
+where it is and restarted only if :func:`~tpfabric_core.fabric.restart_rule.weigh_restart`
+(the operator's ``restart-when-it-pays``, with what the operator knows: half a checkpoint
+interval redone, the job's remaining time unknown) says running slow is expected to take longer
+than the restart. Other placers keep running slow.
 
 With ``record_pp_links`` every job with pipeline stages records, from every re-timing on, the
 latency and the bandwidth its stage hop gets (its narrowest edge and uplink fair share): what a
@@ -164,6 +166,11 @@ class _Simulation:
         self.allocated_gpus = 0
         self.free_slots = {g: self._slots(g) for g in {job.gpus_per_worker for job in trace}}
         self.run = SimRun(first_arrival_s=min((j.arrival_s for j in trace), default=0.0))
+        #: jobs the restart rule would move off a fault that found no room when it started:
+        #: looked at again after every event while they still run on a faulty node and no gang
+        #: waits (the placer looks again every 10 s and then offers only room no waiting gang
+        #: needs: the operator moves them once room frees)
+        self.wants_move: set[str] = set()
         for job in trace:
             self._push(job.arrival_s, "arrive", job.name, 0)
         for fault in faults:
@@ -322,12 +329,23 @@ class _Simulation:
                 if self.restart is not None and self.rule.kind == "weighed":
                     healthy_step_s = state.step_s
                     self._replace_traffic(name, state, state.plan, now)
-                    if self._restart_pays(state, healthy_step_s):
-                        self._restarted(name, now)
+                    if self._restart_pays(state, healthy_step_s) and not self._restarted(name, now):
+                        self.wants_move.add(name)
                     continue
-                if self.restart is not None and self._restarted(name, now):
-                    continue
+                if self.restart is not None:
+                    if self._restarted(name, now):
+                        continue
+                    self.wants_move.add(name)
             self._replace_traffic(name, state, state.plan, now)
+
+    def _move_when_room(self, now: float) -> None:
+        """Return nothing; restart the jobs that wait for room off their faults once it exists
+        (those no longer on a faulty node, or gone, are forgotten)."""
+        for name in sorted(self.wants_move):
+            state = self.running.get(name)
+            faulty = state is not None and any(self.faults_on[i] for i in state.nodes)
+            if not faulty or self._restarted(name, now):
+                self.wants_move.discard(name)
 
     def _redo_steps(self, state: _Running) -> float:
         """Return the steps ``state`` has done since its last checkpoint (a restart redoes them)."""
@@ -462,6 +480,8 @@ class _Simulation:
             else:
                 self._finish(name, now)
             self._drain_queue(now)
+            if self.wants_move and not self.queue:
+                self._move_when_room(now)
         run.unfinished = list(self.queue)
         return run
 

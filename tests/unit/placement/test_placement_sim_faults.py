@@ -119,6 +119,28 @@ def test_without_room_elsewhere_the_job_keeps_running_slow() -> None:
     assert outcome.affected
 
 
+def test_a_job_without_room_moves_once_room_frees() -> None:
+    """As the operator does with the placer's healthy-room answer: a job the fault met with no
+    room elsewhere runs slow until another job ends, then moves there."""
+    cluster = a_cluster(8)  # two leaves of four
+    place = Recording(cluster)
+    long, short = (
+        SimJob("a", 0.0, 4, 8, 13.0, 8, 1, 8, 2000),
+        SimJob("b", 0.0, 4, 8, 13.0, 8, 1, 8, 200),
+    )
+    run = simulate(cluster, [long, short], place)
+    first, other = place.plans[0], place.plans[1]
+    short_end = next(o.end_s for o in run.outcomes if o.name == "b")
+    fault = LinkFault(min(first), 10.0, 1e9)  # under "a" before "b" ends, never healed
+    assert short_end > fault.start_s
+    moving = Recording(cluster)
+    run = simulate(cluster, [long, short], moving, faults=[fault], restart=RESTORE)
+    outcome = {o.name: o for o in run.outcomes}
+    assert outcome["a"].restarts == 1
+    assert moving.plans[-1] == other  # where "b" ran
+    assert outcome["a"].end_s > short_end
+
+
 def test_the_benchmark_reports_the_affected_jobs(tmp_path: Path) -> None:
     out = tmp_path / "faults.json"
     argv = ["--nodes", "64", "--jobs", "20", "--policies", "tpfabric,tpfabric-report,kueue_bestfit"]

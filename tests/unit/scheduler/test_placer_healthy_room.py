@@ -185,3 +185,31 @@ def test_a_job_kept_to_its_admitted_hosts_has_no_room_outside_them(world: Any) -
     placer.run_cycle()
     room = placement(writer, "tas")["healthyRoom"]
     assert room["found"] is False, room
+
+
+def test_room_that_frees_later_goes_to_the_waiting_gangs_first(world: Any) -> None:
+    """The first look found no room; a later one offers the room that freed only while no
+    gang waits for capacity (the benchmark: moves ahead of the queue cost the cluster)."""
+    store, writer, placer, clock = world
+    two_leaves(store)
+    nodes = _running(writer, placer, "job", 4, **MOVER)
+    _running(writer, placer, "filler", 4)
+    _health(store, nodes[0], "degraded")
+    clock.now += 1
+    placer.run_cycle()
+    assert placement(writer, "job")["healthyRoom"]["found"] is False
+    gang(writer, "big", 6, topology={"mode": "required", "level": "spine"})  # waits: 6 of 8
+    writer.delete_job_pods("ns", "filler")
+    with store.lock:
+        store.delete_job("ns/filler")
+    for _ in range(2):
+        clock.now += RECHECK_SECONDS
+        placer.run_cycle()
+        assert placement(writer, "big").get("state") == "Waiting"
+        assert placement(writer, "job")["healthyRoom"]["found"] is False  # the leaf is free
+    writer.delete_job_pods("ns", "big")
+    with store.lock:
+        store.delete_job("ns/big")
+    clock.now += RECHECK_SECONDS
+    placer.run_cycle()
+    assert placement(writer, "job")["healthyRoom"]["found"] is True
