@@ -34,6 +34,7 @@ __all__ = [
     "RESTARTING",
     "Mover",
     "answer",
+    "degraded_nodes_of",
     "movers",
     "off_degraded",
     "without_pods",
@@ -60,12 +61,16 @@ class Mover:
 
 
 def movers(
-    store: ClusterStore, request_of: Callable[[JobRecord, PodRecord, dict[str, Any]], GangRequest]
+    store: ClusterStore,
+    degraded_nodes: frozenset[str],
+    request_of: Callable[[JobRecord, PodRecord, dict[str, Any]], GangRequest],
 ) -> list[Mover]:
     """Return the planned TensorParallelJobs with ``onDegradedLink`` restart-elsewhere or
     restart-when-it-pays, and the planned LeaderWorkerSet groups, whose whole gang is bound,
     with a pod on a degraded node or a ``healthyRoom`` answer left from one (read from
-    ``store``, a view or the store locked)."""
+    ``store``, a view or the store locked; ``degraded_nodes``: the nodes labelled degraded). A
+    job whose plan has no degraded node and no answer costs two dict lookups: this runs every
+    placer cycle."""
     found = []
     for key, job in store.jobs.items():
         if job.job is None or job.job.spec.suspend:
@@ -80,6 +85,9 @@ def movers(
         placement = store.placement_of(job)
         if placement.get("state") != "Planned":
             continue
+        planned = placement.get("nodes") or ()
+        if not placement.get("healthyRoom") and not any(n in degraded_nodes for n in planned):
+            continue
         pods = tuple(
             sorted(
                 (p for p in store.workers.get(key, {}).values() if not p.terminal),
@@ -88,17 +96,19 @@ def movers(
         )
         if not pods or any(p.deleting or p.gated or p.node is None for p in pods):
             continue  # starting, restarting or leaving: nothing runs to be moved
-        degraded = frozenset(
-            str(p.node)
-            for p in pods
-            if (node := store.nodes.get(str(p.node))) is not None
-            and node.labels.get(labels.HEALTH) == "degraded"
-        )
+        degraded = frozenset(str(p.node) for p in pods if p.node in degraded_nodes)
         if not degraded and not placement.get("healthyRoom"):
             continue
         request = request_of(job, pods[0], placement) if degraded else None
         found.append(Mover(job, pods, degraded, placement, request))
     return found
+
+
+def degraded_nodes_of(store: ClusterStore) -> frozenset[str]:
+    """Return the nodes of ``store`` labelled ``topology.tpfabric.io/health=degraded``."""
+    return frozenset(
+        name for name, node in store.nodes.items() if node.labels.get(labels.HEALTH) == "degraded"
+    )
 
 
 def without_pods(snapshot: CapacitySnapshot, pods: Iterable[PodRecord]) -> CapacitySnapshot:

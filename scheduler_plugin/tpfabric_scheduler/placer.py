@@ -196,6 +196,8 @@ class GangPlacer:
         self._rings = RingFlows()
         #: job uid -> when its healthy room was last looked for, for which degraded nodes
         self._room_checked: dict[str, tuple[float, frozenset[str]]] = {}
+        #: the nodes labelled degraded, per topology generation (a label change bumps it)
+        self._degraded: tuple[int, frozenset[str]] = (-1, frozenset())
 
     @property
     def bind_timeout(self) -> float:
@@ -373,9 +375,11 @@ class GangPlacer:
                 previous=previous_nodes(placement),
             )
 
+        if self._degraded[0] != store.topology_generation:
+            self._degraded = (store.topology_generation, healthy_room.degraded_nodes_of(store))
         due = []
         live = set()
-        for mover in healthy_room.movers(store, request_of):
+        for mover in healthy_room.movers(store, self._degraded[1], request_of):
             live.add(mover.job.uid)
             checked = self._room_checked.get(mover.job.uid)
             if (
