@@ -113,8 +113,7 @@ def degraded_nodes_of(store: ClusterStore) -> frozenset[str]:
 
 def without_pods(snapshot: CapacitySnapshot, pods: Iterable[PodRecord]) -> CapacitySnapshot:
     """Return a copy of ``snapshot`` with what ``pods`` take on their nodes given back."""
-    free_gpus = list(snapshot.free_gpus)
-    free_other = {resource: list(per_node) for resource, per_node in snapshot.free_other.items()}
+    freed = snapshot.copy()
     index_of = snapshot.topology.index_of
     for pod in pods:
         i = index_of.get(str(pod.node))
@@ -122,21 +121,10 @@ def without_pods(snapshot: CapacitySnapshot, pods: Iterable[PodRecord]) -> Capac
             continue
         for resource, amount in pod.requests.items():
             if resource == GPU_RESOURCE:
-                free_gpus[i] += amount
-            elif resource in free_other:
-                free_other[resource][i] += amount
-    return CapacitySnapshot(
-        snapshot.topology,
-        free_gpus=free_gpus,
-        free_rdma=list(snapshot.free_rdma),
-        ready=snapshot.ready,
-        schedulable=snapshot.schedulable,
-        degraded=snapshot.degraded,
-        taints=snapshot.taints,
-        free_other=free_other,
-        alloc_gpus=snapshot.alloc_gpus,
-        alloc_rdma=snapshot.alloc_rdma,
-    )
+                freed.free_gpus[i] += amount
+            elif resource in freed.free_other:
+                freed.free_other[resource][i] += amount
+    return freed
 
 
 def off_degraded(request: GangRequest) -> GangRequest:
