@@ -396,7 +396,21 @@ def test_a_degraded_node_is_reported_and_its_groups_move_one_at_a_time(
         annotations={"tpfabric.io/on-degraded-link": "restart-elsewhere"},
     )
     before = wait_for(lambda: settled(core, serving, "moving", 2), 120, what="2 groups ready")
-    record = custom.get_namespaced_custom_object(GROUP, VERSION, serving, GANG_PLURAL, "moving-0")
+    # the operator's gang sync writes the record every 2 s: it may lag the pods a moment
+    record = wait_for(
+        lambda: (
+            condition(
+                r := custom.get_namespaced_custom_object(
+                    GROUP, VERSION, serving, GANG_PLURAL, "moving-0"
+                ),
+                "Ready",
+            ).get("status")
+            == "True"
+            and r
+        ),
+        15,
+        what="the group's record Ready",
+    )
     assert condition(record, "Ready")["status"] == "True", record["status"]
     assert condition(record, "Ready")["message"] == "2/2 pods ready"
     groups = groups_of(core, serving, "moving")
