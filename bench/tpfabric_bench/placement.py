@@ -97,6 +97,10 @@ RESTARTING = frozenset({"tpfabric", "tpfabric-static", "tpfabric-weighed"})
 """Placers whose jobs restart elsewhere when a link they use degrades (``restart-elsewhere``)."""
 WEIGHED = frozenset({"tpfabric-weighed"})
 """Restarting placers that restart only when it is expected to pay (the weighed rule)."""
+NO_FAULTS = " (no faults)"
+"""What ``--ceiling`` appends to the names of the placers it replays without link faults."""
+CEILING = "optimal" + NO_FAULTS
+"""The oracle replayed without link faults: the ceiling ``--ceiling`` adds to a fault run."""
 SCENARIOS = ("baseline", "contention")
 SERVING = "serving"
 """The serving trace's name for ``--trace`` and ``--kind``."""
@@ -579,6 +583,32 @@ def run_placers(
     return results, runs
 
 
+def ceiling(
+    console: Console,
+    cluster: Cluster,
+    trace: Sequence[SimJob],
+    constants: SimConstants,
+    *,
+    results: dict[str, dict[str, Any]],
+    runs: dict[str, SimRun],
+) -> None:
+    """Return nothing; add Kueue TAS's and the oracle's replays without link faults.
+
+    Over the jobs that met a fault under any placer, ``kueue_bestfit (no faults)`` tells what
+    the faults cost the baseline, and :data:`CEILING` what those jobs would take had no link of
+    theirs degraded and had every gang been placed at its least modelled all-reduce time: a
+    ceiling on what avoiding faults, restarting and placing can win on them (not a strict bound:
+    the queue's order can still move a mean by chance).
+    """
+    replayed = ["kueue_bestfit", "optimal"]
+    extra, extra_runs = run_placers(console, cluster, trace, replayed, constants)
+    for name, values in extra.items():
+        results[name + NO_FAULTS] = values
+    for name, run in extra_runs.items():
+        runs[name + NO_FAULTS] = run
+    affected_anywhere(results, runs)
+
+
 def _ratio_label(constants: SimConstants) -> str:
     """Return the sweep point as the title shows it (leaf->spine, spine->block, block->core)."""
     ratios = constants.cost.oversubscription
@@ -648,6 +678,8 @@ def run_sweep(
             restart=restart,
             expected_fault_s=args.fault_hours * 3600.0,
         )
+        if args.ceiling and faults:
+            ceiling(console, cluster, trace, constants, results=results, runs=runs)
         title = (
             f"{label}: {len(trace)} jobs on {nodes} nodes "
             f"({len(cluster.topology.domains[0])} leaf domains), seed {args.seed}"
@@ -731,6 +763,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="links degrading per node-hour during the run (Llama 3: about 1.6e-5); 0: none",
     )
     parser.add_argument("--fault-hours", type=float, default=MEAN_FAULT_HOURS)
+    parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help=f"with --link-faults, also replay the oracle without faults ({CEILING!r}): a "
+        "ceiling on what any placer and restart rule can win on the jobs that met a fault",
+    )
     parser.add_argument(
         "--checkpoint-minutes", type=float, default=restart.checkpoint_interval_s / 60
     )

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from tpfabric_bench.placement import main
+from tpfabric_bench.placement import CEILING, main
 from tpfabric_bench.sim.cluster import Cluster, build_cluster
 from tpfabric_bench.sim.engine import JobOutcome, PlaceFn, simulate
 from tpfabric_bench.sim.faults import LinkFault, RestartCost, link_faults
@@ -153,3 +153,28 @@ def test_the_benchmark_reports_the_affected_jobs(tmp_path: Path) -> None:
         assert metrics["mean_jct_affected_s"] > 0
     assert result["policies"]["kueue_bestfit"]["restarts"] == 0
     assert result["policies"]["tpfabric-report"]["restarts"] == 0
+
+
+def test_the_ceiling_replays_the_oracle_without_faults_on_the_same_jobs(tmp_path: Path) -> None:
+    out = tmp_path / "ceiling.json"
+    argv = ["--nodes", "64", "--jobs", "20", "--policies", "tpfabric-report,kueue_bestfit"]
+    argv += ["--link-faults", "0.05", "--scale-nodes", "0", "--ceiling", "--json", str(out)]
+    assert main(argv) == 0
+    policies = json.loads(out.read_text())["policies"]
+    ceiling = policies[CEILING]
+    assert ceiling["affected_jobs"] == 0  # no link of its own degraded
+    assert ceiling["restarts"] == 0
+    met = policies["kueue_bestfit"]["jobs_met_anywhere"]
+    assert met > 0
+    assert ceiling["jobs_met_anywhere"] == met == policies["tpfabric-report"]["jobs_met_anywhere"]
+    assert ceiling["mean_jct_met_anywhere_s"] > 0
+    unharmed = policies["kueue_bestfit (no faults)"]
+    assert unharmed["affected_jobs"] == 0
+    assert unharmed["jobs_met_anywhere"] == met
+
+
+def test_the_ceiling_needs_faults_to_mean_anything(tmp_path: Path) -> None:
+    out = tmp_path / "plain.json"
+    argv = ["--nodes", "64", "--jobs", "10", "--policies", "kueue_bestfit", "--ceiling"]
+    assert main([*argv, "--scale-nodes", "0", "--json", str(out)]) == 0
+    assert list(json.loads(out.read_text())["policies"]) == ["kueue_bestfit"]
