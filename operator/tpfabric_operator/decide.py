@@ -19,7 +19,9 @@ Invariants:
   delete would let the next attempt start beside them. A pod stuck terminating is reported
   (:mod:`.obstacles`); once its node is tainted ``node.kubernetes.io/out-of-service``,
   kube-controller-manager's pod garbage collector removes it;
-- one restart is charged per incident (:mod:`.failure_policy`).
+- one restart is charged per incident (:mod:`.failure_policy`);
+- a move off a degraded node is written down before its workers stop (``_move``): its reason is
+  where they run, which stopping them erases.
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ def decide(  # noqa: PLR0911, PLR0912 - one state machine, read top to bottom
     current, old = _attempts(job, pods, memory, intent.succeeded)
     lost, ignored = losses(job, current, memory, intent.succeeded)
     if not lost and move:
-        lost = [
+        moving = [
             (
                 Failure(index, "DegradedLink", why, None, current[index].name),
                 frozenset({"DisruptionTarget"}),
@@ -147,6 +149,8 @@ def decide(  # noqa: PLR0911, PLR0912 - one state machine, read top to bottom
             for index, why in sorted(move.items())
             if index in current and current[index].active and index not in memory.restarting
         ]
+        if moving:
+            return _move(job, pods, memory, intent, moving)
     if lost:
         return incident(job, pods, memory, intent, lost=lost)
     # stop what belongs to an older attempt; keep its failures as evidence
@@ -177,6 +181,30 @@ def decide(  # noqa: PLR0911, PLR0912 - one state machine, read top to bottom
     return intent
 
 
+def _move(
+    job: TensorParallelJob,
+    pods: list[WorkerPod],
+    memory: Memory,
+    intent: Intent,
+    moving: list[tuple[Failure, frozenset[str]]],
+) -> Intent:
+    """Return the intent that writes a move off a degraded node down, and stops nothing yet.
+
+    A failed worker is its own evidence; a move's reason is where its workers run, which
+    stopping them erases. Written down first (``attempt``, ``restartingWorkers``,
+    ``lastFailure``, ``movedOffNodes``), the next reconcile stops the workers of the older
+    attempt as after any incident: an operator that died between stopping them and writing
+    the move down used to find workers lost for no reason it could see, and charge the move.
+    A job the move would fail (a rule charges it past ``maxRestarts``) stops at once: its
+    phase is its record.
+    """
+    before = list(intent.delete), list(intent.keep)
+    intent = incident(job, pods, memory, intent, lost=moving)
+    if intent.fail is None:
+        intent.delete, intent.keep = before
+    return intent
+
+
 def _finished(
     job: TensorParallelJob, pods: list[WorkerPod], memory: Memory, intent: Intent, now: float
 ) -> Intent:
@@ -202,6 +230,12 @@ def _attempts(
     if job.spec.failure_policy.restart_strategy == "RecreateGang":
         current = {i: p for i, p in newest.items() if p.attempt >= memory.attempt}
     else:
-        current = newest
+        # a restarting worker's pod from before its incident is of an older attempt (a move is
+        # written down before its pods stop: see _move)
+        current = {
+            i: p
+            for i, p in newest.items()
+            if i not in memory.restarting or p.attempt >= memory.attempt or p.phase == "Succeeded"
+        }
     old = [p for p in pods if current.get(p.index) is not p and p.phase != "Succeeded"]
     return current, old

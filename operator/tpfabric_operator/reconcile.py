@@ -332,6 +332,10 @@ def _reconcile(
         stuck=stuck_words,
         moved_off=links.moved_off_after(intent.failure.reason if intent.failure else None),
     )
+    if intent.failure is not None and intent.failure.reason == "DegradedLink" and not intent.fail:
+        # a move is written down first and its workers stopped by the next reconcile
+        # (decide._move): run it once this patch is back, not at the next tick
+        state.waker.wake((namespace, name))
 
 
 def _kueue(

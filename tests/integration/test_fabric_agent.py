@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes import watch as kube_watch
 from test_explain import explain
 from test_operator import Tpj, small_job
 
 from control_plane_fixtures import two_leaves_of_four, wait_for
 from tpfabric_core import labels
-from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api import ATTEMPT_LABEL, GROUP, JOB_LABEL, PLURAL, VERSION
 from tpfabric_core.fabric.link_judge import LinkJudgeConfig
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE, DETAIL_ANNOTATION, parse_detail
 from tpfabric_core.fabric_description import parse_fabric_description
@@ -424,6 +425,86 @@ def test_a_job_is_restarted_off_a_degraded_node_only_once_healthy_room_is_free(
         what="the healed node forgotten",
     )
     assert tpj.status("cramped")["attempt"] == 1
+
+
+def test_a_move_is_written_down_before_its_workers_stop_and_survives_an_operator_crash(
+    calm_fabric: Fleet, tpj: Tpj
+) -> None:
+    """The operator writes a move down (``attempt``, ``restartingWorkers``) before it stops a
+    worker: stopped first, an operator that died before writing it down found the workers lost
+    for no reason it could see and charged the move (with ``maxRestarts: 0``, it failed the
+    job). Here it is killed (SIGKILL) the moment the move shows in the status; the next operator
+    finishes the move, uncharged, and keeps ``movedOffNodes``. The order is read off the API
+    server's resourceVersions, which one etcd orders across objects."""
+    manifest = small_job("steady", 4)
+    manifest["spec"]["topology"]["onDegradedLink"] = "restart-elsewhere"
+    manifest["spec"]["failurePolicy"] = {"maxRestarts": 0, "backoffSeconds": 1}
+    tpj.custom.create_namespaced_custom_object(GROUP, VERSION, tpj.namespace, PLURAL, manifest)
+    nodes = tpj.wait_phase("steady", "Running")["placement"]["nodes"]
+    sick = nodes[2]
+    version = tpj.core.list_namespaced_pod(tpj.namespace).metadata.resource_version
+    recorded: list[int] = []  # where the job's status first shows the move
+    stopped: list[int] = []  # where a worker of attempt 0 first carries a deletionTimestamp
+    job_watch, pod_watch = kube_watch.Watch(), kube_watch.Watch()
+
+    def the_record() -> None:
+        for event in job_watch.stream(
+            tpj.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            tpj.namespace,
+            PLURAL,
+            field_selector="metadata.name=steady",
+            resource_version=version,
+            timeout_seconds=60,
+        ):
+            job = event["object"]
+            if (job.get("status") or {}).get("restartingWorkers"):
+                tpj.cluster.kill_component(OPERATOR)  # at once: before it stops the workers
+                recorded.append(int(job["metadata"]["resourceVersion"]))
+                return
+
+    def the_stop() -> None:
+        for event in pod_watch.stream(
+            tpj.core.list_namespaced_pod,
+            tpj.namespace,
+            label_selector=f"{JOB_LABEL}=steady",
+            resource_version=version,
+            timeout_seconds=90,
+        ):
+            meta = event["object"].metadata
+            if meta.deletion_timestamp and (meta.labels or {}).get(ATTEMPT_LABEL, "0") == "0":
+                stopped.append(int(meta.resource_version))
+                return
+
+    watchers = [threading.Thread(target=f, daemon=True) for f in (the_record, the_stop)]
+    for watcher in watchers:
+        watcher.start()
+    try:
+        calm_fabric.climb(sick, "mlx5_0")
+        watchers[0].join(60)
+        assert recorded, "the move never showed in the job's status"
+        start_operator(tpj.cluster)  # takes the Lease once the dead one's expires
+        watchers[1].join(90)
+    finally:
+        job_watch.stop()
+        pod_watch.stop()
+        state = tpj.cluster.state()
+        if state is not None and not state.components[OPERATOR].alive():
+            start_operator(tpj.cluster)  # the module's operator, for the tests after this one
+    assert stopped, "no worker of the first attempt was stopped"
+    assert recorded[0] < stopped[0], "a worker was stopped before the move was written down"
+
+    def moved() -> list[str] | None:
+        pods = tpj.pods("steady")
+        running = [p.spec.node_name for p in pods if p.status.phase == "Running"]
+        return running if len(running) == 4 and sick not in running else None
+
+    wait_for(moved, timeout=90, what="the gang running off the degraded node")
+    status = tpj.wait_phase("steady", "Running")
+    assert (status["attempt"], status["restarts"]) == (1, 0)  # the move, not a loss: uncharged
+    assert status["lastFailure"]["reason"] == "DegradedLink"
+    assert status["movedOffNodes"] == [sick]
 
 
 def test_three_nodes_of_one_rail_switch_degrading_report_the_switch(

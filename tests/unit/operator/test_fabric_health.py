@@ -21,6 +21,7 @@ from tpfabric_operator.fabric_health import (
     straggler_message,
     workers_to_move,
 )
+from tpfabric_operator.job_state import Intent, Memory
 from tpfabric_operator.job_status import Outcome, job_status
 
 REASON = "symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)"
@@ -201,7 +202,75 @@ def test_restart_elsewhere_is_an_uncharged_incident_through_the_restart_path() -
     assert intent.charged == 0
     assert intent.fail is None
     assert intent.attempt == 1
-    assert "j-worker-1" in intent.delete
+    assert intent.restarting == {0, 1, 2}  # RecreateGang: the whole gang
+
+
+def remembered(intent: Intent, at: float) -> Memory:
+    """Return what the status remembers once the reconcile's patch of ``intent`` landed."""
+    return replace(
+        RUNNING,
+        attempt=intent.attempt,
+        restarts=intent.charged,
+        restarting=frozenset(intent.restarting),
+        last_failure=at,
+    )
+
+
+def test_a_move_is_written_down_before_its_workers_stop() -> None:
+    """The move's reason is where its workers run: stopped first, an operator that died before
+    writing the move down would find them lost for no reason and charge it."""
+    job = a_job(topology={"onDegradedLink": "restart-elsewhere"})
+    pods = gang("Running", "Running", "Running")
+    recorded = decide(job, pods, RUNNING, now=NOW, move={1: "node n1 is degraded"})
+    assert (recorded.delete, recorded.keep, recorded.create) == ([], [], [])
+
+    # the next reconcile (this operator's or a restarted one's) stops the older attempt
+    memory = remembered(recorded, NOW)
+    stopping = decide(job, pods, memory, now=NOW + 1, move={1: "node n1 is degraded"})
+    assert stopping.failure is None  # not a second incident
+    assert (stopping.charged, stopping.attempt) == (0, 1)
+    assert sorted(stopping.delete) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    assert stopping.create == []
+
+    # once they are gone and the backoff passed, the new attempt is created
+    backoff = job.spec.failure_policy.backoff_seconds
+    created = decide(job, [], memory, now=NOW + backoff + 1)
+    assert (created.create, created.attempt, created.charged) == ([0, 1, 2], 1, 0)
+
+
+def test_a_replaced_worker_is_moved_the_same_way() -> None:
+    job = a_job(
+        topology={"onDegradedLink": "restart-elsewhere"},
+        failurePolicy={"restartStrategy": "ReplaceWorker"},
+        launcher={"rendezvous": "c10d"},
+    )
+    pods = gang("Running", "Running", "Running")
+    recorded = decide(job, pods, RUNNING, now=NOW, move={1: "node n1 is degraded"})
+    assert (recorded.delete, recorded.restarting, recorded.attempt) == ([], {1}, 1)
+
+    memory = remembered(recorded, NOW)
+    stopping = decide(job, pods, memory, now=NOW + 1, move={1: "node n1 is degraded"})
+    assert (stopping.failure, stopping.delete, stopping.create) == (None, ["j-worker-1"], [])
+
+    backoff = job.spec.failure_policy.backoff_seconds
+    rest = [p for p in pods if p.index != 1]
+    created = decide(job, rest, memory, now=NOW + backoff + 1)
+    assert (created.create, created.attempt, created.delete) == ([1], 1, [])
+
+
+def test_a_move_that_fails_the_job_stops_it_at_once() -> None:
+    """A rule that charges the move past maxRestarts fails the job: its phase is its record."""
+    job = a_job(
+        topology={"onDegradedLink": "restart-elsewhere"},
+        failurePolicy={
+            "maxRestarts": 0,
+            "rules": [{"action": "Restart", "onPodConditions": ["DisruptionTarget"]}],
+        },
+    )
+    pods = gang("Running", "Running", "Running")
+    intent = decide(job, pods, RUNNING, now=NOW, move={1: "node n1 is degraded"})
+    assert intent.fail is not None
+    assert sorted(intent.delete) == ["j-worker-0", "j-worker-1", "j-worker-2"]
 
 
 def test_a_worker_already_restarting_is_not_moved_again() -> None:
