@@ -57,6 +57,7 @@ from typing import Any, Literal
 
 from kubernetes.client.rest import ApiException
 
+from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.errors import InputError
 from tpfabric_core.placement.planner import describe_nodes, plan_gang
@@ -360,7 +361,12 @@ class GangPlacer:
             # narrowed them to its domain: the template, and what an admission added (Kueue's
             # flavor labels, its TAS hosts), which a restart keeps
             planned = plan_expressions(placement, self.levels) or []
-            widened = widen_affinity(worker.scheduling.get("affinity"), planned)
+            template = (
+                job.job.spec.template.spec.get("affinity")
+                if isinstance(job.job, TensorParallelJob)
+                else None
+            )
+            widened = widen_affinity(worker.scheduling.get("affinity"), planned, template)
             fresh = replace(
                 worker,
                 scheduling={k: v for k, v in worker.scheduling.items() if k != "affinity"}

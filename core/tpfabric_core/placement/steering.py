@@ -69,21 +69,34 @@ def narrow_affinity(
     return result
 
 
+def _required_terms(affinity: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Return the node-selector terms of ``affinity``'s required node affinity."""
+    node_affinity = (affinity or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return list(required.get("nodeSelectorTerms") or [])
+
+
 def widen_affinity(
-    affinity: dict[str, Any] | None, expressions: list[dict[str, Any]]
+    affinity: dict[str, Any] | None,
+    expressions: list[dict[str, Any]],
+    template: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Return ``affinity`` without ``expressions`` in its required node affinity: what a pod
     made again from the same template asks, before its plan narrowed it (the inverse of
-    :func:`narrow_affinity`; an expression the template itself had is removed too, as the
-    two cannot be told apart). None when nothing is left."""
+    :func:`narrow_affinity`). ``template``: the affinity the pod was made from, when known
+    (a TensorParallelJob's): an expression its own term asked stays, the plan's equal to it
+    having added nothing; unknown, it goes too, as the two cannot be told apart. None when
+    nothing is left."""
     if not affinity:
         return None
     result = copy.deepcopy(affinity)
     node_affinity = result.get("nodeAffinity") or {}
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    own_terms = _required_terms(template)
     terms = []
-    for term in required.get("nodeSelectorTerms") or []:
-        kept = [e for e in term.get("matchExpressions") or [] if e not in expressions]
+    for index, term in enumerate(required.get("nodeSelectorTerms") or []):
+        own = own_terms[index].get("matchExpressions") or [] if index < len(own_terms) else []
+        kept = [e for e in term.get("matchExpressions") or [] if e not in expressions or e in own]
         rest = {k: v for k, v in term.items() if k != "matchExpressions"}
         if kept or any(rest.values()):
             terms.append({**rest, **({"matchExpressions": kept} if kept else {})})

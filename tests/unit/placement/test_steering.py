@@ -67,3 +67,22 @@ def test_widening_undoes_the_narrowing_and_keeps_the_pods_own_terms() -> None:
     }
     assert widen_affinity(narrow_affinity(affinity, LEAF), LEAF) == affinity
     assert widen_affinity({"podAntiAffinity": {"x": 1}}, LEAF) == {"podAntiAffinity": {"x": 1}}
+
+
+def test_widening_keeps_what_the_template_itself_asked() -> None:
+    """A template pinned to the plan's own leaf: narrowing added nothing, so widening with the
+    template known takes nothing away (without it, the two cannot be told apart)."""
+    pinned = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": list(LEAF)}]
+            }
+        }
+    }
+    narrowed = narrow_affinity(pinned, LEAF)
+    assert narrowed == pinned
+    assert widen_affinity(narrowed, LEAF, pinned) == pinned
+    assert widen_affinity(narrowed, LEAF) is None
+    spine = domain_expressions("topology.tpfabric.io/spine", "spine-1")
+    both = narrow_affinity(pinned, [*spine, *LEAF])
+    assert widen_affinity(both, [*spine, *LEAF], pinned) == pinned

@@ -9,6 +9,7 @@ from typing import Any
 from placer_world import a_job, a_node, gang, make_workers, placement, two_leaves
 from test_placer_gangs import add_gang, gang_placement
 
+from tpfabric_core.labels import LEAF
 from tpfabric_scheduler.healthy_room import RECHECK_SECONDS
 
 
@@ -184,6 +185,39 @@ def test_a_job_kept_to_its_admitted_hosts_has_no_room_outside_them(world: Any) -
     clock.now += 1
     placer.run_cycle()
     room = placement(writer, "tas")["healthyRoom"]
+    assert room["found"] is False, room
+
+
+def test_a_template_pinned_to_its_plans_leaf_has_no_room_outside_it(world: Any) -> None:
+    """The job's own template asks for leaf-a, the leaf its plan is in: narrowing added nothing
+    there, so looking for room it must not be taken away with the plan's narrowing. A restart
+    makes the pods from that template again, and leaf-b, free as it is, would not take them."""
+    store, writer, placer, clock = world
+    for name in two_leaves(store, per_leaf=2):
+        _health(store, name, "ok")
+    pinned = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": LEAF, "operator": "In", "values": ["leaf-a"]}]}
+                ]
+            }
+        }
+    }
+    job = a_job("pinned", 2)
+    job["spec"]["topology"] = {"mode": "required", "level": "leaf", **MOVER["topology"]}
+    job["spec"]["template"]["spec"]["affinity"] = pinned
+    writer.add_job(job)
+    make_workers(writer, "pinned", 2, affinity=pinned)
+    placer.run_cycle()
+    nodes = placement(writer, "pinned")["nodes"]
+    assert sorted(nodes) == ["leaf-a-n0", "leaf-a-n1"]
+    for index, node in enumerate(nodes):
+        writer.bind(f"pinned-worker-{index}", node)
+    _health(store, nodes[0], "degraded")
+    clock.now += 1
+    placer.run_cycle()
+    room = placement(writer, "pinned")["healthyRoom"]
     assert room["found"] is False, room
 
 
