@@ -38,6 +38,27 @@ def _room_writes(writer: Any, name: str) -> list[Any]:
     ]
 
 
+def _required(key: str, values: list[str]) -> dict[str, Any]:
+    """Return a required node affinity of one expression: ``key`` In ``values``."""
+    expression = {"key": key, "operator": "In", "values": values}
+    term = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term}}
+
+
+def _room_after_degrading_the_first(world: Any, name: str) -> tuple[list[str], bool]:
+    """Plan and bind gang ``name``, degrade its first node; return (its sorted nodes, whether
+    the placer found healthy room for it)."""
+    store, writer, placer, clock = world
+    placer.run_cycle()
+    nodes = placement(writer, name)["nodes"]
+    for index, node in enumerate(nodes):
+        writer.bind(f"{name}-worker-{index}", node)
+    _health(store, nodes[0], "degraded")
+    clock.now += 1
+    placer.run_cycle()
+    return sorted(nodes), placement(writer, name)["healthyRoom"]["found"]
+
+
 MOVER = {"topology": {"onDegradedLink": "restart-elsewhere"}}
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -159,66 +180,32 @@ def test_a_job_kept_to_its_admitted_hosts_has_no_room_outside_them(world: Any) -
     """Kueue's TAS admission keeps every worker on the hosts it assigned (a required node
     affinity the operator adds to each pod, and keeps on a restart): with one of them degraded
     there is no room, however free the rest of the cluster is."""
-    store, writer, placer, clock = world
+    store, writer, _, _ = world
     for name in two_leaves(store):
         _health(store, name, "ok")
     hosts = ["leaf-a-n0", "leaf-a-n1"]
     job = a_job("tas", 2)
     job["spec"]["topology"] = {"mode": "required", "level": "leaf", **MOVER["topology"]}
     writer.add_job(job)
-    kueue = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": hosts}]}
-                ]
-            }
-        }
-    }
+    kueue = _required(HOSTNAME, hosts)
     make_workers(writer, "tas", 2, affinity=kueue)
-    placer.run_cycle()
-    nodes = placement(writer, "tas")["nodes"]
-    assert sorted(nodes) == hosts
-    for index, node in enumerate(nodes):
-        writer.bind(f"tas-worker-{index}", node)
-    _health(store, hosts[0], "degraded")
-    clock.now += 1
-    placer.run_cycle()
-    room = placement(writer, "tas")["healthyRoom"]
-    assert room["found"] is False, room
+    assert _room_after_degrading_the_first(world, "tas") == (hosts, False)
 
 
 def test_a_template_pinned_to_its_plans_leaf_has_no_room_outside_it(world: Any) -> None:
     """The job's own template asks for leaf-a, the leaf its plan is in: narrowing added nothing
     there, so looking for room it must not be taken away with the plan's narrowing. A restart
     makes the pods from that template again, and leaf-b, free as it is, would not take them."""
-    store, writer, placer, clock = world
+    store, writer, _, _ = world
     for name in two_leaves(store, per_leaf=2):
         _health(store, name, "ok")
-    pinned = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": LEAF, "operator": "In", "values": ["leaf-a"]}]}
-                ]
-            }
-        }
-    }
+    pinned = _required(LEAF, ["leaf-a"])
     job = a_job("pinned", 2)
     job["spec"]["topology"] = {"mode": "required", "level": "leaf", **MOVER["topology"]}
     job["spec"]["template"]["spec"]["affinity"] = pinned
     writer.add_job(job)
     make_workers(writer, "pinned", 2, affinity=pinned)
-    placer.run_cycle()
-    nodes = placement(writer, "pinned")["nodes"]
-    assert sorted(nodes) == ["leaf-a-n0", "leaf-a-n1"]
-    for index, node in enumerate(nodes):
-        writer.bind(f"pinned-worker-{index}", node)
-    _health(store, nodes[0], "degraded")
-    clock.now += 1
-    placer.run_cycle()
-    room = placement(writer, "pinned")["healthyRoom"]
-    assert room["found"] is False, room
+    assert _room_after_degrading_the_first(world, "pinned") == (["leaf-a-n0", "leaf-a-n1"], False)
 
 
 def test_room_that_frees_later_goes_to_the_waiting_gangs_first(world: Any) -> None:
