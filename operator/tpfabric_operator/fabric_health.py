@@ -43,6 +43,7 @@ from tpfabric_core.fabric.link_publish import (
     DETAIL_ANNOTATION,
     RailDetail,
     SuspectSwitch,
+    bandwidth_kept,
     parse_detail,
     suspect_rail_switches,
 )
@@ -143,7 +144,7 @@ def on_degraded_nodes(
     for rank, name in placed:
         node = _lookup(index, name) if name is not None else None
         if node is not None and name is not None:
-            found.append(RankOnDegradedNode(rank, name, node.reasons, _bandwidth_kept(node)))
+            found.append(RankOnDegradedNode(rank, name, node.reasons, bandwidth_kept(node.rails)))
     return sorted(found, key=lambda r: (r.rank is None, r.rank or 0, r.node))
 
 
@@ -153,14 +154,6 @@ def ranks_on_degraded_nodes(
     """Return the ranks of the job's running (or starting) workers that sit on degraded nodes,
     by rank."""
     return on_degraded_nodes(((p.index, p.node) for p in pods if p.active), index)
-
-
-def _bandwidth_kept(node: DegradedNode) -> float | None:
-    """Return what the node's worst rail keeps of its rate (None when no rail says)."""
-    if any(rail.state == "down" for rail in node.rails):
-        return 0.0
-    measured = [rail.bandwidth for rail in node.rails if rail.bandwidth is not None]
-    return min(measured) if measured else None
 
 
 def straggler_message(ranks: list[RankOnDegradedNode]) -> str:

@@ -23,9 +23,11 @@ from typing import Any
 
 from tpfabric_core import labels
 from tpfabric_core.api.gang import GANG_KIND
+from tpfabric_core.placement.move_gain import MoveGain, move_gain
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import GangPlan, Unschedulable
 from tpfabric_core.placement.snapshot import CapacitySnapshot
+from tpfabric_core.placement.topology import ClusterTopology
 from tpfabric_scheduler.placement_status import rfc3339
 from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
 
@@ -35,6 +37,7 @@ __all__ = [
     "Mover",
     "answer",
     "degraded_nodes_of",
+    "gain_of",
     "movers",
     "off_degraded",
     "without_pods",
@@ -132,15 +135,47 @@ def off_degraded(request: GangRequest) -> GangRequest:
     return replace(request, policy=replace(request.policy, avoid_degraded="avoid"))
 
 
+def gain_of(
+    topology: ClusterTopology, mover: Mover, plan: GangPlan, kept: float | None
+) -> MoveGain | None:
+    """Return how much faster ``mover``'s gang would run on ``plan`` than where it runs, its
+    degraded nodes keeping ``kept`` of their rate (None: the cost model's factor); None when
+    where it runs is not known (a plan without nodes, a node gone from the topology)."""
+    index_of = topology.index_of
+    here = [index_of.get(str(n)) for n in mover.placement.get("nodes") or ()]
+    there = [index_of.get(n) for n in plan.nodes_by_rank]
+    if not here or None in here or None in there:
+        return None
+    return move_gain(
+        topology,
+        [i for i in here if i is not None],
+        [i for i in there if i is not None],
+        plan.gpus_per_worker,
+        degraded=frozenset(index_of[n] for n in mover.degraded if n in index_of),
+        kept=kept,
+    )
+
+
 def answer(
-    result: GangPlan | Unschedulable, degraded: frozenset[str], now: float
+    result: GangPlan | Unschedulable,
+    degraded: frozenset[str],
+    now: float,
+    gain: MoveGain | None = None,
 ) -> dict[str, Any]:
-    """Return ``status.placement.healthyRoom`` for the check's ``result``."""
-    if isinstance(result, GangPlan):
-        found = True
-        message = f"{result.level} '{result.domain}' has room for the whole gang off " + ", ".join(
-            sorted(degraded)
+    """Return ``status.placement.healthyRoom`` for the check's ``result``: room is found only
+    where the gang would run faster than where it runs (``gain``, when known)."""
+    off = ", ".join(sorted(degraded))
+    if isinstance(result, GangPlan) and gain is not None and not gain.faster:
+        found = False
+        message = (
+            f"no faster room for the whole gang: {result.level} '{result.domain}' has room off "
+            f"{off}, but {gain.words}"
         )
+    elif isinstance(result, GangPlan):
+        found = True
+        message = f"{result.level} '{result.domain}' has room for the whole gang off {off}"
+        if gain is not None:
+            message += f": {gain.words}"
     else:
         found = False
         message = f"no healthy room for the whole gang: {result.summary}"

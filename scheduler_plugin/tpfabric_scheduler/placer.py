@@ -451,7 +451,21 @@ class GangPlacer:
             return None
         if queue_first and isinstance(result, GangPlan):
             return None
-        return healthy_room.answer(result, mover.degraded, now)
+        gain = None
+        if isinstance(result, GangPlan):
+            gain = healthy_room.gain_of(
+                cycle.snapshot.topology, mover, result, self._kept(mover.degraded)
+            )
+        return healthy_room.answer(result, mover.degraded, now, gain)
+
+    def _kept(self, nodes: Iterable[str]) -> float | None:
+        """Return the least rate the degraded ``nodes`` keep, as measured (None: unmeasured)."""
+        measured = [
+            record.kept
+            for name in nodes
+            if (record := self.store.nodes.get(name)) is not None and record.kept is not None
+        ]
+        return min(measured) if measured else None
 
     def _write_room(self, mover: healthy_room.Mover, room: dict[str, Any] | None) -> None:
         job = mover.job

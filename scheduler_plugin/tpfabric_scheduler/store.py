@@ -25,7 +25,9 @@ from tpfabric_core.api import (
     TensorParallelJob,
 )
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL, Gang
+from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, bandwidth_kept, parse_detail
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_core.labels import HEALTH
 from tpfabric_core.placement.pod_fit import host_ports, pod_requests, repels_peers, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE
 
@@ -67,6 +69,9 @@ class NodeRecord:
     ready: bool
     unschedulable: bool
     taints: tuple[tuple[str, str, str], ...]  # (key, value, effect)
+    #: of a node labelled degraded, what its worst rail keeps of its rate, as the fabric agent
+    #: measured it (None: unmeasured, or not degraded)
+    kept: float | None = None
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> NodeRecord:
@@ -79,9 +84,14 @@ class NodeRecord:
             except ValueError:
                 continue  # a quantity we cannot read counts as absent (never a crash)
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        node_labels = dict(meta.get("labels") or {})
+        kept = None
+        if node_labels.get(HEALTH) == "degraded":
+            annotations = meta.get("annotations") or {}
+            kept = bandwidth_kept(parse_detail(annotations.get(DETAIL_ANNOTATION)))
         return cls(
             name=meta["name"],
-            labels=dict(meta.get("labels") or {}),
+            labels=node_labels,
             allocatable=allocatable,
             ready=conditions.get("Ready") == "True",
             unschedulable=bool(spec.get("unschedulable")),
@@ -89,6 +99,7 @@ class NodeRecord:
                 (t.get("key", ""), t.get("value", ""), t.get("effect", ""))
                 for t in spec.get("taints") or []
             ),
+            kept=kept,
         )
 
 

@@ -13,8 +13,10 @@ the snapshot the placers see and every job running on it is re-timed with the sl
 again at its end). A job that met a degraded link is counted as affected. With a
 :class:`~tpfabric_bench.sim.faults.RestartCost` (tpfabric's ``onDegradedLink:
 restart-elsewhere``) such a job is instead planned again at once, by the same placer, and moved
-if the new plan avoids every node degraded by a fault: it redoes the steps since its last
-checkpoint and makes no progress for the restore time (its flows keep their load meanwhile). If
+if the new plan avoids every node degraded by a fault and runs its collectives faster than
+where it runs, as the placer judges it (:func:`~tpfabric_core.placement.move_gain.move_gain`):
+it redoes the steps since its last checkpoint and makes no progress for the restore time (its
+flows keep their load meanwhile). If
 no such plan exists it keeps running slow, and is planned again after every later event while
 no gang waits in the queue (what frees is the queue's first, as the placer offers room on a
 later look only while no gang waits) until it moves or no longer runs on a faulty node. With
@@ -57,6 +59,7 @@ from tpfabric_bench.sim.trace import SimJob
 from tpfabric_core.fabric.restart_rule import weigh_restart
 from tpfabric_core.placement import CapacitySnapshot, GangPlan, GangRequest, Unschedulable
 from tpfabric_core.placement.cost import UplinkLoad
+from tpfabric_core.placement.move_gain import move_gain
 
 __all__ = ["JobOutcome", "PlaceFn", "SimRun", "simulate"]
 
@@ -394,7 +397,11 @@ class _Simulation:
             self.snapshot, state.job.request(), 0.0, self._uplink_load(), self._typical_gpus()
         )
         self.run.plan_ms.append((time.perf_counter() - started) * 1e3)
-        if not isinstance(result, GangPlan) or any(self.faults_on[i] for i in self._nodes(result)):
+        if (
+            not isinstance(result, GangPlan)
+            or any(self.faults_on[i] for i in self._nodes(result))
+            or not self._faster(state, result)
+        ):
             self._take(state.plan, sign=1)
             return False
         self._take(result, sign=1)
@@ -403,6 +410,21 @@ class _Simulation:
         state.restarts += 1
         self._replace_traffic(name, state, result, now)
         return True
+
+    def _faster(self, state: _Running, plan: GangPlan) -> bool:
+        """Return whether ``plan`` runs ``state``'s collectives faster than where it runs, as
+        the placer judges it before it offers room (:func:`move_gain`: its own cost model, the
+        degraded links at the bandwidth they keep, which the fabric agent measures)."""
+        index_of = self.topology.index_of
+        here = [index_of[n] for n in state.plan.nodes_by_rank]
+        return move_gain(
+            self.topology,
+            here,
+            [index_of[n] for n in plan.nodes_by_rank],
+            plan.gpus_per_worker,
+            degraded=frozenset(i for i in here if self.snapshot.degraded[i]),
+            kept=self.constants.cost.degraded_bandwidth_factor,
+        ).faster
 
     def _take(self, plan: GangPlan, *, sign: int) -> None:
         """Return nothing; allocate (``sign`` 1) or release (-1) ``plan`` and the slot counts."""

@@ -49,6 +49,7 @@ __all__ = [
     "FabricPublication",
     "RailDetail",
     "SuspectSwitch",
+    "bandwidth_kept",
     "condition_patch",
     "metadata_patch",
     "parse_detail",
@@ -216,6 +217,15 @@ def parse_detail(annotation: str | None) -> tuple[RailDetail, ...]:
         )
     except (ValueError, AttributeError, TypeError):
         return ()
+
+
+def bandwidth_kept(rails: tuple[RailDetail, ...]) -> float | None:
+    """Return what a node's worst rail keeps of its rate: 0 with a rail down, else the least
+    measured ``bandwidth``; None when no rail says (degraded by errors only, or healthy)."""
+    if any(rail.state == "down" for rail in rails):
+        return 0.0
+    measured = [rail.bandwidth for rail in rails if rail.bandwidth is not None]
+    return min(measured) if measured else None
 
 
 def _fraction(value: object) -> float | None:
