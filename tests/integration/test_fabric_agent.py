@@ -367,6 +367,15 @@ def test_restart_when_it_pays_weighs_the_measured_rate_against_the_restart(
     assert keeper["placement"]["nodes"] == kept
     assert keeper.get("attempt", 0) == 0
     assert "lastFailure" not in keeper
+    # the placer found room for it anyway, faster than the link the agent measured at half rate
+    room = wait_for(
+        lambda: tpj.status("keeper")["placement"].get("healthyRoom"),
+        timeout=15,
+        what="the placer's answer for the keeper",
+    )
+    assert room["found"] is True, room
+    assert room["degradedNodes"] == [kept[0]]
+    assert "where it runs, its degraded links keeping 0.5 of their rate" in room["message"], room
 
 
 def test_a_job_is_restarted_off_a_degraded_node_only_once_healthy_room_is_free(
