@@ -23,6 +23,7 @@ from aiohttp import web
 from kubernetes import client, config
 
 from tpfabric_core.errors import InputError
+from tpfabric_core.placement.cost_flags import cost_model
 from tpfabric_core.placement.topology import DEFAULT_LEVELS, LevelSpec, parse_levels
 from tpfabric_kube.leader_election import add_timing_flags, check_timing_flags
 from tpfabric_kube.request_timeouts import with_default_timeout
@@ -117,6 +118,7 @@ async def serve(args: argparse.Namespace) -> None:
             head_of_line_seconds=args.head_of_line_seconds,
             leading=(lambda: elector.term() == term) if elector is not None else lambda: True,
             term=term or 0,
+            cost=args.cost,
         )
 
     placer = PlacerLoop(
@@ -202,6 +204,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=60.0,
         help="/healthz fails once the placer loop has not turned for this long (default 60)",
     )
+    fabric = parser.add_argument_group(
+        "the fabric's figures for the cost model (per level a path crosses; given, a mapping "
+        "replaces the default whole: a level left out is non-blocking and idle)"
+    )
+    fabric.add_argument(
+        "--oversubscription",
+        help="uplink oversubscription by level, e.g. spine=1,block=2,cluster=4 (the default; "
+        "2 is 2:1)",
+    )
+    fabric.add_argument(
+        "--background-load",
+        help="share of an uplink other traffic is assumed to take, by level, e.g. "
+        "spine=0.1,block=0.25,cluster=0.4 (the default)",
+    )
     election = parser.add_argument_group("leader election of the placer (a Lease)")
     election.add_argument(
         "--leader-elect",
@@ -225,6 +241,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_timing_flags(election, "planning")
     args = parser.parse_args(argv)  # a string default goes through ``type`` too
     check_timing_flags(parser, args)
+    try:  # checked against --levels, which names the levels a path can cross
+        args.cost = cost_model(
+            args.levels,
+            oversubscription=args.oversubscription,
+            background_load=args.background_load,
+        )
+    except InputError as err:
+        parser.error(str(err))
     return args
 
 

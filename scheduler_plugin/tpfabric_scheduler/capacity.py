@@ -22,7 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tpfabric_core import labels
-from tpfabric_core.placement.cost import UplinkLoad, edge_uplinks, ring_flows_per_edge
+from tpfabric_core.placement.cost import (
+    DEFAULT_COST,
+    CostModelConfig,
+    UplinkLoad,
+    edge_uplinks,
+    ring_flows_per_edge,
+)
 from tpfabric_core.placement.snapshot import CapacitySnapshot, NodeState, Taint, TaintEffect
 from tpfabric_core.placement.topology import ClusterTopology
 from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord
@@ -113,14 +119,17 @@ def ring_flows(
 
 
 def load_of(
-    topology: ClusterTopology, per_ring: list[dict[tuple[int, int], float]]
+    topology: ClusterTopology,
+    per_ring: list[dict[tuple[int, int], float]],
+    config: CostModelConfig = DEFAULT_COST,
 ) -> UplinkLoad | None:
-    """Return the load of the rings' flows summed (None when none crosses an uplink)."""
+    """Return the load of the rings' flows summed (None when none crosses an uplink), against
+    the uplink capacities of ``config``."""
     total: dict[tuple[int, int], float] = {}
     for flows in per_ring:
         for uplink, amount in flows.items():
             total[uplink] = total.get(uplink, 0.0) + amount
-    return UplinkLoad.from_flows(topology, total) if total else None
+    return UplinkLoad.from_flows(topology, total, config) if total else None
 
 
 def _effect(text: str) -> TaintEffect:

@@ -23,6 +23,7 @@ from typing import Any
 
 from tpfabric_core import labels
 from tpfabric_core.api.gang import GANG_KIND
+from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig
 from tpfabric_core.placement.move_gain import MoveGain, move_gain
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import GangPlan, Unschedulable
@@ -136,7 +137,11 @@ def off_degraded(request: GangRequest) -> GangRequest:
 
 
 def gain_of(
-    topology: ClusterTopology, mover: Mover, plan: GangPlan, kept: float | None
+    topology: ClusterTopology,
+    mover: Mover,
+    plan: GangPlan,
+    kept: float | None,
+    config: CostModelConfig = DEFAULT_COST,
 ) -> MoveGain | None:
     """Return how much faster ``mover``'s gang would run on ``plan`` than where it runs, its
     degraded nodes keeping ``kept`` of their rate (None: the cost model's factor); None when
@@ -153,6 +158,7 @@ def gain_of(
         plan.gpus_per_worker,
         degraded=frozenset(index_of[n] for n in mover.degraded if n in index_of),
         kept=kept,
+        config=config,
     )
 
 

@@ -60,6 +60,7 @@ from kubernetes.client.rest import ApiException
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.errors import InputError
+from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig
 from tpfabric_core.placement.planner import describe_nodes, plan_gang
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import GangPlan, Unschedulable
@@ -160,8 +161,12 @@ class GangPlacer:
         leading: Callable[[], bool] = lambda: True,
         max_cycle_seconds: float = MAX_CYCLE_SECONDS,
         term: int = 0,
+        cost: CostModelConfig = DEFAULT_COST,
     ) -> None:
         self.store = store
+        #: the cost model every plan, uplink load and move is priced with (the fabric's own
+        #: oversubscription and background load, :mod:`tpfabric_core.placement.cost_flags`)
+        self.cost = cost
         self.writer = writer
         self.metrics = metrics
         self.levels = levels
@@ -194,7 +199,7 @@ class GangPlacer:
         #: the bind bound of released gangs, and the dropping and mending of their plans
         self._binds = BindWatch(store, self._writes, clock, bind_timeout)
         #: the planned rings' flows across uplinks, kept from cycle to cycle
-        self._rings = RingFlows()
+        self._rings = RingFlows(cost)
         #: job uid -> when its healthy room was last looked for, for which degraded nodes
         self._room_checked: dict[str, tuple[float, frozenset[str]]] = {}
         #: the nodes labelled degraded, per topology generation (a label change bumps it)
@@ -336,6 +341,7 @@ class GangPlacer:
                 nodes,
                 f"read back from the {len(nodes)} running pods: the record was made again while "
                 "its gang ran (nothing was planned or moved)",
+                cost_config=self.cost,
             )
         except (InputError, ValueError) as err:
             log.warning("job %s: its running pods cannot be described: %s", job.key, err)
@@ -445,6 +451,7 @@ class GangPlacer:
                 healthy_room.off_degraded(request),
                 uplink_load=cycle.uplinks,
                 typical_gang_gpus=cycle.typical_gpus,
+                cost_config=self.cost,
             )
         except InputError as err:
             log.warning("job %s: healthy room not looked for: %s", mover.job.key, err)
@@ -454,7 +461,7 @@ class GangPlacer:
         gain = None
         if isinstance(result, GangPlan):
             gain = healthy_room.gain_of(
-                cycle.snapshot.topology, mover, result, self._kept(mover.degraded)
+                cycle.snapshot.topology, mover, result, self._kept(mover.degraded), self.cost
             )
         return healthy_room.answer(result, mover.degraded, now, gain)
 
@@ -747,6 +754,7 @@ class GangPlacer:
                 waited_seconds=waited,
                 uplink_load=cycle.uplinks,
                 typical_gang_gpus=cycle.typical_gpus,
+                cost_config=self.cost,
             )
 
         near = item.near
@@ -838,6 +846,7 @@ class GangPlacer:
             waited_seconds=waited,
             uplink_load=cycle.uplinks,
             typical_gang_gpus=cycle.typical_gpus,
+            cost_config=self.cost,
         )
         if isinstance(unheld, Unschedulable):
             return ""

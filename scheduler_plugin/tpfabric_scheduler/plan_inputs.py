@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-from tpfabric_core.placement.cost import UplinkLoad
+from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig, UplinkLoad
 from tpfabric_core.placement.topology import ClusterTopology
 from tpfabric_scheduler.capacity import PlannedRing, load_of, ring_flows
 from tpfabric_scheduler.store import JobRecord
@@ -22,7 +22,9 @@ __all__ = ["RingFlows", "typical_gang_gpus"]
 class RingFlows:
     """The flows of every planned ring across uplinks, kept from cycle to cycle."""
 
-    def __init__(self) -> None:
+    def __init__(self, cost: CostModelConfig = DEFAULT_COST) -> None:
+        #: the cost model whose uplink capacities the load is counted against
+        self._cost = cost
         #: per planned ring (job uid, nodes): the flows it sends across uplinks
         self._ring_flows: dict[tuple[str, tuple[str, ...]], dict[tuple[int, int], float]] = {}
         self._ring_topology: ClusterTopology | None = None
@@ -37,7 +39,7 @@ class RingFlows:
             flows = self._ring_flows.get((uid, nodes))
             kept[uid, nodes] = flows if flows is not None else ring_flows(topology, nodes, gpus)
         self._ring_flows = kept
-        return load_of(topology, list(kept.values()))
+        return load_of(topology, list(kept.values()), self._cost)
 
 
 def typical_gang_gpus(jobs: Iterable[JobRecord]) -> int | None:

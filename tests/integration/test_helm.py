@@ -26,6 +26,7 @@ from tpfabric_cli.main import app
 from tpfabric_core.api.crd import crd_name
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.toolchain import find_toolchain, pinned_versions
+from tpfabric_scheduler.__main__ import parse_args as extender_args
 from tpfabric_scheduler.config import scheduler_configuration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -256,6 +257,29 @@ def test_kube_scheduler_runs_the_version_of_the_cluster(
     assert images["kube-scheduler"] == f"registry.k8s.io/kube-scheduler:{tag}"
 
 
+def test_the_fabrics_figures_reach_the_placer_as_flags_it_takes(
+    helm_binary: Path, helm_env: dict[str, str]
+) -> None:
+    figures = {"oversubscription": "spine=1,block=3,cluster=7", "backgroundLoad": "block=0.25"}
+    done = render(
+        helm_binary,
+        helm_env,
+        {"scheduler": {"extender": figures}},
+        "--show-only",
+        "templates/scheduler.yaml",
+    )
+    assert done.returncode == 0, done.stderr
+    (deployment,) = documents(done.stdout)
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    command = next(c["command"] for c in containers if c["name"] == "extender")
+    flags = command[command.index("tpfabric_scheduler") + 1 :]
+    assert "--oversubscription=spine=1,block=3,cluster=7" in flags
+    assert "--background-load=block=0.25" in flags
+    cost = extender_args(flags).cost
+    assert dict(cost.oversubscription) == {"spine": 1.0, "block": 3.0, "cluster": 7.0}
+    assert dict(cost.background_load) == {"block": 0.25}
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -272,6 +296,10 @@ def test_kube_scheduler_runs_the_version_of_the_cluster(
         ),
         ({"discovery": {"source": {"type": "ufm"}}}, "at '/discovery/source/type'"),
         ({"crds": {"enabled": "yes"}}, "at '/crds/enabled': got string, want boolean"),
+        (
+            {"scheduler": {"extender": {"oversubscription": "spine:2"}}},
+            "at '/scheduler/extender/oversubscription'",
+        ),
         ({"operator": {"resources": {"limit": {}}}}, "additional properties 'limit' not allowed"),
     ],
 )

@@ -59,3 +59,45 @@ def test_the_placer_lease_the_extender_takes_is_the_one_its_role_may_update() ->
     assert '--lease-name={{ include "tpfabric.fullname" . }}-placer' in deployment
     assert "--lease-namespace={{ .Release.Namespace }}" in deployment
     assert '"{{ $fullname }}-placer"' in rbac
+
+
+def extender_pattern(key: str) -> re.Pattern[str]:
+    extender = values_schema()["properties"]["scheduler"]["properties"]["extender"]
+    return re.compile(extender["properties"][key]["pattern"])
+
+
+@pytest.mark.parametrize(
+    ("key", "flag", "text"),
+    [
+        ("oversubscription", "--oversubscription", "spine=1,block=3,cluster=7"),
+        ("oversubscription", "--oversubscription", "block=2.5"),
+        ("backgroundLoad", "--background-load", "spine=0,block=0.25,cluster=0.4"),
+    ],
+)
+def test_the_fabric_figures_the_schema_accepts_the_extender_takes(
+    key: str, flag: str, text: str
+) -> None:
+    assert extender_pattern(key).match(text)
+    cost = parse_args([f"{flag}={text}"]).cost
+    figures = cost.oversubscription if key == "oversubscription" else cost.background_load
+    assert dict(figures) == {k: float(v) for k, v in (e.split("=") for e in text.split(","))}
+
+
+@pytest.mark.parametrize(
+    ("key", "text"),
+    [("oversubscription", "spine"), ("oversubscription", "spine=-1"), ("backgroundLoad", "a=1")],
+)
+def test_the_schema_rejects_fabric_figures_the_extender_would_refuse(key: str, text: str) -> None:
+    assert not extender_pattern(key).match(text)
+
+
+def test_the_fabric_figures_reach_the_extenders_command_only_when_set() -> None:
+    deployment = (CHART / "templates" / "scheduler.yaml").read_text()
+    assert "{{- with $extender.oversubscription }}\n            - --oversubscription={{ . }}" in (
+        deployment
+    )
+    assert "{{- with $extender.backgroundLoad }}\n            - --background-load={{ . }}" in (
+        deployment
+    )
+    extender = scheduler_values()["extender"]
+    assert (extender["oversubscription"], extender["backgroundLoad"]) == ("", "")

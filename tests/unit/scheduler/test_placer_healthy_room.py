@@ -13,7 +13,11 @@ from test_placer_gangs import add_gang, gang_placement
 
 from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION
 from tpfabric_core.labels import LEAF
+from tpfabric_core.placement.cost_flags import cost_model
+from tpfabric_core.placement.topology import DEFAULT_LEVELS
 from tpfabric_scheduler.healthy_room import RECHECK_SECONDS
+from tpfabric_scheduler.metrics import Metrics
+from tpfabric_scheduler.placer import GangPlacer
 
 
 def _running(writer: Any, placer: Any, name: str, workers: int, **job_args: Any) -> list[str]:
@@ -256,14 +260,21 @@ def _slow_rail(store: Any, name: str, bandwidth: float) -> None:
         store.upsert_node(node)
 
 
-@pytest.mark.parametrize(("bandwidth", "found"), [(0.95, False), (0.5, True), (0.0, True)])
+@pytest.mark.parametrize(
+    ("bandwidth", "spine", "found"),
+    [(0.95, None, False), (0.5, None, True), (0.0, None, True), (0.5, "spine=4", False)],
+)
 def test_room_is_offered_only_where_the_gang_would_run_faster(
-    world: Any, bandwidth: float, found: bool
+    world: Any, bandwidth: float, spine: str | None, found: bool
 ) -> None:
     """The only healthy room for a 3-worker gang spans two leaves, across the spine (its
     background load modelled): faster than a link keeping half its rate, or none (a rail
-    down), but not than one keeping 95% of it, as the fabric agent measured it."""
+    down), but not than one keeping 95% of it, as the fabric agent measured it; nor than half
+    a rate where the fabric says its spine uplinks are 4:1 (``--oversubscription``)."""
     store, writer, placer, clock = world
+    if spine is not None:
+        cost = cost_model(DEFAULT_LEVELS, oversubscription=spine)
+        placer = GangPlacer(store, writer, Metrics(), clock=clock, bind_timeout=60, cost=cost)
     for leaf, count in (("leaf-a", 3), ("leaf-b", 2), ("leaf-c", 2)):
         for i in range(count):
             with store.lock:
