@@ -79,6 +79,7 @@ from tpfabric_core.fabric_description import (
 )
 from tpfabric_core.placement import GangRequest, plan_gang
 from tpfabric_core.placement.baselines import PLACERS, SearchTooLargeError, optimal
+from tpfabric_core.placement.cost import DEFAULT_COST
 
 UNIT_NODES = 32
 TRACES = Path(__file__).parent / "traces"
@@ -116,13 +117,25 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def placer(name: str) -> tuple[PlaceFn, bool]:
+def placer(name: str, constants: SimConstants = DEFAULT_CONSTANTS) -> tuple[PlaceFn, bool]:
     """Return the simulation's call of placer ``name`` and whether it reads uplink load.
 
     ``tpfabric`` is the planner given the running jobs' uplink load; ``tpfabric-static`` the
     same planner without it; ``tpfabric-report`` the same as ``tpfabric`` but, under link faults,
-    as with ``onDegradedLink: report``: no restarts (see :data:`RESTARTING`).
+    as with ``onDegradedLink: report``: no restarts (see :data:`RESTARTING`);
+    ``tpfabric-told`` the same as ``tpfabric``, told the simulated fabric's oversubscription
+    and background load (``constants``), as the placer's ``--oversubscription`` and
+    ``--background-load`` tell it a real one's.
     """
+    if name == "tpfabric-told":
+        # the fabric's figures; a degraded link at the planner's own factor, as it ships
+        factor = DEFAULT_COST.degraded_bandwidth_factor
+        told = constants.cost.model_copy(update={"degraded_bandwidth_factor": factor})
+        return (
+            lambda s, r, w, u, t: plan_gang(
+                s, r, waited_seconds=w, uplink_load=u, typical_gang_gpus=t, cost_config=told
+            )
+        ), True
     if name in ("tpfabric", "tpfabric-report", "tpfabric-weighed"):
         return (
             lambda s, r, w, u, t: plan_gang(
@@ -558,7 +571,7 @@ def run_placers(
     runs: dict[str, SimRun] = {}
     serving = any(is_serving(job.name) for job in trace)
     for name in policies:
-        place, aware = placer(name)
+        place, aware = placer(name, constants)
         started = time.perf_counter()
         try:
             run = simulate(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tpfabric_bench.placement import main
+from tpfabric_bench.placement import main, placer
 from tpfabric_bench.sim.cluster import Cluster, build_cluster
 from tpfabric_bench.sim.constants import (
     BLOCK_CORE_SWEEP,
@@ -108,3 +108,19 @@ def test_the_benchmark_prints_a_table_per_sweep_point_and_writes_every_point(
 def test_the_benchmark_refuses_a_ratio_it_cannot_use(ratios: str) -> None:
     with pytest.raises(SystemExit):
         main(["--oversubscription", ratios, "--scale-nodes", "0"])
+
+
+def test_the_planner_told_the_fabric_plans_with_its_figures() -> None:
+    """``tpfabric-told`` prices plans with the simulated fabric's ratios, as the placer's
+    ``--oversubscription`` does with a real one's; ``tpfabric`` keeps its generic model."""
+    told, aware = placer("tpfabric-told", oversubscribed(DEFAULT_CONSTANTS, leaf_spine=3))
+    generic, _ = placer("tpfabric", oversubscribed(DEFAULT_CONSTANTS, leaf_spine=3))
+    assert aware
+    snapshot = two_blocks().snapshot.copy()
+    request = a_job(6).request()  # spans two leaves of four
+    priced = told(snapshot, request, 0.0, None, None)
+    plain = generic(snapshot, request, 0.0, None, None)
+    assert isinstance(priced, GangPlan)
+    assert isinstance(plain, GangPlan)
+    assert priced.leaves_spanned == plain.leaves_spanned == 2
+    assert priced.cost.best_s > plain.cost.best_s  # its spine uplinks are 3:1 there
