@@ -62,6 +62,8 @@ class Mover:
     placement: dict[str, Any]
     #: the engine's request for the whole gang (None with no degraded node)
     request: GangRequest | None
+    #: the least rate its degraded nodes keep, as the fabric agent measured it (None: unmeasured)
+    kept: float | None = None
 
 
 def movers(
@@ -104,8 +106,18 @@ def movers(
         if not degraded and not placement.get("healthyRoom"):
             continue
         request = request_of(job, pods[0], placement) if degraded else None
-        found.append(Mover(job, pods, degraded, placement, request))
+        found.append(Mover(job, pods, degraded, placement, request, _kept(store, degraded)))
     return found
+
+
+def _kept(store: ClusterStore, nodes: Iterable[str]) -> float | None:
+    """Return the least rate the ``nodes`` of ``store`` keep, as measured (None: unmeasured)."""
+    measured = [
+        record.kept
+        for name in nodes
+        if (record := store.nodes.get(name)) is not None and record.kept is not None
+    ]
+    return min(measured) if measured else None
 
 
 def degraded_nodes_of(store: ClusterStore) -> frozenset[str]:
@@ -140,12 +152,12 @@ def gain_of(
     topology: ClusterTopology,
     mover: Mover,
     plan: GangPlan,
-    kept: float | None,
     config: CostModelConfig = DEFAULT_COST,
 ) -> MoveGain | None:
     """Return how much faster ``mover``'s gang would run on ``plan`` than where it runs, its
-    degraded nodes keeping ``kept`` of their rate (None: the cost model's factor); None when
-    where it runs is not known (a plan without nodes, a node gone from the topology)."""
+    degraded nodes keeping what they were measured to keep (unmeasured: the cost model's
+    factor); None when where it runs is not known (a plan without nodes, a node gone from the
+    topology)."""
     index_of = topology.index_of
     here = [index_of.get(str(n)) for n in mover.placement.get("nodes") or ()]
     there = [index_of.get(n) for n in plan.nodes_by_rank]
@@ -157,7 +169,7 @@ def gain_of(
         [i for i in there if i is not None],
         plan.gpus_per_worker,
         degraded=frozenset(index_of[n] for n in mover.degraded if n in index_of),
-        kept=kept,
+        kept=mover.kept,
         config=config,
     )
 

@@ -460,19 +460,8 @@ class GangPlacer:
             return None
         gain = None
         if isinstance(result, GangPlan):
-            gain = healthy_room.gain_of(
-                cycle.snapshot.topology, mover, result, self._kept(mover.degraded), self.cost
-            )
+            gain = healthy_room.gain_of(cycle.snapshot.topology, mover, result, self.cost)
         return healthy_room.answer(result, mover.degraded, now, gain)
-
-    def _kept(self, nodes: Iterable[str]) -> float | None:
-        """Return the least rate the degraded ``nodes`` keep, as measured (None: unmeasured)."""
-        measured = [
-            record.kept
-            for name in nodes
-            if (record := self.store.nodes.get(name)) is not None and record.kept is not None
-        ]
-        return min(measured) if measured else None
 
     def _write_room(self, mover: healthy_room.Mover, room: dict[str, Any] | None) -> None:
         job = mover.job

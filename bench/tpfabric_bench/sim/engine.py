@@ -16,10 +16,10 @@ restart-elsewhere``) such a job is instead planned again at once, by the same pl
 if the new plan avoids every node degraded by a fault and runs its collectives faster than
 where it runs, as the placer judges it (:func:`~tpfabric_core.placement.move_gain.move_gain`):
 it redoes the steps since its last checkpoint and makes no progress for the restore time (its
-flows keep their load meanwhile). If
-no such plan exists it keeps running slow, and is planned again after every later event while
-no gang waits in the queue (what frees is the queue's first, as the placer offers room on a
-later look only while no gang waits) until it moves or no longer runs on a faulty node. With
+flows keep their load meanwhile). If no such plan exists it keeps running slow, and is planned
+again after every later event while no gang waits in the queue (what frees is the queue's
+first, as the placer offers room on a later look only while no gang waits) until it moves or
+no longer runs on a faulty node. With
 a :class:`~tpfabric_bench.sim.faults.RestartRule` of kind ``weighed`` the job is first re-timed
 where it is and restarted only if :func:`~tpfabric_core.fabric.restart_rule.weigh_restart`
 (the operator's ``restart-when-it-pays``, with what the operator knows: half a checkpoint
