@@ -593,15 +593,21 @@ def mask_gpu_procfs(tree: HostTree, keep_minors: tuple[int, ...]) -> HostTree:
 VMBUS_PREFIX = "LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00"
 
 
+# The GPUs' PCI domains on an ND H100 v5, as Azure's own topology file (ndv5-topo.xml) has them.
+NDV5_GPU_DOMAINS = ("0001", "0002", "0003", "0008", "0009", "000a", "000b", "000c")
+NDV5_LINK = ("32.0 GT/s PCIe", "16")
+
+
 def azure_nd_h100_v5(root: Path) -> HostTree:
-    """Return an Azure ND H100 v5 VM: 8 GPUs (domains 0001-0008) and 8 InfiniBand VFs
-    ``mlx5_ib0..7`` (domains 0101-0108) on VMBus, four of each per NUMA node."""
+    """Return an Azure ND H100 v5 VM: 8 GPUs (domains 0001-0003, 0008-000c) and 8 InfiniBand VFs
+    ``mlx5_ib0..7`` (domains 0101-0108) on VMBus, four of each per NUMA node, every function
+    reporting a PCIe Gen5 x16 link."""
     tree = HostTree(root)
     tree.nvidia_driver(open_module=False, kernel="5.15.0-1061-azure")
     tree.interface("eth0", default_route=True)
     for index in range(8):
         numa = 0 if index < 4 else 1
-        gpu_domain = f"{index + 1:04x}"
+        gpu_domain = NDV5_GPU_DOMAINS[index]
         tree.gpu(
             f"{gpu_domain}:00:00.0",
             (),
@@ -622,6 +628,10 @@ def azure_nd_h100_v5(root: Path) -> HostTree:
             uverbs=index,
             device_id="0x101e",  # ConnectX-7 virtual function
         )
+        for bdf in (f"{gpu_domain}:00:00.0", f"{nic_domain}:00:00.0"):
+            device = (root / "sys" / "bus" / "pci" / "devices" / bdf).resolve()
+            _write(device / "max_link_speed", NDV5_LINK[0])
+            _write(device / "max_link_width", NDV5_LINK[1])
     return tree.rdma_cm().peermem().capabilities(CAPS_IPC_LOCK)
 
 
