@@ -81,8 +81,7 @@ class InfinibandContract(_Model):
         for index, level in enumerate(self.adaptive_routing_service_levels):
             if not 0 <= level <= 15:
                 raise ValueError(
-                    f"adaptiveRoutingServiceLevels[{index}]: {level} is not a service level "
-                    "(0-15)"
+                    f"adaptiveRoutingServiceLevels[{index}]: {level} is not a service level (0-15)"
                 )
         return self
 
@@ -213,8 +212,10 @@ class FabricProfile(_Model):
                 f"roce: traffic classes declared for linkLayer {self.link_layer or 'unset'}; "
                 "set linkLayer: roce, or remove them"
             )
-        if self.link_layer == "roce" and self.roce.fifo_traffic_class is not None and (
-            self.roce.traffic_class is None
+        if (
+            self.link_layer == "roce"
+            and self.roce.fifo_traffic_class is not None
+            and (self.roce.traffic_class is None)
         ):
             raise ValueError("roce.fifoTrafficClass given without roce.trafficClass; set both")
         return self
