@@ -47,6 +47,7 @@ __all__ = [
     "init_argument",
     "parse_fabric_profile",
     "values_schema",
+    "with_values_schema",
 ]
 
 LINK_LAYERS = ("infiniband", "roce")
@@ -319,3 +320,24 @@ def values_schema() -> dict[str, Any]:
         "additionalProperties": False,
         "properties": {"profile": profile},
     }
+
+
+def with_values_schema(chart_schema_text: str) -> str:
+    """Return the chart's ``values.schema.json`` text with its ``fabric`` property generated
+    from :class:`FabricProfile` (placed before ``scheduler`` when new); the rest is unchanged."""
+    schema = json.loads(chart_schema_text)
+    properties: dict[str, Any] = schema["properties"]
+    fragment = values_schema()
+    fragment["description"] = "The fabric's contract; see fabric.profile."
+    if "fabric" not in properties:
+        reordered: dict[str, Any] = {}
+        for key, value in properties.items():
+            if key == "scheduler":
+                reordered["fabric"] = fragment
+            reordered[key] = value
+        reordered.setdefault("fabric", fragment)
+        properties = reordered
+    else:
+        properties["fabric"] = fragment
+    schema["properties"] = properties
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
