@@ -32,10 +32,7 @@ RAIL_PLANE_SINCE: NcclVersion = (2, 30, 7)
 """The first public NCCL whose ``NCCL_IB_HCA`` parser reads ``<hca>:<port>:<rail>:<plane>``
 (``parseStringList`` in ``src/misc/utils.cc``; 2.30.4 reads ``<hca>:<port>`` only)."""
 
-KEY_SINCE: dict[str, NcclVersion] = {
-    "NCCL_IB_FIFO_TC": (2, 22, 3),
-    "NCCL_CONF_FILE": (2, 23, 4),
-}
+KEY_SINCE: dict[str, NcclVersion] = {"NCCL_IB_FIFO_TC": (2, 22, 3)}
 """Keys newer than :data:`FLOOR`; every other key written is known to the floor."""
 
 

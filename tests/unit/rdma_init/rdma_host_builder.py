@@ -846,3 +846,63 @@ def add_virtual_function(root: Path, pf_bdf: str, name: str, uverbs: int) -> Pat
     _write(port / "link_layer", "InfiniBand")
     _write(root / "sys" / "class" / "infiniband_verbs" / f"uverbs{uverbs}" / "ibdev", name)
     return vf
+
+
+def sriov_vf_pod(root: Path) -> HostTree:
+    """Return a RoCE host whose pod holds SR-IOV virtual functions (the SR-IOV device plugin's
+    layout): 2 GPUs, each beside a ConnectX-7 PF (the host's, not in the pod) whose VF
+    ``mlx5_<2+i>`` is the pod's, with the pod's GID on its Multus interface ``net<i+1>``."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=True, kernel="6.8.0-45-generic")
+    tree.interface("eth0", default_route=True).interface("net1").interface("net2")
+    for index in range(2):
+        base = 0x40 + index * 0x40
+        root_complex = f"pci0000:{base:02x}"
+        switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+        tree.gpu(
+            f"0000:{base + 3:02x}:00.0",
+            (*switch, f"0000:{base + 2:02x}:00.0"),
+            root_complex=root_complex,
+            numa=index,
+            procfs=True,
+            minor=index,
+        )
+        pf_bdf = f"0000:{base + 4:02x}:00.0"
+        tree.hca(
+            f"mlx5_{index}",
+            pf_bdf,
+            (*switch, f"0000:{base + 2:02x}:01.0"),
+            root_complex=root_complex,
+            numa=index,
+            uverbs=index,
+            link_layer="Ethernet",
+            gids=((ipv4_gid(f"10.0.{index}.5"), "RoCE v2", f"ens{index}f0np0"),),
+            dev_node=False,
+        )
+        vf_bdf = f"0000:{base + 4:02x}:00.2"
+        vf = tree.pci_device(
+            vf_bdf,
+            (*switch, f"0000:{base + 2:02x}:01.0"),
+            root_complex=root_complex,
+            numa=index,
+            vendor="0x15b3",
+            pci_class="0x020700",
+        )
+        _link(vf / "physfn", (root / "sys" / "bus" / "pci" / "devices" / pf_bdf).resolve())
+        tree.hca(
+            f"mlx5_{index + 2}",
+            vf_bdf,
+            (*switch, f"0000:{base + 2:02x}:01.0"),
+            root_complex=root_complex,
+            numa=index,
+            uverbs=index + 2,
+            link_layer="Ethernet",
+            gids=(
+                (link_local_gid(0x200 + index), "IB/RoCE v1", f"net{index + 1}"),
+                (link_local_gid(0x200 + index), "RoCE v2", f"net{index + 1}"),
+                (ipv4_gid(f"10.77.{index}.9"), "IB/RoCE v1", f"net{index + 1}"),
+                (ipv4_gid(f"10.77.{index}.9"), "RoCE v2", f"net{index + 1}"),
+            ),
+            device_id="0x101e",
+        )
+    return tree.rdma_cm().peermem().capabilities(CAPS_IPC_LOCK)
