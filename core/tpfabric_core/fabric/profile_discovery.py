@@ -89,8 +89,9 @@ def _pfc_priorities(lines: list[str], source: str) -> list[int]:
         if line.strip().startswith("enabled") and index and "priority" in lines[index - 1]:
             flags = line.split()[1:]
             if len(flags) != 8 or any(flag not in ("0", "1") for flag in flags):
-                raise InputError(f"{source}:{index + 1}", f"PFC line {line.strip()!r} is not "
-                                 "8 flags", "give the output of mlnx_qos -i <if> unchanged")  # fmt: skip
+                where = f"{source}:{index + 1}"
+                problem = f"PFC line {line.strip()!r} is not 8 flags"
+                raise InputError(where, problem, "give the output of mlnx_qos -i <if> unchanged")
             return [priority for priority, flag in enumerate(flags) if flag == "1"]
     raise InputError(source, "no 'PFC configuration' block", "give the output of mlnx_qos -i <if>")
 
@@ -137,8 +138,6 @@ def from_mlnx_qos(text: str, source: str, dscp: int | None = None) -> Discovered
         found.profile["roce"] = roce
         return found
     roce.update({"trafficClass": chosen << 2, "dscp": chosen, "pfcPriority": priority})
-    found.notes.append(
-        f"DSCP {chosen} -> priority {priority} (PFC on): trafficClass {chosen << 2}"
-    )
+    found.notes.append(f"DSCP {chosen} -> priority {priority} (PFC on): trafficClass {chosen << 2}")
     found.profile["roce"] = roce
     return found
