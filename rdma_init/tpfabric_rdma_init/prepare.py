@@ -618,8 +618,9 @@ def _nccl_version(
     if library is not None:
         return parse_version(library.version), f"the shipped library ({library.source})"
     if main is not None and main.nccl_version:
-        return parse_version(main.nccl_version), "the job (tpfabric.io/nccl-version or env "
-        "NCCL_VERSION)"
+        return parse_version(main.nccl_version), (
+            "the job (tpfabric.io/nccl-version or env NCCL_VERSION)"
+        )
     return None, "unknown: the image's own NCCL (set annotation tpfabric.io/nccl-version)"
 
 

@@ -517,23 +517,30 @@ class PodView:
         return self
 
 
+def _gpu_below_switch(tree: HostTree, index: int) -> tuple[int, str, tuple[str, str]]:
+    """Add GPU ``index`` (NUMA node ``index``) below a PCIe switch of its own root complex and
+    return (its bus base, the root complex, the switch's two bridges) for the NIC beside it."""
+    base = 0x40 + index * 0x40
+    root_complex = f"pci0000:{base:02x}"
+    switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+    tree.gpu(
+        f"0000:{base + 3:02x}:00.0",
+        (*switch, f"0000:{base + 2:02x}:00.0"),
+        root_complex=root_complex,
+        numa=index,
+        procfs=True,
+        minor=index,
+    )
+    return base, root_complex, switch
+
+
 def _roce_host(root: Path, gids_of: Callable[[int, str], list[tuple[str, ...]]]) -> HostTree:
     """Return a RoCE v2 host with two GPU/HCA pairs, each pair on its own PCIe switch and NUMA
     node; ``gids_of(index, host netdev)`` gives rail ``index``'s GID table."""
     tree = HostTree(root)
     tree.nvidia_driver(open_module=True, kernel="6.8.0-45-generic")
     for index in range(2):
-        base = 0x40 + index * 0x40
-        root_complex = f"pci0000:{base:02x}"
-        switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
-        tree.gpu(
-            f"0000:{base + 3:02x}:00.0",
-            (*switch, f"0000:{base + 2:02x}:00.0"),
-            root_complex=root_complex,
-            numa=index,
-            procfs=True,
-            minor=index,
-        )
+        base, root_complex, switch = _gpu_below_switch(tree, index)
         host_dev = f"ens{index}f0np0"
         tree.hca(
             f"mlx5_{index}",
@@ -856,17 +863,7 @@ def sriov_vf_pod(root: Path) -> HostTree:
     tree.nvidia_driver(open_module=True, kernel="6.8.0-45-generic")
     tree.interface("eth0", default_route=True).interface("net1").interface("net2")
     for index in range(2):
-        base = 0x40 + index * 0x40
-        root_complex = f"pci0000:{base:02x}"
-        switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
-        tree.gpu(
-            f"0000:{base + 3:02x}:00.0",
-            (*switch, f"0000:{base + 2:02x}:00.0"),
-            root_complex=root_complex,
-            numa=index,
-            procfs=True,
-            minor=index,
-        )
+        base, root_complex, switch = _gpu_below_switch(tree, index)
         pf_bdf = f"0000:{base + 4:02x}:00.0"
         tree.hca(
             f"mlx5_{index}",
