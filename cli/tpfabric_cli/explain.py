@@ -539,6 +539,18 @@ def _context_namespace(kubeconfig: Path | None) -> str:
     return str(((active or {}).get("context") or {}).get("namespace") or "default")
 
 
+def _nccl_views(
+    kubeconfig: Path | None, pods: Sequence[Mapping[str, Any]], obj: Mapping[str, Any]
+) -> list[Any]:
+    """Return each pod's NCCL view (:mod:`tpfabric_cli.nccl_view`), read through the exec API."""
+    from tpfabric_cli.kube_nodes import node_api  # noqa: PLC0415
+    from tpfabric_cli.nccl_view import read_nccl_views  # noqa: PLC0415
+
+    kind = JobKind.GANG if obj.get("kind") == _kind_info(JobKind.GANG).kind else JobKind.TPJ
+    with node_api(kubeconfig) as core:
+        return read_nccl_views(core, pods, _kind_info(kind).rank_label)
+
+
 # -- the command ---------------------------------------------------------------------------------
 
 
@@ -578,6 +590,15 @@ def explain_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the same facts as JSON (for scripts).")
     ] = False,
+    nccl: Annotated[
+        bool,
+        typer.Option(
+            "--nccl",
+            help="Also read each running pod's NCCL topology dump and rdma-init report (exec "
+            "API: needs create on pods/exec) and say per GPU whether NCCL attached it to the "
+            "planned NIC.",
+        ),
+    ] = False,
 ) -> None:
     """Explain one job's placement: the plan and its reasons (the placer's words), each rank's
     planned and bound node with its leaf, spine, rails and health, and why a waiting job waits."""
@@ -588,10 +609,18 @@ def explain_command(
     obj, pods = read_subject(kubeconfig, namespace, name, kind)
     nodes = discover(Sources(cluster=True, kubeconfig=kubeconfig))
     explanation = explain_object(obj, pods, nodes.labels, nodes.health)
+    views = _nccl_views(kubeconfig, pods, obj) if nccl else None
     if as_json:
-        typer.echo(json.dumps(explanation.document(), indent=2))
+        document = explanation.document()
+        if views is not None:
+            document["nccl"] = [view.document() for view in views]
+        typer.echo(json.dumps(document, indent=2))
     else:
         print_explanation(explanation, out)
+        if views is not None:
+            from tpfabric_cli.nccl_view import print_nccl_views  # noqa: PLC0415
+
+            print_nccl_views(views, out)
     if picture is not None:
         draw_explanation(explanation, domain_tree(nodes), picture)
         err.print(f"wrote {escape(str(picture))}")

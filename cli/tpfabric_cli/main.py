@@ -125,7 +125,8 @@ def crds_generate(
         bool, typer.Option(help="Only check that the files are current; exit 1 when stale.")
     ] = False,
 ) -> None:
-    """Write the CRDs (TensorParallelJob, Gang) generated from the pydantic models."""
+    """Write the CRDs (TensorParallelJob, Gang) and the chart's fabric.profile schema generated
+    from the pydantic models."""
     from tpfabric_core.api.crd import crd_files  # noqa: PLC0415
 
     stale = False
@@ -143,6 +144,18 @@ def crds_generate(
             folder.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             console.print(f"wrote {path}")
+    if out is None:  # the chart's fabric.profile schema comes from the same kind of model
+        from tpfabric_core.fabric_profile import with_values_schema  # noqa: PLC0415
+
+        values_schema = _REPO / "charts" / "tpfabric" / "values.schema.json"
+        current = values_schema.read_text()
+        wanted = with_values_schema(current)
+        if check and current != wanted:
+            err_console.print(f"{values_schema} is stale: run `tpfabric crds generate`")
+            stale = True
+        elif not check:
+            values_schema.write_text(wanted)
+            console.print(f"wrote {values_schema} (fabric.profile)")
     if out is None:  # the reference is generated beside the repo's CRD
         from tpfabric_core.api.reference import render_reference  # noqa: PLC0415
 

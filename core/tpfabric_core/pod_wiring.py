@@ -15,10 +15,12 @@ from typing import Any
 
 __all__ = [
     "CUDA_MAJOR_ANNOTATION",
+    "FABRIC_ENV",
     "GPU_RESOURCE",
     "INIT_CONTAINER",
     "NCCL_CONF_ENV",
     "NCCL_LIBRARY_ANNOTATION",
+    "NCCL_VERSION_ANNOTATION",
     "PODINFO_MOUNT",
     "SHARED_MOUNT",
     "USER_NCCL_CONF",
@@ -34,6 +36,9 @@ PODINFO_MOUNT = "/etc/podinfo"
 INIT_CONTAINER = "rdma-init"
 NCCL_LIBRARY_ANNOTATION = "tpfabric.io/nccl-library"
 CUDA_MAJOR_ANNOTATION = "tpfabric.io/cuda-major"
+#: The image's NCCL version (``2.27.3``), where the job knows it: rdma-init then writes the keys
+#: that NCCL reads and no newer ones (env ``NCCL_VERSION`` in the template says the same).
+NCCL_VERSION_ANNOTATION = "tpfabric.io/nccl-version"
 #: Where NCCL < 2.23 finds a user's config (``$HOME/.nccl.conf``, root's home): the one file that
 #: ``NCCL_CONF_FILE`` replaces in NCCL >= 2.23.4. The image's ``/etc/nccl.conf`` is never covered:
 #: NCCL reads it after ours for the keys still unset (a cloud image's net-plugin settings).
@@ -41,6 +46,15 @@ USER_NCCL_CONF = "/root/.nccl.conf"
 #: the NCCL config the init container writes, for NCCL >= 2.23.4
 NCCL_CONF_ENV = {"name": "NCCL_CONF_FILE", "value": f"{SHARED_MOUNT}/nccl.conf"}
 NCCL_ENV_FACTS = ("NCCL_NET", "NCCL_NET_PLUGIN")
+#: Every container's share of the transports that are not NCCL: ``fabric.env`` (UCX, NVSHMEM,
+#: Gloo, TensorPipe, vLLM) sourced by every bash (``BASH_ENV``) and interactive sh (``ENV``),
+#: and the pod's IP from the downward API for vLLM's host and NIXL side channel. The
+#: container's own values win: they replace these, and fabric.env only fills unset variables.
+FABRIC_ENV: tuple[dict[str, Any], ...] = (
+    {"name": "BASH_ENV", "value": f"{SHARED_MOUNT}/fabric.env"},
+    {"name": "ENV", "value": f"{SHARED_MOUNT}/fabric.env"},
+    {"name": "TPFABRIC_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+)
 _SHARED_VOLUME = "tpfabric-shared"
 _PODINFO_VOLUME = "tpfabric-podinfo"
 
@@ -57,6 +71,8 @@ class RdmaWiring:
     nccl_overrides: Mapping[str, str] = field(default_factory=dict)
     #: the pod template's annotations (the NCCL library mode, the CUDA major version)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    #: the fabric's contract as rdma-init reads it (``tpfabric_core.fabric_profile``), or None
+    fabric_profile: str | None = None
 
 
 def library_mode(annotations: Mapping[str, Any]) -> str:
@@ -122,6 +138,16 @@ def _main_container_facts(
     }
     if nccl_env:  # a net plugin (EFA, TCPX/TCPXO, gIB): the init container writes no NCCL_NET
         facts["ncclEnv"] = nccl_env
+    version = str(annotations.get(NCCL_VERSION_ANNOTATION) or "") or next(
+        (
+            str(e.get("value") or "")
+            for e in container.get("env") or []
+            if e.get("name") == "NCCL_VERSION"
+        ),
+        "",
+    )
+    if version:
+        facts["ncclVersion"] = version
     return facts
 
 
@@ -145,6 +171,8 @@ def _init_container(wiring: RdmaWiring, main_facts: dict[str, Any]) -> dict[str,
     ]
     if wiring.nccl_overrides:
         args.append(f"--nccl-overrides={json.dumps(dict(wiring.nccl_overrides), sort_keys=True)}")
+    if wiring.fabric_profile:
+        args.append(f"--fabric-profile={wiring.fabric_profile}")
     # The same devices as the main container: the kubelet hands them on to it.
     limits = {GPU_RESOURCE: str(wiring.gpus)} if wiring.gpus else {}
     if wiring.rdma_count:
@@ -187,7 +215,7 @@ def wire_rdma(
                 "readOnly": True,
             },
         ]
-        merged = _merge_env(container.get("env") or [], env)
+        merged = _merge_env(container.get("env") or [], [*env, *json.loads(json.dumps(FABRIC_ENV))])
         containers.append(
             _with_ipc_lock(
                 {

@@ -409,6 +409,51 @@ done
 hca=$HCA
 echo "HCA of the job: $hca" >&2
 
+# NCCL's own view, as explain --nccl reads it: a topology dump written where NCCL writes it
+# (NCCL_TOPO_DUMP_FILE in the pod's nccl.conf), in NCCL's schema, one switch per GPU/NIC pair of
+# rdma-init's report (no NCCL runs here); explain reads it through the exec API and must read
+# every GPU of it, and find each on its planned NIC where the pairing planned one (kind's fake
+# nodes have no GPU, so the pairing is empty there and only the read path is proven).
+# fabric.env must reach a bash in the main container.
+log "checking fabric.env and tpfabric explain --nccl against a dump where NCCL writes it"
+for pod in $(kubectl -n "$JOB_NAMESPACE" get pods -l "tpfabric.io/job-name=$JOB" -o name); do
+  # shellcheck disable=SC2016 # expanded in the container
+  ucx=$(kubectl -n "$JOB_NAMESPACE" exec "$pod" -c worker -- bash -c 'echo "$UCX_NET_DEVICES"')
+  [[ -n $ucx ]] || die "$pod: bash in the main container did not source fabric.env (BASH_ENV)"
+  # shellcheck disable=SC2016 # expanded in the container
+  kubectl -n "$JOB_NAMESPACE" exec "$pod" -c worker -- python3 -c '
+import json, re
+conf = open("/tpfabric/nccl.conf").read()
+dump = re.search(r"^NCCL_TOPO_DUMP_FILE=(.*)$", conf, re.M).group(1)
+fabric = json.load(open("/tpfabric/rdma-init-report.json"))["fabric"]
+# kind has no GPU: then one made-up GPU beside each rail (nothing is planned for it)
+pairs = fabric["pairs"] or [
+    {"gpu": f"0000:{0x10 + r['rail']:02x}:00.0", "hca": r["hca"], "port": r["port"]}
+    for r in fabric["rails"]
+]
+rows = []
+for dev, pair in enumerate(pairs):
+    rows.append(f"""<pci busid="ffff:ff:{dev + 1:02x}.0" class="0x060400">
+<pci busid="{pair["gpu"]}" class="0x030200"><gpu dev="{dev}" rank="{dev}" sm="90"/></pci>
+<pci busid="0000:{dev + 0x80:02x}:00.0" class="0x020700"><nic>
+<net name="{pair["hca"]}" dev="{dev}" port="{pair["port"]}"/></nic></pci></pci>""")
+open(dump, "w").write("<system version=\"1\"><cpu numaid=\"0\">" + "".join(rows) + "</cpu></system>")
+'
+done
+explained=$("$TPFABRIC" explain "$JOB" -n "$JOB_NAMESPACE" --kind tpj --nccl --json) \
+  || die "tpfabric explain --nccl failed"
+"$PYTHON" -c '
+import json, sys
+views = json.load(sys.stdin)["nccl"]
+assert views, "explain --nccl read no pod"
+for view in views:
+    assert view["unreadable"] is None, view
+    assert view["gpus"], view
+    planned = [gpu for gpu in view["gpus"] if gpu["plannedNics"]]
+    assert all(gpu["agrees"] for gpu in planned), view
+print(f"explain --nccl read {len(views)} pods dumps", file=sys.stderr)
+' <<<"$explained" || die "explain --nccl disagrees with the pairing: $explained"
+
 # The two LWS groups need both leaves: the job goes first, checked gone before the LWS comes.
 log "deleting the job (its pods and Service go): the LWS's two groups need both leaves"
 kubectl -n "$JOB_NAMESPACE" delete tpj "$JOB" --wait=true --timeout=120s

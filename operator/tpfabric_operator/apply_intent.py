@@ -29,7 +29,7 @@ from tpfabric_operator.job_state import Intent, Memory, WorkerPod
 from tpfabric_operator.kueue_podsets import PodSetInfo
 from tpfabric_operator.operator_state import OperatorState
 from tpfabric_operator.pod_cache import owner_uid
-from tpfabric_operator.settings import CREATE_CONCURRENCY, INIT_IMAGE
+from tpfabric_operator.settings import CREATE_CONCURRENCY, FABRIC_PROFILE, INIT_IMAGE
 
 __all__ = ["apply_intent", "create_pods", "ensure_service"]
 
@@ -44,7 +44,15 @@ def _worker_manifests(
     namespace, name = body.meta["namespace"], body.meta["name"]
     manifests = []
     for index in intent.create:
-        manifest = worker_pod(job, name, namespace, index, INIT_IMAGE, attempt=intent.attempt)
+        manifest = worker_pod(
+            job,
+            name,
+            namespace,
+            index,
+            INIT_IMAGE,
+            attempt=intent.attempt,
+            fabric_profile=FABRIC_PROFILE,
+        )
         if admitted is not None:
             manifest = admitted.apply(manifest)
         kopf.adopt(manifest, owner=body)

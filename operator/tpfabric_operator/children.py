@@ -167,8 +167,10 @@ def worker_pod(
     init_image: str,
     *,
     attempt: int = 0,
+    fabric_profile: str | None = None,
 ) -> dict[str, Any]:
-    """Return the gated pod of worker ``index``: the template plus rank env, RDMA wiring, gate."""
+    """Return the gated pod of worker ``index``: the template plus rank env, RDMA wiring (with
+    the fabric's contract, ``fabric_profile``: rdma-init's ``--fabric-profile``), gate."""
     template = job.spec.template
     meta = template.metadata or {}
     labels = {
@@ -191,6 +193,7 @@ def worker_pod(
             gpu_direct=job.spec.rdma.gpu_direct,
             nccl_overrides=job.spec.nccl,
             annotations=meta.get("annotations") or {},
+            fabric_profile=fabric_profile,
         ),
         _env(job, name, namespace, index, attempt),
     )

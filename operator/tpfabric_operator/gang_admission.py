@@ -67,6 +67,8 @@ class WebhookSettings:
     #: RDMA devices a pod is given when it names none (0: only on ``tpfabric.io/rdma-count``)
     rdma_count: int = 0
     gpu_direct: str = "preferred"
+    #: the fabric's contract as rdma-init reads it (``tpfabric_core.fabric_profile``), or None
+    fabric_profile: str | None = None
 
 
 def _problems(pod: Mapping[str, Any], member: GangMember, settings: WebhookSettings) -> list[str]:
@@ -140,6 +142,7 @@ def mutate_pod(
         rdma_count=count,
         gpu_direct=str(annotations.get(GPU_DIRECT_ANNOTATION) or settings.gpu_direct),
         annotations=annotations,
+        fabric_profile=settings.fabric_profile,
     )
     spec = wire_rdma({**spec, "containers": containers}, wiring, [dict(NCCL_CONF_ENV)])
     spec["schedulerName"] = settings.scheduler_name

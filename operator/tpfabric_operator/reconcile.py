@@ -48,7 +48,7 @@ from tpfabric_operator.obstacles import not_owned_message, stuck_message, stuck_
 from tpfabric_operator.operator_state import OperatorState
 from tpfabric_operator.pod_cache import JobKey, worker_of
 from tpfabric_operator.queueing import Admission
-from tpfabric_operator.settings import INIT_IMAGE
+from tpfabric_operator.settings import FABRIC_PROFILE, INIT_IMAGE
 
 __all__ = ["JobPods", "reconcile", "reconcile_every_job", "reconcile_woken"]
 
@@ -357,7 +357,9 @@ def _kueue(
         job,
         owned,
         memory=memory,
-        worker=lambda: worker_pod(job, name, namespace, 0, INIT_IMAGE),
+        worker=lambda: worker_pod(
+            job, name, namespace, 0, INIT_IMAGE, fabric_profile=FABRIC_PROFILE
+        ),
         now=now,
     )
 

@@ -14,10 +14,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tpfabric_core.errors import InputError
+from tpfabric_core.fabric_profile import init_argument, parse_fabric_profile
+
 __all__ = [
     "CREATE_CONCURRENCY",
     "DEGRADED_LINK_BANDWIDTH",
     "EXPECTED_REPAIR_SECONDS",
+    "FABRIC_PROFILE",
     "GANG_IDLE_SECONDS",
     "GANG_SYNC_SECONDS",
     "HANDLER_THREADS",
@@ -116,6 +120,13 @@ KNOBS: tuple[Knob, ...] = (
         "30",
         "how long a pod group's record stays after its last pod is gone",
     ),
+    Knob(
+        "TPFABRIC_FABRIC_PROFILE",
+        "",
+        "the fabric's contract as JSON (the chart's fabric.profile): service levels, traffic "
+        "classes, ECMP levels, passed to every worker's rdma-init",
+        str,
+    ),
 )
 
 
@@ -156,3 +167,15 @@ GANG_IDLE_SECONDS = float(_VALUES["TPFABRIC_GANG_IDLE_SECONDS"])
 LOG_LEVEL = str(_VALUES["TPFABRIC_LOG_LEVEL"])
 EXPECTED_REPAIR_SECONDS = float(_VALUES["TPFABRIC_EXPECTED_REPAIR_SECONDS"])
 DEGRADED_LINK_BANDWIDTH = float(_VALUES["TPFABRIC_DEGRADED_LINK_BANDWIDTH"])
+
+
+def fabric_profile(text: str) -> str | None:
+    """Return rdma-init's ``--fabric-profile`` for the operator's profile JSON (None: none
+    declared); SettingsError naming the field and the fix."""
+    try:
+        return init_argument(parse_fabric_profile(text, "TPFABRIC_FABRIC_PROFILE"))
+    except InputError as err:
+        raise SettingsError(str(err)) from None
+
+
+FABRIC_PROFILE = fabric_profile(str(_VALUES["TPFABRIC_FABRIC_PROFILE"]))

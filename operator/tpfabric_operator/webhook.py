@@ -43,6 +43,8 @@ from prometheus_client import (
 )
 
 from tpfabric_core.api import SCHEDULER_NAME
+from tpfabric_core.errors import InputError
+from tpfabric_core.fabric_profile import init_argument, parse_fabric_profile
 from tpfabric_core.gangs import GangSettings
 from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_operator.gang_admission import (
@@ -235,6 +237,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--gpu-direct", choices=("required", "preferred", "disabled"), default="preferred"
     )
     parser.add_argument(
+        "--fabric-profile",
+        default="",
+        help="the fabric's contract as JSON (the chart's fabric.profile), passed to every gang "
+        "pod's rdma-init; a bad field stops the webhook with the field and the fix",
+    )
+    parser.add_argument(
         "--level",
         type=_level,
         action="append",
@@ -262,7 +270,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     certs.add_argument("--webhook-configuration", default="tpfabric-gangs")
     certs.add_argument("--renew-check-seconds", type=float, default=3600.0)
     parser.add_argument("--log-level", default="INFO")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        args.fabric_profile = init_argument(
+            parse_fabric_profile(args.fabric_profile, "--fabric-profile")
+        )
+    except InputError as err:
+        parser.error(str(err))
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -280,6 +295,7 @@ def main(argv: list[str] | None = None) -> None:
         rdma_resource=args.rdma_resource,
         rdma_count=args.rdma_count,
         gpu_direct=args.gpu_direct,
+        fabric_profile=args.fabric_profile,
     )
     keeper = None
     if args.manage_certs:

@@ -71,6 +71,9 @@ class MainContainer:
     cuda_major: int | None = None
     nccl_env: dict[str, str] = field(default_factory=dict)
     """The template's ``NCCL_NET``/``NCCL_NET_PLUGIN`` env: they win over any config file."""
+    nccl_version: str | None = None
+    """The image's NCCL as the job declares it (annotation ``tpfabric.io/nccl-version`` or env
+    ``NCCL_VERSION``); None: unknown."""
 
     def ipc_lock_effective(self) -> bool | None:
         """Return whether CAP_IPC_LOCK lands in the main process's effective set (None unknown)."""

@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env("NCCL_LIBRARY", "shipped"),
         help="shipped: copy NCCL into the shared volume; image: the container's own NCCL",
     )
+    parser.add_argument(
+        "--fabric-profile",
+        default=_env("FABRIC_PROFILE"),
+        help="the fabric's contract as JSON (the chart's fabric.profile): service levels, "
+        "traffic classes, ECMP levels",
+    )
     return parser
 
 
@@ -155,6 +161,7 @@ def options_from_args(args: argparse.Namespace) -> InitOptions:
         main_container=args.main_container,
         visible_devices=args.visible_gpus,
         nccl_library=args.nccl_library,
+        fabric_profile=args.fabric_profile,
     )
 
 
@@ -178,6 +185,14 @@ def _summary(result: InitResult, options: InitOptions) -> str:
             f"({host['memlock_source']}), CAP_IPC_LOCK effective here: {host['cap_ipc_lock']}"
         ),
     ]
+    contract = report["fabric_contract"]
+    if contract["declared"]:
+        lines.append(
+            f"  fabric profile: {contract['link_layer'] or 'no link layer'}, plan level "
+            f"{contract['plan_level'] or 'unknown'}, NCCL {contract['nccl_version']}"
+        )
+        lines += [f"    {key}: {why}" for key, why in contract["written"].items()]
+        lines += [f"    not {key}: {why}" for key, why in contract["not_written"].items()]
     if fabric["pairs"]:
         lines.append("  pairing (GPU -> NIC port: NCCL path type, NUMA, role):")
         lines += [f"    {p['gpu']} -> {p['hca']}:{p['port']}: {p['why']}" for p in fabric["pairs"]]
@@ -195,6 +210,8 @@ def _summary(result: InitResult, options: InitOptions) -> str:
         lines += [f"    {line}" for line in result.conf_text.splitlines()] or [
             "    none: a real run fails and removes any stale nccl.conf"
         ]
+        lines.append("  fabric.env it would write:")
+        lines += [f"    {k}={v}" for k, v in report["fabric_env"]["values"].items()] or ["    none"]
         lines.append(f"  exit code of a real run: {report['exit_code']}")
     else:
         lines += [f"  {key}={value}" for key, value in result.settings.items()]

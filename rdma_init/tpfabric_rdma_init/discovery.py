@@ -94,6 +94,10 @@ class PciLocation:
     numa_node: int | None
     vmbus: bool = False
     """Below a Hyper-V VMBus device (Azure): no PCIe switch is visible, whatever the hardware."""
+    link_speed: str | None = None
+    """``max_link_speed`` as sysfs spells it (``32.0 GT/s PCIe``); None when not readable."""
+    link_width: int | None = None
+    """``max_link_width`` (lanes); None when not readable."""
 
 
 @dataclass(frozen=True)
@@ -294,6 +298,8 @@ def _pci_location(root: Path, device_link: Path) -> PciLocation | None:
         root_complex=parts[start],
         numa_node=numa if numa is not None and numa >= 0 else None,
         vmbus=any(part.upper().startswith("VMBUS") for part in parts[:start]),
+        link_speed=_read(resolved / "max_link_speed"),
+        link_width=_read_int(resolved / "max_link_width"),
     )
 
 

@@ -22,9 +22,10 @@ wins over every file):
 - a net plugin (``NCCL_NET`` other than IB/Socket, or ``NCCL_NET_PLUGIN``, in spec.nccl or the
   main container's env): no ``NCCL_NET`` nor ``NCCL_IB_*`` at all, whatever the policy.
 
-User overrides (a JSON object of ``NCCL_*`` keys from the job's ``spec.nccl``, which is also
-where ``NCCL_IB_TC``/``NCCL_IB_SL`` come from: the CRD has no field of its own) are applied last;
-``null`` removes a key. Pure: builds strings, never writes them (the init program does).
+The fabric's service level, traffic classes and ECMP spreading come from the fabric profile
+(:mod:`~tpfabric_rdma_init.fabric_contract`). User overrides (a JSON object of ``NCCL_*`` keys
+from the job's ``spec.nccl``) are applied last and win over both; ``null`` removes a key. Pure:
+builds strings, never writes them (the init program does).
 """
 
 from __future__ import annotations

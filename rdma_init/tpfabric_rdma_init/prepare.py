@@ -23,8 +23,19 @@ main container mounts the same volume):
   >= 2.23.4) and mounts it as ``/root/.nccl.conf`` (the user file older NCCL reads instead),
   never over the image's ``/etc/nccl.conf``, which NCCL reads after it for the keys still unset;
 - ``nccl.env`` — the same env for images that source it;
-- ``nccl-topo.xml`` — with ``--topology-xml`` only (``NCCL_TOPO_FILE`` then points to it), and
-  never when a GPU or NIC has no PCI switch path to describe (Hyper-V VMBus, no sysfs path);
+- ``fabric.env`` — the transports that are not NCCL (UCX, NVSHMEM, Gloo, TensorPipe, vLLM's host
+  and NIXL side channel; :mod:`~tpfabric_rdma_init.fabric_env`), sourced through ``BASH_ENV``;
+- ``nccl-topo.xml`` — on Hyper-V VMs (VMBus) always, from the pairing
+  (:mod:`~tpfabric_rdma_init.vm_topology`: GPUDirect RDMA needs it there); elsewhere with
+  ``--topology-xml`` only; ``NCCL_TOPO_FILE`` points to it; never when a GPU or NIC has no PCI
+  path at all;
+- ``nccl-topo-dump.xml`` — written by NCCL itself (``NCCL_TOPO_DUMP_FILE``): what it detected,
+  which ``tpfabric explain --nccl`` puts beside the pairing.
+
+The fabric profile (``--fabric-profile``, :mod:`~tpfabric_rdma_init.fabric_contract`) adds the
+fabric's service level, traffic classes and ECMP spreading; every key written has its reason in
+the report (``nccl.reasons``, ``fabric_contract``), and a key the pod's NCCL does not read
+(:mod:`~tpfabric_rdma_init.nccl_versions`) is never written.
 - ``lib/libnccl.so.2`` and ``lib/libnccl-net*.so`` — with ``--nccl-library=shipped`` when a
   library of the main container's CUDA major that the driver can run is in the image.
 
@@ -59,6 +70,21 @@ from tpfabric_rdma_init.checks import (
 )
 from tpfabric_rdma_init.discovery import HostInventory, MemlockProbe, discover_host
 from tpfabric_rdma_init.discovery import read_memlock_limit as _read_memlock_limit
+from tpfabric_rdma_init.fabric_contract import (
+    PLAN_LEVEL_ANNOTATION,
+    TRAFFIC_CLASS_ANNOTATION,
+    ContractSettings,
+    FabricContract,
+    ProfileError,
+    apply_contract,
+    read_profile,
+)
+from tpfabric_rdma_init.fabric_env import (
+    FabricEnv,
+    build_fabric_env,
+    reasons_with_pod_ip,
+    render_fabric_env,
+)
 from tpfabric_rdma_init.nccl_config import (
     OverridesError,
     apply_overrides,
@@ -81,14 +107,18 @@ from tpfabric_rdma_init.nccl_library import (
     install_libraries,
     net_plugin_name,
 )
+from tpfabric_rdma_init.nccl_versions import NcclVersion, parse_version, version_text
+from tpfabric_rdma_init.vm_topology import render_vm_topology
 
 __all__ = [
     "CONF_FILE",
     "ENV_FILE",
+    "FABRIC_ENV_FILE",
     "NETWORK_STATUS_ANNOTATION",
     "POLICIES",
     "RAILS_ANNOTATION",
     "REPORT_FILE",
+    "TOPO_DUMP_FILE",
     "TOPO_FILE",
     "InitOptions",
     "InitResult",
@@ -107,6 +137,8 @@ REPORT_FILE = "rdma-init-report.json"
 CONF_FILE = "nccl.conf"
 ENV_FILE = "nccl.env"
 TOPO_FILE = "nccl-topo.xml"
+TOPO_DUMP_FILE = "nccl-topo-dump.xml"
+FABRIC_ENV_FILE = "fabric.env"
 REPORT_SCHEMA = "tpfabric.io/rdma-init-report/v2"
 NCCL_CONF_FILE_SINCE = (2, 23)
 NCCL_GID_AUTO_SINCE = (2, 21)
@@ -144,6 +176,8 @@ class InitOptions:
     """``NVIDIA_VISIBLE_DEVICES`` of this container: the pod's GPUs."""
     nccl_library: str = "shipped"
     """``shipped``: copy NCCL into the shared volume; ``image``: the container's own NCCL."""
+    fabric_profile: str | None = None
+    """The chart's ``fabric.profile`` as JSON (the operator's or webhook's canonical form)."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +248,7 @@ def parse_main_container(text: str | None) -> MainContainer | None:
         capabilities_add=tuple(str(c) for c in data.get("capabilitiesAdd") or ()),
         cuda_major=int(cuda) if isinstance(cuda, int) else None,
         nccl_env={str(k): str(v) for k, v in (data.get("ncclEnv") or {}).items()},
+        nccl_version=str(data["ncclVersion"]) if data.get("ncclVersion") else None,
     )
 
 
@@ -330,7 +365,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def _remove_stale(shared_dir: Path) -> None:
-    for name in (CONF_FILE, ENV_FILE, TOPO_FILE):
+    for name in (CONF_FILE, ENV_FILE, TOPO_FILE, FABRIC_ENV_FILE):
         (shared_dir / name).unlink(missing_ok=True)
 
 
@@ -476,6 +511,19 @@ def _judge(
     return _Verdict(problems, found, rails, dropped, outcome, transport)
 
 
+@dataclass(frozen=True)
+class _PodFacts:
+    """What the pod says of itself: main container, primary interface, the job's overrides,
+    the fabric's contract and the placer's annotations."""
+
+    main: MainContainer | None
+    primary: str | None
+    overrides: dict[str, str | None]
+    contract: FabricContract
+    plan_level: str | None
+    traffic_class_mode: str | None
+
+
 @dataclass
 class _Written:
     settings: dict[str, str] = field(default_factory=dict)
@@ -483,6 +531,14 @@ class _Written:
     library: NcclLibrary | None = None
     installed: InstalledLibrary | None = None
     conf_text: str = ""
+    reasons: dict[str, str] = field(default_factory=dict)
+    contract: ContractSettings = field(default_factory=ContractSettings)
+    nccl_version: NcclVersion | None = None
+    version_source: str = "unknown"
+    fabric_env: FabricEnv = field(default_factory=FabricEnv)
+    fabric_env_text: str = ""
+    topology: str | None = None
+    """Where NCCL's topology file came from (``vm-pairing``, ``skeleton``), None: none."""
 
 
 def _pci_placed(inventory: HostInventory, selection: FabricSelection) -> str | None:
@@ -490,11 +546,124 @@ def _pci_placed(inventory: HostInventory, selection: FabricSelection) -> str | N
     fabric = set(selection.hcas)
     locations = [gpu.pci for gpu in inventory.gpus]
     locations += [hca.pci for hca in inventory.hcas if hca.name in fabric]
-    if any(pci is not None and pci.vmbus for pci in locations):
-        return "GPUs and NICs on Hyper-V VMBus have no PCIe switch to describe"
     if any(pci is None for pci in locations):
         return "a GPU or NIC has no PCI path in sysfs"
+    if any(pci is not None and pci.vmbus for pci in locations):
+        return "GPUs and NICs on Hyper-V VMBus have no PCIe switch to describe"
     return None
+
+
+def _vm_topology_wanted(
+    inventory: HostInventory, selection: FabricSelection, overrides: dict[str, str | None]
+) -> bool:
+    """Return whether this pod gets a topology file from the pairing: a Hyper-V VM whose GPUs
+    and fabric NICs all have a PCI path, paired, and no NCCL_TOPO_FILE of the job's own."""
+    if overrides.get("NCCL_TOPO_FILE") or not selection.pairs:
+        return False
+    fabric = set(selection.hcas)
+    locations = [gpu.pci for gpu in inventory.gpus]
+    locations += [hca.pci for hca in inventory.hcas if hca.name in fabric]
+    return all(pci is not None for pci in locations) and any(
+        pci is not None and pci.vmbus for pci in locations
+    )
+
+
+_BASE_REASONS = {
+    "NCCL_SOCKET_IFNAME": "the pod's primary interface: bootstrap and the TCP fallback",
+    "NCCL_CROSS_NIC": "rail-aligned: each GPU's traffic stays on its own rail's NIC",
+    "NCCL_IB_GID_INDEX": "the pod's own RoCE v2 GID, at the same index on every rail",
+    "NCCL_IB_ADDR_FAMILY": "the GID index differs between rails: NCCL (>= 2.21) picks per device "
+    "the first RoCE v2 GID of this family, which is the pod's",
+    "NCCL_IB_ROCE_VERSION_NUM": "with NCCL_IB_ADDR_FAMILY: RoCE v2 GIDs only",
+    "NCCL_NET_GDR_LEVEL": "GPUDirect RDMA is not usable: staging through host memory",
+    "NCCL_IB_DISABLE": "TCP sockets: no usable RDMA",
+    "NCCL_NET": "TCP sockets: no usable RDMA",
+    "NCCL_NET_PLUGIN": "the net plugin shipped beside the library",
+    "NCCL_TOPO_DUMP_FILE": "NCCL writes what it detected here; tpfabric explain --nccl puts it "
+    "beside the pairing",
+}
+
+
+def _reasons(
+    settings: dict[str, str], rails: RailAssignment, written: _Written, overridden: set[str]
+) -> dict[str, str]:
+    """Return a reason for every key of ``settings``."""
+    reasons: dict[str, str] = {}
+    for key in settings:
+        if key in overridden:
+            reasons[key] = "spec.nccl (the job's own value)"
+        elif key in written.contract.written:
+            reasons[key] = written.contract.written[key]
+        elif key == "NCCL_IB_HCA":
+            reasons[key] = (
+                f"the pod's {len(rails.endpoints)} fabric port(s) in rail order (rails from the "
+                f"{rails.source}); '=' matches names exactly"
+            )
+        elif key == "NCCL_TOPO_FILE":
+            reasons[key] = (
+                "Hyper-V VM: each GPU and its paired NIC below one virtual switch, so NCCL uses "
+                "GPUDirect RDMA between them"
+                if written.topology == "vm-pairing"
+                else "the PCIe switches and fabric NICs this pod sees (--topology-xml)"
+            )
+        else:
+            reasons[key] = _BASE_REASONS.get(key, "set by tpfabric-rdma-init")
+    return reasons
+
+
+def _nccl_version(
+    library: NcclLibrary | None, main: MainContainer | None
+) -> tuple[NcclVersion | None, str]:
+    """Return the pod's NCCL version and where it comes from."""
+    if library is not None:
+        return parse_version(library.version), f"the shipped library ({library.source})"
+    if main is not None and main.nccl_version:
+        return parse_version(main.nccl_version), (
+            "the job (tpfabric.io/nccl-version or env NCCL_VERSION)"
+        )
+    return None, "unknown: the image's own NCCL (set annotation tpfabric.io/nccl-version)"
+
+
+def _link_layers(inventory: HostInventory, rails: RailAssignment) -> list[str]:
+    return sorted(
+        {port.link_layer for e in rails.endpoints if (port := port_of(inventory, e)) is not None}
+    )
+
+
+def _topology_file(
+    options: InitOptions,
+    *,
+    inventory: HostInventory,
+    selection: FabricSelection,
+    facts: _PodFacts,
+    transport: str,
+    out: _Written,
+    warnings: list[str],
+) -> None:
+    """Write the pod's NCCL topology file where one is due and point NCCL_TOPO_FILE to it."""
+    mount = (options.mount_path or str(options.shared_dir)).rstrip("/") or "/"
+    if transport not in ("ib", "ib-no-gdr"):
+        return
+    if _vm_topology_wanted(inventory, selection, facts.overrides):
+        if not options.report_only:
+            _write(options.shared_dir / TOPO_FILE, render_vm_topology(inventory, selection))
+        out.settings["NCCL_TOPO_FILE"] = f"{mount}/{TOPO_FILE}"
+        out.topology = "vm-pairing"
+        return
+    if not options.topology_xml:
+        return
+    placed = _pci_placed(inventory, selection)
+    if placed is not None:
+        warnings.append(
+            f"{placed}: no NCCL topology file written (NCCL reads the PCI paths itself); give "
+            "the VM image's topology file as spec.nccl NCCL_TOPO_FILE"
+        )
+        return
+    if not options.report_only:
+        xml = render_topology_xml(inventory, selection, gdr=transport == "ib")
+        _write(options.shared_dir / TOPO_FILE, xml)
+    out.settings["NCCL_TOPO_FILE"] = f"{mount}/{TOPO_FILE}"
+    out.topology = "skeleton"
 
 
 def _nccl_files(
@@ -503,15 +672,16 @@ def _nccl_files(
     inventory: HostInventory,
     selection: FabricSelection,
     verdict: _Verdict,
-    context: tuple[MainContainer | None, str | None, dict[str, str | None]],
+    facts: _PodFacts,
     warnings: list[str],
 ) -> _Written:
     """Return what was (or, with --report-only, would be) written for the pod's NCCL."""
-    main, primary, overrides = context
+    main, overrides = facts.main, facts.overrides
     out = _Written()
     mount = (options.mount_path or str(options.shared_dir)).rstrip("/") or "/"
     transport = verdict.transport
-    ifname = socket_interface(inventory, options.socket_ifname, primary)
+    ifname = socket_interface(inventory, options.socket_ifname, facts.primary)
+    gid_override = gid_index_override(overrides)
     settings, config_warnings = build_nccl_settings(
         inventory,
         selection,
@@ -519,7 +689,7 @@ def _nccl_files(
         transport=transport,
         socket_ifname=ifname,
         rails_dropped=bool(verdict.dropped),
-        gid_index=gid_index_override(overrides),
+        gid_index=gid_override,
     )
     warnings.extend(config_warnings)
     out.library = _choose_library(options, inventory, main, warnings)
@@ -529,25 +699,32 @@ def _nccl_files(
             f"NCCL {version} predates per-device GID selection (2.21); "
             "set spec.nccl NCCL_IB_GID_INDEX"
         )
+    out.nccl_version, out.version_source = _nccl_version(out.library, main)
     if out.library is not None and not options.report_only:
         wanted = transport in ("ib", "ib-no-gdr")  # never over the image's own net plugin
         plugins = find_net_plugins(options.net_plugin_dir) if wanted else ()
         out.installed = install_libraries(out.library, plugins, options.shared_dir)
         if plugin := net_plugin_name(plugins):
             settings["NCCL_NET_PLUGIN"] = plugin
-    placed = _pci_placed(inventory, selection)
-    topology = options.topology_xml and transport in ("ib", "ib-no-gdr")
-    if topology and placed is not None:
-        warnings.append(
-            f"{placed}: no NCCL topology file written (NCCL reads the PCI paths itself); give "
-            "the VM image's topology file as spec.nccl NCCL_TOPO_FILE"
-        )
-    elif topology:
-        if not options.report_only:
-            xml = render_topology_xml(inventory, selection, gdr=transport == "ib")
-            _write(options.shared_dir / TOPO_FILE, xml)
-        settings["NCCL_TOPO_FILE"] = f"{mount}/{TOPO_FILE}"
-    out.settings = apply_overrides(settings, overrides)
+    layers = _link_layers(inventory, verdict.rails)
+    out.contract = apply_contract(
+        facts.contract,
+        link_layers=layers,
+        transport=transport,
+        plan_level=facts.plan_level,
+        traffic_class_mode=facts.traffic_class_mode,
+        version=out.nccl_version,
+        rails=verdict.rails,
+        selection=selection,
+    )
+    warnings.extend(out.contract.warnings)
+    settings.update(out.contract.settings)
+    settings["NCCL_TOPO_DUMP_FILE"] = f"{mount}/{TOPO_DUMP_FILE}"
+    out.settings = settings
+    _topology_file(options, inventory=inventory, selection=selection, facts=facts,
+                   transport=transport, out=out, warnings=warnings)  # fmt: skip
+    out.settings = apply_overrides(out.settings, overrides)
+    out.reasons = _reasons(out.settings, verdict.rails, out, {k for k in overrides if overrides[k]})
     comment = f"written by tpfabric-rdma-init: {verdict.outcome}, policy {options.policy}"
     out.conf_text = render_nccl_conf(out.settings, (comment,))
     out.env = {"NCCL_CONF_FILE": f"{mount}/{CONF_FILE}"}
@@ -555,9 +732,21 @@ def _nccl_files(
     if out.library is not None:
         out.env["LD_LIBRARY_PATH"] = f"{mount}/lib"
         lines.append(f"export LD_LIBRARY_PATH={mount}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}")
+    gid = out.settings.get("NCCL_IB_GID_INDEX")
+    out.fabric_env = build_fabric_env(
+        transport=transport,
+        selection=selection,
+        rails=verdict.rails,
+        socket_ifname=ifname,
+        gid_index=int(gid) if gid and gid.isdigit() else None,
+        link_layer=layers[0] if len(layers) == 1 else None,
+        contract=facts.contract,
+    )
+    out.fabric_env_text = render_fabric_env(out.fabric_env, (comment,))
     if not options.report_only:
         _write(options.shared_dir / CONF_FILE, out.conf_text)
         _write(options.shared_dir / ENV_FILE, "\n".join(lines) + "\n")
+        _write(options.shared_dir / FABRIC_ENV_FILE, out.fabric_env_text)
     return out
 
 
@@ -565,6 +754,7 @@ def _collect_problems(
     options: InitOptions,
     *,
     inventory: HostInventory,
+    selection: FabricSelection,
     rails: RailAssignment,
     main: MainContainer | None,
     overrides: dict[str, str | None],
@@ -572,12 +762,11 @@ def _collect_problems(
 ) -> list[Problem]:
     if options.policy == "disabled":
         return []
+    topology = overrides.get("NCCL_TOPO_FILE")
+    if topology is None and _vm_topology_wanted(inventory, selection, overrides):
+        topology = f"{TOPO_FILE} (from the pairing)"
     problems, check_warnings = check_host(
-        inventory,
-        rails.endpoints,
-        options.min_memlock,
-        main,
-        topology_file=overrides.get("NCCL_TOPO_FILE"),
+        inventory, rails.endpoints, options.min_memlock, main, topology_file=topology
     )
     warnings.extend(check_warnings)
     roce = any(
@@ -589,12 +778,16 @@ def _collect_problems(
             inventory, rails.endpoints, gid_index_override(overrides)
         )
         problems.extend(gid_problems)
-        warnings.extend(check_traffic_class(overrides, roce=True)[1])
+        if not read_profile(options.fabric_profile).traffic_class:
+            warnings.extend(check_traffic_class(overrides, roce=True)[1])
     return problems
 
 
-def _checked_overrides(options: InitOptions) -> tuple[dict[str, str | None], dict[str, str]]:
-    """Return (the user's NCCL overrides, their traffic class); raise UsageError on bad options."""
+def _checked_overrides(
+    options: InitOptions,
+) -> tuple[dict[str, str | None], dict[str, str], FabricContract]:
+    """Return (the user's NCCL overrides, their traffic class, the fabric's contract); raise
+    UsageError on bad options."""
     if options.policy not in POLICIES:
         raise UsageError(f"--policy {options.policy!r}: choose one of {', '.join(POLICIES)}")
     if options.nccl_library not in LIBRARY_MODES:
@@ -603,14 +796,31 @@ def _checked_overrides(options: InitOptions) -> tuple[dict[str, str | None], dic
         overrides = parse_overrides(options.nccl_overrides)
         traffic, _ = check_traffic_class(overrides, roce=False)
         gid_index_override(overrides)
-    except OverridesError as err:
+        contract = read_profile(options.fabric_profile)
+    except (OverridesError, ProfileError) as err:
         raise UsageError(str(err)) from err
-    return overrides, traffic
+    return overrides, traffic, contract
+
+
+def _contract_report(
+    contract: FabricContract, facts: _PodFacts, written: _Written
+) -> dict[str, Any]:
+    return {
+        "declared": contract != FabricContract(),
+        "link_layer": contract.link_layer or None,
+        "sharp": contract.sharp,
+        "plan_level": facts.plan_level,
+        "traffic_class_mode": facts.traffic_class_mode or "fabric",
+        "nccl_version": version_text(written.nccl_version),
+        "nccl_version_source": written.version_source,
+        "written": written.contract.written,
+        "not_written": written.contract.not_written,
+    }
 
 
 def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limit) -> InitResult:
     """Return the result of discovering, checking and writing the pod's NCCL files."""
-    overrides, traffic = _checked_overrides(options)
+    overrides, traffic, contract = _checked_overrides(options)
     main = parse_main_container(options.main_container)
     if not options.report_only:
         try:
@@ -645,24 +855,32 @@ def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limi
         problems += _collect_problems(
             options,
             inventory=inventory,
+            selection=selection,
             rails=rails,
             main=main,
             overrides=overrides,
             warnings=warnings,
         )
         verdict = _judge(options.policy, problems, rails, warnings)
+    facts = _PodFacts(
+        main=main,
+        primary=primary_interface(network_status),
+        overrides=overrides,
+        contract=contract,
+        plan_level=read_annotation(options.annotations_file, PLAN_LEVEL_ANNOTATION),
+        traffic_class_mode=read_annotation(options.annotations_file, TRAFFIC_CLASS_ANNOTATION),
+    )
     written = _Written()
     if verdict.transport == "none":
         if not options.report_only:
             _remove_stale(options.shared_dir)
     else:
-        context = (main, primary_interface(network_status), overrides)
         written = _nccl_files(
             options,
             inventory=inventory,
             selection=selection,
             verdict=verdict,
-            context=context,
+            facts=facts,
             warnings=warnings,
         )
 
@@ -681,13 +899,23 @@ def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limi
         ),
         "nccl": {
             "settings": written.settings,
+            "reasons": written.reasons,
             "overridden": sorted(overrides),
             "traffic_class": {**traffic, "source": "spec.nccl"} if traffic else None,
             "gdr_level": written.settings.get("NCCL_NET_GDR_LEVEL", "NCCL default"),
             "env": written.env,
             "conf_file": str(options.shared_dir / CONF_FILE) if written.settings else None,
+            "topology_file": written.topology,
             "library_mode": options.nccl_library,
             "library": _library_report(written.library, written.installed),
+        },
+        "fabric_contract": _contract_report(contract, facts, written),
+        "fabric_env": {
+            "values": written.fabric_env.values,
+            "reasons": dict(reasons_with_pod_ip(written.fabric_env))
+            if written.fabric_env_text
+            else {},
+            "file": str(options.shared_dir / FABRIC_ENV_FILE) if written.fabric_env_text else None,
         },
         "main_container": asdict(main) if main else None,
         "host": _inventory_report(inventory),

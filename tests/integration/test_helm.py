@@ -9,6 +9,7 @@ validated here too (server-side dry run), so the kind e2e cannot rot unseen.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -24,8 +25,10 @@ from control_plane_fixtures import CRD_NAMES, FabricFactory, apply_crd, wait_for
 from control_plane_fixtures import run_kubectl as kubectl
 from tpfabric_cli.main import app
 from tpfabric_core.api.crd import crd_name
+from tpfabric_core.fabric_profile import init_argument, parse_fabric_profile
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.toolchain import find_toolchain, pinned_versions
+from tpfabric_operator.webhook import parse_args as webhook_args
 from tpfabric_scheduler.__main__ import parse_args as extender_args
 from tpfabric_scheduler.config import scheduler_configuration
 
@@ -280,6 +283,32 @@ def test_the_fabrics_figures_reach_the_placer_as_flags_it_takes(
     assert dict(cost.background_load) == {"block": 0.25}
 
 
+ROCE_PROFILE = {
+    "linkLayer": "roce",
+    "roce": {"trafficClass": 106, "fifoTrafficClass": 84, "dscp": 26},
+    "ecmp": {"levels": ["spine", "cluster"]},
+}
+
+
+def test_the_fabric_profile_reaches_the_operator_and_the_webhook_as_they_read_it(
+    helm_binary: Path, helm_env: dict[str, str]
+) -> None:
+    values = {"fabric": {"profile": ROCE_PROFILE}, "gangWebhook": {"enabled": True}}
+    done = render(helm_binary, helm_env, values)
+    assert done.returncode == 0, done.stderr
+    deployments = {d["metadata"]["name"]: d for d in documents(done.stdout)
+                   if d["kind"] == "Deployment"}  # fmt: skip
+    operator = deployments["tpfabric-operator"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in operator["env"]}
+    webhook = deployments["tpfabric-gang-webhook"]["spec"]["template"]["spec"]["containers"][0]
+    flag = next(a for a in webhook["args"] if a.startswith("--fabric-profile="))
+    wanted = parse_fabric_profile(json.dumps(ROCE_PROFILE), "values")
+    assert parse_fabric_profile(env["TPFABRIC_FABRIC_PROFILE"], "env") == wanted
+    assert webhook_args(["--cert-dir=/tmp", "--init-image=i", flag]).fabric_profile == (
+        init_argument(wanted)
+    )
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -301,6 +330,22 @@ def test_the_fabrics_figures_reach_the_placer_as_flags_it_takes(
             "at '/scheduler/extender/oversubscription'",
         ),
         ({"operator": {"resources": {"limit": {}}}}, "additional properties 'limit' not allowed"),
+        (
+            {"fabric": {"profile": {"infiniband": {"serviceLevel": 16}}}},
+            "at '/fabric/profile/infiniband/serviceLevel': maximum",
+        ),
+        (
+            {"fabric": {"profile": {"infiniband": {"adaptiveRoutingServiceLevels": [1, 17]}}}},
+            "at '/fabric/profile/infiniband/adaptiveRoutingServiceLevels/1': maximum",
+        ),
+        (
+            {"fabric": {"profile": {"roce": {"trafficClass": 256}}}},
+            "at '/fabric/profile/roce/trafficClass': maximum",
+        ),
+        (
+            {"fabric": {"profile": {"linkLayer": "ethernet"}}},
+            "at '/fabric/profile/linkLayer': value must be one of",
+        ),
     ],
 )
 def test_the_schema_rejects_bad_values_with_their_path(

@@ -342,3 +342,66 @@ def export_command(
         else slurm_tree_from_fabric(shaped)
     )
     typer.echo(format_topology_conf(topology), nl=False)
+
+
+# -- the fabric's contract ----------------------------------------------------------------------
+
+
+@app.command("profile")
+@user_errors
+def profile_command(
+    opensm_conf: Annotated[
+        Path | None,
+        typer.Option("--opensm-conf", metavar="FILE", help="OpenSM/UFM opensm.conf (InfiniBand)."),
+    ] = None,
+    mlnx_qos: Annotated[
+        Path | None,
+        typer.Option(
+            "--mlnx-qos", metavar="FILE", help="Output of `mlnx_qos -i <if>` on a node (RoCE)."
+        ),
+    ] = None,
+    dscp: Annotated[
+        int | None,
+        typer.Option(
+            "--dscp", help="The DSCP RoCE traffic is marked with (several PFC priorities)."
+        ),
+    ] = None,
+    ecmp_level: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ecmp-level",
+            help="A plan level whose gangs cross an ECMP tier (repeatable), e.g. spine.",
+        ),
+    ] = None,
+) -> None:
+    """Print the chart's fabric.profile values read from the fabric's own settings."""
+    from tpfabric_core.fabric.profile_discovery import (  # noqa: PLC0415
+        from_mlnx_qos,
+        from_opensm_conf,
+    )
+    from tpfabric_core.fabric_profile import parse_fabric_profile  # noqa: PLC0415
+
+    if (opensm_conf is None) == (mlnx_qos is None):
+        raise InputError("--opensm-conf/--mlnx-qos", "give exactly one of them",
+                         "--opensm-conf for InfiniBand, --mlnx-qos for RoCE")  # fmt: skip
+    path = opensm_conf or mlnx_qos
+    assert path is not None
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise InputError(str(path), f"cannot read it: {error.strerror}") from error
+    found = (
+        from_opensm_conf(text, str(path))
+        if opensm_conf is not None
+        else from_mlnx_qos(text, str(path), dscp)
+    )
+    if ecmp_level:
+        found.profile["ecmp"] = {"levels": list(ecmp_level)}
+    parse_fabric_profile(json.dumps(found.profile), "the values found")  # a profile the chart takes
+    for note in found.notes:
+        err.print(f"[dim]{escape(note)}[/]")
+    out.print(
+        yaml.safe_dump({"fabric": {"profile": found.profile}}, sort_keys=False).rstrip(),
+        markup=False,
+        highlight=False,
+    )

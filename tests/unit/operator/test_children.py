@@ -36,7 +36,7 @@ def a_job(**spec: Any) -> TensorParallelJob:
 
 
 def env(pod: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
 
 
 def test_a_worker_is_gated_named_by_index_and_scheduled_by_tpfabric() -> None:
@@ -243,3 +243,28 @@ def test_the_service_is_headless_and_publishes_unready_workers() -> None:
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
     assert service["spec"]["selector"] == {"tpfabric.io/job-name": "j"}
+
+
+def test_a_worker_gets_the_fabric_profile_the_fabric_env_and_the_images_nccl_version() -> None:
+    template = {
+        "metadata": {"annotations": {"tpfabric.io/nccl-version": "2.30.7"}},
+        "spec": {
+            "containers": [
+                {"name": "trainer", "image": "img", "env": [{"name": "BASH_ENV", "value": "/x"}]}
+            ]
+        },
+    }
+    profile = '{"linkLayer":"infiniband","infiniband":{"adaptiveRoutingServiceLevels":[1]}}'
+    pod = worker_pod(a_job(template=template), "j", "ns", 0, "init:1", fabric_profile=profile)
+    init = pod["spec"]["initContainers"][0]
+    assert f"--fabric-profile={profile}" in init["args"]
+    assert main_facts(pod)["ncclVersion"] == "2.30.7"
+    values = env(pod)
+    assert values["BASH_ENV"] == "/x"  # the container's own wins
+    assert values["ENV"] == "/tpfabric/fabric.env"
+    assert "TPFABRIC_POD_IP" in values
+
+
+def test_without_a_profile_the_init_container_gets_no_profile_flag() -> None:
+    init = worker_pod(a_job(), "j", "ns", 0, "init:1")["spec"]["initContainers"][0]
+    assert not any(arg.startswith("--fabric-profile") for arg in init["args"])

@@ -186,3 +186,28 @@ def test_a_pod_that_names_a_workload_api_pod_group_is_gated_and_labelled_with_it
     assert wired["metadata"]["labels"][GANG_LABEL] == "llama-pg"
     assert RANK_LABEL not in wired["metadata"]["labels"], "ranked by the operator, in order"
     assert wired["spec"]["schedulingGroup"] == {"podGroupName": "llama-pg"}, "kept"
+
+
+def test_a_gang_pod_gets_the_fabric_profile_and_the_fabric_env() -> None:
+    profile = '{"linkLayer":"roce","roce":{"trafficClass":106}}'
+    settings = WebhookSettings(init_image="rdma-init:dev", fabric_profile=profile)
+    obj = pod(GANG, {RDMA_COUNT_ANNOTATION: "4"})
+    spec = patched(obj, admit(review(obj), settings))["spec"]
+    assert f"--fabric-profile={profile}" in spec["initContainers"][0]["args"]
+    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    assert env["BASH_ENV"]["value"] == env["ENV"]["value"] == "/tpfabric/fabric.env"
+    assert env["TPFABRIC_POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
+def test_the_webhook_refuses_a_bad_fabric_profile_at_start_naming_the_field(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tpfabric_operator.webhook import parse_args  # noqa: PLC0415
+
+    bad = '{"linkLayer": "roce", "roce": {"trafficClass": 300}}'
+    with pytest.raises(SystemExit):
+        parse_args(["--cert-dir=/tmp", "--init-image=i", f"--fabric-profile={bad}"])
+    err = capsys.readouterr().err
+    assert "--fabric-profile: fabric.profile.roce.trafficClass" in err
+    assert "less than or equal to 255" in err
+    assert parse_args(["--cert-dir=/tmp", "--init-image=i"]).fabric_profile is None

@@ -63,3 +63,20 @@ def test_a_number_above_its_greatest_value_is_refused() -> None:
     assert read(knob, {knob.env: "1"}) == 1.0
     with pytest.raises(SettingsError, match=r"TPFABRIC_DEGRADED_LINK_BANDWIDTH='1\.5' is above 1"):
         read(knob, {knob.env: "1.5"})
+
+
+def test_a_bad_fabric_profile_stops_the_operator_with_the_field_and_the_fix() -> None:
+    from tpfabric_operator.settings import fabric_profile  # noqa: PLC0415
+
+    with pytest.raises(SettingsError) as caught:
+        fabric_profile('{"linkLayer": "infiniband", "infiniband": {"serviceLevel": 16}}')
+    assert str(caught.value).startswith(
+        "TPFABRIC_FABRIC_PROFILE: fabric.profile.infiniband.serviceLevel: Input should be less"
+    )
+    assert fabric_profile("") is None
+    assert fabric_profile('{"linkLayer": "roce"}') == (
+        '{"ecmp":{"levels":[],"qpsPerConnection":4,"splitDataOnQps":false},'
+        '"infiniband":{"adaptiveRoutingServiceLevels":[],"serviceLevel":null},'
+        '"linkLayer":"roce","nccl":{"railPlane":true},"roce":{"dscp":null,'
+        '"fifoTrafficClass":null,"pfcPriority":null,"trafficClass":null},"sharp":false}'
+    )

@@ -517,23 +517,30 @@ class PodView:
         return self
 
 
+def _gpu_below_switch(tree: HostTree, index: int) -> tuple[int, str, tuple[str, str]]:
+    """Add GPU ``index`` (NUMA node ``index``) below a PCIe switch of its own root complex and
+    return (its bus base, the root complex, the switch's two bridges) for the NIC beside it."""
+    base = 0x40 + index * 0x40
+    root_complex = f"pci0000:{base:02x}"
+    switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+    tree.gpu(
+        f"0000:{base + 3:02x}:00.0",
+        (*switch, f"0000:{base + 2:02x}:00.0"),
+        root_complex=root_complex,
+        numa=index,
+        procfs=True,
+        minor=index,
+    )
+    return base, root_complex, switch
+
+
 def _roce_host(root: Path, gids_of: Callable[[int, str], list[tuple[str, ...]]]) -> HostTree:
     """Return a RoCE v2 host with two GPU/HCA pairs, each pair on its own PCIe switch and NUMA
     node; ``gids_of(index, host netdev)`` gives rail ``index``'s GID table."""
     tree = HostTree(root)
     tree.nvidia_driver(open_module=True, kernel="6.8.0-45-generic")
     for index in range(2):
-        base = 0x40 + index * 0x40
-        root_complex = f"pci0000:{base:02x}"
-        switch = (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
-        tree.gpu(
-            f"0000:{base + 3:02x}:00.0",
-            (*switch, f"0000:{base + 2:02x}:00.0"),
-            root_complex=root_complex,
-            numa=index,
-            procfs=True,
-            minor=index,
-        )
+        base, root_complex, switch = _gpu_below_switch(tree, index)
         host_dev = f"ens{index}f0np0"
         tree.hca(
             f"mlx5_{index}",
@@ -593,15 +600,21 @@ def mask_gpu_procfs(tree: HostTree, keep_minors: tuple[int, ...]) -> HostTree:
 VMBUS_PREFIX = "LNXSYSTM:00/LNXSYBUS:00/ACPI0004:00/VMBUS:00"
 
 
+# The GPUs' PCI domains on an ND H100 v5, as Azure's own topology file (ndv5-topo.xml) has them.
+NDV5_GPU_DOMAINS = ("0001", "0002", "0003", "0008", "0009", "000a", "000b", "000c")
+NDV5_LINK = ("32.0 GT/s PCIe", "16")
+
+
 def azure_nd_h100_v5(root: Path) -> HostTree:
-    """Return an Azure ND H100 v5 VM: 8 GPUs (domains 0001-0008) and 8 InfiniBand VFs
-    ``mlx5_ib0..7`` (domains 0101-0108) on VMBus, four of each per NUMA node."""
+    """Return an Azure ND H100 v5 VM: 8 GPUs (domains 0001-0003, 0008-000c) and 8 InfiniBand VFs
+    ``mlx5_ib0..7`` (domains 0101-0108) on VMBus, four of each per NUMA node, every function
+    reporting a PCIe Gen5 x16 link."""
     tree = HostTree(root)
     tree.nvidia_driver(open_module=False, kernel="5.15.0-1061-azure")
     tree.interface("eth0", default_route=True)
     for index in range(8):
         numa = 0 if index < 4 else 1
-        gpu_domain = f"{index + 1:04x}"
+        gpu_domain = NDV5_GPU_DOMAINS[index]
         tree.gpu(
             f"{gpu_domain}:00:00.0",
             (),
@@ -622,6 +635,10 @@ def azure_nd_h100_v5(root: Path) -> HostTree:
             uverbs=index,
             device_id="0x101e",  # ConnectX-7 virtual function
         )
+        for bdf in (f"{gpu_domain}:00:00.0", f"{nic_domain}:00:00.0"):
+            device = (root / "sys" / "bus" / "pci" / "devices" / bdf).resolve()
+            _write(device / "max_link_speed", NDV5_LINK[0])
+            _write(device / "max_link_width", NDV5_LINK[1])
     return tree.rdma_cm().peermem().capabilities(CAPS_IPC_LOCK)
 
 
@@ -836,3 +853,53 @@ def add_virtual_function(root: Path, pf_bdf: str, name: str, uverbs: int) -> Pat
     _write(port / "link_layer", "InfiniBand")
     _write(root / "sys" / "class" / "infiniband_verbs" / f"uverbs{uverbs}" / "ibdev", name)
     return vf
+
+
+def sriov_vf_pod(root: Path) -> HostTree:
+    """Return a RoCE host whose pod holds SR-IOV virtual functions (the SR-IOV device plugin's
+    layout): 2 GPUs, each beside a ConnectX-7 PF (the host's, not in the pod) whose VF
+    ``mlx5_<2+i>`` is the pod's, with the pod's GID on its Multus interface ``net<i+1>``."""
+    tree = HostTree(root)
+    tree.nvidia_driver(open_module=True, kernel="6.8.0-45-generic")
+    tree.interface("eth0", default_route=True).interface("net1").interface("net2")
+    for index in range(2):
+        base, root_complex, switch = _gpu_below_switch(tree, index)
+        pf_bdf = f"0000:{base + 4:02x}:00.0"
+        tree.hca(
+            f"mlx5_{index}",
+            pf_bdf,
+            (*switch, f"0000:{base + 2:02x}:01.0"),
+            root_complex=root_complex,
+            numa=index,
+            uverbs=index,
+            link_layer="Ethernet",
+            gids=((ipv4_gid(f"10.0.{index}.5"), "RoCE v2", f"ens{index}f0np0"),),
+            dev_node=False,
+        )
+        vf_bdf = f"0000:{base + 4:02x}:00.2"
+        vf = tree.pci_device(
+            vf_bdf,
+            (*switch, f"0000:{base + 2:02x}:01.0"),
+            root_complex=root_complex,
+            numa=index,
+            vendor="0x15b3",
+            pci_class="0x020700",
+        )
+        _link(vf / "physfn", (root / "sys" / "bus" / "pci" / "devices" / pf_bdf).resolve())
+        tree.hca(
+            f"mlx5_{index + 2}",
+            vf_bdf,
+            (*switch, f"0000:{base + 2:02x}:01.0"),
+            root_complex=root_complex,
+            numa=index,
+            uverbs=index + 2,
+            link_layer="Ethernet",
+            gids=(
+                (link_local_gid(0x200 + index), "IB/RoCE v1", f"net{index + 1}"),
+                (link_local_gid(0x200 + index), "RoCE v2", f"net{index + 1}"),
+                (ipv4_gid(f"10.77.{index}.9"), "IB/RoCE v1", f"net{index + 1}"),
+                (ipv4_gid(f"10.77.{index}.9"), "RoCE v2", f"net{index + 1}"),
+            ),
+            device_id="0x101e",
+        )
+    return tree.rdma_cm().peermem().capabilities(CAPS_IPC_LOCK)

@@ -73,6 +73,7 @@ def test_healthy_dgx_h100_under_required_policy(
         "NCCL_SOCKET_IFNAME": "=eth0",
         "NCCL_IB_HCA": DGX_IB_HCA,
         "NCCL_CROSS_NIC": "0",
+        "NCCL_TOPO_DUMP_FILE": f"{shared_dir}/nccl-topo-dump.xml",
     }
     assert report["outcome"] == "rdma"
     assert report["fabric"]["rail_aligned"] is True
@@ -139,6 +140,7 @@ def test_one_down_port_under_preferred_keeps_the_seven_healthy_rails(
     assert conf(shared_dir) == {
         "NCCL_SOCKET_IFNAME": "=eth0",
         "NCCL_IB_HCA": "=" + ",".join(f"{n}:1" for n in DGX_COMPUTE_HCAS if n != "mlx5_4"),
+        "NCCL_TOPO_DUMP_FILE": f"{shared_dir}/nccl-topo-dump.xml",
     }
     assert report["outcome"] == "rdma-degraded"
     assert report["fabric"]["dropped_rails"] == [{"rail": 2, "endpoint": "mlx5_4:1"}]
@@ -185,6 +187,7 @@ def test_roce_v2_host_passes_with_dma_buf_and_gid_index(
         "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1",
         "NCCL_CROSS_NIC": "0",
         "NCCL_IB_GID_INDEX": "3",
+        "NCCL_TOPO_DUMP_FILE": f"{shared_dir}/nccl-topo-dump.xml",
     }
     assert report["host"]["gpudirect"]["dma_buf"] is True
 
