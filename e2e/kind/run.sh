@@ -428,7 +428,7 @@ dump = re.search(r"^NCCL_TOPO_DUMP_FILE=(.*)$", conf, re.M).group(1)
 fabric = json.load(open("/tpfabric/rdma-init-report.json"))["fabric"]
 # kind has no GPU: then one made-up GPU beside each rail (nothing is planned for it)
 pairs = fabric["pairs"] or [
-    {"gpu": f"0000:{0x10 + r['rail']:02x}:00.0", "hca": r["hca"], "port": r["port"]}
+    {"gpu": "0000:%02x:00.0" % (0x10 + r["rail"]), "hca": r["hca"], "port": r["port"]}
     for r in fabric["rails"]
 ]
 rows = []
