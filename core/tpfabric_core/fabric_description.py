@@ -41,6 +41,7 @@ from pydantic.alias_generators import to_camel
 from tpfabric_core import labels
 from tpfabric_core.errors import InputError
 from tpfabric_core.hostlist import HostlistError, expand_hostlist
+from tpfabric_core.input_limits import check_yaml_text
 
 __all__ = [
     "FabricDescription",
@@ -237,6 +238,7 @@ def pydantic_error_path(loc: tuple[int | str, ...]) -> str:
 def parse_fabric_description(text: str, source: str = "<fabric>") -> FabricDescription:
     """Return the fabric described by YAML ``text``; InputError names ``source`` and where."""
     try:
+        check_yaml_text(text, source)
         data: Any = yaml.safe_load(text)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark

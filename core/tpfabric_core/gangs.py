@@ -41,6 +41,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tpfabric_core.input_limits import whole_number
+
 __all__ = [
     "GANG_LABEL",
     "GANG_NAME_LABEL",
@@ -195,8 +197,7 @@ def record_name(*parts: str) -> str:
 
 
 def _int(text: object) -> int | None:
-    value = str(text if text is not None else "").strip()
-    return int(value) if value.isdigit() else None
+    return whole_number(text)
 
 
 def _ordinal(name: str) -> int | None:

@@ -30,6 +30,7 @@ from tpfabric_core.gangs import (
     GangMember,
     TopologyAsk,
 )
+from tpfabric_core.input_limits import whole_number
 from tpfabric_core.pod_wiring import GPU_RESOURCE
 
 __all__ = [
@@ -74,8 +75,7 @@ class GangPod:
     @property
     def rank(self) -> int | None:
         """Return the rank the pod carries (None: not written yet)."""
-        text = self.labels.get(RANK_LABEL, "")
-        return int(text) if text.isdigit() else None
+        return whole_number(self.labels.get(RANK_LABEL))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +96,7 @@ def pod_gpus(pod: Mapping[str, Any]) -> int:
         amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
             resources.get("requests") or {}
         ).get(GPU_RESOURCE)
-        text = str(amount or "0")
-        best = max(best, int(text) if text.isdigit() else 0)
+        best = max(best, whole_number(str(amount or "0")) or 0)
     return best
 
 

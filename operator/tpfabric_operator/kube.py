@@ -13,6 +13,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LABEL
+from tpfabric_core.input_limits import whole_number
 from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_operator.children import FAILED_WORKER_LABEL, service_name
 from tpfabric_operator.queueing import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
@@ -328,5 +329,7 @@ class KubeAdapter:
 def extended_resources(allocatable: Mapping[str, Any]) -> dict[str, int]:
     """Return a node's allocatable extended resources (``domain/name``: whole count)."""
     return {
-        key: int(value) for key, value in allocatable.items() if "/" in key and str(value).isdigit()
+        key: amount
+        for key, value in allocatable.items()
+        if "/" in key and (amount := whole_number(str(value))) is not None
     }

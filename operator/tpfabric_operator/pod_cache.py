@@ -32,6 +32,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import KIND
+from tpfabric_core.input_limits import whole_number
 from tpfabric_core.timestamps import parse_rfc3339
 from tpfabric_kube.list_watch import (
     WATCH_REQUEST_TIMEOUT,
@@ -100,11 +101,11 @@ def worker_of(
     )
     phase = str(status.get("phase") or "Pending")
     reason, message, code = _why_failed(status) if phase == "Failed" else ("", "", None)
-    index = str(labels.get(WORKER_INDEX_LABEL, ""))
-    attempt = str(labels.get(ATTEMPT_LABEL, "0"))
+    index = whole_number(labels.get(WORKER_INDEX_LABEL))
+    attempt = whole_number(labels.get(ATTEMPT_LABEL))
     return owner_uid(meta), WorkerPod(
         name=name,
-        index=int(index) if index.isdigit() else -1,
+        index=index if index is not None else -1,
         phase=phase,
         ready="Ready" in conditions,
         node=spec.get("nodeName"),
@@ -113,7 +114,7 @@ def worker_of(
         message=message,
         exit_code=code,
         conditions=conditions,
-        attempt=int(attempt) if attempt.isdigit() else 0,
+        attempt=attempt or 0,
         delete_deadline=parse_rfc3339(meta.get("deletionTimestamp")),
     )
 
@@ -169,8 +170,7 @@ def entry_of(obj: Mapping[str, Any]) -> _Entry | None:
         worker = worker_of(name, labels, meta, obj.get("spec") or {}, obj.get("status") or {})
         return _Entry((namespace, str(labels[JOB_LABEL])), worker, None)
     if FAILED_WORKER_LABEL in labels:
-        attempt = str(labels.get(ATTEMPT_LABEL, "0"))
-        failed = (owner_uid(meta), name, int(attempt) if attempt.isdigit() else 0)
+        failed = (owner_uid(meta), name, whole_number(labels.get(ATTEMPT_LABEL)) or 0)
         return _Entry((namespace, str(labels[FAILED_WORKER_LABEL])), None, failed)
     return None
 

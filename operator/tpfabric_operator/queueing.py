@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpfabric_core.api import API_VERSION, KIND, TensorParallelJob
+from tpfabric_core.input_limits import whole_number
 from tpfabric_core.labels import level_key
 
 __all__ = [
@@ -154,8 +155,8 @@ def _topology_request(job: TensorParallelJob, tas_levels: tuple[str, ...]) -> di
 
 
 def _max_exec_seconds(job: TensorParallelJob) -> int | None:
-    value = str((job.metadata.get("labels") or {}).get(MAX_EXEC_TIME_LABEL) or "")
-    return int(value) if value.isdigit() and int(value) > 0 else None
+    value = whole_number((job.metadata.get("labels") or {}).get(MAX_EXEC_TIME_LABEL))
+    return value or None
 
 
 def workload_for(

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpfabric_core.gangs import LWS_GROUP_INDEX, ON_DEGRADED_ANNOTATION
+from tpfabric_core.input_limits import whole_number
 
 __all__ = [
     "LwsView",
@@ -62,10 +63,11 @@ def _scaled(value: Any, total: int, *, round_up: bool) -> int:
     if isinstance(value, int):
         return value
     text = str(value or "0").strip()
-    if text.endswith("%") and text[:-1].isdigit():
-        share = int(text[:-1]) * total / 100
+    percent = whole_number(text[:-1]) if text.endswith("%") else None
+    if percent is not None:
+        share = percent * total / 100
         return math.ceil(share) if round_up else math.floor(share)
-    return int(text) if text.isdigit() else 0
+    return whole_number(text) or 0
 
 
 def lws_view(lws: Mapping[str, Any]) -> LwsView:
@@ -94,8 +96,7 @@ def lws_view(lws: Mapping[str, Any]) -> LwsView:
 
 def group_index(labels: Mapping[str, str]) -> int | None:
     """Return an LWS pod's group index (None when it carries none)."""
-    text = str(labels.get(LWS_GROUP_INDEX, ""))
-    return int(text) if text.isdigit() else None
+    return whole_number(labels.get(LWS_GROUP_INDEX))
 
 
 def surge_message(index: int | None, view: LwsView, *, waiting: bool = False) -> str:

@@ -27,6 +27,7 @@ from tpfabric_core.api import (
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL, Gang
 from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, bandwidth_kept, parse_detail
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_core.input_limits import whole_number
 from tpfabric_core.labels import HEALTH
 from tpfabric_core.placement.pod_fit import host_ports, pod_requests, repels_peers, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE
@@ -150,17 +151,17 @@ class PodRecord:
         namespace = meta.get("namespace", "default")
         job_name = labels.get(JOB_LABEL)
         job_key = f"{namespace}/{job_name}" if job_name else None
-        index = labels.get(WORKER_INDEX_LABEL, "")
+        index = labels.get(WORKER_INDEX_LABEL)
         if not job_name and labels.get(GANG_LABEL):  # a pod of a gang another controller made
             job_name = labels[GANG_LABEL]
             job_key = gang_key(namespace, job_name)
-            index = labels.get(RANK_LABEL, "")
+            index = labels.get(RANK_LABEL)
         scheduling = (
             {k: spec[k] for k in ("nodeSelector", "affinity", "tolerations") if spec.get(k)}
             if job_name
             else {}
         )
-        attempt = labels.get(ATTEMPT_LABEL, "")
+        attempt = labels.get(ATTEMPT_LABEL)
         peers = {k: v for k, v in labels.items() if k != WORKER_INDEX_LABEL}
         return cls(
             namespace=namespace,
@@ -171,13 +172,13 @@ class PodRecord:
             terminal=status.get("phase") in {"Succeeded", "Failed"},
             gated=any(g.get("name") == GANG_GATE for g in spec.get("schedulingGates") or []),
             job=job_key,
-            worker_index=int(index) if index.isdigit() else None,
+            worker_index=whole_number(index),
             priority=int(spec.get("priority") or 0),
             deleting=meta.get("deletionTimestamp") is not None,
             created=str(meta.get("creationTimestamp") or ""),
             scheduling=scheduling,
             gates=tuple(spec.get("schedulingGates") or ()) if job_name else (),
-            attempt=int(attempt) if job_name and attempt.isdigit() else None,
+            attempt=whole_number(attempt) if job_name else None,
             host_ports=host_ports(spec),
             repels_peers=bool(job_name) and repels_peers(spec, namespace, peers),
             unschedulable=_unschedulable(status) if job_name else "",

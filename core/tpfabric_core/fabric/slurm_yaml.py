@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from tpfabric_core.errors import InputError
+from tpfabric_core.input_limits import check_yaml_text
 
 __all__ = ["YamlEntry", "YamlTopology", "looks_like_topology_yaml", "read_topology_yaml"]
 
@@ -162,6 +163,7 @@ def read_topology_yaml(text: str, source: str, topology: str | None = None) -> Y
     hierarchy to build a fabric of).
     """
     try:
+        check_yaml_text(text, source)
         data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
