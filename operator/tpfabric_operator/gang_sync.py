@@ -39,6 +39,7 @@ from tpfabric_core.gangs import (
 )
 from tpfabric_core.labels import HEALTH
 from tpfabric_core.timestamps import rfc3339
+from tpfabric_kube.malformed import MalformedObjects, event_writer
 from tpfabric_operator import fabric_health, leadership, serving
 from tpfabric_operator.gang_admission import default_levels
 from tpfabric_operator.gang_pods import GangPods, GangSyncer
@@ -95,6 +96,19 @@ def _client() -> client.ApiClient:
 
         _api = adapter().core.api_client
     return _api
+
+
+_reports: MalformedObjects | None = None
+
+
+def _malformed() -> MalformedObjects:
+    """Return the reports of the gang pods the operator cannot read (Events on them)."""
+    global _reports  # noqa: PLW0603 - one per operator process
+    if _reports is None:
+        _reports = MalformedObjects(
+            "tpfabric-operator", notify=event_writer(client.CoreV1Api(_client()))
+        )
+    return _reports
 
 
 def _lock(key: tuple[str, str]) -> threading.Lock:
@@ -232,9 +246,11 @@ def _pods_of(core: client.CoreV1Api, api: client.ApiClient, key: tuple[str, str]
     if _gang_pods is not None and _gang_pods.synced.is_set():
         return _gang_pods.pods(key)
     listed = core.list_namespaced_pod(key[0], label_selector=f"{GANG_LABEL}={key[1]}")
-    return [
-        p for p in map(_gang_pod, (api.sanitize_for_serialization(i) for i in listed.items)) if p
-    ]
+    pods = (
+        _malformed().parse("Pod", _gang_pod, api.sanitize_for_serialization(i))
+        for i in listed.items
+    )
+    return [p for p in pods if isinstance(p, GangPod)]
 
 
 def _sync(namespace: str, gang: str) -> bool:
@@ -561,7 +577,7 @@ def start_gang_pods(**_: Any) -> None:
     global _gang_pods, _syncer  # noqa: PLW0603 - one of each per operator process
     if _syncer is None:
         _syncer = GangSyncer(_sync_key, _known_gangs, every=SYNC_SECONDS)
-        _gang_pods = GangPods(client.CoreV1Api(_client()), _gang_pod, _syncer.dirty)
+        _gang_pods = GangPods(client.CoreV1Api(_client()), _gang_pod, _syncer.dirty, _malformed())
         _syncer.start()
         _gang_pods.start()
 

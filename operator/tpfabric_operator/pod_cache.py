@@ -40,6 +40,7 @@ from tpfabric_kube.list_watch import (
     list_and_watch,
     list_pages,
 )
+from tpfabric_kube.malformed import SKIPPED, MalformedObjects, event_writer
 from tpfabric_operator.children import (
     ATTEMPT_LABEL,
     FAILED_WORKER_LABEL,
@@ -217,12 +218,25 @@ class Grouped(Generic[G, E]):
 
 class PodWatch(threading.Thread):
     """A list+watch of the pods one label selects, in a thread of its own, parsed with
-    ``orjson``: what each keeps of a pod, and what a change sets off, is the subclass's."""
+    ``orjson``: what each keeps of a pod, and what a change sets off, is the subclass's.
 
-    def __init__(self, core: client.CoreV1Api, selector: str, name: str) -> None:
+    Each pod is read on its own: one the subclass cannot read is skipped (a watch event of it
+    forgets what was kept, as a list would) and reported to ``malformed``.
+    """
+
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        selector: str,
+        name: str,
+        malformed: MalformedObjects | None = None,
+    ) -> None:
         super().__init__(name=name, daemon=True)
         self.core = core
         self.selector = selector
+        self.malformed = malformed or MalformedObjects(
+            "tpfabric-operator", notify=event_writer(core)
+        )
         self.synced = threading.Event()
         self._stop = threading.Event()
 
@@ -251,6 +265,8 @@ class PodWatch(threading.Thread):
         entries, version = list_pages(
             functools.partial(self.core.list_pod_for_all_namespaces, label_selector=self.selector),
             self._slim,
+            malformed=self.malformed,
+            kind="Pod",
         )
         self._replace(entries)
         self.synced.set()
@@ -289,7 +305,12 @@ class PodWatch(threading.Thread):
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             if kind == "BOOKMARK":
                 continue
-            self._event(_key(obj), None if kind == "DELETED" else obj)
+            key = _key(obj)  # a pod that cannot be read is forgotten, as a list leaves it out
+            if (
+                kind == "DELETED"
+                or self.malformed.parse("Pod", functools.partial(self._event, key), obj) is SKIPPED
+            ):
+                self._event(key, None)
         return version
 
     def run(self) -> None:

@@ -25,7 +25,7 @@ from tpfabric_core.api import (
     TensorParallelJob,
 )
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL, Gang
-from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, bandwidth_kept, parse_detail
+from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, bandwidth_kept, read_detail
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.labels import HEALTH
@@ -73,6 +73,8 @@ class NodeRecord:
     #: of a node labelled degraded, what its worst rail keeps of its rate, as the fabric agent
     #: measured it (None: unmeasured, or not degraded)
     kept: float | None = None
+    #: why the node's fabric-health annotation could not be read ("" when it could)
+    detail_problem: str = ""
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> NodeRecord:
@@ -86,10 +88,11 @@ class NodeRecord:
                 continue  # a quantity we cannot read counts as absent (never a crash)
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         node_labels = dict(meta.get("labels") or {})
-        kept = None
+        kept, problem = None, ""
         if node_labels.get(HEALTH) == "degraded":
             annotations = meta.get("annotations") or {}
-            kept = bandwidth_kept(parse_detail(annotations.get(DETAIL_ANNOTATION)))
+            rails, problem = read_detail(annotations.get(DETAIL_ANNOTATION))
+            kept = bandwidth_kept(rails)
         return cls(
             name=meta["name"],
             labels=node_labels,
@@ -101,6 +104,7 @@ class NodeRecord:
                 for t in spec.get("taints") or []
             ),
             kept=kept,
+            detail_problem=problem,
         )
 
 
