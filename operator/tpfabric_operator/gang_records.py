@@ -218,14 +218,18 @@ def owners_problem(pods: Sequence[GangPod]) -> str | None:
 
 def elsewhere_problem(pods: Sequence[GangPod], size: int, namespaces: Sequence[str]) -> str | None:
     """Return what is wrong when a pod group lacks pods here while its name has a record in
-    other ``namespaces`` too (None: not): a gang's pods are all in one namespace."""
+    other ``namespaces`` too (None: not): a gang's pods are all in one namespace.
+
+    The other namespaces are never named: they may be other tenants', and a Gang's status is
+    read by whoever can read this namespace.
+    """
     if not pods or len(pods) >= size or not namespaces or pods[0].member.kind != "PodGroup":
         return None
     first = pods[0].member
     return (
         f"{_name_label(pods[0])}: {len(pods)} of {size} pods of {first.owner!r} are in "
-        f"namespace {first.namespace!r}, and a gang of that name has pods in "
-        f"{', '.join(sorted(namespaces)[:3])} too: a gang's pods must all be in one namespace"
+        f"namespace {first.namespace!r}, and another namespace has a gang of that name too: a "
+        "gang's pods must all be in one namespace"
     )
 
 

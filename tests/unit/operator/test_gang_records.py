@@ -152,13 +152,14 @@ def test_one_owner_or_pods_without_one_make_one_gang() -> None:
     assert owners_problem([jobset_pod(0, 0)]) is None  # named after its owner: never twice
 
 
-def test_a_group_short_of_pods_here_with_a_namesake_elsewhere_says_so() -> None:
+def test_a_group_short_of_pods_here_with_a_namesake_elsewhere_says_so_naming_no_namespace() -> None:
     pods = [plain("a-0", "t"), plain("a-1", "t")]
     problem = elsewhere_problem(pods, 3, ["team-b"])
     assert problem == (
-        "tpfabric.io/gang-name: 2 of 3 pods of 'grp' are in namespace 'ns', and a gang of that "
-        "name has pods in team-b too: a gang's pods must all be in one namespace"
+        "tpfabric.io/gang-name: 2 of 3 pods of 'grp' are in namespace 'ns', and another "
+        "namespace has a gang of that name too: a gang's pods must all be in one namespace"
     )
+    assert "team-b" not in problem  # another tenant's namespace is not this one's business
     assert elsewhere_problem(pods, 3, []) is None, "no namesake: it only waits for its pods"
     assert elsewhere_problem([*pods, plain("a-2", "t")], 3, ["team-b"]) is None, "whole here"
 
