@@ -29,13 +29,19 @@ from tpfabric_core.api import GANG_GATE, GROUP, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.gangs import (
     GANG_LABEL,
+    GANG_SIZE_LABEL,
     JOBSET_EXCLUSIVE,
     JOBSET_JOB_INDEX,
     JOBSET_NAME,
     JOBSET_REPLICATED_JOB,
+    KUEUE_POD_GROUP_TOTAL,
+    LWS_SIZE,
+    NAMESPACE_OPT_IN_LABEL,
+    NAMESPACE_OPT_IN_VALUE,
     RANK_LABEL,
     GangSettings,
     gang_of,
+    not_opted_in,
 )
 from tpfabric_core.labels import HEALTH
 from tpfabric_core.timestamps import rfc3339
@@ -227,7 +233,13 @@ def _no_size(first: GangPod) -> str:
             f"spec.schedulingGroup.podGroupName: the PodGroup {member.owner!r} does not exist "
             "or gives no gang size"
         )
-    return f"{JOBSET_NAME}: the JobSet {member.owner!r} does not give the size"
+    if member.kind == "JobSet":
+        return f"{JOBSET_NAME}: the JobSet {member.owner!r} does not give the size"
+    said = [p.words() for p in member.problems if p.key in _SIZE_KEYS]
+    return said[0] if said else f"{member.kind} {member.owner!r}: its pods do not give the size"
+
+
+_SIZE_KEYS = (LWS_SIZE, GANG_SIZE_LABEL, KUEUE_POD_GROUP_TOTAL)
 
 
 def sync_gang(namespace: str, gang: str) -> bool:
@@ -267,10 +279,17 @@ def _sync(namespace: str, gang: str) -> bool:
         _forget_when_idle(custom, namespace, gang, record)
         return False
     _idle_since.pop((namespace, gang), None)
+    if not _opted_in(core, namespace):
+        # pods labelled by hand where no one opted in: not this operator's to manage
+        _tell_pods(
+            core, namespace, gang, pods, reason="NamespaceNotOptedIn", words=not_opted_in(namespace)
+        )
+        return False
     first = min(pods, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.created))
     first, size, layout, owner_ref, problems = _identify(custom, first, pods, record)
     if size is None:
-        log.warning("gang %s/%s: no record: %s", namespace, gang, problems[-1])
+        words = f"no Gang record: {problems[-1]}"
+        _tell_pods(core, namespace, gang, pods, reason="NoGangRecord", words=words)
     made = record is None
     if record is None and owner_ref is None and first.member.kind != "PodGroup":
         # its owner is gone (garbage collection takes its record, then its pods): a record
@@ -546,6 +565,75 @@ def _forget_when_idle(
         if err.status not in (_NOT_FOUND, _CONFLICT):
             raise
     _idle_since.pop((namespace, gang), None)
+
+
+#: namespace -> when its opt-in label was read, and whether it had it
+_opt_in_seen: dict[str, tuple[float, bool]] = {}
+#: (pod uid, what it was told): each pod is told each thing once
+_told: set[tuple[str, str]] = set()
+
+
+def _opted_in(core: client.CoreV1Api, namespace: str) -> bool:
+    """Return whether ``namespace`` carries the gangs opt-in label (read at most every
+    ``SYNC_SECONDS`` per namespace; a namespace that cannot be read has not opted in)."""
+    seen = _opt_in_seen.get(namespace)
+    if seen is not None and time.monotonic() - seen[0] < SYNC_SECONDS:
+        return seen[1]
+    try:
+        labels = core.read_namespace(namespace).metadata.labels or {}
+        opted = labels.get(NAMESPACE_OPT_IN_LABEL) == NAMESPACE_OPT_IN_VALUE
+    except ApiException as err:
+        if err.status not in (403, _NOT_FOUND):
+            raise
+        log.warning(
+            "namespace %s cannot be read (%s): taken as not opted in", namespace, err.reason
+        )
+        opted = False
+    if len(_opt_in_seen) > 10_000:
+        _opt_in_seen.clear()
+    _opt_in_seen[namespace] = (time.monotonic(), opted)
+    return opted
+
+
+def _tell_pods(
+    core: client.CoreV1Api,
+    namespace: str,
+    gang: str,
+    pods: list[GangPod],
+    *,
+    reason: str,
+    words: str,
+) -> None:
+    """Write a Warning Event ``reason`` saying ``words`` on each pod of the gang, once per pod:
+    what is wrong where no Gang record can say it."""
+    fresh = [p for p in pods if (p.uid, words) not in _told]
+    if not fresh:
+        return
+    log.warning("gang %s/%s: %s", namespace, gang, words)
+    if len(_told) > 100_000:
+        _told.clear()
+    for pod in fresh:
+        _told.add((pod.uid, words))
+        body = {
+            "metadata": {"generateName": f"{pod.name[:200]}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.name,
+                "namespace": namespace,
+                "uid": pod.uid,
+            },
+            "type": "Warning",
+            "reason": reason,
+            "message": words[:1024],
+            "source": {"component": "tpfabric-operator"},
+            "reportingComponent": "tpfabric-operator",
+            "count": 1,
+        }
+        try:
+            core.create_namespaced_event(namespace, body)
+        except ApiException as err:  # a lost Event is only a lost note
+            log.info("pod %s/%s: the Event was not written: %s", namespace, pod.name, err.reason)
 
 
 _gang_pods: GangPods | None = None

@@ -33,6 +33,7 @@ from kubernetes.client.rest import ApiException
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL
 from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION
+from tpfabric_core.gangs import NAMESPACE_OPT_IN
 from tpfabric_kube.list_watch import (
     LIST_PAGE_SIZE,
     WATCH_REQUEST_TIMEOUT,
@@ -241,6 +242,23 @@ def informer_kinds(
             if GANG_PLURAL in list_calls
             else []
         ),
+        *(
+            [
+                InformerKind(
+                    "namespaces",
+                    list_calls["namespaces"],
+                    lambda obj: str(obj["metadata"]["name"]),
+                    frozenset,
+                    store.install_gang_namespaces,
+                    store.put_gang_namespace,
+                    store.delete_gang_namespace,
+                    namespaced=False,
+                    object_kind="Namespace",
+                )
+            ]
+            if "namespaces" in list_calls
+            else []
+        ),
     ]
 
 
@@ -285,7 +303,7 @@ def _free_gradually(replaced: Any) -> None:
         else [replaced]
     )
     for entries in maps:
-        while entries:
+        while isinstance(entries, dict) and entries:
             entries.popitem()
 
 
@@ -421,11 +439,39 @@ def start_informers(
             "not installed" if err.status == 404 else "forbidden",
         )
     malformed = MalformedObjects("tpfabric-scheduler", notify=event_writer(core))
+    if GANG_PLURAL in calls:
+        calls.update(_gang_namespaces_call(core, store))
     kinds = informer_kinds(store, calls, malformed)
     informers = [Informer(kind, store, on_change, malformed) for kind in kinds]
     for informer in informers:
         informer.start()
     return informers
+
+
+def _gang_namespaces_call(
+    core: client.CoreV1Api, store: ClusterStore
+) -> dict[str, Callable[..., Any]]:
+    """Return the list call of the namespaces opted in to gangs (``tpfabric.io/gangs=enabled``,
+    a server-side selector: a namespace that drops the label leaves the watch as deleted), or
+    none when namespaces cannot be listed: then no Gang record is planned at all."""
+
+    def list_namespaces(**kwargs: Any) -> Any:
+        return core.list_namespace(label_selector=NAMESPACE_OPT_IN, **kwargs)
+
+    try:
+        list_namespaces(limit=1)
+    except ApiException as err:
+        if err.status != 403:
+            raise
+        log.warning(
+            "namespaces cannot be listed (forbidden): no gang of another controller is placed, "
+            "since no namespace is known to have opted in (%s); grant the scheduler's account "
+            "list and watch on namespaces (the chart does) and restart",
+            NAMESPACE_OPT_IN,
+        )
+        store.gang_namespaces = frozenset()
+        return {}
+    return {"namespaces": list_namespaces}
 
 
 def _pointer(key: str) -> str:

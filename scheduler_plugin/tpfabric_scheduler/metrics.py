@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from tpfabric_kube.malformed import MALFORMED_OBJECTS
 
+from tpfabric_kube.malformed import MALFORMED_OBJECTS
 
 __all__ = ["Metrics"]
 

@@ -292,6 +292,9 @@ class ClusterStore:
         self.freed_generation = 0
         #: plans written by the placer that the job watch has not delivered yet: job uid -> plan
         self.fresh_plans: dict[str, dict[str, Any]] = {}
+        #: the namespaces that opted in to gangs of other controllers (``tpfabric.io/gangs=
+        #: enabled``); None while they are not watched (every namespace counts as opted in)
+        self.gang_namespaces: frozenset[str] | None = None
         #: monotonic time the placer loop last finished a cycle (liveness); None before the first
         self.placer_heartbeat: float | None = None
         self._reservations: tuple[int, dict[str, tuple[tuple[str, int], ...]]] = (-1, {})
@@ -314,6 +317,7 @@ class ClusterStore:
         copy.workers = dict(self.workers)
         copy.ports_used = dict(self.ports_used)
         copy.fresh_plans = dict(self.fresh_plans)
+        copy.gang_namespaces = self.gang_namespaces
         copy.topology_generation = self.topology_generation
         copy.generation = self.generation
         copy.capacity_generation = self.capacity_generation
@@ -349,6 +353,30 @@ class ClusterStore:
     def replace_nodes(self, objs: list[dict[str, Any]]) -> None:
         """Replace every node (after a relist)."""
         self.install_nodes(index_nodes(map(NodeRecord.from_object, objs)))
+
+    # -- namespaces opted in to gangs ---------------------------------------------------------
+
+    def gangs_allowed_in(self, namespace: str) -> bool:
+        """Return whether Gang records of ``namespace`` may be planned (it opted in)."""
+        return self.gang_namespaces is None or namespace in self.gang_namespaces
+
+    def install_gang_namespaces(self, names: frozenset[str]) -> frozenset[str] | None:
+        """Replace the opted-in namespaces (after a list); return the set replaced."""
+        old, self.gang_namespaces = self.gang_namespaces, names
+        self.generation += 1
+        self.capacity_generation += 1
+        return old
+
+    def put_gang_namespace(self, name: str) -> None:
+        """Note a namespace that opted in."""
+        self.gang_namespaces = (self.gang_namespaces or frozenset()) | {name}
+        self.generation += 1
+        self.capacity_generation += 1
+
+    def delete_gang_namespace(self, name: str) -> None:
+        """Forget a namespace that opted out (or was deleted)."""
+        self.gang_namespaces = (self.gang_namespaces or frozenset()) - {name}
+        self.generation += 1
 
     def install_nodes(self, nodes: dict[str, NodeRecord]) -> dict[str, NodeRecord]:
         """Replace every node with ``nodes`` (from :func:`index_nodes`): O(1) under the lock.
