@@ -16,7 +16,12 @@ from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LA
 from tpfabric_core.input_limits import whole_number
 from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_operator.children import FAILED_WORKER_LABEL, service_name
-from tpfabric_operator.queueing import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
+from tpfabric_operator.queueing import (
+    QUEUE_LABEL,
+    WORKLOAD_GROUP,
+    WORKLOAD_PLURAL,
+    WORKLOAD_VERSION,
+)
 
 __all__ = ["KubeAdapter", "extended_resources"]
 
@@ -271,6 +276,30 @@ class KubeAdapter:
                 return None
             raise
         return int(found.get("value") or 0)
+
+    def local_queue_exists(self, namespace: str, name: str) -> bool:
+        """Return whether the Kueue LocalQueue ``name`` exists in ``namespace``."""
+        try:
+            self.custom.get_namespaced_custom_object(
+                WORKLOAD_GROUP, WORKLOAD_VERSION, namespace, "localqueues", name
+            )
+        except ApiException as err:
+            if err.status in (403, 404):
+                return False
+            raise
+        return True
+
+    def queue_job(self, namespace: str, name: str, queue: str) -> None:
+        """Give a TensorParallelJob the queue label ``queue`` and suspend it, in one write (an
+        unsuspended job's queue label may not change: the chart's policy refuses it)."""
+        self.custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"metadata": {"labels": {QUEUE_LABEL: queue}}, "spec": {"suspend": True}},
+        )
 
     def set_suspend(self, namespace: str, name: str, suspend: bool) -> None:
         """Set a TensorParallelJob's ``spec.suspend`` (Kueue's admission decides it)."""

@@ -95,6 +95,36 @@ class _Recent:
 
 
 _recent = _Recent()
+#: the LocalQueue Kueue queues a job in when it names none (LocalQueueDefaulting)
+DEFAULT_QUEUE = "default"
+
+
+def _new(status: dict[str, Any], owned: list[WorkerPod]) -> bool:
+    """Return whether the job has just been made: no status and no pod yet (Kueue defaults
+    the queue of a job at its creation only)."""
+    return not status.get("phase") and not status.get("conditions") and not owned
+
+
+def _queue_in_default(
+    kube: KubeAdapter, job: TensorParallelJob, namespace: str, name: str
+) -> TensorParallelJob:
+    """Label the job with the LocalQueue ``default`` and suspend it, as Kueue's LocalQueue
+    defaulting labels a job of its own made without a queue; return the job so changed."""
+    kube.queue_job(namespace, name, DEFAULT_QUEUE)
+    log.info("job %s/%s: queued in LocalQueue %s", namespace, name, DEFAULT_QUEUE)
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"suspend": True})})
+
+
+def _default_queue(kube: KubeAdapter, namespace: str) -> bool:
+    """Return whether ``namespace`` has the LocalQueue ``default`` (asked again after
+    ``VERSIONS_SECONDS``; never when Kueue is not installed)."""
+    if version_problem(_recent.get(("versions",), kube.kueue_versions)) is not None:
+        return False
+    found = _recent.get(
+        ("default-queue", namespace),
+        lambda: ("yes",) if kube.local_queue_exists(namespace, DEFAULT_QUEUE) else (),
+    )
+    return bool(found)
 
 
 def was_queued(job_labels: dict[str, Any], status: dict[str, Any]) -> bool:
@@ -145,10 +175,13 @@ def sync(  # noqa: PLR0911, PLR0912 - Kueue's reconcile, read top to bottom
     ``worker``: one worker pod's manifest (what the Workload's pod set is shaped like).
     """
     labels = dict(meta.get("labels") or {})
+    namespace, name, uid = meta["namespace"], meta["name"], str(meta["uid"])
+    if not labels.get(QUEUE_LABEL) and _new(status, owned) and _default_queue(kube, namespace):
+        job = _queue_in_default(kube, job, namespace, name)
+        labels[QUEUE_LABEL] = DEFAULT_QUEUE
     queue = str(labels.get(QUEUE_LABEL) or "")
     if not was_queued(labels, status):
         return KueueView(job, None)
-    namespace, name, uid = meta["namespace"], meta["name"], str(meta["uid"])
     problem = version_problem(_recent.get(("versions",), kube.kueue_versions))
     if problem is not None:
         if not queue:
@@ -159,12 +192,7 @@ def sync(  # noqa: PLR0911, PLR0912 - Kueue's reconcile, read top to bottom
     terminal = memory.phase in ("Succeeded", "Failed")
     holding = _holding(owned)
     if not queue:
-        # the job left Kueue: its Workload (and the quota it holds) goes; the job keeps its
-        # pods and its suspend as they are, as a Kueue-managed Job whose label is removed
-        if workload is not None:
-            _release(kube, workload, delete=True)
-            log.info("job %s/%s: queue label removed; its Workload is deleted", namespace, name)
-        return KueueView(job, None)
+        return KueueView(job, _leave(kube, workload, holding, f"{namespace}/{name}"))
     tas_levels = _recent.get(
         ("levels", namespace, queue), lambda: kube.queue_topology_levels(namespace, queue)
     )
@@ -215,6 +243,29 @@ def sync(  # noqa: PLR0911, PLR0912 - Kueue's reconcile, read top to bottom
     if not admission.hold:
         view.pod_set = _pod_set_of(kube, workload, job)
     return view
+
+
+def _leave(
+    kube: KubeAdapter, workload: dict[str, Any] | None, holding: list[WorkerPod], job: str
+) -> Admission | None:
+    """Take a job whose queue label was removed out of Kueue; return its admission while it
+    leaves (None once it has left).
+
+    Its Workload goes, but only once no pod of the job holds what its quota counted: where the
+    chart's policy does not refuse the label's removal from a running job, the quota is never
+    freed under running pods (the job keeps its pods and its suspend, as a Kueue-managed Job).
+    """
+    if workload is None:
+        return None
+    if holding and has_quota_reservation(workload):
+        words = (
+            f"the queue label was removed; the Workload keeps the job's quota until its "
+            f"{len(holding)} pod(s) are gone"
+        )
+        return Admission(True, False, False, "LeavingQueue", words)
+    _release(kube, workload, delete=True)
+    log.info("job %s: queue label removed; its Workload is deleted", job)
+    return None
 
 
 def _suspend_as(
