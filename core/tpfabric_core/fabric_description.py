@@ -246,6 +246,10 @@ def parse_fabric_description(text: str, source: str = "<fabric>") -> FabricDescr
         raise InputError(where, f"not valid YAML: {err.problem}") from err
     except yaml.YAMLError as err:
         raise InputError(source, f"not valid YAML: {err}") from err
+    except InputError:
+        raise
+    except ValueError as err:  # a value the loader cannot make: a 5,000-digit number
+        raise InputError(source, f"not valid YAML: {err}") from err
     if not isinstance(data, dict):
         raise InputError(
             source,

@@ -171,6 +171,10 @@ def read_topology_yaml(text: str, source: str, topology: str | None = None) -> Y
         raise InputError(where, f"not valid YAML: {error.problem}") from error
     except yaml.YAMLError as error:
         raise InputError(source, f"not valid YAML: {error}") from error
+    except InputError:
+        raise
+    except ValueError as error:  # a value the loader cannot make: a 5,000-digit number
+        raise InputError(source, f"not valid YAML: {error}") from error
     expected = "a list of topologies (- topology: NAME with tree:, block: or flat:)"
     if not isinstance(data, list) or not data:
         found = "an empty file" if data is None else f"a {type(data).__name__}"
