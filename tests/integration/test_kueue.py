@@ -13,9 +13,11 @@ job's priority, queue and demand to the Workload, and holds the quota while pods
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +26,7 @@ from kubernetes.client.rest import ApiException
 from test_lifecycle import end_worker
 from test_operator import Tpj, small_job
 
-from control_plane_fixtures import wait_for
+from control_plane_fixtures import run_kubectl, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import LocalCluster
@@ -40,6 +42,7 @@ from tpfabric_operator.queueing import (
 )
 
 KUEUE_V = f"{WORKLOAD_GROUP}/{WORKLOAD_VERSION}"
+CHART = Path(__file__).resolve().parents[2] / "charts" / "tpfabric"
 GPU = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"
 #: a node label no node has: workers that need it are never scheduled, so never ready
@@ -270,6 +273,27 @@ def tpj(
         60,
         what="the test's jobs and pods to be gone",
     )
+
+
+@pytest.fixture
+def queue_name_policy(kueue: LocalCluster) -> Iterator[None]:
+    """Apply the chart's ValidatingAdmissionPolicy on TensorParallelJobs' queue label (its
+    ``helm template`` render); delete it afterwards."""
+    helm = find_toolchain(("helm",)).paths["helm"]
+    assert helm is not None, "helm is missing: run `make toolchain`"
+    shown = "templates/kueue-queue-name-policy.yaml"
+    rendered = subprocess.run(
+        [str(helm), "template", "tpfabric", str(CHART), "--show-only", shown],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    applied = run_kubectl(kueue, "apply", "-f", "-", stdin=rendered)
+    assert applied.returncode == 0, applied.stderr
+    time.sleep(2)  # the API server loads a new policy within a second or so
+    yield
+    run_kubectl(kueue, "delete", "-f", "-", "--ignore-not-found", stdin=rendered)
 
 
 def queued_job(name: str, queue: str = "training", **spec: Any) -> dict[str, Any]:
@@ -866,10 +890,13 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_runs_again_after_it(
 # -- the job's edits reach its Workload -----------------------------------------------------------
 
 
-def test_queue_label_and_demand_edits_reach_the_workload(tpj: Tpj, queues: Queues) -> None:
+def test_queue_label_and_demand_edits_reach_the_workload(
+    tpj: Tpj, queues: Queues, queue_name_policy: None
+) -> None:
     """A waiting job moved to another LocalQueue moves its Workload; its template's demand
-    edited while it waits remakes the Workload's pod set; an admitted job whose queue label is
-    removed leaves Kueue (its Workload and quota go, its pods stay) so another job is admitted."""
+    edited while it waits remakes the Workload's pod set; the chart's policy refuses removing the
+    queue label of an admitted, running job; removed while it is suspended, the job leaves Kueue
+    once its pods are gone, and only then is another job admitted on its quota."""
     queues.queue(gpus=16, memory=True)  # room for one 2-worker job
     holder = tpj.apply(queued_job("holder"))
     tpj.wait_phase(holder, "Running", timeout=120)
@@ -924,18 +951,22 @@ def test_queue_label_and_demand_edits_reach_the_workload(tpj: Tpj, queues: Queue
         explain=explain_workload(tpj, mover, mover_uid),
     )
 
-    set_queue(tpj, holder, None)  # out of Kueue
+    with pytest.raises(ApiException) as refused:
+        set_queue(tpj, holder, None)  # a running job cannot skip its queue
+    assert refused.value.status == 422
+    assert "the queue of a job that is not suspended cannot change" in str(refused.value.body)
+    assert workload_of(tpj, holder, holder_uid) is not None
+    patch = {"metadata": {"labels": {QUEUE_LABEL: None}}, "spec": {"suspend": True}}
+    tpj.custom.patch_namespaced_custom_object(GROUP, VERSION, tpj.namespace, PLURAL, holder, patch)
     wait_for(
-        lambda: workload_of(tpj, holder, holder_uid) is None,
-        30,
-        what="the unlabelled job's Workload deleted",
+        lambda: workload_of(tpj, holder, holder_uid) is None and not tpj.pods(holder),
+        60,
+        what="the suspended, unlabelled job's pods gone, then its Workload",
         explain=explain_workload(tpj, holder, holder_uid),
     )
-    tpj.wait_phase(mover, "Running", timeout=120)  # the quota the holder had is free
+    tpj.wait_phase(mover, "Running", timeout=120)  # the quota the holder had is free now
     for pod in tpj.pods(mover):
         assert pod.spec.containers[0].resources.requests["memory"] == "1Gi"
-    assert tpj.status(holder)["phase"] == "Running"  # out of Kueue, not stopped
-    assert len(tpj.pods(holder)) == 2
 
 
 # -- deletion -------------------------------------------------------------------------------------
