@@ -57,6 +57,22 @@ def world(
             raise
 
 
+def hand_made_gang(name: str) -> dict[str, Any]:
+    """A Gang record of two 8-GPU pods, as someone with the right to create one writes it."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Gang",
+        "metadata": {"name": name},
+        "spec": {
+            "owner": {"kind": "PodGroup", "name": name},
+            "workers": 2,
+            "gpusPerWorker": 8,
+            "tensorParallelSize": 8,
+            "topology": {"level": "leaf", "mode": "preferred"},
+        },
+    }
+
+
 def warnings(
     core: client.CoreV1Api, namespace: str, name: str, reason: str
 ) -> list[client.CoreV1Event]:
@@ -88,18 +104,7 @@ def test_poison_objects_of_each_watched_kind_leave_the_cluster_placing_and_are_r
     poison_pod["spec"]["schedulingGates"] = [{"name": GANG_GATE}]  # never released by anyone
     core.create_namespaced_pod(namespace, poison_pod)
     # a Gang record made by hand whose status names what no placer wrote
-    hand_made: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "Gang",
-        "metadata": {"name": "hand-made"},
-        "spec": {
-            "owner": {"kind": "PodGroup", "name": "hand-made"},
-            "workers": 2,
-            "gpusPerWorker": 8,
-            "tensorParallelSize": 8,
-            "topology": {"level": "leaf", "mode": "preferred"},
-        },
-    }
+    hand_made: dict[str, Any] = hand_made_gang("hand-made")
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, GANG_PLURAL, hand_made)
 
     # the normal work goes on: a TensorParallelJob and a labelled pod group, both placed
@@ -154,18 +159,7 @@ def test_hand_labelled_gang_pods_where_no_one_opted_in_are_neither_managed_nor_p
         assert f"kubectl label namespace {namespace} tpfabric.io/gangs=enabled" in said[0].message
         assert record(custom, namespace, "stray") is None  # not managed by the operator
         # a record made by hand is not planned by the placer either
-        manifest = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "Gang",
-            "metadata": {"name": "stray"},
-            "spec": {
-                "owner": {"kind": "PodGroup", "name": "stray"},
-                "workers": 2,
-                "gpusPerWorker": 8,
-                "tensorParallelSize": 8,
-                "topology": {"level": "leaf", "mode": "preferred"},
-            },
-        }
+        manifest = hand_made_gang("stray")
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, GANG_PLURAL, manifest)
         time.sleep(6)  # the placer plans a record with all its pods within a cycle or two
         status = (record(custom, namespace, "stray") or {}).get("status") or {}
