@@ -953,7 +953,7 @@ def test_queue_label_and_demand_edits_reach_the_workload(
 
     with pytest.raises(ApiException) as refused:
         set_queue(tpj, holder, None)  # a running job cannot skip its queue
-    assert refused.value.status == 422
+    assert refused.value.status == 403  # the policy's reason: Forbidden
     assert "the queue of a job that is not suspended cannot change" in str(refused.value.body)
     assert workload_of(tpj, holder, holder_uid) is not None
     patch = {"metadata": {"labels": {QUEUE_LABEL: None}}, "spec": {"suspend": True}}
