@@ -26,7 +26,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GANG_GATE, GROUP, VERSION
-from tpfabric_core.api.gang import GANG_PLURAL
+from tpfabric_core.api.gang import GANG_PLURAL, MAX_GANG_WORKERS
 from tpfabric_core.gangs import (
     GANG_LABEL,
     GANG_SIZE_LABEL,
@@ -65,6 +65,7 @@ from tpfabric_operator.gang_records import (
     ranks_to_write,
     record_manifest,
     record_status,
+    too_large_problem,
 )
 from tpfabric_operator.settings import GANG_IDLE_SECONDS, GANG_SYNC_SECONDS
 
@@ -220,7 +221,14 @@ def _identify(
         problems.extend(said)
         if asked is not None and first.member.topology.level is None:  # the pod's own wins
             first = replace(first, member=replace(first.member, topology=asked))
-    if size is None:
+    if size is not None and size > MAX_GANG_WORKERS:
+        # no record can hold it: said on the pods (NoGangRecord), never tried (a 422 each sync)
+        said = [p.words() for p in first.member.problems if p.key in _SIZE_KEYS]
+        problems.append(
+            said[0] if said else too_large_problem(first.member.kind, first.member.owner, size)
+        )
+        size, layout = None, None
+    elif size is None:
         problems.append(_no_size(first))
     return first, size, layout, owner_ref, problems
 
@@ -383,13 +391,14 @@ def _on_degraded_nodes(pods: list[GangPod]) -> list[fabric_health.RankOnDegraded
     return fabric_health.on_degraded_nodes(((p.rank, p.node) for p in pods), index)
 
 
-def _unready_groups(namespace: str, view: serving.LwsView, gang: str, own: int | None) -> list[str]:
+def _unready_groups(
+    namespace: str, view: serving.LwsView, gang: str, own: int | None
+) -> serving.Unready:
     """Return the LWS's other groups that are not ready now, from the watched pods (a group
     below its replicas with no pod at all counts: it is being made again)."""
+    groups: dict[int, tuple[str, bool]] = {}
     if _gang_pods is None:
-        return []
-    found: dict[int, bool] = {}
-    names: dict[int, str] = {}
+        return serving.Unready(0)
     for key in _gang_pods.gangs():
         if key[0] != namespace or key[1] == gang:
             continue
@@ -402,11 +411,8 @@ def _unready_groups(namespace: str, view: serving.LwsView, gang: str, own: int |
         size = members[0].member.size or len(members)
         if index is None:
             continue
-        found[index] = serving.group_ready([p.ready for p in members], size)
-        names[index] = key[1]
-    unready = [names[i] for i, ok in found.items() if not ok]
-    unready += [f"{view.name}-{i}" for i in range(view.replicas) if i not in found and i != own]
-    return unready
+        groups[index] = (key[1], serving.group_ready([p.ready for p in members], size))
+    return serving.others_unready(view, groups, own)
 
 
 def _serving(

@@ -103,6 +103,11 @@ def test_poison_objects_of_each_watched_kind_leave_the_cluster_placing_and_are_r
     poison_pod["metadata"]["annotations"] = {GANG_SIZE_LABEL: "²"}
     poison_pod["spec"]["schedulingGates"] = [{"name": GANG_GATE}]  # never released by anyone
     core.create_namespaced_pod(namespace, poison_pod)
+    # a pod labelled into a gang of 100,000 pods: no Gang record can hold it (at most 1024)
+    huge_pod = gang_pod("huge-0", {GANG_NAME_LABEL: "huge", GANG_LABEL: "huge"}, cpu="1")
+    huge_pod["metadata"]["annotations"] = {GANG_SIZE_LABEL: "100000"}
+    huge_pod["spec"]["schedulingGates"] = [{"name": GANG_GATE}]
+    core.create_namespaced_pod(namespace, huge_pod)
     # a Gang record made by hand whose status names what no placer wrote
     hand_made: dict[str, Any] = hand_made_gang("hand-made")
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, GANG_PLURAL, hand_made)
@@ -124,6 +129,12 @@ def test_poison_objects_of_each_watched_kind_leave_the_cluster_placing_and_are_r
         what="the poison pod told why it has no Gang record",
     )
     assert f"{GANG_SIZE_LABEL}: '²' is not a whole number" in said[0].message
+    huge_said = wait_for(
+        lambda: warnings(core, namespace, "huge-0", "NoGangRecord"),
+        60,
+        what="the pod of a gang too large for a record told why it has none",
+    )
+    assert f"{GANG_SIZE_LABEL}: 100000 is outside 1..1024" in huge_said[0].message
     node_said = wait_for(
         lambda: warnings(core, "default", POISON_NODE, "MalformedObject"),
         60,
@@ -134,6 +145,7 @@ def test_poison_objects_of_each_watched_kind_leave_the_cluster_placing_and_are_r
     # the poison pod was never released, nor a record made for it
     assert core.read_namespaced_pod("poison-0", namespace).spec.scheduling_gates
     assert record(custom, namespace, "poison") is None
+    assert record(custom, namespace, "huge") is None
 
 
 def test_hand_labelled_gang_pods_where_no_one_opted_in_are_neither_managed_nor_planned(
