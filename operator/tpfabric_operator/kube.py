@@ -289,6 +289,23 @@ class KubeAdapter:
             raise
         return True
 
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        """Return the labels of ``namespace`` (None when it is gone). Where it cannot be read
+        (403), only ``kubernetes.io/metadata.name``, which the API server sets on every
+        namespace, is taken to be there."""
+        try:
+            found = self.core.read_namespace(namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            if err.status != 403:
+                raise
+            log.warning(
+                "namespace %s cannot be read (%s): only its name is known", namespace, err.reason
+            )
+            return {"kubernetes.io/metadata.name": namespace}
+        return dict(found.metadata.labels or {})
+
     def queue_job(self, namespace: str, name: str, queue: str) -> None:
         """Give a TensorParallelJob the queue label ``queue`` and suspend it, in one write (an
         unsuspended job's queue label may not change: the chart's policy refuses it)."""

@@ -9,10 +9,14 @@ it must be; no knob is read anywhere else. :data:`KNOBS` lists them for the docs
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from tpfabric_core.placement.pod_fit import label_selector
+from tpfabric_operator.queueing import QueueRequirement
 
 __all__ = [
     "CREATE_CONCURRENCY",
@@ -23,6 +27,7 @@ __all__ = [
     "HANDLER_THREADS",
     "INIT_IMAGE",
     "KNOBS",
+    "KUEUE_QUEUE_REQUIREMENT",
     "LOG_LEVEL",
     "PLAN_DEFER_SECONDS",
     "PLAN_WAIT_SECONDS",
@@ -30,6 +35,7 @@ __all__ = [
     "SUSPECT_SWITCH_NODES",
     "Knob",
     "SettingsError",
+    "queue_requirement",
     "read",
 ]
 
@@ -116,14 +122,47 @@ KNOBS: tuple[Knob, ...] = (
         "30",
         "how long a pod group's record stays after its last pod is gone",
     ),
+    Knob(
+        "TPFABRIC_KUEUE_MANAGE_JOBS_WITHOUT_QUEUE_NAME",
+        "false",
+        "Kueue's manageJobsWithoutQueueName, as Kueue's Configuration says it: true holds a job "
+        "without a kueue.x-k8s.io/queue-name label suspended (never run) in the namespaces "
+        "TPFABRIC_KUEUE_MANAGED_JOBS_NAMESPACE_SELECTOR selects",
+        bool,
+    ),
+    Knob(
+        "TPFABRIC_KUEUE_MANAGED_JOBS_NAMESPACE_SELECTOR",
+        json.dumps(
+            {
+                "matchExpressions": [
+                    {
+                        "key": "kubernetes.io/metadata.name",
+                        "operator": "NotIn",
+                        "values": ["kube-system", "kueue-system"],
+                    }
+                ]
+            },
+            separators=(",", ":"),
+        ),
+        "Kueue's managedJobsNamespaceSelector (a label selector, as JSON): the namespaces where "
+        "manageJobsWithoutQueueName holds jobs without a queue; the default is Kueue's own for "
+        "a Kueue in kueue-system",
+        str,
+    ),
 )
 
 
-def read(knob: Knob, environ: Mapping[str, str]) -> float | int | str:
+def read(knob: Knob, environ: Mapping[str, str]) -> float | int | str | bool:
     """Return ``knob``'s value in ``environ`` (its default when unset or empty)."""
     raw = environ.get(knob.env, "").strip() or knob.default
     if knob.kind is str:
         return raw
+    if knob.kind is bool:
+        if raw.lower() not in ("true", "false"):
+            raise SettingsError(
+                f"{knob.env}={raw!r} is not true or false (default {knob.default}: {knob.meaning})"
+            )
+        return raw.lower() == "true"
     try:
         value: float | int = knob.kind(raw)
     except ValueError:
@@ -142,6 +181,23 @@ def read(knob: Knob, environ: Mapping[str, str]) -> float | int | str:
     return value
 
 
+def queue_requirement(environ: Mapping[str, str]) -> QueueRequirement:
+    """Return Kueue's ``manageJobsWithoutQueueName`` and ``managedJobsNamespaceSelector`` as
+    ``environ`` mirrors them (the operator cannot read Kueue's Configuration)."""
+    knobs = {k.env: k for k in KNOBS}
+    manage = read(knobs["TPFABRIC_KUEUE_MANAGE_JOBS_WITHOUT_QUEUE_NAME"], environ)
+    knob = knobs["TPFABRIC_KUEUE_MANAGED_JOBS_NAMESPACE_SELECTOR"]
+    raw = str(read(knob, environ))
+    try:
+        selects = label_selector(json.loads(raw))
+    except ValueError as err:  # LabelSelectorError too
+        raise SettingsError(
+            f"{knob.env}={raw[:200]!r} is not a label selector as JSON: {err} (default "
+            f"{knob.default}: {knob.meaning})"
+        ) from None
+    return QueueRequirement(without_queue_name=bool(manage), namespaces=selects)
+
+
 _VALUES = {knob.env: read(knob, os.environ) for knob in KNOBS}
 
 RECONCILE_SECONDS = float(_VALUES["TPFABRIC_RECONCILE_SECONDS"])
@@ -156,3 +212,4 @@ GANG_IDLE_SECONDS = float(_VALUES["TPFABRIC_GANG_IDLE_SECONDS"])
 LOG_LEVEL = str(_VALUES["TPFABRIC_LOG_LEVEL"])
 EXPECTED_REPAIR_SECONDS = float(_VALUES["TPFABRIC_EXPECTED_REPAIR_SECONDS"])
 DEGRADED_LINK_BANDWIDTH = float(_VALUES["TPFABRIC_DEGRADED_LINK_BANDWIDTH"])
+KUEUE_QUEUE_REQUIREMENT = queue_requirement(os.environ)

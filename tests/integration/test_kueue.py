@@ -13,24 +13,27 @@ job's priority, queue and demand to the Workload, and holds the quota while pods
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from test_lifecycle import end_worker
 from test_operator import Tpj, small_job
 
-from control_plane_fixtures import run_kubectl, wait_for
+from control_plane_fixtures import clear_jobs_and_pods, run_kubectl, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_localcluster.kueue import KUEUE, PodsReadyWait, start_kueue
+from tpfabric_localcluster.kueue import KUEUE, KUEUE_NAMESPACE, PodsReadyWait, start_kueue
 from tpfabric_localcluster.nodes import FAKE_NODE_LABEL
 from tpfabric_localcluster.toolchain import find_toolchain
 from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
@@ -50,6 +53,12 @@ NOWHERE = "tpfabric.io/test-nowhere"
 #: a test's finalizer that keeps a worker pod terminating
 HOLD = "tpfabric.io/test-hold"
 PODS_READY_TIMEOUT = 20
+PODS_READY = PodsReadyWait(
+    timeout_seconds=PODS_READY_TIMEOUT,
+    backoff_base_seconds=1,
+    backoff_max_seconds=2,
+    backoff_limit_count=1,
+)
 RETENTION = 3
 #: how long a waiting job and its Workload are watched for writes (the operator reconciles
 #: every second here: 15 reconciles)
@@ -105,16 +114,7 @@ def kueue(tpfabric_scheduling: LocalCluster) -> Iterator[LocalCluster]:
             "does it)",
             pytrace=False,
         )
-    start_kueue(
-        tpfabric_scheduling,
-        pods_ready=PodsReadyWait(
-            timeout_seconds=PODS_READY_TIMEOUT,
-            backoff_base_seconds=1,
-            backoff_max_seconds=2,
-            backoff_limit_count=1,
-        ),
-        finished_retention_seconds=RETENTION,
-    )
+    start_kueue(tpfabric_scheduling, pods_ready=PODS_READY, finished_retention_seconds=RETENTION)
     start_operator(tpfabric_scheduling)
     yield tpfabric_scheduling
     tpfabric_scheduling.stop_component(OPERATOR)
@@ -294,6 +294,59 @@ def queue_name_policy(kueue: LocalCluster) -> Iterator[None]:
     time.sleep(2)  # the API server loads a new policy within a second or so
     yield
     run_kubectl(kueue, "delete", "-f", "-", "--ignore-not-found", stdin=rendered)
+
+
+def chart_operator_env(*settings: str) -> dict[str, str]:
+    """Return the operator's ``TPFABRIC_*`` environment as ``helm template`` renders it with
+    ``settings`` (``--set-json`` pairs)."""
+    helm = find_toolchain(("helm",)).paths["helm"]
+    assert helm is not None, "helm is missing: run `make toolchain`"
+    argv = [str(helm), "template", "tpfabric", str(CHART), "--show-only", "templates/operator.yaml"]
+    for setting in settings:
+        argv += ["--set-json", setting]
+    rendered = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
+    deployment = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("TPFABRIC_")}
+
+
+@pytest.fixture
+def queue_required(kueue: LocalCluster, api: client.ApiClient) -> Iterator[str]:
+    """Kueue run with ``manageJobsWithoutQueueName`` and the operator with the chart's mirror of
+    it (``kueue.manageJobsWithoutQueueName: true``, ``kueue.managedJobsNamespaceSelector``):
+    Kueue's default selector, and one namespace more left out (made here; its name is
+    returned). Afterwards both run again as the module runs them."""
+    core = client.CoreV1Api(api)
+    exempt = f"t-no-queue-needed-{uuid.uuid4().hex[:5]}"
+    core.create_namespace({"metadata": {"name": exempt}})
+    left_out = ["kube-system", KUEUE_NAMESPACE, exempt]
+    selector = {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": left_out}
+        ]
+    }
+    env = chart_operator_env(
+        "kueue.manageJobsWithoutQueueName=true",
+        f"kueue.managedJobsNamespaceSelector={json.dumps(selector)}",
+    )
+    kueue.stop_component(OPERATOR)
+    kueue.stop_component(KUEUE)
+    start_kueue(
+        kueue,
+        pods_ready=PODS_READY,
+        finished_retention_seconds=RETENTION,
+        managed_namespaces=selector,
+    )
+    start_operator(kueue, env=env)
+    try:
+        yield exempt
+    finally:
+        clear_jobs_and_pods(api, exempt)
+        core.delete_namespace(exempt)
+        kueue.stop_component(OPERATOR)
+        kueue.stop_component(KUEUE)
+        start_kueue(kueue, pods_ready=PODS_READY, finished_retention_seconds=RETENTION)
+        start_operator(kueue)
 
 
 def queued_job(name: str, queue: str = "training", **spec: Any) -> dict[str, Any]:
@@ -967,6 +1020,60 @@ def test_queue_label_and_demand_edits_reach_the_workload(
     tpj.wait_phase(mover, "Running", timeout=120)  # the quota the holder had is free now
     for pod in tpj.pods(mover):
         assert pod.spec.containers[0].resources.requests["memory"] == "1Gi"
+
+
+# -- a queue required ----------------------------------------------------------------------------
+
+
+def test_where_kueue_requires_a_queue_a_job_without_one_waits_until_it_names_one(
+    api: client.ApiClient,
+    tpj: Tpj,
+    queues: Queues,
+    queue_name_policy: None,
+    queue_required: str,
+) -> None:
+    """With Kueue's ``manageJobsWithoutQueueName`` mirrored by the chart, a job made without a
+    queue label is held suspended, with no pods, and told how to name a queue; labelled (the
+    chart's policy allows it: the job is suspended), it is admitted by Kueue and runs. In a
+    namespace Kueue's selector leaves out, a job without a queue runs at once."""
+    queues.queue(gpus=16)
+    name = tpj.apply(small_job("unqueued"))
+    held = wait_for(
+        lambda: (c := tpj.condition(name, "Admitted")).get("reason") == "QueueNameRequired" and c,
+        30,
+        what="the job held for want of a queue",
+    )
+    assert held["status"] == "False"
+    assert f"kubectl label tpj {name} {QUEUE_LABEL}=<local-queue>" in held["message"]
+    assert tpj.get(name)["spec"]["suspend"] is True
+    assert tpj.wait_phase(name, "Suspended", timeout=30)["phase"] == "Suspended"
+    told = wait_for(
+        lambda: [
+            e
+            for e in tpj.core.list_namespaced_event(tpj.namespace).items
+            if e.involved_object.name == name and e.reason == "QueueNameRequired"
+        ],
+        30,
+        what="a QueueNameRequired Event on the job",
+    )
+    assert told[0].type == "Warning"
+    uid = uid_of(tpj, name)
+    holds(
+        lambda: not tpj.pods(name) and tpj.get(name)["spec"]["suspend"] is True,
+        IDLE_SECONDS / 3,
+        "held: suspended, without pods",
+    )
+    assert workload_of(tpj, name, uid) is None
+
+    set_queue(tpj, name, "training")  # allowed while suspended
+    tpj.wait_phase(name, "Running", timeout=120)
+    assert is_true(workload_of(tpj, name, uid), "Admitted")
+
+    free = Tpj(api, tpj.cluster, queue_required)
+    loose = free.apply(small_job("loose"))
+    free.wait_phase(loose, "Running", timeout=120)
+    assert workload_of(free, loose, uid_of(free, loose)) is None
+    assert "Admitted" not in {c["type"] for c in free.status(loose).get("conditions") or []}
 
 
 # -- deletion -------------------------------------------------------------------------------------
