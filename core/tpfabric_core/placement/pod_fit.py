@@ -310,8 +310,8 @@ def label_selector(selector: Mapping[str, Any] | None) -> LabelTest:
         except _InvalidTermError as err:
             raise LabelSelectorError(f"{where}: {err}") from None
     pairs = tuple(wanted.items())
-    return lambda labels: all(labels.get(k) == v for k, v in pairs) and all(
-        test(labels) for test in tests
+    return lambda labels: (
+        all(labels.get(k) == v for k, v in pairs) and all(test(labels) for test in tests)
     )
 
 

@@ -79,8 +79,10 @@ def test_a_ready_degraded_group_is_moved_when_the_budget_allows() -> None:
     [
         (
             {"others_unready": Unready(1, ("chat-3",))},
-            "waits: 1 other group(s) of 'chat' are not ready (chat-3); moving this one would "
-            "pass maxUnavailable 1",
+            (
+                "waits: 1 other group(s) of 'chat' are not ready (chat-3); moving this one "
+                "would pass maxUnavailable 1"
+            ),
         ),
         ({"moving": "chat-2"}, "group chat-2 of 'chat' is being moved (one at a time)"),
         ({"ready": False}, "waits for the group to be ready"),
