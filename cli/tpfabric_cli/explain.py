@@ -39,6 +39,7 @@ from tpfabric_core import labels
 from tpfabric_core.errors import InputError
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.hostlist import compress_hostlist
+from tpfabric_core.input_limits import whole_number
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -202,7 +203,7 @@ def _rank_of(pod: Mapping[str, Any], rank_label: str) -> tuple[int | None, str]:
     """Return the pod's rank from ``rank_label`` (None when missing or not a number) and the
     label's text."""
     text = str(((pod.get("metadata") or {}).get("labels") or {}).get(rank_label, ""))
-    return (int(text), text) if text.isdigit() else (None, text)
+    return whole_number(text), text
 
 
 def _pod_phase(pod: Mapping[str, Any]) -> str:

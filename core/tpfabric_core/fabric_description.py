@@ -41,6 +41,7 @@ from pydantic.alias_generators import to_camel
 from tpfabric_core import labels
 from tpfabric_core.errors import InputError
 from tpfabric_core.hostlist import HostlistError, expand_hostlist
+from tpfabric_core.input_limits import check_yaml_text
 
 __all__ = [
     "FabricDescription",
@@ -237,12 +238,17 @@ def pydantic_error_path(loc: tuple[int | str, ...]) -> str:
 def parse_fabric_description(text: str, source: str = "<fabric>") -> FabricDescription:
     """Return the fabric described by YAML ``text``; InputError names ``source`` and where."""
     try:
+        check_yaml_text(text, source)
         data: Any = yaml.safe_load(text)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         raise InputError(where, f"not valid YAML: {err.problem}") from err
     except yaml.YAMLError as err:
+        raise InputError(source, f"not valid YAML: {err}") from err
+    except InputError:
+        raise
+    except ValueError as err:  # a value the loader cannot make: a 5,000-digit number
         raise InputError(source, f"not valid YAML: {err}") from err
     if not isinstance(data, dict):
         raise InputError(

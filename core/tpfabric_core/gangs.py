@@ -41,10 +41,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tpfabric_core.input_limits import whole_number
+
 __all__ = [
     "GANG_LABEL",
     "GANG_NAME_LABEL",
     "GANG_SIZE_LABEL",
+    "NAMESPACE_OPT_IN",
+    "NAMESPACE_OPT_IN_LABEL",
+    "NAMESPACE_OPT_IN_VALUE",
     "RANK_LABEL",
     "GangMember",
     "GangSettings",
@@ -52,6 +57,7 @@ __all__ = [
     "Problem",
     "TopologyAsk",
     "gang_of",
+    "not_opted_in",
     "record_name",
     "scheduling_group",
 ]
@@ -72,6 +78,22 @@ NEAR_MODE_ANNOTATION = "tpfabric.io/near-mode"
 ON_DEGRADED_ANNOTATION = "tpfabric.io/on-degraded-link"
 #: the webhook writes the gang record's name here (the placer finds a gang's pods by it)
 GANG_LABEL = "tpfabric.io/gang"
+#: a namespace opts in to gangs of other controllers with this label set to ``enabled``: only
+#: there does the webhook take pods in, the operator keep Gang records and the placer plan them
+NAMESPACE_OPT_IN_LABEL = "tpfabric.io/gangs"
+NAMESPACE_OPT_IN_VALUE = "enabled"
+NAMESPACE_OPT_IN = f"{NAMESPACE_OPT_IN_LABEL}={NAMESPACE_OPT_IN_VALUE}"
+
+
+def not_opted_in(namespace: str) -> str:
+    """Return what a gang in ``namespace``, which has not opted in, is told."""
+    return (
+        f"namespace {namespace!r} has not opted in to gangs of other controllers, so tpfabric "
+        f"neither keeps a Gang record for these pods nor places them: label it with "
+        f"`kubectl label namespace {namespace} {NAMESPACE_OPT_IN}` (docs/gangs.md), or remove "
+        "the pods' tpfabric.io/gang label"
+    )
+
 
 # -- LeaderWorkerSet (api/leaderworkerset/v1/leaderworkerset_types.go) -------------------------
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
@@ -195,8 +217,7 @@ def record_name(*parts: str) -> str:
 
 
 def _int(text: object) -> int | None:
-    value = str(text if text is not None else "").strip()
-    return int(value) if value.isdigit() else None
+    return whole_number(text)
 
 
 def _ordinal(name: str) -> int | None:

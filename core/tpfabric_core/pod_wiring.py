@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpfabric_core.input_limits import whole_number
+
 __all__ = [
     "CUDA_MAJOR_ANNOTATION",
     "FABRIC_ENV",
@@ -119,7 +121,7 @@ def _main_container_facts(
         "capabilitiesAdd": list((security.get("capabilities") or {}).get("add") or []),
     }
     cuda = str(annotations.get(CUDA_MAJOR_ANNOTATION, ""))
-    if not cuda.isdigit():
+    if whole_number(cuda) is None:
         cuda_version = next(
             (
                 e.get("value", "")
@@ -129,8 +131,8 @@ def _main_container_facts(
             "",
         )
         cuda = str(cuda_version).split(".")[0]
-    if cuda.isdigit():
-        facts["cudaMajor"] = int(cuda)
+    if (major := whole_number(cuda)) is not None:
+        facts["cudaMajor"] = major
     nccl_env = {
         str(e["name"]): str(e["value"])
         for e in container.get("env") or []

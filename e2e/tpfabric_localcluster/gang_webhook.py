@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tpfabric_core.gangs import NAMESPACE_OPT_IN_LABEL
 from tpfabric_localcluster.cluster import LocalCluster, free_ports
 from tpfabric_operator.webhook import command_line
 
@@ -32,7 +33,7 @@ __all__ = [
 GANG_WEBHOOK = "tpfabric-gang-webhook"
 CONFIGURATION = "tpfabric-gangs"
 #: the namespace label that opts a namespace in
-NAMESPACE_LABEL = "tpfabric.io/gangs"
+NAMESPACE_LABEL = NAMESPACE_OPT_IN_LABEL
 #: (webhook name, the pod label whose presence opts a pod in)
 OPT_IN_LABELS = (
     ("gang-pods.tpfabric.io", "tpfabric.io/gang-name"),

@@ -107,6 +107,7 @@ def _configuration(
     *,
     pods_ready: PodsReadyWait | None = None,
     finished_retention_seconds: int | None = None,
+    managed_namespaces: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -117,11 +118,13 @@ def _configuration(
         "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(folder / "certs")},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
-        "manageJobsWithoutQueueName": False,
+        "manageJobsWithoutQueueName": managed_namespaces is not None,
         "integrations": {"frameworks": ["batch/job"], "externalFrameworks": [TPJ_FRAMEWORK]},
         # the on-demand visibility API is an aggregated API server of its own: not needed here
         "featureGates": {"VisibilityOnDemand": False},
     }
+    if managed_namespaces is not None:
+        config["managedJobsNamespaceSelector"] = managed_namespaces
     if pods_ready is not None:
         config["waitForPodsReady"] = pods_ready.configuration()
     if finished_retention_seconds is not None:
@@ -136,12 +139,15 @@ def start_kueue(
     *,
     pods_ready: PodsReadyWait | None = None,
     finished_retention_seconds: int | None = None,
+    managed_namespaces: dict[str, Any] | None = None,
 ) -> None:
     """Install Kueue's CRDs and webhooks and start its controller (``KUEUE``) on ``cluster``.
 
     ``pods_ready``: turn on Kueue's ``waitForPodsReady`` (default off);
     ``finished_retention_seconds``: Kueue deletes a finished Workload that long after it
-    finished (``objectRetentionPolicies.workloads.afterFinished``; default: kept).
+    finished (``objectRetentionPolicies.workloads.afterFinished``; default: kept);
+    ``managed_namespaces``: turn on ``manageJobsWithoutQueueName`` with this
+    ``managedJobsNamespaceSelector`` (default off).
     """
     binary = find_toolchain(("kueue",)).path("kueue")
     manifests = binary.parent / "config"
@@ -177,6 +183,7 @@ def start_kueue(
         probe_port,
         pods_ready=pods_ready,
         finished_retention_seconds=finished_retention_seconds,
+        managed_namespaces=managed_namespaces,
     )
     config.write_text(yaml.safe_dump(settings))
     cluster.add_component(

@@ -9,7 +9,7 @@ import pwd
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,12 +228,14 @@ def start_operator(
     name: str = OPERATOR,
     run_as: RunAs | None = None,
     extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> None:
     """Start the operator (kopf) against ``cluster``, with its liveness endpoint on loopback.
 
     ``run_as`` runs it with other credentials and uid (default: the admin kubeconfig, as the
     caller). Several operators (different names) elect the one that acts by a Lease;
-    ``extra_args`` come after :data:`LOCAL_OPERATOR_ARGS` (a later flag wins).
+    ``extra_args`` come after :data:`LOCAL_OPERATOR_ARGS` (a later flag wins); ``env``: more
+    ``TPFABRIC_*`` settings (they win over the local ones).
     """
     (port,) = free_ports(1)
     argv = [
@@ -254,5 +256,6 @@ def start_operator(
             # gang records looked at every 2 s, deleted 5 s after their pods (tests see it)
             "TPFABRIC_GANG_SYNC_SECONDS": "2",
             "TPFABRIC_GANG_IDLE_SECONDS": "5",
+            **(env or {}),
         },
     )

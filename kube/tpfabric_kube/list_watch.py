@@ -4,6 +4,8 @@ Each brings its own list and watch calls; this module never opens a connection i
 
 - :func:`list_pages` reads a list in pages of ``LIST_PAGE_SIZE`` (``limit``/``continue``: one
   consistent snapshot), each page parsed with ``orjson`` and cut down before the next is fetched.
+  Each object is cut down on its own: one that its ``slim`` cannot read is skipped and reported
+  (:mod:`.malformed`), never the end of the list.
 - :func:`list_and_watch` is the loop: list, watch from the list's version, resume a watch that
   ended normally (the server's timeout, a forced close of a slow watcher) from the last version
   seen, and list again after a failure or an expired version (410 Gone), after a backoff that
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import orjson
+
+from tpfabric_kube.malformed import MalformedObjects, Skipped
 
 __all__ = [
     "LIST_PAGE_SIZE",
@@ -36,6 +40,8 @@ WATCH_TIMEOUT_S = 240
 WATCH_REQUEST_TIMEOUT: tuple[float, float] = (10.0, WATCH_TIMEOUT_S + 60.0)
 LIST_PAGE_SIZE = 500  # what client-go's pager asks for
 _GONE = 410
+#: reports of the lists whose caller names no reporter of its own (logged and counted only)
+_UNNAMED = MalformedObjects("tpfabric")
 
 
 def list_pages(
@@ -43,8 +49,12 @@ def list_pages(
     slim: Callable[[dict[str, Any]], T],
     *,
     page_size: int = LIST_PAGE_SIZE,
+    malformed: MalformedObjects | None = None,
+    kind: str = "object",
 ) -> tuple[list[T], str]:
     """Return every object of a paginated list, each cut down by ``slim``, and its version.
+
+    An object ``slim`` raises on is left out and reported to ``malformed`` as a ``kind``.
 
     Pages of ``page_size`` objects; each response body is parsed, cut down and dropped before
     the next one is fetched. The resourceVersion is the snapshot's (the first page's). An
@@ -58,10 +68,25 @@ def list_pages(
         page = _page(list_call, token, page_size)
         version = version or str(page["metadata"]["resourceVersion"])
         token = str(page["metadata"].get("continue") or "")
-        objects.extend(map(slim, page.get("items") or ()))
+        _parse_each(page.get("items") or (), slim, malformed or _UNNAMED, kind, objects)
         del page  # dropped before the next page is fetched
         if not token:
             return objects, version
+
+
+def _parse_each(
+    items: Iterable[dict[str, Any]],
+    slim: Callable[[dict[str, Any]], T],
+    reports: MalformedObjects,
+    kind: str,
+    into: list[T],
+) -> None:
+    """Append what ``slim`` makes of each of ``items`` to ``into``; skip (and report) an item it
+    raises on. A function of its own: no raw item outlives the page in a local."""
+    for item in items:
+        parsed = reports.parse(kind, slim, item)
+        if not isinstance(parsed, Skipped):
+            into.append(parsed)
 
 
 def _page(list_call: Callable[..., Any], token: str, page_size: int) -> dict[str, Any]:

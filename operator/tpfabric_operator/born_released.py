@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from tpfabric_core.api import ATTEMPT_LABEL, JOB_LABEL, WORKER_INDEX_LABEL
+from tpfabric_core.input_limits import whole_number
 from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
 
 __all__ = [
@@ -152,8 +153,8 @@ def born_released(
     attempt = placement.get("attempt")
     if not isinstance(attempt, int) or labels.get(ATTEMPT_LABEL) != str(attempt):
         return None
-    index = str(labels.get(WORKER_INDEX_LABEL, ""))
-    if not index.isdigit() or int(index) >= len(placement.get("nodes") or []):
+    index = whole_number(labels.get(WORKER_INDEX_LABEL))
+    if index is None or index >= len(placement.get("nodes") or []):
         return None
     expressions = plan_expressions(placement)
     if expressions is None:  # a plan without its domain's labels (an older placer)

@@ -44,11 +44,12 @@ from tpfabric_core.fabric.link_publish import (
     RailDetail,
     SuspectSwitch,
     bandwidth_kept,
-    parse_detail,
+    read_detail,
     suspect_rail_switches,
 )
 from tpfabric_core.fabric.restart_rule import RestartWeighing, slowdown_of, weigh_restart
 from tpfabric_core.labels import HEALTH, PREFIX
+from tpfabric_kube.malformed import MalformedObjects
 from tpfabric_operator import leadership
 from tpfabric_operator.job_state import WorkerPod
 from tpfabric_operator.settings import (
@@ -105,6 +106,14 @@ class RankOnDegradedNode:
     bandwidth: float | None = None
 
 
+#: the degraded nodes whose detail the index cannot read: counted and logged once per version of
+#: the node, with no Event: the extender, which the chart always installs beside the operator,
+#: reads the same annotation of the same node version and tells it on the node (one Event
+#: ``MalformedObject``, named per version and field, shared by its replicas); a second Event in
+#: the same words from the operator would only double what ``kubectl describe node`` shows
+_unreadable_details = MalformedObjects("tpfabric-operator")
+
+
 @kopf.index("nodes", labels={HEALTH: "degraded"})
 def degraded_nodes(
     *,
@@ -113,10 +122,17 @@ def degraded_nodes(
     labels: kopf.Labels,
     annotations: kopf.Annotations,
     status: kopf.Status,
+    meta: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> dict[str, DegradedNode]:
-    """Index the nodes labelled ``topology.tpfabric.io/health=degraded`` by name."""
-    rails = tuple(r for r in parse_detail(annotations.get(DETAIL_ANNOTATION)) if r.state != "ok")
+    """Index the nodes labelled ``topology.tpfabric.io/health=degraded`` by name (a detail
+    that cannot be read is reported, and the node indexed with the reason its condition gives)."""
+    detail, problem = read_detail(annotations.get(DETAIL_ANNOTATION))
+    if problem:
+        version = str((meta or {}).get("resourceVersion") or "")
+        node = {"metadata": {"name": name, "uid": uid or "", "resourceVersion": version}}
+        _unreadable_details.field("Node", node, DETAIL_ANNOTATION, problem)
+    rails = tuple(r for r in detail if r.state != "ok")
     reasons = tuple(reason for rail in rails for reason in rail.reasons)
     if not reasons:
         condition: Mapping[str, Any] = next(

@@ -29,6 +29,7 @@ from typing import Any
 from tpfabric_core import labels as topology_labels
 from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL, GangMember, GangSettings, gang_of
+from tpfabric_core.input_limits import whole_number
 from tpfabric_core.placement.pod_fit import resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE, NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
 
@@ -83,7 +84,7 @@ def _problems(pod: Mapping[str, Any], member: GangMember, settings: WebhookSetti
         )
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     count = annotations.get(RDMA_COUNT_ANNOTATION)
-    if count is not None and not (str(count).isdigit() and int(count) <= 64):
+    if count is not None and not ((n := whole_number(count)) is not None and n <= 64):
         problems.append(f"{RDMA_COUNT_ANNOTATION}: {count!r} is not a whole number up to 64")
     direct = annotations.get(GPU_DIRECT_ANNOTATION)
     if direct is not None and direct not in _GPU_DIRECT:

@@ -22,6 +22,7 @@ from typing import Any
 from kubernetes import client
 
 from tpfabric_core.gangs import GANG_LABEL
+from tpfabric_kube.malformed import MalformedObjects
 from tpfabric_operator.gang_records import GangPod
 from tpfabric_operator.pod_cache import Grouped, PodWatch
 
@@ -47,8 +48,9 @@ class GangPods(PodWatch):
         core: client.CoreV1Api,
         read: Callable[[Mapping[str, Any]], GangPod | None],
         on_change: Callable[[GangKey], None],
+        malformed: MalformedObjects | None = None,
     ) -> None:
-        super().__init__(core, GANG_LABEL, "gang-pods")
+        super().__init__(core, GANG_LABEL, "gang-pods", malformed)
         self._read = read
         self._on_change = on_change
         self._lock = threading.Lock()

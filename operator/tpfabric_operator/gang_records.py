@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpfabric_core.api import API_VERSION
-from tpfabric_core.api.gang import GANG_KIND
+from tpfabric_core.api.gang import GANG_KIND, MAX_GANG_WORKERS
 from tpfabric_core.gangs import (
     GANG_NAME_LABEL,
+    JOBSET_EXCLUSIVE,
     JOBSET_JOB_INDEX,
     JOBSET_REPLICATED_JOB,
     KUEUE_POD_GROUP,
@@ -30,6 +31,7 @@ from tpfabric_core.gangs import (
     GangMember,
     TopologyAsk,
 )
+from tpfabric_core.input_limits import whole_number
 from tpfabric_core.pod_wiring import GPU_RESOURCE
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "ranks_to_write",
     "record_manifest",
     "record_status",
+    "too_large_problem",
 ]
 
 LWS_API = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
@@ -74,8 +77,7 @@ class GangPod:
     @property
     def rank(self) -> int | None:
         """Return the rank the pod carries (None: not written yet)."""
-        text = self.labels.get(RANK_LABEL, "")
-        return int(text) if text.isdigit() else None
+        return whole_number(self.labels.get(RANK_LABEL))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +98,13 @@ def pod_gpus(pod: Mapping[str, Any]) -> int:
         amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
             resources.get("requests") or {}
         ).get(GPU_RESOURCE)
-        text = str(amount or "0")
-        best = max(best, int(text) if text.isdigit() else 0)
+        best = max(best, whole_number(str(amount or "0")) or 0)
     return best
+
+
+def _count(value: object) -> int:
+    """Return a replicated Job's ``replicas`` or ``parallelism`` (1 when unset, 0 or unreadable)."""
+    return whole_number(value) or 1
 
 
 def jobset_layout(jobset: Mapping[str, Any], replicated_job: str | None) -> dict[str, int] | None:
@@ -107,25 +113,54 @@ def jobset_layout(jobset: Mapping[str, Any], replicated_job: str | None) -> dict
 
     The whole JobSet (``replicated_job`` None): its replicated Jobs in order, each Job's pods
     after the previous Job's. One child Job (per-Job placement): the Job's own pods.
+
+    A gang of more than :data:`MAX_GANG_WORKERS` pods is given by its size alone (``{"": size}``,
+    counted, not laid out): no Gang record holds it (:func:`too_large_problem` says so), and a
+    ``replicas`` of 2^31 is never walked Job by Job.
     """
+    jobs = [
+        (
+            str(replicated.get("name") or ""),
+            _count(replicated.get("replicas")),
+            _count((((replicated.get("template") or {}).get("spec")) or {}).get("parallelism")),
+        )
+        for replicated in (jobset.get("spec") or {}).get("replicatedJobs") or []
+        if isinstance(replicated, Mapping)
+    ]
+    if replicated_job is not None:
+        name, _, index_text = replicated_job.rpartition("/")
+        index = whole_number(index_text)
+        if index is None or str(index) != index_text:
+            return None
+        for job_name, replicas, parallelism in jobs:
+            if job_name == name and index < replicas:
+                return {"": parallelism, replicated_job: 0}
+        return None
+    if not jobs:
+        return None
+    size = sum(replicas * parallelism for _, replicas, parallelism in jobs)
+    if size > MAX_GANG_WORKERS:
+        return {"": size}
     layout: dict[str, int] = {}
     offset = 0
-    for replicated in (jobset.get("spec") or {}).get("replicatedJobs") or []:
-        name = str(replicated.get("name") or "")
-        replicas = int(replicated.get("replicas") or 1)
-        job_spec = ((replicated.get("template") or {}).get("spec")) or {}
-        parallelism = int(job_spec.get("parallelism") or 1)
+    for job_name, replicas, parallelism in jobs:
         for index in range(replicas):
-            if replicated_job is not None:
-                if f"{name}/{index}" == replicated_job:
-                    return {"": parallelism, replicated_job: 0}
-                continue
-            layout[f"{name}/{index}"] = offset
+            layout[f"{job_name}/{index}"] = offset
             offset += parallelism
-    if replicated_job is not None or not layout:
-        return None
     layout[""] = offset
     return layout
+
+
+def too_large_problem(kind: str, owner: str, size: int) -> str:
+    """Return why a gang of ``size`` pods (more than :data:`MAX_GANG_WORKERS`) gets no record."""
+    words = (
+        f"the {kind} {owner!r} makes a gang of {size} pods; a Gang record holds at most "
+        f"{MAX_GANG_WORKERS}: make its gangs smaller (fewer replicas, a smaller size or "
+        "parallelism)"
+    )
+    if kind == "JobSet":
+        words += f", or place each of its Jobs as a gang of its own ({JOBSET_EXCLUSIVE})"
+    return words
 
 
 def _jobset_job(pod: GangPod) -> str:
@@ -219,14 +254,18 @@ def owners_problem(pods: Sequence[GangPod]) -> str | None:
 
 def elsewhere_problem(pods: Sequence[GangPod], size: int, namespaces: Sequence[str]) -> str | None:
     """Return what is wrong when a pod group lacks pods here while its name has a record in
-    other ``namespaces`` too (None: not): a gang's pods are all in one namespace."""
+    other ``namespaces`` too (None: not): a gang's pods are all in one namespace.
+
+    The other namespaces are never named: they may be other tenants', and a Gang's status is
+    read by whoever can read this namespace.
+    """
     if not pods or len(pods) >= size or not namespaces or pods[0].member.kind != "PodGroup":
         return None
     first = pods[0].member
     return (
         f"{_name_label(pods[0])}: {len(pods)} of {size} pods of {first.owner!r} are in "
-        f"namespace {first.namespace!r}, and a gang of that name has pods in "
-        f"{', '.join(sorted(namespaces)[:3])} too: a gang's pods must all be in one namespace"
+        f"namespace {first.namespace!r}, and another namespace has a gang of that name too: a "
+        "gang's pods must all be in one namespace"
     )
 
 

@@ -26,19 +26,26 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GANG_GATE, GROUP, VERSION
-from tpfabric_core.api.gang import GANG_PLURAL
+from tpfabric_core.api.gang import GANG_PLURAL, MAX_GANG_WORKERS
 from tpfabric_core.gangs import (
     GANG_LABEL,
+    GANG_SIZE_LABEL,
     JOBSET_EXCLUSIVE,
     JOBSET_JOB_INDEX,
     JOBSET_NAME,
     JOBSET_REPLICATED_JOB,
+    KUEUE_POD_GROUP_TOTAL,
+    LWS_SIZE,
+    NAMESPACE_OPT_IN_LABEL,
+    NAMESPACE_OPT_IN_VALUE,
     RANK_LABEL,
     GangSettings,
     gang_of,
+    not_opted_in,
 )
 from tpfabric_core.labels import HEALTH
 from tpfabric_core.timestamps import rfc3339
+from tpfabric_kube.malformed import MalformedObjects, event_writer
 from tpfabric_operator import fabric_health, leadership, serving
 from tpfabric_operator.gang_admission import default_levels
 from tpfabric_operator.gang_pods import GangPods, GangSyncer
@@ -58,6 +65,7 @@ from tpfabric_operator.gang_records import (
     ranks_to_write,
     record_manifest,
     record_status,
+    too_large_problem,
 )
 from tpfabric_operator.settings import GANG_IDLE_SECONDS, GANG_SYNC_SECONDS
 
@@ -95,6 +103,19 @@ def _client() -> client.ApiClient:
 
         _api = adapter().core.api_client
     return _api
+
+
+_reports: MalformedObjects | None = None
+
+
+def _malformed() -> MalformedObjects:
+    """Return the reports of the gang pods the operator cannot read (Events on them)."""
+    global _reports  # noqa: PLW0603 - one per operator process
+    if _reports is None:
+        _reports = MalformedObjects(
+            "tpfabric-operator", notify=event_writer(client.CoreV1Api(_client()))
+        )
+    return _reports
 
 
 def _lock(key: tuple[str, str]) -> threading.Lock:
@@ -200,7 +221,14 @@ def _identify(
         problems.extend(said)
         if asked is not None and first.member.topology.level is None:  # the pod's own wins
             first = replace(first, member=replace(first.member, topology=asked))
-    if size is None:
+    if size is not None and size > MAX_GANG_WORKERS:
+        # no record can hold it: said on the pods (NoGangRecord), never tried (a 422 each sync)
+        said = [p.words() for p in first.member.problems if p.key in _SIZE_KEYS]
+        problems.append(
+            said[0] if said else too_large_problem(first.member.kind, first.member.owner, size)
+        )
+        size, layout = None, None
+    elif size is None:
         problems.append(_no_size(first))
     return first, size, layout, owner_ref, problems
 
@@ -213,7 +241,13 @@ def _no_size(first: GangPod) -> str:
             f"spec.schedulingGroup.podGroupName: the PodGroup {member.owner!r} does not exist "
             "or gives no gang size"
         )
-    return f"{JOBSET_NAME}: the JobSet {member.owner!r} does not give the size"
+    if member.kind == "JobSet":
+        return f"{JOBSET_NAME}: the JobSet {member.owner!r} does not give the size"
+    said = [p.words() for p in member.problems if p.key in _SIZE_KEYS]
+    return said[0] if said else f"{member.kind} {member.owner!r}: its pods do not give the size"
+
+
+_SIZE_KEYS = (LWS_SIZE, GANG_SIZE_LABEL, KUEUE_POD_GROUP_TOTAL)
 
 
 def sync_gang(namespace: str, gang: str) -> bool:
@@ -232,9 +266,11 @@ def _pods_of(core: client.CoreV1Api, api: client.ApiClient, key: tuple[str, str]
     if _gang_pods is not None and _gang_pods.synced.is_set():
         return _gang_pods.pods(key)
     listed = core.list_namespaced_pod(key[0], label_selector=f"{GANG_LABEL}={key[1]}")
-    return [
-        p for p in map(_gang_pod, (api.sanitize_for_serialization(i) for i in listed.items)) if p
-    ]
+    pods = (
+        _malformed().parse("Pod", _gang_pod, api.sanitize_for_serialization(i))
+        for i in listed.items
+    )
+    return [p for p in pods if isinstance(p, GangPod)]
 
 
 def _sync(namespace: str, gang: str) -> bool:
@@ -251,10 +287,17 @@ def _sync(namespace: str, gang: str) -> bool:
         _forget_when_idle(custom, namespace, gang, record)
         return False
     _idle_since.pop((namespace, gang), None)
+    if not _opted_in(core, namespace):
+        # pods labelled by hand where no one opted in: not this operator's to manage
+        _tell_pods(
+            core, namespace, gang, pods, reason="NamespaceNotOptedIn", words=not_opted_in(namespace)
+        )
+        return False
     first = min(pods, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.created))
     first, size, layout, owner_ref, problems = _identify(custom, first, pods, record)
     if size is None:
-        log.warning("gang %s/%s: no record: %s", namespace, gang, problems[-1])
+        words = f"no Gang record: {problems[-1]}"
+        _tell_pods(core, namespace, gang, pods, reason="NoGangRecord", words=words)
     made = record is None
     if record is None and owner_ref is None and first.member.kind != "PodGroup":
         # its owner is gone (garbage collection takes its record, then its pods): a record
@@ -348,13 +391,14 @@ def _on_degraded_nodes(pods: list[GangPod]) -> list[fabric_health.RankOnDegraded
     return fabric_health.on_degraded_nodes(((p.rank, p.node) for p in pods), index)
 
 
-def _unready_groups(namespace: str, view: serving.LwsView, gang: str, own: int | None) -> list[str]:
+def _unready_groups(
+    namespace: str, view: serving.LwsView, gang: str, own: int | None
+) -> serving.Unready:
     """Return the LWS's other groups that are not ready now, from the watched pods (a group
     below its replicas with no pod at all counts: it is being made again)."""
+    groups: dict[int, tuple[str, bool]] = {}
     if _gang_pods is None:
-        return []
-    found: dict[int, bool] = {}
-    names: dict[int, str] = {}
+        return serving.Unready(0)
     for key in _gang_pods.gangs():
         if key[0] != namespace or key[1] == gang:
             continue
@@ -367,11 +411,8 @@ def _unready_groups(namespace: str, view: serving.LwsView, gang: str, own: int |
         size = members[0].member.size or len(members)
         if index is None:
             continue
-        found[index] = serving.group_ready([p.ready for p in members], size)
-        names[index] = key[1]
-    unready = [names[i] for i, ok in found.items() if not ok]
-    unready += [f"{view.name}-{i}" for i in range(view.replicas) if i not in found and i != own]
-    return unready
+        groups[index] = (key[1], serving.group_ready([p.ready for p in members], size))
+    return serving.others_unready(view, groups, own)
 
 
 def _serving(
@@ -532,6 +573,75 @@ def _forget_when_idle(
     _idle_since.pop((namespace, gang), None)
 
 
+#: namespace -> when its opt-in label was read, and whether it had it
+_opt_in_seen: dict[str, tuple[float, bool]] = {}
+#: (pod uid, what it was told): each pod is told each thing once
+_told: set[tuple[str, str]] = set()
+
+
+def _opted_in(core: client.CoreV1Api, namespace: str) -> bool:
+    """Return whether ``namespace`` carries the gangs opt-in label (read at most every
+    ``SYNC_SECONDS`` per namespace; a namespace that cannot be read has not opted in)."""
+    seen = _opt_in_seen.get(namespace)
+    if seen is not None and time.monotonic() - seen[0] < SYNC_SECONDS:
+        return seen[1]
+    try:
+        labels = core.read_namespace(namespace).metadata.labels or {}
+        opted = labels.get(NAMESPACE_OPT_IN_LABEL) == NAMESPACE_OPT_IN_VALUE
+    except ApiException as err:
+        if err.status not in (403, _NOT_FOUND):
+            raise
+        log.warning(
+            "namespace %s cannot be read (%s): taken as not opted in", namespace, err.reason
+        )
+        opted = False
+    if len(_opt_in_seen) > 10_000:
+        _opt_in_seen.clear()
+    _opt_in_seen[namespace] = (time.monotonic(), opted)
+    return opted
+
+
+def _tell_pods(
+    core: client.CoreV1Api,
+    namespace: str,
+    gang: str,
+    pods: list[GangPod],
+    *,
+    reason: str,
+    words: str,
+) -> None:
+    """Write a Warning Event ``reason`` saying ``words`` on each pod of the gang, once per pod:
+    what is wrong where no Gang record can say it."""
+    fresh = [p for p in pods if (p.uid, words) not in _told]
+    if not fresh:
+        return
+    log.warning("gang %s/%s: %s", namespace, gang, words)
+    if len(_told) > 100_000:
+        _told.clear()
+    for pod in fresh:
+        _told.add((pod.uid, words))
+        body = {
+            "metadata": {"generateName": f"{pod.name[:200]}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.name,
+                "namespace": namespace,
+                "uid": pod.uid,
+            },
+            "type": "Warning",
+            "reason": reason,
+            "message": words[:1024],
+            "source": {"component": "tpfabric-operator"},
+            "reportingComponent": "tpfabric-operator",
+            "count": 1,
+        }
+        try:
+            core.create_namespaced_event(namespace, body)
+        except ApiException as err:  # a lost Event is only a lost note
+            log.info("pod %s/%s: the Event was not written: %s", namespace, pod.name, err.reason)
+
+
 _gang_pods: GangPods | None = None
 _syncer: GangSyncer | None = None
 #: the records the operator has seen (their events), so that the tick also looks at a record
@@ -561,7 +671,7 @@ def start_gang_pods(**_: Any) -> None:
     global _gang_pods, _syncer  # noqa: PLW0603 - one of each per operator process
     if _syncer is None:
         _syncer = GangSyncer(_sync_key, _known_gangs, every=SYNC_SECONDS)
-        _gang_pods = GangPods(client.CoreV1Api(_client()), _gang_pod, _syncer.dirty)
+        _gang_pods = GangPods(client.CoreV1Api(_client()), _gang_pod, _syncer.dirty, _malformed())
         _syncer.start()
         _gang_pods.start()
 

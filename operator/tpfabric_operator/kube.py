@@ -13,9 +13,15 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LABEL
+from tpfabric_core.input_limits import whole_number
 from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_operator.children import FAILED_WORKER_LABEL, service_name
-from tpfabric_operator.queueing import WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
+from tpfabric_operator.queueing import (
+    QUEUE_LABEL,
+    WORKLOAD_GROUP,
+    WORKLOAD_PLURAL,
+    WORKLOAD_VERSION,
+)
 
 __all__ = ["KubeAdapter", "extended_resources"]
 
@@ -271,6 +277,47 @@ class KubeAdapter:
             raise
         return int(found.get("value") or 0)
 
+    def local_queue_exists(self, namespace: str, name: str) -> bool:
+        """Return whether the Kueue LocalQueue ``name`` exists in ``namespace``."""
+        try:
+            self.custom.get_namespaced_custom_object(
+                WORKLOAD_GROUP, WORKLOAD_VERSION, namespace, "localqueues", name
+            )
+        except ApiException as err:
+            if err.status in (403, 404):
+                return False
+            raise
+        return True
+
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        """Return the labels of ``namespace`` (None when it is gone). Where it cannot be read
+        (403), only ``kubernetes.io/metadata.name``, which the API server sets on every
+        namespace, is taken to be there."""
+        try:
+            found = self.core.read_namespace(namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            if err.status != 403:
+                raise
+            log.warning(
+                "namespace %s cannot be read (%s): only its name is known", namespace, err.reason
+            )
+            return {"kubernetes.io/metadata.name": namespace}
+        return dict(found.metadata.labels or {})
+
+    def queue_job(self, namespace: str, name: str, queue: str) -> None:
+        """Give a TensorParallelJob the queue label ``queue`` and suspend it, in one write (an
+        unsuspended job's queue label may not change: the chart's policy refuses it)."""
+        self.custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"metadata": {"labels": {QUEUE_LABEL: queue}}, "spec": {"suspend": True}},
+        )
+
     def set_suspend(self, namespace: str, name: str, suspend: bool) -> None:
         """Set a TensorParallelJob's ``spec.suspend`` (Kueue's admission decides it)."""
         self.custom.patch_namespaced_custom_object(
@@ -328,5 +375,7 @@ class KubeAdapter:
 def extended_resources(allocatable: Mapping[str, Any]) -> dict[str, int]:
     """Return a node's allocatable extended resources (``domain/name``: whole count)."""
     return {
-        key: int(value) for key, value in allocatable.items() if "/" in key and str(value).isdigit()
+        key: amount
+        for key, value in allocatable.items()
+        if "/" in key and (amount := whole_number(str(value))) is not None
     }

@@ -1,9 +1,12 @@
 """One reconcile's part with Kueue: the Workload made, kept in step, and told what the job does.
 
-:func:`sync` is called by every reconcile of a job that carries the queue label (or that did,
-per its ``Admitted`` condition). It returns the job as Kueue's verdict wants it (suspended or
-not), the verdict, and, for an admitted job, what the admission adds to the workers
-(:mod:`.kueue_podsets`). The decisions are :mod:`.queueing`'s; this module reads and writes.
+:func:`sync` is called by every reconcile; it has a say on a job that carries the queue label
+(or that did, per its ``Admitted`` condition), and on a job that carries none where Kueue's
+``manageJobsWithoutQueueName`` requires one (the chart mirrors Kueue's Configuration: the job
+is held suspended, condition ``Admitted`` and Event ``QueueNameRequired``, until it is given a
+queue). It returns the job as Kueue's verdict wants it (suspended or not), the verdict, and,
+for an admitted job, what the admission adds to the workers (:mod:`.kueue_podsets`). The
+decisions are :mod:`.queueing`'s; this module reads and writes.
 
 Writes, as Kueue's own job reconciler makes them, and only when something changed (an idle
 job costs one GET of its Workload per tick, and no write):
@@ -40,12 +43,14 @@ from tpfabric_operator.queueing import (
     RESOURCE_IN_USE,
     Admission,
     Priority,
+    QueueRequirement,
     admission_of,
     finished_status,
     has_quota_reservation,
     out_of_step,
     pods_ready_condition,
     priority_source,
+    queue_name_required,
     reclaimable_status,
     requeued_status,
     version_problem,
@@ -53,6 +58,7 @@ from tpfabric_operator.queueing import (
     workload_for,
     workload_name,
 )
+from tpfabric_operator.settings import KUEUE_QUEUE_REQUIREMENT
 
 __all__ = ["KueueView", "release_on_delete", "sync", "was_queued"]
 
@@ -95,6 +101,57 @@ class _Recent:
 
 
 _recent = _Recent()
+#: the LocalQueue Kueue queues a job in when it names none (LocalQueueDefaulting)
+DEFAULT_QUEUE = "default"
+
+
+def _new(status: dict[str, Any], owned: list[WorkerPod]) -> bool:
+    """Return whether the job has just been made: no status and no pod yet (Kueue defaults
+    the queue of a job at its creation only)."""
+    return not status.get("phase") and not status.get("conditions") and not owned
+
+
+def _queue_in_default(
+    kube: KubeAdapter, job: TensorParallelJob, namespace: str, name: str
+) -> TensorParallelJob:
+    """Label the job with the LocalQueue ``default`` and suspend it, as Kueue's LocalQueue
+    defaulting labels a job of its own made without a queue; return the job so changed."""
+    kube.queue_job(namespace, name, DEFAULT_QUEUE)
+    log.info("job %s/%s: queued in LocalQueue %s", namespace, name, DEFAULT_QUEUE)
+    labels = {**(job.metadata.get("labels") or {}), QUEUE_LABEL: DEFAULT_QUEUE}
+    return job.model_copy(
+        update={
+            # the Workload made in this reconcile names the queue (workload_for reads the label)
+            "metadata": {**job.metadata, "labels": labels},
+            "spec": job.spec.model_copy(update={"suspend": True}),
+        }
+    )
+
+
+def _default_queue(kube: KubeAdapter, namespace: str) -> bool:
+    """Return whether ``namespace`` has the LocalQueue ``default`` (asked again after
+    ``VERSIONS_SECONDS``; never when Kueue is not installed)."""
+    if version_problem(_recent.get(("versions",), kube.kueue_versions)) is not None:
+        return False
+    found = _recent.get(
+        ("default-queue", namespace),
+        lambda: ("yes",) if kube.local_queue_exists(namespace, DEFAULT_QUEUE) else (),
+    )
+    return bool(found)
+
+
+def _queue_required(kube: KubeAdapter, namespace: str, requirement: QueueRequirement) -> bool:
+    """Return whether a job without a queue label in ``namespace`` must wait for one (the
+    namespace's labels asked again after ``VERSIONS_SECONDS``; never asked when Kueue's
+    ``manageJobsWithoutQueueName`` is off)."""
+    if not requirement.without_queue_name:
+        return False
+
+    def ask() -> tuple[str, ...]:
+        labels = kube.namespace_labels(namespace)
+        return ("yes",) if labels is not None and requirement.applies(labels) else ()
+
+    return bool(_recent.get(("queue-required", namespace), ask))
 
 
 def was_queued(job_labels: dict[str, Any], status: dict[str, Any]) -> bool:
@@ -139,16 +196,25 @@ def sync(  # noqa: PLR0911, PLR0912 - Kueue's reconcile, read top to bottom
     memory: Memory,
     worker: Callable[[], dict[str, Any]],
     now: float,
+    requirement: QueueRequirement = KUEUE_QUEUE_REQUIREMENT,
 ) -> KueueView:
     """Bring the job's Workload in step with the job, and the job with Kueue's verdict.
 
-    ``worker``: one worker pod's manifest (what the Workload's pod set is shaped like).
+    ``worker``: one worker pod's manifest (what the Workload's pod set is shaped like);
+    ``requirement``: whether Kueue requires a queue of jobs that name none (the chart's
+    mirror of Kueue's Configuration).
     """
     labels = dict(meta.get("labels") or {})
+    namespace, name, uid = meta["namespace"], meta["name"], str(meta["uid"])
+    if not labels.get(QUEUE_LABEL) and _new(status, owned) and _default_queue(kube, namespace):
+        job = _queue_in_default(kube, job, namespace, name)
+        labels[QUEUE_LABEL] = DEFAULT_QUEUE
     queue = str(labels.get(QUEUE_LABEL) or "")
+    terminal = memory.phase in ("Succeeded", "Failed")
+    if not queue and not terminal and _queue_required(kube, namespace, requirement):
+        return _wait_for_a_queue(kube, job, meta, labels=labels, status=status, owned=owned)
     if not was_queued(labels, status):
         return KueueView(job, None)
-    namespace, name, uid = meta["namespace"], meta["name"], str(meta["uid"])
     problem = version_problem(_recent.get(("versions",), kube.kueue_versions))
     if problem is not None:
         if not queue:
@@ -156,15 +222,9 @@ def sync(  # noqa: PLR0911, PLR0912 - Kueue's reconcile, read top to bottom
         reason = "KueueNotInstalled" if "not installed" in problem else "KueueVersionUnsupported"
         return _suspend_as(kube, job, meta, Admission(False, False, False, reason, problem))
     workload = kube.workload(namespace, workload_name(name, uid))
-    terminal = memory.phase in ("Succeeded", "Failed")
     holding = _holding(owned)
     if not queue:
-        # the job left Kueue: its Workload (and the quota it holds) goes; the job keeps its
-        # pods and its suspend as they are, as a Kueue-managed Job whose label is removed
-        if workload is not None:
-            _release(kube, workload, delete=True)
-            log.info("job %s/%s: queue label removed; its Workload is deleted", namespace, name)
-        return KueueView(job, None)
+        return KueueView(job, _leave(kube, workload, holding, f"{namespace}/{name}"))
     tas_levels = _recent.get(
         ("levels", namespace, queue), lambda: kube.queue_topology_levels(namespace, queue)
     )
@@ -215,6 +275,51 @@ def sync(  # noqa: PLR0911, PLR0912 - Kueue's reconcile, read top to bottom
     if not admission.hold:
         view.pod_set = _pod_set_of(kube, workload, job)
     return view
+
+
+def _wait_for_a_queue(
+    kube: KubeAdapter,
+    job: TensorParallelJob,
+    meta: dict[str, Any],
+    *,
+    labels: dict[str, Any],
+    status: dict[str, Any],
+    owned: list[WorkerPod],
+) -> KueueView:
+    """Hold a job that names no queue where Kueue requires one: suspended (its pods stopped,
+    none made), as Kueue holds a job of its own integrations, until it is given a queue label.
+    A job that had a queue leaves it as :func:`_leave` says: its Workload keeps the quota until
+    the job's pods are gone."""
+    namespace, name = meta["namespace"], meta["name"]
+    if was_queued(labels, status) and not version_problem(
+        _recent.get(("versions",), kube.kueue_versions)
+    ):
+        workload = kube.workload(namespace, workload_name(name, str(meta["uid"])))
+        _leave(kube, workload, _holding(owned), f"{namespace}/{name}")
+    return _suspend_as(kube, job, meta, queue_name_required(name))
+
+
+def _leave(
+    kube: KubeAdapter, workload: dict[str, Any] | None, holding: list[WorkerPod], job: str
+) -> Admission | None:
+    """Take a job whose queue label was removed out of Kueue; return its admission while it
+    leaves (None once it has left).
+
+    Its Workload goes, but only once no pod of the job holds what its quota counted: where the
+    chart's policy does not refuse the label's removal from a running job, the quota is never
+    freed under running pods (the job keeps its pods and its suspend, as a Kueue-managed Job).
+    """
+    if workload is None:
+        return None
+    if holding and has_quota_reservation(workload):
+        words = (
+            f"the queue label was removed; the Workload keeps the job's quota until its "
+            f"{len(holding)} pod(s) are gone"
+        )
+        return Admission(True, False, False, "LeavingQueue", words)
+    _release(kube, workload, delete=True)
+    log.info("job %s: queue label removed; its Workload is deleted", job)
+    return None
 
 
 def _suspend_as(

@@ -32,6 +32,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import KIND
+from tpfabric_core.input_limits import whole_number
 from tpfabric_core.timestamps import parse_rfc3339
 from tpfabric_kube.list_watch import (
     WATCH_REQUEST_TIMEOUT,
@@ -39,6 +40,7 @@ from tpfabric_kube.list_watch import (
     list_and_watch,
     list_pages,
 )
+from tpfabric_kube.malformed import SKIPPED, MalformedObjects, event_writer
 from tpfabric_operator.children import (
     ATTEMPT_LABEL,
     FAILED_WORKER_LABEL,
@@ -100,11 +102,11 @@ def worker_of(
     )
     phase = str(status.get("phase") or "Pending")
     reason, message, code = _why_failed(status) if phase == "Failed" else ("", "", None)
-    index = str(labels.get(WORKER_INDEX_LABEL, ""))
-    attempt = str(labels.get(ATTEMPT_LABEL, "0"))
+    index = whole_number(labels.get(WORKER_INDEX_LABEL))
+    attempt = whole_number(labels.get(ATTEMPT_LABEL))
     return owner_uid(meta), WorkerPod(
         name=name,
-        index=int(index) if index.isdigit() else -1,
+        index=index if index is not None else -1,
         phase=phase,
         ready="Ready" in conditions,
         node=spec.get("nodeName"),
@@ -113,7 +115,7 @@ def worker_of(
         message=message,
         exit_code=code,
         conditions=conditions,
-        attempt=int(attempt) if attempt.isdigit() else 0,
+        attempt=attempt or 0,
         delete_deadline=parse_rfc3339(meta.get("deletionTimestamp")),
     )
 
@@ -169,8 +171,7 @@ def entry_of(obj: Mapping[str, Any]) -> _Entry | None:
         worker = worker_of(name, labels, meta, obj.get("spec") or {}, obj.get("status") or {})
         return _Entry((namespace, str(labels[JOB_LABEL])), worker, None)
     if FAILED_WORKER_LABEL in labels:
-        attempt = str(labels.get(ATTEMPT_LABEL, "0"))
-        failed = (owner_uid(meta), name, int(attempt) if attempt.isdigit() else 0)
+        failed = (owner_uid(meta), name, whole_number(labels.get(ATTEMPT_LABEL)) or 0)
         return _Entry((namespace, str(labels[FAILED_WORKER_LABEL])), None, failed)
     return None
 
@@ -217,12 +218,25 @@ class Grouped(Generic[G, E]):
 
 class PodWatch(threading.Thread):
     """A list+watch of the pods one label selects, in a thread of its own, parsed with
-    ``orjson``: what each keeps of a pod, and what a change sets off, is the subclass's."""
+    ``orjson``: what each keeps of a pod, and what a change sets off, is the subclass's.
 
-    def __init__(self, core: client.CoreV1Api, selector: str, name: str) -> None:
+    Each pod is read on its own: one the subclass cannot read is skipped (a watch event of it
+    forgets what was kept, as a list would) and reported to ``malformed``.
+    """
+
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        selector: str,
+        name: str,
+        malformed: MalformedObjects | None = None,
+    ) -> None:
         super().__init__(name=name, daemon=True)
         self.core = core
         self.selector = selector
+        self.malformed = malformed or MalformedObjects(
+            "tpfabric-operator", notify=event_writer(core)
+        )
         self.synced = threading.Event()
         self._stop = threading.Event()
 
@@ -251,6 +265,8 @@ class PodWatch(threading.Thread):
         entries, version = list_pages(
             functools.partial(self.core.list_pod_for_all_namespaces, label_selector=self.selector),
             self._slim,
+            malformed=self.malformed,
+            kind="Pod",
         )
         self._replace(entries)
         self.synced.set()
@@ -289,7 +305,12 @@ class PodWatch(threading.Thread):
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             if kind == "BOOKMARK":
                 continue
-            self._event(_key(obj), None if kind == "DELETED" else obj)
+            key = _key(obj)  # a pod that cannot be read is forgotten, as a list leaves it out
+            if (
+                kind == "DELETED"
+                or self.malformed.parse("Pod", functools.partial(self._event, key), obj) is SKIPPED
+            ):
+                self._event(key, None)
         return version
 
     def run(self) -> None:

@@ -20,17 +20,19 @@ Nothing here talks to the API server: manifests and decisions only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tpfabric_core.api import API_VERSION, KIND, TensorParallelJob
+from tpfabric_core.input_limits import whole_number
 from tpfabric_core.labels import level_key
 
 __all__ = [
     "MAX_EXEC_TIME_LABEL",
     "PRIORITY_CLASS_LABEL",
     "QUEUE_LABEL",
+    "QUEUE_NAME_REQUIRED",
     "RESOURCE_IN_USE",
     "SUPPORTED_VERSIONS",
     "WORKLOAD_GROUP",
@@ -38,12 +40,14 @@ __all__ = [
     "WORKLOAD_VERSION",
     "Admission",
     "Priority",
+    "QueueRequirement",
     "admission_of",
     "finished_status",
     "has_quota_reservation",
     "out_of_step",
     "pods_ready_condition",
     "priority_source",
+    "queue_name_required",
     "reclaimable_status",
     "requeued_status",
     "version_problem",
@@ -74,6 +78,45 @@ WORKLOAD_PLURAL = "workloads"
 POD_SET = "workers"
 #: eviction reasons after which Kueue's job reconciler marks the workload Requeued at once
 _REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
+
+
+#: the reason a job is held for want of a queue label (Kueue's manageJobsWithoutQueueName)
+QUEUE_NAME_REQUIRED = "QueueNameRequired"
+
+
+def _every_namespace(_labels: Mapping[str, str]) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRequirement:
+    """Whether a job must name a queue, as Kueue's Configuration says: with
+    ``manageJobsWithoutQueueName`` (``without_queue_name``), Kueue suspends a job of its
+    integrations that has no queue label, in the namespaces its ``managedJobsNamespaceSelector``
+    selects (``namespaces``, a test of a namespace's labels), and never admits it: it runs only
+    once it names a LocalQueue. Kueue's default selector leaves out ``kube-system`` and Kueue's
+    own namespace. Jobs that have a queue label are Kueue's wherever they are."""
+
+    without_queue_name: bool = False
+    namespaces: Callable[[Mapping[str, str]], bool] = _every_namespace
+
+    def applies(self, namespace_labels: Mapping[str, str]) -> bool:
+        """Return whether a job without a queue label in a namespace labelled so must wait."""
+        return self.without_queue_name and self.namespaces(namespace_labels)
+
+
+def queue_name_required(name: str) -> Admission:
+    """Return the verdict on job ``name`` that has no queue label where Kueue requires one."""
+    return Admission(
+        False,
+        False,
+        False,
+        QUEUE_NAME_REQUIRED,
+        "Kueue manages the jobs of this namespace that name no queue "
+        "(manageJobsWithoutQueueName): the job waits suspended until it names a LocalQueue: "
+        f"kubectl label tpj {name} {QUEUE_LABEL}=<local-queue> (kubectl get localqueues lists "
+        "them)",
+    )
 
 
 def workload_name(job: str, uid: str) -> str:
@@ -154,8 +197,8 @@ def _topology_request(job: TensorParallelJob, tas_levels: tuple[str, ...]) -> di
 
 
 def _max_exec_seconds(job: TensorParallelJob) -> int | None:
-    value = str((job.metadata.get("labels") or {}).get(MAX_EXEC_TIME_LABEL) or "")
-    return int(value) if value.isdigit() and int(value) > 0 else None
+    value = whole_number((job.metadata.get("labels") or {}).get(MAX_EXEC_TIME_LABEL))
+    return value or None
 
 
 def workload_for(

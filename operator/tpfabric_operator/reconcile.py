@@ -47,7 +47,7 @@ from tpfabric_operator.kueue_sync import sync as kueue_sync
 from tpfabric_operator.obstacles import not_owned_message, stuck_message, stuck_terminating
 from tpfabric_operator.operator_state import OperatorState
 from tpfabric_operator.pod_cache import JobKey, worker_of
-from tpfabric_operator.queueing import Admission
+from tpfabric_operator.queueing import QUEUE_NAME_REQUIRED, Admission
 from tpfabric_operator.settings import FABRIC_PROFILE, INIT_IMAGE
 
 __all__ = ["JobPods", "reconcile", "reconcile_every_job", "reconcile_woken"]
@@ -348,9 +348,10 @@ def _kueue(
     memory: Memory,
     now: float,
 ) -> KueueView:
-    """Return the job as Kueue's verdict wants it (:mod:`.kueue_sync`)."""
+    """Return the job as Kueue's verdict wants it (:mod:`.kueue_sync`); a job that must name a
+    queue is told so (Event ``QueueNameRequired``, beside its ``Admitted`` condition)."""
     namespace, name = body.meta["namespace"], body.meta["name"]
-    return kueue_sync(
+    view = kueue_sync(
         state.kube,
         dict(body.meta),
         status,
@@ -362,6 +363,9 @@ def _kueue(
         ),
         now=now,
     )
+    if view.admission is not None and view.admission.reason == QUEUE_NAME_REQUIRED:
+        state.warn(body, QUEUE_NAME_REQUIRED, view.admission.message)
+    return view
 
 
 def _write_status(

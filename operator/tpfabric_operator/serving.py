@@ -30,15 +30,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpfabric_core.gangs import LWS_GROUP_INDEX, ON_DEGRADED_ANNOTATION
+from tpfabric_core.input_limits import whole_number
 
 __all__ = [
     "LwsView",
     "Move",
+    "Unready",
     "condition",
     "group_ready",
     "lws_view",
     "merge_conditions",
     "move_decision",
+    "others_unready",
     "surge_message",
 ]
 
@@ -62,10 +65,11 @@ def _scaled(value: Any, total: int, *, round_up: bool) -> int:
     if isinstance(value, int):
         return value
     text = str(value or "0").strip()
-    if text.endswith("%") and text[:-1].isdigit():
-        share = int(text[:-1]) * total / 100
+    percent = whole_number(text[:-1]) if text.endswith("%") else None
+    if percent is not None:
+        share = percent * total / 100
         return math.ceil(share) if round_up else math.floor(share)
-    return int(text) if text.isdigit() else 0
+    return whole_number(text) or 0
 
 
 def lws_view(lws: Mapping[str, Any]) -> LwsView:
@@ -94,8 +98,7 @@ def lws_view(lws: Mapping[str, Any]) -> LwsView:
 
 def group_index(labels: Mapping[str, str]) -> int | None:
     """Return an LWS pod's group index (None when it carries none)."""
-    text = str(labels.get(LWS_GROUP_INDEX, ""))
-    return int(text) if text.isdigit() else None
+    return whole_number(labels.get(LWS_GROUP_INDEX))
 
 
 def surge_message(index: int | None, view: LwsView, *, waiting: bool = False) -> str:
@@ -124,6 +127,41 @@ def group_ready(ready: Sequence[bool], size: int) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class Unready:
+    """An LWS's other groups that are not ready now: how many, and the first few by name."""
+
+    count: int
+    shown: tuple[str, ...] = ()
+
+
+#: the not-ready groups a Moving condition names
+SHOWN_GROUPS = 3
+
+
+def others_unready(
+    view: LwsView, groups: Mapping[int, tuple[str, bool]], own: int | None
+) -> Unready:
+    """Return the LWS's groups other than group ``own`` that are not ready now.
+
+    ``groups``: the other groups that have pods, by group index: (gang name, ready). Every
+    index below the LWS's replicas with no pod at all counts too (LWS is making it again);
+    those are counted, not walked one by one: an LWS may say 2^31 replicas.
+    """
+    not_ready = sorted(name for name, ready in groups.values() if not ready)
+    present = sum(1 for index in groups if 0 <= index < view.replicas)
+    own_absent = own is not None and 0 <= own < view.replicas and own not in groups
+    absent = max(0, view.replicas - present - own_absent)
+    shown = not_ready[:SHOWN_GROUPS]
+    index = 0
+    # the first len(groups) + 1 + SHOWN_GROUPS indexes hold enough absent ones to show
+    while len(shown) < SHOWN_GROUPS and index < min(view.replicas, len(groups) + 1 + SHOWN_GROUPS):
+        if index not in groups and index != own:
+            shown.append(f"{view.name}-{index}")
+        index += 1
+    return Unready(len(not_ready) + absent, tuple(shown))
+
+
+@dataclass(frozen=True, slots=True)
 class Move:
     """Whether to move a degraded group now, and the Moving condition's words."""
 
@@ -137,14 +175,15 @@ def move_decision(
     view: LwsView | None,
     degraded: bool,
     ready: bool,
-    others_unready: Sequence[str],
+    others_unready: Unready,
     moving: str | None,
     placed_back: Sequence[str] = (),
     no_room: str = "",
 ) -> Move | None:
     """Return what to do with a group on a degraded node (None: nothing to say).
 
-    ``others_unready``: the LWS's other groups that are not ready now; ``moving``: the group of
+    ``others_unready``: the LWS's other groups that are not ready now (:func:`others_unready`);
+    ``moving``: the group of
     the same LWS being moved now (None when none); ``placed_back``: the degraded nodes this
     group was placed on again after its last move (no healthy domain had room for it then);
     ``no_room``: why the placer has no healthy room for the group elsewhere now ("" when it
@@ -168,10 +207,10 @@ def move_decision(
         wait = "waits for the group to be ready (a group that is not ready is not moved)"
     elif budget == 0:
         wait = f"not moved: {view.name!r} allows no unavailable group (maxUnavailable 0)"
-    elif len(others_unready) + 1 > budget:
-        shown = ", ".join(sorted(others_unready)[:3])
+    elif others_unready.count + 1 > budget:
+        shown = ", ".join(others_unready.shown)
         wait = (
-            f"waits: {len(others_unready)} other group(s) of {view.name!r} are not ready "
+            f"waits: {others_unready.count} other group(s) of {view.name!r} are not ready "
             f"({shown}); moving this one would pass maxUnavailable {budget}"
         )
     elif no_room:

@@ -9,6 +9,7 @@ it must be; no knob is read anywhere else. :data:`KNOBS` lists them for the docs
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric_profile import init_argument, parse_fabric_profile
+from tpfabric_core.placement.pod_fit import label_selector
+from tpfabric_operator.queueing import QueueRequirement
 
 __all__ = [
     "CREATE_CONCURRENCY",
@@ -27,6 +30,7 @@ __all__ = [
     "HANDLER_THREADS",
     "INIT_IMAGE",
     "KNOBS",
+    "KUEUE_QUEUE_REQUIREMENT",
     "LOG_LEVEL",
     "PLAN_DEFER_SECONDS",
     "PLAN_WAIT_SECONDS",
@@ -34,6 +38,7 @@ __all__ = [
     "SUSPECT_SWITCH_NODES",
     "Knob",
     "SettingsError",
+    "queue_requirement",
     "read",
 ]
 
@@ -127,14 +132,47 @@ KNOBS: tuple[Knob, ...] = (
         "classes, ECMP levels, passed to every worker's rdma-init",
         str,
     ),
+    Knob(
+        "TPFABRIC_KUEUE_MANAGE_JOBS_WITHOUT_QUEUE_NAME",
+        "false",
+        "Kueue's manageJobsWithoutQueueName, as Kueue's Configuration says it: true holds a job "
+        "without a kueue.x-k8s.io/queue-name label suspended (never run) in the namespaces "
+        "TPFABRIC_KUEUE_MANAGED_JOBS_NAMESPACE_SELECTOR selects",
+        bool,
+    ),
+    Knob(
+        "TPFABRIC_KUEUE_MANAGED_JOBS_NAMESPACE_SELECTOR",
+        json.dumps(
+            {
+                "matchExpressions": [
+                    {
+                        "key": "kubernetes.io/metadata.name",
+                        "operator": "NotIn",
+                        "values": ["kube-system", "kueue-system"],
+                    }
+                ]
+            },
+            separators=(",", ":"),
+        ),
+        "Kueue's managedJobsNamespaceSelector (a label selector, as JSON): the namespaces where "
+        "manageJobsWithoutQueueName holds jobs without a queue; the default is Kueue's own for "
+        "a Kueue in kueue-system",
+        str,
+    ),
 )
 
 
-def read(knob: Knob, environ: Mapping[str, str]) -> float | int | str:
+def read(knob: Knob, environ: Mapping[str, str]) -> float | int | str | bool:
     """Return ``knob``'s value in ``environ`` (its default when unset or empty)."""
     raw = environ.get(knob.env, "").strip() or knob.default
     if knob.kind is str:
         return raw
+    if knob.kind is bool:
+        if raw.lower() not in ("true", "false"):
+            raise SettingsError(
+                f"{knob.env}={raw!r} is not true or false (default {knob.default}: {knob.meaning})"
+            )
+        return raw.lower() == "true"
     try:
         value: float | int = knob.kind(raw)
     except ValueError:
@@ -151,6 +189,23 @@ def read(knob: Knob, environ: Mapping[str, str]) -> float | int | str:
             f"{knob.env}={raw!r} is above {knob.maximum:g} (default {knob.default}: {knob.meaning})"
         )
     return value
+
+
+def queue_requirement(environ: Mapping[str, str]) -> QueueRequirement:
+    """Return Kueue's ``manageJobsWithoutQueueName`` and ``managedJobsNamespaceSelector`` as
+    ``environ`` mirrors them (the operator cannot read Kueue's Configuration)."""
+    knobs = {k.env: k for k in KNOBS}
+    manage = read(knobs["TPFABRIC_KUEUE_MANAGE_JOBS_WITHOUT_QUEUE_NAME"], environ)
+    knob = knobs["TPFABRIC_KUEUE_MANAGED_JOBS_NAMESPACE_SELECTOR"]
+    raw = str(read(knob, environ))
+    try:
+        selects = label_selector(json.loads(raw))
+    except ValueError as err:  # LabelSelectorError too
+        raise SettingsError(
+            f"{knob.env}={raw[:200]!r} is not a label selector as JSON: {err} (default "
+            f"{knob.default}: {knob.meaning})"
+        ) from None
+    return QueueRequirement(without_queue_name=bool(manage), namespaces=selects)
 
 
 _VALUES = {knob.env: read(knob, os.environ) for knob in KNOBS}
@@ -179,3 +234,4 @@ def fabric_profile(text: str) -> str | None:
 
 
 FABRIC_PROFILE = fabric_profile(str(_VALUES["TPFABRIC_FABRIC_PROFILE"]))
+KUEUE_QUEUE_REQUIREMENT = queue_requirement(os.environ)

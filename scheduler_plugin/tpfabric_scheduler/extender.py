@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from tpfabric_core import labels
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_core.input_limits import whole_number
 from tpfabric_core.placement.topology import CLUSTER_LEVEL
 from tpfabric_scheduler.capacity import rank_demands
 from tpfabric_scheduler.protocol import MAX_SCORE, ExtenderArgs, FilterResult
@@ -120,7 +121,7 @@ def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
         index_text = args.pod.labels.get(RANK_LABEL, "")
     else:
         return None
-    index = int(index_text) if index_text.isdigit() else None
+    index = whole_number(index_text)
     job = store.jobs.get(key)
     placement = store.placement_of(job) if job is not None else {}
     nodes = [str(n) for n in placement.get("nodes") or []]

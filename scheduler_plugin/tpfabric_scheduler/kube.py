@@ -32,6 +32,8 @@ from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL
+from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION
+from tpfabric_core.gangs import NAMESPACE_OPT_IN
 from tpfabric_kube.list_watch import (
     LIST_PAGE_SIZE,
     WATCH_REQUEST_TIMEOUT,
@@ -39,6 +41,7 @@ from tpfabric_kube.list_watch import (
     list_and_watch,
     list_pages,
 )
+from tpfabric_kube.malformed import SKIPPED, MalformedObjects, event_writer
 from tpfabric_scheduler.store import (
     ClusterStore,
     JobRecord,
@@ -164,23 +167,39 @@ class InformerKind:
     delete: Callable[[str], None]
     namespaced: bool
     page_size: int = LIST_PAGE_SIZE
+    #: the objects' kind, as reports of a malformed one name it
+    object_kind: str = ""
 
 
 def informer_kinds(
-    store: ClusterStore, list_calls: dict[str, Callable[..., Any]]
+    store: ClusterStore,
+    list_calls: dict[str, Callable[..., Any]],
+    malformed: MalformedObjects | None = None,
 ) -> list[InformerKind]:
     """Return the three kinds the store is fed with (``nodes``, ``pods``,
-    ``tensorparalleljobs``), listed by ``list_calls`` (the API client's, or a benchmark's)."""
+    ``tensorparalleljobs``), listed by ``list_calls`` (the API client's, or a benchmark's).
+
+    ``malformed``: where a node field the record ignores is reported (the fabric-health
+    annotation a node's record could not read).
+    """
+
+    def node_record(obj: dict[str, Any]) -> NodeRecord:
+        record = NodeRecord.from_object(slim_node(obj))
+        if record.detail_problem and malformed is not None:
+            malformed.field("Node", obj, DETAIL_ANNOTATION, record.detail_problem)
+        return record
+
     return [
         InformerKind(
             "nodes",
             list_calls["nodes"],
-            lambda obj: NodeRecord.from_object(slim_node(obj)),
+            node_record,
             index_nodes,
             store.install_nodes,
             store.put_node,
             store.delete_node,
             namespaced=False,
+            object_kind="Node",
         ),
         InformerKind(
             "pods",
@@ -192,6 +211,7 @@ def informer_kinds(
             store.delete_pod,
             namespaced=True,
             page_size=POD_PAGE_SIZE,
+            object_kind="Pod",
         ),
         InformerKind(
             "tensorparalleljobs",
@@ -202,6 +222,7 @@ def informer_kinds(
             store.put_job,
             store.delete_job,
             namespaced=True,
+            object_kind="TensorParallelJob",
         ),
         *(
             [
@@ -215,9 +236,27 @@ def informer_kinds(
                     store.put_job,
                     lambda key: store.delete_job(gang_key(*key.split("/", 1))),
                     namespaced=True,
+                    object_kind=GANG_KIND,
                 )
             ]
             if GANG_PLURAL in list_calls
+            else []
+        ),
+        *(
+            [
+                InformerKind(
+                    "namespaces",
+                    list_calls["namespaces"],
+                    lambda obj: str(obj["metadata"]["name"]),
+                    frozenset,
+                    store.install_gang_namespaces,
+                    store.put_gang_namespace,
+                    store.delete_gang_namespace,
+                    namespaced=False,
+                    object_kind="Namespace",
+                )
+            ]
+            if "namespaces" in list_calls
             else []
         ),
     ]
@@ -264,7 +303,7 @@ def _free_gradually(replaced: Any) -> None:
         else [replaced]
     )
     for entries in maps:
-        while entries:
+        while isinstance(entries, dict) and entries:
             entries.popitem()
 
 
@@ -272,10 +311,16 @@ class Informer(threading.Thread):
     """List+watch of one kind into the store; ``synced`` is set after the first list."""
 
     def __init__(
-        self, kind: InformerKind, store: ClusterStore, on_change: Callable[[], None]
+        self,
+        kind: InformerKind,
+        store: ClusterStore,
+        on_change: Callable[[], None],
+        malformed: MalformedObjects | None = None,
     ) -> None:
         super().__init__(name=f"informer-{kind.name}", daemon=True)
         self.kind = kind
+        #: where an object the informer cannot read is reported (it is skipped)
+        self.malformed = malformed or MalformedObjects("tpfabric-scheduler")
         self.store = store
         self.on_change = on_change
         self.synced = threading.Event()
@@ -300,7 +345,11 @@ class Informer(threading.Thread):
         # outside the lock: the extender's requests never wait for a relist (50,000 pods)
         with _collector_paused():
             records, version = list_pages(
-                self.kind.list_call, self.kind.record, page_size=self.kind.page_size
+                self.kind.list_call,
+                self.kind.record,
+                page_size=self.kind.page_size,
+                malformed=self.malformed,
+                kind=self.kind.object_kind or self.kind.name,
             )
             view = self.kind.index(records)
             del records
@@ -329,11 +378,17 @@ class Informer(threading.Thread):
             version = obj.get("metadata", {}).get("resourceVersion", version)
             if kind == "BOOKMARK":
                 continue
-            if kind == "DELETED":
+            # parsed (a job validated) outside the lock; one that cannot be read is forgotten,
+            # as a list would leave it out
+            record = (
+                SKIPPED
+                if kind == "DELETED"
+                else self.malformed.parse(self.kind.object_kind, self.kind.record, obj)
+            )
+            if record is SKIPPED:
                 with self.store.lock:
                     self.kind.delete(self._key(obj))
             else:
-                record = self.kind.record(obj)  # parsed (a job validated) outside the lock
                 with self.store.lock:
                     self.kind.put(record)
             self.on_change()
@@ -383,11 +438,40 @@ def start_informers(
             GROUP,
             "not installed" if err.status == 404 else "forbidden",
         )
-    kinds = informer_kinds(store, calls)
-    informers = [Informer(kind, store, on_change) for kind in kinds]
+    malformed = MalformedObjects("tpfabric-scheduler", notify=event_writer(core))
+    if GANG_PLURAL in calls:
+        calls.update(_gang_namespaces_call(core, store))
+    kinds = informer_kinds(store, calls, malformed)
+    informers = [Informer(kind, store, on_change, malformed) for kind in kinds]
     for informer in informers:
         informer.start()
     return informers
+
+
+def _gang_namespaces_call(
+    core: client.CoreV1Api, store: ClusterStore
+) -> dict[str, Callable[..., Any]]:
+    """Return the list call of the namespaces opted in to gangs (``tpfabric.io/gangs=enabled``,
+    a server-side selector: a namespace that drops the label leaves the watch as deleted), or
+    none when namespaces cannot be listed: then no Gang record is planned at all."""
+
+    def list_namespaces(**kwargs: Any) -> Any:
+        return core.list_namespace(label_selector=NAMESPACE_OPT_IN, **kwargs)
+
+    try:
+        list_namespaces(limit=1)
+    except ApiException as err:
+        if err.status != 403:
+            raise
+        log.warning(
+            "namespaces cannot be listed (forbidden): no gang of another controller is placed, "
+            "since no namespace is known to have opted in (%s); grant the scheduler's account "
+            "list and watch on namespaces (the chart does) and restart",
+            NAMESPACE_OPT_IN,
+        )
+        store.gang_namespaces = frozenset()
+        return {}
+    return {"namespaces": list_namespaces}
 
 
 def _pointer(key: str) -> str:

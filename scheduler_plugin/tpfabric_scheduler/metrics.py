@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from tpfabric_kube.malformed import MALFORMED_OBJECTS
+
 __all__ = ["Metrics"]
 
 
@@ -12,6 +14,9 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        # the objects the informers could not read whole (counted in the process's default
+        # registry, served here too)
+        self.registry.register(MALFORMED_OBJECTS)
         self.request_seconds = Histogram(
             "tpfabric_extender_request_seconds",
             "Time to answer one extender request, by verb.",

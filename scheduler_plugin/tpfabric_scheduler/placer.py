@@ -60,6 +60,7 @@ from kubernetes.client.rest import ApiException
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.errors import InputError
+from tpfabric_core.gangs import not_opted_in
 from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig
 from tpfabric_core.placement.planner import describe_nodes, plan_gang
 from tpfabric_core.placement.request import GangRequest
@@ -196,6 +197,8 @@ class GangPlacer:
         )
         #: pod uid -> monotonic time this placer ungated it (the pipeline's record, shared)
         self._released = self._writes.released
+        #: Gang records told that their namespace has not opted in (uids)
+        self._not_opted_in: set[str] = set()
         #: the bind bound of released gangs, and the dropping and mending of their plans
         self._binds = BindWatch(store, self._writes, clock, bind_timeout)
         #: the planned rings' flows across uplinks, kept from cycle to cycle
@@ -253,6 +256,9 @@ class GangPlacer:
         for key, job in store.jobs.items():
             if job.job is None or job.job.spec.suspend:
                 continue
+            if job.kind == GANG_KIND and not store.gangs_allowed_in(job.namespace):
+                self._note_not_opted_in(job)
+                continue  # pods labelled by hand where no one opted in: not placed
             members = sorted(store.workers.get(key, {}).values(), key=lambda p: p.name)
             live = [p for p in members if not p.terminal and not p.deleting]
             gated = [p for p in live if p.gated and p.uid not in self._released]
@@ -300,6 +306,16 @@ class GangPlacer:
         work.sort(key=lambda w: (-w.priority, w.job.created, w.job.key))
         return work
 
+    def _note_not_opted_in(self, job: JobRecord) -> None:
+        """Log once per record that its namespace has not opted in (the operator tells its
+        pods)."""
+        if job.uid in self._not_opted_in:
+            return
+        if len(self._not_opted_in) > 10_000:
+            self._not_opted_in.clear()
+        self._not_opted_in.add(job.uid)
+        log.warning("gang %s: not planned: %s", job.key, not_opted_in(job.namespace))
+
     def unfinished_replans(self, now: float, store: ClusterStore | None = None) -> list[JobRecord]:
         """Return the jobs whose dropped plan left pods to delete (see
         :meth:`BindWatch.unfinished_replans`)."""
@@ -315,6 +331,8 @@ class GangPlacer:
         found = []
         for key, job in store.jobs.items():
             if job.kind != GANG_KIND or job.job is None or store.placement_of(job):
+                continue
+            if not store.gangs_allowed_in(job.namespace):
                 continue
             live = [
                 p for p in store.workers.get(key, {}).values() if not p.terminal and not p.deleting

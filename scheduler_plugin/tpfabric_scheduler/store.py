@@ -25,8 +25,9 @@ from tpfabric_core.api import (
     TensorParallelJob,
 )
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL, Gang
-from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, bandwidth_kept, parse_detail
+from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, bandwidth_kept, read_detail
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_core.input_limits import whole_number
 from tpfabric_core.labels import HEALTH
 from tpfabric_core.placement.pod_fit import host_ports, pod_requests, repels_peers, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE
@@ -72,6 +73,8 @@ class NodeRecord:
     #: of a node labelled degraded, what its worst rail keeps of its rate, as the fabric agent
     #: measured it (None: unmeasured, or not degraded)
     kept: float | None = None
+    #: why the node's fabric-health annotation could not be read ("" when it could)
+    detail_problem: str = ""
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> NodeRecord:
@@ -85,10 +88,11 @@ class NodeRecord:
                 continue  # a quantity we cannot read counts as absent (never a crash)
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         node_labels = dict(meta.get("labels") or {})
-        kept = None
+        kept, problem = None, ""
         if node_labels.get(HEALTH) == "degraded":
             annotations = meta.get("annotations") or {}
-            kept = bandwidth_kept(parse_detail(annotations.get(DETAIL_ANNOTATION)))
+            rails, problem = read_detail(annotations.get(DETAIL_ANNOTATION))
+            kept = bandwidth_kept(rails)
         return cls(
             name=meta["name"],
             labels=node_labels,
@@ -100,6 +104,7 @@ class NodeRecord:
                 for t in spec.get("taints") or []
             ),
             kept=kept,
+            detail_problem=problem,
         )
 
 
@@ -150,17 +155,17 @@ class PodRecord:
         namespace = meta.get("namespace", "default")
         job_name = labels.get(JOB_LABEL)
         job_key = f"{namespace}/{job_name}" if job_name else None
-        index = labels.get(WORKER_INDEX_LABEL, "")
+        index = labels.get(WORKER_INDEX_LABEL)
         if not job_name and labels.get(GANG_LABEL):  # a pod of a gang another controller made
             job_name = labels[GANG_LABEL]
             job_key = gang_key(namespace, job_name)
-            index = labels.get(RANK_LABEL, "")
+            index = labels.get(RANK_LABEL)
         scheduling = (
             {k: spec[k] for k in ("nodeSelector", "affinity", "tolerations") if spec.get(k)}
             if job_name
             else {}
         )
-        attempt = labels.get(ATTEMPT_LABEL, "")
+        attempt = labels.get(ATTEMPT_LABEL)
         peers = {k: v for k, v in labels.items() if k != WORKER_INDEX_LABEL}
         return cls(
             namespace=namespace,
@@ -171,13 +176,13 @@ class PodRecord:
             terminal=status.get("phase") in {"Succeeded", "Failed"},
             gated=any(g.get("name") == GANG_GATE for g in spec.get("schedulingGates") or []),
             job=job_key,
-            worker_index=int(index) if index.isdigit() else None,
+            worker_index=whole_number(index),
             priority=int(spec.get("priority") or 0),
             deleting=meta.get("deletionTimestamp") is not None,
             created=str(meta.get("creationTimestamp") or ""),
             scheduling=scheduling,
             gates=tuple(spec.get("schedulingGates") or ()) if job_name else (),
-            attempt=int(attempt) if job_name and attempt.isdigit() else None,
+            attempt=whole_number(attempt) if job_name else None,
             host_ports=host_ports(spec),
             repels_peers=bool(job_name) and repels_peers(spec, namespace, peers),
             unschedulable=_unschedulable(status) if job_name else "",
@@ -287,6 +292,9 @@ class ClusterStore:
         self.freed_generation = 0
         #: plans written by the placer that the job watch has not delivered yet: job uid -> plan
         self.fresh_plans: dict[str, dict[str, Any]] = {}
+        #: the namespaces that opted in to gangs of other controllers (``tpfabric.io/gangs=
+        #: enabled``); None while they are not watched (every namespace counts as opted in)
+        self.gang_namespaces: frozenset[str] | None = None
         #: monotonic time the placer loop last finished a cycle (liveness); None before the first
         self.placer_heartbeat: float | None = None
         self._reservations: tuple[int, dict[str, tuple[tuple[str, int], ...]]] = (-1, {})
@@ -309,6 +317,7 @@ class ClusterStore:
         copy.workers = dict(self.workers)
         copy.ports_used = dict(self.ports_used)
         copy.fresh_plans = dict(self.fresh_plans)
+        copy.gang_namespaces = self.gang_namespaces
         copy.topology_generation = self.topology_generation
         copy.generation = self.generation
         copy.capacity_generation = self.capacity_generation
@@ -344,6 +353,30 @@ class ClusterStore:
     def replace_nodes(self, objs: list[dict[str, Any]]) -> None:
         """Replace every node (after a relist)."""
         self.install_nodes(index_nodes(map(NodeRecord.from_object, objs)))
+
+    # -- namespaces opted in to gangs ---------------------------------------------------------
+
+    def gangs_allowed_in(self, namespace: str) -> bool:
+        """Return whether Gang records of ``namespace`` may be planned (it opted in)."""
+        return self.gang_namespaces is None or namespace in self.gang_namespaces
+
+    def install_gang_namespaces(self, names: frozenset[str]) -> frozenset[str] | None:
+        """Replace the opted-in namespaces (after a list); return the set replaced."""
+        old, self.gang_namespaces = self.gang_namespaces, names
+        self.generation += 1
+        self.capacity_generation += 1
+        return old
+
+    def put_gang_namespace(self, name: str) -> None:
+        """Note a namespace that opted in."""
+        self.gang_namespaces = (self.gang_namespaces or frozenset()) | {name}
+        self.generation += 1
+        self.capacity_generation += 1
+
+    def delete_gang_namespace(self, name: str) -> None:
+        """Forget a namespace that opted out (or was deleted)."""
+        self.gang_namespaces = (self.gang_namespaces or frozenset()) - {name}
+        self.generation += 1
 
     def install_nodes(self, nodes: dict[str, NodeRecord]) -> dict[str, NodeRecord]:
         """Replace every node with ``nodes`` (from :func:`index_nodes`): O(1) under the lock.

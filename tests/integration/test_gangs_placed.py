@@ -248,7 +248,7 @@ def test_two_owners_claiming_one_gang_name_get_an_invalid_record_and_no_plan(
         batch.delete_namespaced_job(name, enabled, propagation_policy="Background")
 
 
-def test_a_gang_split_across_two_namespaces_says_so_in_both_records(
+def test_a_gang_split_across_two_namespaces_says_so_in_both_records_naming_neither_other(
     api: client.ApiClient, enabled: str
 ) -> None:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -266,10 +266,12 @@ def test_a_gang_split_across_two_namespaces_says_so_in_both_records(
             )
             expected = (
                 f"tpfabric.io/gang-name: 2 of 4 pods of 'split' are in namespace '{namespace}', "
-                f"and a gang of that name has pods in {elsewhere} too: a gang's pods must all be "
-                "in one namespace"
+                "and another namespace has a gang of that name too: a gang's pods must all be in "
+                "one namespace"
             )
             assert problems == [expected]
+            record_text = str(record(custom, namespace, "split"))
+            assert elsewhere not in record_text.replace(namespace, "")  # the other is not named
     finally:
         clear_jobs_and_pods(api, other)
         core.delete_namespace(other)

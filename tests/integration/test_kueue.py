@@ -13,22 +13,27 @@ job's priority, queue and demand to the Workload, and holds the quota while pods
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from test_lifecycle import end_worker
 from test_operator import Tpj, small_job
 
-from control_plane_fixtures import wait_for
+from control_plane_fixtures import clear_jobs_and_pods, run_kubectl, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_localcluster.kueue import KUEUE, PodsReadyWait, start_kueue
+from tpfabric_localcluster.kueue import KUEUE, KUEUE_NAMESPACE, PodsReadyWait, start_kueue
 from tpfabric_localcluster.nodes import FAKE_NODE_LABEL
 from tpfabric_localcluster.toolchain import find_toolchain
 from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
@@ -40,6 +45,7 @@ from tpfabric_operator.queueing import (
 )
 
 KUEUE_V = f"{WORKLOAD_GROUP}/{WORKLOAD_VERSION}"
+CHART = Path(__file__).resolve().parents[2] / "charts" / "tpfabric"
 GPU = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"
 #: a node label no node has: workers that need it are never scheduled, so never ready
@@ -47,6 +53,12 @@ NOWHERE = "tpfabric.io/test-nowhere"
 #: a test's finalizer that keeps a worker pod terminating
 HOLD = "tpfabric.io/test-hold"
 PODS_READY_TIMEOUT = 20
+PODS_READY = PodsReadyWait(
+    timeout_seconds=PODS_READY_TIMEOUT,
+    backoff_base_seconds=1,
+    backoff_max_seconds=2,
+    backoff_limit_count=1,
+)
 RETENTION = 3
 #: how long a waiting job and its Workload are watched for writes (the operator reconciles
 #: every second here: 15 reconciles)
@@ -102,16 +114,7 @@ def kueue(tpfabric_scheduling: LocalCluster) -> Iterator[LocalCluster]:
             "does it)",
             pytrace=False,
         )
-    start_kueue(
-        tpfabric_scheduling,
-        pods_ready=PodsReadyWait(
-            timeout_seconds=PODS_READY_TIMEOUT,
-            backoff_base_seconds=1,
-            backoff_max_seconds=2,
-            backoff_limit_count=1,
-        ),
-        finished_retention_seconds=RETENTION,
-    )
+    start_kueue(tpfabric_scheduling, pods_ready=PODS_READY, finished_retention_seconds=RETENTION)
     start_operator(tpfabric_scheduling)
     yield tpfabric_scheduling
     tpfabric_scheduling.stop_component(OPERATOR)
@@ -270,6 +273,80 @@ def tpj(
         60,
         what="the test's jobs and pods to be gone",
     )
+
+
+@pytest.fixture
+def queue_name_policy(kueue: LocalCluster) -> Iterator[None]:
+    """Apply the chart's ValidatingAdmissionPolicy on TensorParallelJobs' queue label (its
+    ``helm template`` render); delete it afterwards."""
+    helm = find_toolchain(("helm",)).paths["helm"]
+    assert helm is not None, "helm is missing: run `make toolchain`"
+    shown = "templates/kueue-queue-name-policy.yaml"
+    rendered = subprocess.run(
+        [str(helm), "template", "tpfabric", str(CHART), "--show-only", shown],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    applied = run_kubectl(kueue, "apply", "-f", "-", stdin=rendered)
+    assert applied.returncode == 0, applied.stderr
+    time.sleep(2)  # the API server loads a new policy within a second or so
+    yield
+    run_kubectl(kueue, "delete", "-f", "-", "--ignore-not-found", stdin=rendered)
+
+
+def chart_operator_env(*settings: str) -> dict[str, str]:
+    """Return the operator's ``TPFABRIC_*`` environment as ``helm template`` renders it with
+    ``settings`` (``--set-json`` pairs)."""
+    helm = find_toolchain(("helm",)).paths["helm"]
+    assert helm is not None, "helm is missing: run `make toolchain`"
+    argv = [str(helm), "template", "tpfabric", str(CHART), "--show-only", "templates/operator.yaml"]
+    for setting in settings:
+        argv += ["--set-json", setting]
+    rendered = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
+    deployment = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("TPFABRIC_")}
+
+
+@pytest.fixture
+def queue_required(kueue: LocalCluster, api: client.ApiClient) -> Iterator[str]:
+    """Kueue run with ``manageJobsWithoutQueueName`` and the operator with the chart's mirror of
+    it (``kueue.manageJobsWithoutQueueName: true``, ``kueue.managedJobsNamespaceSelector``):
+    Kueue's default selector, and one namespace more left out (made here; its name is
+    returned). Afterwards both run again as the module runs them."""
+    core = client.CoreV1Api(api)
+    exempt = f"t-no-queue-needed-{uuid.uuid4().hex[:5]}"
+    core.create_namespace({"metadata": {"name": exempt}})
+    left_out = ["kube-system", KUEUE_NAMESPACE, exempt]
+    selector = {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": left_out}
+        ]
+    }
+    env = chart_operator_env(
+        "kueue.manageJobsWithoutQueueName=true",
+        f"kueue.managedJobsNamespaceSelector={json.dumps(selector)}",
+    )
+    kueue.stop_component(OPERATOR)
+    kueue.stop_component(KUEUE)
+    start_kueue(
+        kueue,
+        pods_ready=PODS_READY,
+        finished_retention_seconds=RETENTION,
+        managed_namespaces=selector,
+    )
+    start_operator(kueue, env=env)
+    try:
+        yield exempt
+    finally:
+        clear_jobs_and_pods(api, exempt)
+        core.delete_namespace(exempt)
+        kueue.stop_component(OPERATOR)
+        kueue.stop_component(KUEUE)
+        start_kueue(kueue, pods_ready=PODS_READY, finished_retention_seconds=RETENTION)
+        start_operator(kueue)
 
 
 def queued_job(name: str, queue: str = "training", **spec: Any) -> dict[str, Any]:
@@ -866,10 +943,13 @@ def test_a_higher_priority_job_preempts_a_lower_one_which_runs_again_after_it(
 # -- the job's edits reach its Workload -----------------------------------------------------------
 
 
-def test_queue_label_and_demand_edits_reach_the_workload(tpj: Tpj, queues: Queues) -> None:
+def test_queue_label_and_demand_edits_reach_the_workload(
+    tpj: Tpj, queues: Queues, queue_name_policy: None
+) -> None:
     """A waiting job moved to another LocalQueue moves its Workload; its template's demand
-    edited while it waits remakes the Workload's pod set; an admitted job whose queue label is
-    removed leaves Kueue (its Workload and quota go, its pods stay) so another job is admitted."""
+    edited while it waits remakes the Workload's pod set; the chart's policy refuses removing the
+    queue label of an admitted, running job; removed while it is suspended, the job leaves Kueue
+    once its pods are gone, and only then is another job admitted on its quota."""
     queues.queue(gpus=16, memory=True)  # room for one 2-worker job
     holder = tpj.apply(queued_job("holder"))
     tpj.wait_phase(holder, "Running", timeout=120)
@@ -924,18 +1004,76 @@ def test_queue_label_and_demand_edits_reach_the_workload(tpj: Tpj, queues: Queue
         explain=explain_workload(tpj, mover, mover_uid),
     )
 
-    set_queue(tpj, holder, None)  # out of Kueue
+    with pytest.raises(ApiException) as refused:
+        set_queue(tpj, holder, None)  # a running job cannot skip its queue
+    assert refused.value.status == 403  # the policy's reason: Forbidden
+    assert "the queue of a job that is not suspended cannot change" in str(refused.value.body)
+    assert workload_of(tpj, holder, holder_uid) is not None
+    patch = {"metadata": {"labels": {QUEUE_LABEL: None}}, "spec": {"suspend": True}}
+    tpj.custom.patch_namespaced_custom_object(GROUP, VERSION, tpj.namespace, PLURAL, holder, patch)
     wait_for(
-        lambda: workload_of(tpj, holder, holder_uid) is None,
-        30,
-        what="the unlabelled job's Workload deleted",
+        lambda: workload_of(tpj, holder, holder_uid) is None and not tpj.pods(holder),
+        60,
+        what="the suspended, unlabelled job's pods gone, then its Workload",
         explain=explain_workload(tpj, holder, holder_uid),
     )
-    tpj.wait_phase(mover, "Running", timeout=120)  # the quota the holder had is free
+    tpj.wait_phase(mover, "Running", timeout=120)  # the quota the holder had is free now
     for pod in tpj.pods(mover):
         assert pod.spec.containers[0].resources.requests["memory"] == "1Gi"
-    assert tpj.status(holder)["phase"] == "Running"  # out of Kueue, not stopped
-    assert len(tpj.pods(holder)) == 2
+
+
+# -- a queue required ----------------------------------------------------------------------------
+
+
+def test_where_kueue_requires_a_queue_a_job_without_one_waits_until_it_names_one(
+    api: client.ApiClient,
+    tpj: Tpj,
+    queues: Queues,
+    queue_name_policy: None,
+    queue_required: str,
+) -> None:
+    """With Kueue's ``manageJobsWithoutQueueName`` mirrored by the chart, a job made without a
+    queue label is held suspended, with no pods, and told how to name a queue; labelled (the
+    chart's policy allows it: the job is suspended), it is admitted by Kueue and runs. In a
+    namespace Kueue's selector leaves out, a job without a queue runs at once."""
+    queues.queue(gpus=16)
+    name = tpj.apply(small_job("unqueued"))
+    held = wait_for(
+        lambda: (c := tpj.condition(name, "Admitted")).get("reason") == "QueueNameRequired" and c,
+        30,
+        what="the job held for want of a queue",
+    )
+    assert held["status"] == "False"
+    assert f"kubectl label tpj {name} {QUEUE_LABEL}=<local-queue>" in held["message"]
+    assert tpj.get(name)["spec"]["suspend"] is True
+    assert tpj.wait_phase(name, "Suspended", timeout=30)["phase"] == "Suspended"
+    told = wait_for(
+        lambda: [
+            e
+            for e in tpj.core.list_namespaced_event(tpj.namespace).items
+            if e.involved_object.name == name and e.reason == "QueueNameRequired"
+        ],
+        30,
+        what="a QueueNameRequired Event on the job",
+    )
+    assert told[0].type == "Warning"
+    uid = uid_of(tpj, name)
+    holds(
+        lambda: not tpj.pods(name) and tpj.get(name)["spec"]["suspend"] is True,
+        IDLE_SECONDS / 3,
+        "held: suspended, without pods",
+    )
+    assert workload_of(tpj, name, uid) is None
+
+    set_queue(tpj, name, "training")  # allowed while suspended
+    tpj.wait_phase(name, "Running", timeout=120)
+    assert is_true(workload_of(tpj, name, uid), "Admitted")
+
+    free = Tpj(api, tpj.cluster, queue_required)
+    loose = free.apply(small_job("loose"))
+    free.wait_phase(loose, "Running", timeout=120)
+    assert workload_of(free, loose, uid_of(free, loose)) is None
+    assert "Admitted" not in {c["type"] for c in free.status(loose).get("conditions") or []}
 
 
 # -- deletion -------------------------------------------------------------------------------------

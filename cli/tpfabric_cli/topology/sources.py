@@ -56,6 +56,7 @@ from tpfabric_core.fabric.rails import CablingAnomaly, analyze_rails
 from tpfabric_core.fabric.slurm import fabric_from_slurm, parse_slurm_topology
 from tpfabric_core.fabric_description import parse_fabric_description, pydantic_error_path
 from tpfabric_core.hostlist import compress_hostlist
+from tpfabric_core.input_limits import check_yaml_text
 from tpfabric_fabric_agent.link_read import read_sysfs_counters
 
 __all__ = ["Discovery", "Sources", "discover", "fabric_from_labels"]
@@ -233,6 +234,7 @@ def _load_mapping(path: Path, what: str) -> Any:
     """Return the YAML/JSON document in ``path``; InputError with the line when malformed."""
     text = _read_text(path, what)
     try:
+        check_yaml_text(text, str(path))
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark

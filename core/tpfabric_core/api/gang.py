@@ -26,6 +26,7 @@ from tpfabric_core.api.models import (
 __all__ = [
     "GANG_KIND",
     "GANG_PLURAL",
+    "MAX_GANG_WORKERS",
     "Gang",
     "GangNear",
     "GangOwner",
@@ -35,6 +36,8 @@ __all__ = [
 
 GANG_KIND: Final = "Gang"
 GANG_PLURAL: Final = "gangs"
+#: the most pods one Gang record holds (a TensorParallelJob's ``workers`` has the same bound)
+MAX_GANG_WORKERS: Final = 1024
 
 
 class GangOwner(_Model):
@@ -72,7 +75,7 @@ class GangSpec(_Model):
 
     owner: GangOwner
     """What made the gang's pods."""
-    workers: Annotated[int, Field(ge=1, le=1024)]
+    workers: Annotated[int, Field(ge=1, le=MAX_GANG_WORKERS)]
     """Pods in the gang; the placer plans once all of them exist."""
     gpus_per_worker: Annotated[int, Field(ge=0, le=64)] = 8
     """GPUs each pod takes (its containers' `nvidia.com/gpu`)."""

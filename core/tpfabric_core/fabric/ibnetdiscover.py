@@ -51,6 +51,7 @@ from tpfabric_core.errors import InputError
 from tpfabric_core.fabric.builder import FabricBuilder
 from tpfabric_core.fabric.model import LANE_GBPS, Fabric, HcaRole, LinkKey
 from tpfabric_core.hostlist import compress_hostlist
+from tpfabric_core.input_limits import check_yaml_text
 
 __all__ = [
     "GuidMapEntry",
@@ -188,6 +189,7 @@ def parse_guid_map(text: str, source: str = "<guid-map>") -> dict[str, GuidMapEn
     result: dict[str, GuidMapEntry] = {}
     if lines and lines[0][1].split()[0].endswith(":"):
         try:
+            check_yaml_text(text, source)
             data = yaml.safe_load(text)
         except yaml.YAMLError as err:
             raise InputError(source, f"not valid YAML: {err}") from err

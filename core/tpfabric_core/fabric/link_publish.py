@@ -42,6 +42,7 @@ from typing import Any
 
 from tpfabric_core import labels
 from tpfabric_core.fabric.link_judge import NodeVerdict
+from tpfabric_core.input_limits import bounded_json, whole_number
 
 __all__ = [
     "CONDITION_TYPE",
@@ -54,6 +55,7 @@ __all__ = [
     "metadata_patch",
     "parse_detail",
     "publication_of",
+    "read_detail",
     "suspect_rail_switches",
 ]
 
@@ -201,22 +203,43 @@ def metadata_patch(
 def parse_detail(annotation: str | None) -> tuple[RailDetail, ...]:
     """Return the rails of a ``topology.tpfabric.io/fabric-health`` annotation; an absent or
     unreadable one has none (never raises: it is written by another program)."""
+    return read_detail(annotation)[0]
+
+
+def read_detail(annotation: str | None) -> tuple[tuple[RailDetail, ...], str]:
+    """Return the rails of a ``topology.tpfabric.io/fabric-health`` annotation and why it could
+    not be read ("" when it could, or is absent). Never raises, for any text: the annotation is
+    bounded (:data:`~tpfabric_core.input_limits.MAX_ANNOTATION_JSON_BYTES`, nesting too)."""
+    if not annotation:
+        return (), ""
     try:
-        data = json.loads(annotation or "{}")
-        rails = data.get("rails") or {}
-        return tuple(
+        data = bounded_json(annotation, DETAIL_ANNOTATION)
+    except ValueError as err:
+        return (), str(err)
+    rails = data.get("rails") if isinstance(data, dict) else None
+    if not isinstance(rails, dict):
+        return (), "" if isinstance(data, dict) and rails is None else _NOT_DETAIL
+    details = []
+    for key, entry in sorted(rails.items(), key=lambda kv: str(kv[0])):
+        rail = whole_number(key)
+        if rail is None or not isinstance(entry, dict):
+            continue
+        reasons = entry.get("reasons")
+        details.append(
             RailDetail(
-                rail=int(key),
+                rail=rail,
                 hca=str(entry.get("hca", "")),
                 state=str(entry.get("state", "ok")),
-                reasons=tuple(str(r) for r in entry.get("reasons") or ()),
+                reasons=tuple(str(r) for r in reasons) if isinstance(reasons, list) else (),
                 bandwidth=_fraction(entry.get("bandwidth")),
             )
-            for key, entry in sorted(rails.items(), key=lambda kv: str(kv[0]))
-            if str(key).isdigit() and isinstance(entry, dict)
         )
-    except (ValueError, AttributeError, TypeError):
-        return ()
+    return tuple(details), ""
+
+
+_NOT_DETAIL = (
+    f"{DETAIL_ANNOTATION}: not an object with a 'rails' object, as the fabric agent writes"
+)
 
 
 def bandwidth_kept(rails: tuple[RailDetail, ...]) -> float | None:

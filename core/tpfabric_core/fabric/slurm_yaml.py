@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from tpfabric_core.errors import InputError
+from tpfabric_core.input_limits import check_yaml_text
 
 __all__ = ["YamlEntry", "YamlTopology", "looks_like_topology_yaml", "read_topology_yaml"]
 
@@ -162,12 +163,17 @@ def read_topology_yaml(text: str, source: str, topology: str | None = None) -> Y
     hierarchy to build a fabric of).
     """
     try:
+        check_yaml_text(text, source)
         data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         raise InputError(where, f"not valid YAML: {error.problem}") from error
     except yaml.YAMLError as error:
+        raise InputError(source, f"not valid YAML: {error}") from error
+    except InputError:
+        raise
+    except ValueError as error:  # a value the loader cannot make: a 5,000-digit number
         raise InputError(source, f"not valid YAML: {error}") from error
     expected = "a list of topologies (- topology: NAME with tree:, block: or flat:)"
     if not isinstance(data, list) or not data:

@@ -13,6 +13,8 @@ Pure functions over a pod spec as the API returns it (a mapping with camelCase k
 - :func:`node_matcher`: ``nodeSelector`` AND required node affinity, as the NodeAffinity filter
   matches them (terms ORed, expressions ANDed; an empty or invalid term matches nothing);
 - :func:`format_amount`: an amount for people (``16 cpu``, ``64Gi memory``, ``a pod slot``);
+- :func:`label_selector`: a ``metav1.LabelSelector`` (of pods, of namespaces) as the API server
+  matches it;
 - :func:`host_ports` and :func:`repels_peers`: the cheap filters a gang plan must model because
   they limit its workers to one per node (NodePorts; InterPodAffinity's required anti-affinity
   with ``kubernetes.io/hostname`` that matches the gang's own workers).
@@ -32,9 +34,11 @@ from typing import Any
 
 __all__ = [
     "HOSTNAME_KEY",
+    "LabelSelectorError",
     "NodeAffinityMatcher",
     "format_amount",
     "host_ports",
+    "label_selector",
     "node_matcher",
     "parse_quantity",
     "pod_requests",
@@ -256,6 +260,61 @@ def _label_test(expression: Mapping[str, Any]) -> LabelTest:
     raise _InvalidTermError(f"unknown operator {operator!r}")
 
 
+class LabelSelectorError(ValueError):
+    """A ``metav1.LabelSelector`` the API server would refuse; names the field at fault."""
+
+
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def label_selector(selector: Mapping[str, Any] | None) -> LabelTest:
+    """Return the test of a ``metav1.LabelSelector`` on an object's labels: every
+    ``matchLabels`` pair and every ``matchExpressions`` entry (In, NotIn, Exists, DoesNotExist)
+    must hold; an empty selector (or None) selects everything, as ``LabelSelectorAsSelector``.
+
+    Raises :class:`LabelSelectorError` naming the field at fault for a selector the API server
+    would refuse (an unknown operator, a bad key or value, values where none belong).
+    """
+    if selector is None:
+        return lambda _labels: True
+    if not isinstance(selector, Mapping):
+        raise LabelSelectorError("the selector is not a mapping (matchLabels, matchExpressions)")
+    unknown = sorted(set(selector) - {"matchLabels", "matchExpressions"})
+    if unknown:
+        raise LabelSelectorError(f"{unknown[0]}: not a field of a label selector")
+    wanted = selector.get("matchLabels")
+    wanted = {} if wanted is None else wanted
+    expressions = selector.get("matchExpressions")
+    expressions = [] if expressions is None else expressions
+    if not isinstance(wanted, Mapping):
+        raise LabelSelectorError("matchLabels: not a mapping of label keys to values")
+    if not isinstance(expressions, list):
+        raise LabelSelectorError("matchExpressions: not a list")
+    for key, value in wanted.items():
+        if not isinstance(key, str) or not _valid_key(key):
+            raise LabelSelectorError(f"matchLabels: {key!r} is not a label key")
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            raise LabelSelectorError(f"matchLabels.{key}: {value!r} is not a label value")
+    tests: list[LabelTest] = []
+    for index, expression in enumerate(expressions):
+        where = f"matchExpressions[{index}]"
+        if not isinstance(expression, Mapping):
+            raise LabelSelectorError(f"{where}: not a mapping (key, operator, values)")
+        if expression.get("operator") not in _SELECTOR_OPERATORS:
+            raise LabelSelectorError(
+                f"{where}.operator: {expression.get('operator')!r} is none of "
+                f"{', '.join(_SELECTOR_OPERATORS)}"
+            )
+        try:
+            tests.append(_label_test(expression))
+        except _InvalidTermError as err:
+            raise LabelSelectorError(f"{where}: {err}") from None
+    pairs = tuple(wanted.items())
+    return lambda labels: (
+        all(labels.get(k) == v for k, v in pairs) and all(test(labels) for test in tests)
+    )
+
+
 def _field_test(expression: Mapping[str, Any]) -> FieldTest:
     """Return the test of one ``matchFields`` entry on the node name; _InvalidTermError if bad."""
     key = expression.get("key")
@@ -392,12 +451,9 @@ def repels_peers(
         if not isinstance(selector, Mapping):
             continue  # no selector selects no pod
         try:
-            tests = [_label_test(e) for e in selector.get("matchExpressions") or []]
-        except _InvalidTermError:
+            selects = label_selector(selector)
+        except LabelSelectorError:
             continue
-        wanted = selector.get("matchLabels") or {}
-        if all(peer_labels.get(k) == v for k, v in wanted.items()) and all(
-            test(peer_labels) for test in tests
-        ):
+        if selects(peer_labels):
             return True
     return False

@@ -41,6 +41,7 @@ from types import MappingProxyType
 
 from tpfabric_core import labels
 from tpfabric_core.errors import InputError
+from tpfabric_core.input_limits import whole_number
 
 __all__ = [
     "CLUSTER_LEVEL",
@@ -57,6 +58,8 @@ CLUSTER_LEVEL = "cluster"
 """The implicit root above the top level: a plan there spreads over the whole cluster."""
 
 _RAIL_PREFIX = labels.PREFIX + "rail-"
+#: rail labels read per node (rail-0 .. rail-63): more rails than any node has HCAs
+MAX_RAIL_LABELS = 64
 
 
 LEVEL_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
@@ -454,8 +457,9 @@ def _rail_values(node: Mapping[str, str]) -> tuple[str | None, ...]:
     """Return the rail-leaf switch per rail index found in ``node``'s labels."""
     found: dict[int, str] = {}
     for key, value in node.items():
-        if key.startswith(_RAIL_PREFIX) and key[len(_RAIL_PREFIX) :].isdigit():
-            found[int(key[len(_RAIL_PREFIX) :])] = value
+        rail = whole_number(key[len(_RAIL_PREFIX) :]) if key.startswith(_RAIL_PREFIX) else None
+        if rail is not None and rail < MAX_RAIL_LABELS:  # a label rail-99999999 makes no tuple
+            found[rail] = value
     if not found:
         return ()
     return tuple(found.get(rail) for rail in range(max(found) + 1))

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from typing import Any
 
+import pytest
+from prometheus_client import REGISTRY
 from test_lifecycle import NOW, RUNNING, a_job, gang
 
 from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, RailDetail
@@ -60,6 +63,39 @@ def test_without_the_annotation_the_condition_message_is_the_reason() -> None:
     }
     indexed = degraded_nodes(name="n1", uid="u1", labels={}, annotations={}, status=status)
     assert indexed["n1"].reasons == ("rate 200 Gb/s",)
+
+
+def test_a_degraded_node_whose_detail_cannot_be_read_is_indexed_and_reported_once_per_version(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Counted and logged by the operator; the Event on the node is the extender's alone."""
+    nested = '{"rails": ' + "[" * 50_000 + "]" * 50_000 + "}"
+    status: dict[str, Any] = {
+        "conditions": [{"type": "FabricHealthy", "status": "False", "message": "rate 200 Gb/s"}]
+    }
+    labels = {"component": "tpfabric-operator", "kind": "Node", "reason": "FieldIgnored"}
+
+    def count() -> float:
+        return REGISTRY.get_sample_value("tpfabric_malformed_objects_total", labels) or 0.0
+
+    before = count()
+    with caplog.at_level(logging.WARNING, logger="tpfabric.malformed"):
+        for version in ("7", "7", "8"):
+            indexed = degraded_nodes(
+                name="poisoned",
+                uid="u9",
+                labels={},
+                annotations={DETAIL_ANNOTATION: nested},
+                status=status,
+                meta={"resourceVersion": version},
+            )
+            assert indexed["poisoned"].reasons == ("rate 200 Gb/s",)
+    assert count() - before == 2, "once per version of the node"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert "Node poisoned (version 7): tpfabric-operator ignored the field" in lines[0]
+    assert DETAIL_ANNOTATION in lines[0]
+    assert "65536" in lines[0]
 
 
 def test_only_active_ranks_on_degraded_nodes_are_named_by_rank() -> None:

@@ -3,6 +3,7 @@ status."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from tpfabric_operator.gang_records import (
     ranks_to_write,
     record_manifest,
     record_status,
+    too_large_problem,
 )
 
 pytestmark = pytest.mark.unit
@@ -84,6 +86,47 @@ def test_a_jobsets_ranks_follow_its_jobs_in_order_then_the_completion_index() ->
 def test_one_child_job_is_a_gang_of_its_parallelism() -> None:
     assert jobset_layout(JOBSET, "workers/1") == {"": 4, "workers/1": 0}
     assert jobset_layout(JOBSET, "workers/7") is None
+
+
+INT32_MAX = 2**31 - 1
+
+
+def test_a_jobset_whose_gang_no_record_can_hold_is_counted_not_walked_job_by_job() -> None:
+    huge = {
+        "spec": {
+            "replicatedJobs": [
+                {"name": "workers", "replicas": INT32_MAX, "template": {"spec": {"parallelism": 8}}}
+            ]
+        }
+    }
+    started = time.monotonic()
+    assert jobset_layout(huge, None) == {"": INT32_MAX * 8}
+    assert jobset_layout(huge, f"workers/{INT32_MAX - 1}") == {"": 8, f"workers/{INT32_MAX - 1}": 0}
+    assert jobset_layout(huge, f"workers/{INT32_MAX}") is None
+    assert time.monotonic() - started < 0.5, "walked the JobSet's Jobs one by one"
+    words = too_large_problem("JobSet", "train", INT32_MAX * 8)
+    assert f"makes a gang of {INT32_MAX * 8} pods; a Gang record holds at most 1024" in words
+    assert "alpha.jobset.sigs.k8s.io/exclusive-topology" in words
+
+
+def test_a_jobset_of_exactly_the_largest_gang_is_laid_out() -> None:
+    jobset = {
+        "spec": {
+            "replicatedJobs": [
+                {"name": "w", "replicas": 128, "template": {"spec": {"parallelism": 8}}}
+            ]
+        }
+    }
+    layout = jobset_layout(jobset, None)
+    assert layout is not None
+    assert layout[""] == 1024
+    assert layout["w/127"] == 1016
+
+
+def test_a_child_job_index_is_matched_as_the_jobset_spells_it() -> None:
+    assert jobset_layout(JOBSET, "workers/01") is None
+    assert jobset_layout(JOBSET, "workers/ 1") is None
+    assert jobset_layout(JOBSET, "workers/-1") is None
 
 
 def test_the_record_is_owned_by_the_gangs_owner_and_asks_the_chart_default_when_silent() -> None:
@@ -152,13 +195,14 @@ def test_one_owner_or_pods_without_one_make_one_gang() -> None:
     assert owners_problem([jobset_pod(0, 0)]) is None  # named after its owner: never twice
 
 
-def test_a_group_short_of_pods_here_with_a_namesake_elsewhere_says_so() -> None:
+def test_a_group_short_of_pods_here_with_a_namesake_elsewhere_says_so_naming_no_namespace() -> None:
     pods = [plain("a-0", "t"), plain("a-1", "t")]
     problem = elsewhere_problem(pods, 3, ["team-b"])
     assert problem == (
-        "tpfabric.io/gang-name: 2 of 3 pods of 'grp' are in namespace 'ns', and a gang of that "
-        "name has pods in team-b too: a gang's pods must all be in one namespace"
+        "tpfabric.io/gang-name: 2 of 3 pods of 'grp' are in namespace 'ns', and another "
+        "namespace has a gang of that name too: a gang's pods must all be in one namespace"
     )
+    assert "team-b" not in problem  # another tenant's namespace is not this one's business
     assert elsewhere_problem(pods, 3, []) is None, "no namesake: it only waits for its pods"
     assert elsewhere_problem([*pods, plain("a-2", "t")], 3, ["team-b"]) is None, "whole here"
 

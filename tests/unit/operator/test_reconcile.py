@@ -41,6 +41,9 @@ class Cluster:
 
     # -- the adapter -----------------------------------------------------------------------------
 
+    def kueue_versions(self) -> tuple[str, ...]:
+        return ()  # Kueue is not installed
+
     def create(self, manifest: dict[str, Any]) -> bool:
         if manifest["kind"] != "Pod":
             return True  # the Service

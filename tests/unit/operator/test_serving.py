@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -10,10 +11,12 @@ from tpfabric_core import labels
 from tpfabric_core.gangs import GangSettings, Near, gang_of
 from tpfabric_operator.serving import (
     LwsView,
+    Unready,
     group_ready,
     lws_view,
     merge_conditions,
     move_decision,
+    others_unready,
     surge_message,
 )
 
@@ -61,7 +64,7 @@ def decide(**kwargs: Any) -> Any:
         "view": VIEW,
         "degraded": True,
         "ready": True,
-        "others_unready": [],
+        "others_unready": Unready(0),
         "moving": None,
     }
     return move_decision(**(args | kwargs))
@@ -74,7 +77,13 @@ def test_a_ready_degraded_group_is_moved_when_the_budget_allows() -> None:
 @pytest.mark.parametrize(
     ("change", "words"),
     [
-        ({"others_unready": ["chat-3"]}, "would pass maxUnavailable 1"),
+        (
+            {"others_unready": Unready(1, ("chat-3",))},
+            (
+                "waits: 1 other group(s) of 'chat' are not ready (chat-3); moving this one "
+                "would pass maxUnavailable 1"
+            ),
+        ),
         ({"moving": "chat-2"}, "group chat-2 of 'chat' is being moved (one at a time)"),
         ({"ready": False}, "waits for the group to be ready"),
         ({"view": LwsView("chat", 4, 0, 1, "restart-elsewhere")}, "maxUnavailable 0"),
@@ -144,3 +153,22 @@ def test_a_bad_near_is_a_problem_naming_the_annotation() -> None:
     assert "level 'rack' is not configured" in bad.problems[0].message
     wrong = member({"tpfabric.io/near": "Pre_fill", "tpfabric.io/near-mode": "always"})
     assert [p.key for p in wrong.problems] == ["tpfabric.io/near", "tpfabric.io/near-mode"]
+
+
+def test_other_groups_not_ready_are_those_not_ready_and_those_without_pods() -> None:
+    groups = {0: ("chat-0", True), 2: ("chat-2", False)}
+    # group 1 is the one deciding; group 3 has no pod (LWS makes it again)
+    assert others_unready(VIEW, groups, own=1) == Unready(2, ("chat-2", "chat-3"))
+    assert others_unready(VIEW, {i: (f"chat-{i}", True) for i in (0, 2, 3)}, own=1) == Unready(0)
+    # a surge group above the replicas is not a missing one
+    assert others_unready(VIEW, {7: ("chat-7", False)}, own=1) == Unready(
+        4, ("chat-7", "chat-0", "chat-2")
+    )
+
+
+def test_an_lws_of_two_billion_replicas_is_counted_not_walked() -> None:
+    view = LwsView("chat", 2**31 - 1, 1, 0, "restart-elsewhere")
+    started = time.monotonic()
+    unready = others_unready(view, {0: ("chat-0", True)}, own=5)
+    assert time.monotonic() - started < 0.5, "walked the LWS's groups one by one"
+    assert unready == Unready(2**31 - 3, ("chat-1", "chat-2", "chat-3"))

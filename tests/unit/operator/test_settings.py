@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tpfabric_operator.settings import KNOBS, Knob, SettingsError, read
+from tpfabric_operator.settings import KNOBS, Knob, SettingsError, queue_requirement, read
 
 pytestmark = pytest.mark.unit
 
@@ -80,3 +80,48 @@ def test_a_bad_fabric_profile_stops_the_operator_with_the_field_and_the_fix() ->
         '"linkLayer":"roce","nccl":{"railPlane":true},"roce":{"dscp":null,'
         '"fifoTrafficClass":null,"pfcPriority":null,"trafficClass":null},"sharp":false}'
     )
+
+
+def test_a_switch_is_true_or_false_and_nothing_else() -> None:
+    knob = next(k for k in KNOBS if k.env == "TPFABRIC_KUEUE_MANAGE_JOBS_WITHOUT_QUEUE_NAME")
+    assert read(knob, {}) is False
+    assert read(knob, {knob.env: "True"}) is True
+    with pytest.raises(SettingsError, match=r"'yes' is not true or false \(default false"):
+        read(knob, {knob.env: "yes"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ("{not json", "is not a label selector as JSON: Expecting property name"),
+        (
+            '{"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}',
+            "matchExpressions[0].operator: 'Gt' is none of In, NotIn, Exists, DoesNotExist",
+        ),
+        ('{"matchLabels": {"team": "a b"}}', "matchLabels.team: 'a b' is not a label value"),
+        ('{"namespaceSelector": {}}', "namespaceSelector: not a field of a label selector"),
+    ],
+)
+def test_kueues_namespace_selector_that_cannot_be_used_names_the_variable_and_the_field(
+    raw: str, words: str
+) -> None:
+    env = "TPFABRIC_KUEUE_MANAGED_JOBS_NAMESPACE_SELECTOR"
+    with pytest.raises(SettingsError) as caught:
+        queue_requirement({env: raw})
+    assert str(caught.value).startswith(f"{env}=")
+    assert words in str(caught.value)
+
+
+def test_kueues_requirement_is_off_unless_asked_and_then_holds_only_the_selected_namespaces() -> (
+    None
+):
+    name = "kubernetes.io/metadata.name"
+    assert not queue_requirement({}).applies({name: "team-a"})
+    asked = queue_requirement(
+        {
+            "TPFABRIC_KUEUE_MANAGE_JOBS_WITHOUT_QUEUE_NAME": "true",
+            "TPFABRIC_KUEUE_MANAGED_JOBS_NAMESPACE_SELECTOR": '{"matchLabels": {"queues": "on"}}',
+        }
+    )
+    assert asked.applies({name: "team-a", "queues": "on"})
+    assert not asked.applies({name: "team-b"})

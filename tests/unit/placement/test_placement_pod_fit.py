@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from tpfabric_core.placement import (
     pod_requests,
     resource_amount,
 )
+from tpfabric_core.placement.pod_fit import LabelSelectorError, label_selector
 
 GI = 2**30
 
@@ -220,3 +222,44 @@ def test_the_selector_and_the_affinity_must_both_match() -> None:
 def test_eligible_lists_the_matching_node_names() -> None:
     matcher = node_matcher({"nodeSelector": {"gpu": "h100"}})
     assert matcher.eligible({"n1": NODE, "n2": {"gpu": "a100"}}) == frozenset({"n1"})
+
+
+def test_a_label_selector_matches_as_the_api_server_matches_it() -> None:
+    selects = label_selector(
+        {
+            "matchLabels": {"team": "ml"},
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system"],
+                },
+                {"key": "frozen", "operator": "DoesNotExist"},
+            ],
+        }
+    )
+    assert selects({"team": "ml", "kubernetes.io/metadata.name": "a"})
+    assert not selects({"team": "ml", "kubernetes.io/metadata.name": "kube-system"})
+    assert not selects({"team": "ml", "frozen": "yes"})
+    assert not selects({"kubernetes.io/metadata.name": "a"})
+    assert label_selector({})({"anything": "x"}), "an empty selector selects everything"
+    assert label_selector(None)({})
+
+
+@pytest.mark.parametrize(
+    ("selector", "words"),
+    [
+        ({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}, "operator: 'Gt'"),
+        ({"matchExpressions": [{"key": "a", "operator": "In"}]}, "matchExpressions[0]: In needs"),
+        ({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}, "takes no"),
+        ({"matchLabels": {"bad key!": "x"}}, "matchLabels: 'bad key!' is not a label key"),
+        ({"matchLabels": []}, "matchLabels: not a mapping"),
+        ({"labels": {}}, "labels: not a field of a label selector"),
+        ("team=ml", "not a mapping"),
+    ],
+)
+def test_a_label_selector_the_api_server_would_refuse_names_the_field_at_fault(
+    selector: Any, words: str
+) -> None:
+    with pytest.raises(LabelSelectorError, match=re.escape(words)):
+        label_selector(selector)

@@ -13,6 +13,7 @@ import pytest
 from builders import a_job, a_node, a_worker
 from kubernetes.client.rest import ApiException
 
+from tpfabric_kube.malformed import MalformedObjects, Notice
 from tpfabric_scheduler.kube import (
     LIST_PAGE_SIZE,
     POD_PAGE_SIZE,
@@ -350,3 +351,72 @@ def test_a_known_pod_is_released_in_one_write_guarded_by_what_the_store_knows() 
         {"op": "add", "path": "/spec/affinity", "value": affinity},
         {"op": "add", "path": "/spec/schedulingGates", "value": []},
     ]
+
+
+# -- one object never stops the others ----------------------------------------------------------
+
+
+class Stream:
+    """A watch that delivers ``events`` (as the client's Watch with ``deserialize=False``)."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.events = events
+
+    def stream(self, *_: Any, **__: Any) -> Any:
+        return iter(self.events)
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_pod_the_informer_cannot_read_is_skipped_by_a_list_and_forgotten_by_a_watch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = ClusterStore()
+    poison = a_worker("poison", 0, node="n1", gated=False)
+    poison["spec"]["priority"] = "high"  # a value the record cannot read (a parser's bug)
+    listed = PagedList([a_worker("llama", 0, node="n1", gated=False), poison])
+    told: list[Notice] = []
+    reports = MalformedObjects("test-informer", notify=told.append)
+    kind = next(
+        k for k in informer_kinds(store, dict.fromkeys(KINDS, listed), reports) if k.name == "pods"
+    )
+    informer = Informer(kind, store, lambda: None, reports)
+    informer.relist()
+    assert set(store.pods) == {"ns/llama-worker-0"}  # the list went on past the poison
+
+    broken = a_worker("llama", 0, node="n1", gated=False)
+    broken["spec"]["priority"] = "high"
+    after = a_worker("mistral", 0, node="n2", gated=False)
+    events = [
+        {"type": "MODIFIED", "object": {**broken, "metadata": {**broken["metadata"]}}},
+        {"type": "ADDED", "object": after},
+    ]
+    monkeypatch.setattr("tpfabric_scheduler.kube.watch.Watch", lambda: Stream(events))
+    informer._watch_from("42")
+    # the pod that turned unreadable is forgotten, as a relist would; the next event applies
+    assert set(store.pods) == {"ns/mistral-worker-0"}
+    assert reports.drain()
+    assert {n.where for n in told} == {"ns/poison-worker-0", "ns/llama-worker-0"}
+    assert all(n.kind == "Pod" and n.skipped for n in told)
+
+
+def test_a_degraded_node_whose_health_detail_cannot_be_read_is_kept_and_reported() -> None:
+    store = ClusterStore()
+    node = a_node("n1", "leaf-1")
+    node["metadata"]["labels"]["topology.tpfabric.io/health"] = "degraded"
+    node["metadata"]["annotations"] = {"topology.tpfabric.io/fabric-health": "[" * 100_000}
+    told: list[Notice] = []
+    reports = MalformedObjects("test-node-detail", notify=told.append)
+    kind = next(
+        k
+        for k in informer_kinds(store, dict.fromkeys(KINDS, PagedList([node])), reports)
+        if k.name == "nodes"
+    )
+    Informer(kind, store, lambda: None, reports).relist()
+    assert store.nodes["n1"].kept is None  # unmeasured: the node stays, without its detail
+    assert reports.drain()
+    assert [(n.where, n.field, n.skipped) for n in told] == [
+        ("n1", "topology.tpfabric.io/fabric-health", False)
+    ]
+    assert "100000 characters" in told[0].message

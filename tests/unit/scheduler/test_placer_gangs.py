@@ -512,3 +512,19 @@ def test_a_gang_pod_made_again_waits_for_its_old_pod_to_leave_its_node(world: An
     plan = gang_placement(writer, "chat-0")
     assert plan["state"] == "Planned"
     assert plan["nodes"] == nodes, "back on its own node"
+
+
+def test_a_gang_record_in_a_namespace_that_has_not_opted_in_is_never_planned(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store, per_leaf=4)
+    with store.lock:
+        store.install_gang_namespaces(frozenset({"elsewhere"}))  # "ns" has not opted in
+    add_gang(writer, "vllm-0", 2)
+    placer.run_cycle()
+    assert gang_placement(writer, "vllm-0").get("state") != "Planned"
+    assert writer.released == []
+    with store.lock:
+        store.put_gang_namespace("ns")  # the namespace is labelled tpfabric.io/gangs=enabled
+    placer.run_cycle()
+    assert gang_placement(writer, "vllm-0")["state"] == "Planned"
+    assert sorted(writer.released) == ["vllm-0-0", "vllm-0-1"]
