@@ -115,6 +115,7 @@ def worker_of(
         conditions=conditions,
         attempt=int(attempt) if attempt.isdigit() else 0,
         delete_deadline=parse_rfc3339(meta.get("deletionTimestamp")),
+        uid=str(meta.get("uid") or ""),
     )
 
 
@@ -152,7 +153,7 @@ class _Entry:
         self,
         job: JobKey,
         worker: tuple[str, WorkerPod] | None,
-        failed: tuple[str, str, int] | None,
+        failed: tuple[str, str, int, str] | None,
     ) -> None:
         self.job = job
         self.worker = worker
@@ -170,7 +171,12 @@ def entry_of(obj: Mapping[str, Any]) -> _Entry | None:
         return _Entry((namespace, str(labels[JOB_LABEL])), worker, None)
     if FAILED_WORKER_LABEL in labels:
         attempt = str(labels.get(ATTEMPT_LABEL, "0"))
-        failed = (owner_uid(meta), name, int(attempt) if attempt.isdigit() else 0)
+        failed = (
+            owner_uid(meta),
+            name,
+            int(attempt) if attempt.isdigit() else 0,
+            str(meta.get("uid") or ""),
+        )
         return _Entry((namespace, str(labels[FAILED_WORKER_LABEL])), None, failed)
     return None
 
@@ -320,8 +326,8 @@ class PodCache(PodWatch):
             entries = self._pods.members(job)
         return [e.worker for e in entries if e.worker is not None]
 
-    def failed(self, job: JobKey) -> list[tuple[str, str, int]]:
-        """Return (owner uid, pod name, attempt) of every failed pod kept for ``job``."""
+    def failed(self, job: JobKey) -> list[tuple[str, str, int, str]]:
+        """Return (owner uid, pod name, attempt, pod uid) of every failed pod kept for ``job``."""
         with self._lock:
             entries = self._pods.members(job)
         return [e.failed for e in entries if e.failed is not None]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -211,6 +211,28 @@ class WritePipeline:
                 self.store.record_plan(job, placement)
         if event:
             self.event(job, event, placement)
+
+    def delete_pods(self, pods: Iterable[PodRecord]) -> int:
+        """Delete ``pods`` (those not being deleted already), each by name and uid: a pod made
+        again under the same name since stays. RELEASE_CONCURRENCY at a time, every delete
+        fenced; the first error is raised once all were tried. Return how many were asked.
+
+        One delete per pod, never a delete-collection by label: the admission policy of the
+        chart lets this account delete only a pod it names by uid, and a label selector would
+        also take a pod someone else labelled so."""
+        targets = [p for p in pods if not p.deleting]
+
+        def delete(pod: PodRecord) -> None:
+            self.fence()
+            self.writer.delete_pod(pod.namespace, pod.name, pod.uid)
+
+        if len(targets) <= 1:
+            for pod in targets:
+                delete(pod)
+        else:
+            for _ in self._releasing.map(delete, targets):
+                pass  # re-raises the first error
+        return len(targets)
 
     def fence(self) -> None:
         """Raise NotLeadingError unless this placer still leads in its term (every write)."""
