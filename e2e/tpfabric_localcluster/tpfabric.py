@@ -32,6 +32,7 @@ __all__ = [
     "install_crd",
     "metrics_url",
     "service_account_kubeconfig",
+    "service_account_token",
     "start_extender",
     "start_operator",
     "start_scheduling",
@@ -116,22 +117,48 @@ def unused_uid(start: int = 65532) -> int:
         uid += 1
 
 
+def service_account_token(
+    cluster: LocalCluster,
+    namespace: str,
+    name: str,
+    *,
+    pod: str | None = None,
+    seconds: int = 86400,
+) -> str:
+    """Return a token of ServiceAccount ``namespace/name`` from the TokenRequest API.
+
+    ``pod``: bind it to that pod of ``namespace``, as the kubelet binds a pod's projected token;
+    the API server then names the pod's node in it (``authentication.kubernetes.io/node-name``,
+    ServiceAccountTokenPodNodeInfo), by which a per-node policy tells the agents apart.
+    """
+    spec: dict[str, Any] = {"expirationSeconds": seconds}
+    with api_client(cluster.kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        if pod is not None:
+            uid = core.read_namespaced_pod(pod, namespace).metadata.uid
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}
+        token: str = core.create_namespaced_service_account_token(
+            name, namespace, {"spec": spec}
+        ).status.token
+    return token
+
+
 def service_account_kubeconfig(
-    cluster: LocalCluster, namespace: str, name: str, path: Path, seconds: int = 86400
+    cluster: LocalCluster,
+    namespace: str,
+    name: str,
+    path: Path,
+    seconds: int = 86400,
+    *,
+    pod: str | None = None,
 ) -> Path:
     """Write a kubeconfig at ``path`` that authenticates as ServiceAccount ``namespace/name``.
 
-    The token comes from the API server's TokenRequest API, as a pod's projected token does; the
-    file is world-readable so that a component under another uid can read it.
+    The token comes from the API server's TokenRequest API, as a pod's projected token does
+    (bound to ``pod`` when given: :func:`service_account_token`); the file is world-readable so
+    that a component under another uid can read it.
     """
-    with api_client(cluster.kubeconfig) as api:
-        token = (
-            client.CoreV1Api(api)
-            .create_namespaced_service_account_token(
-                name, namespace, {"spec": {"expirationSeconds": seconds}}
-            )
-            .status.token
-        )
+    token = service_account_token(cluster, namespace, name, pod=pod, seconds=seconds)
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     server = dict(admin["clusters"][0]["cluster"])
     user = f"system:serviceaccount:{namespace}:{name}"

@@ -46,22 +46,30 @@ class Decision:
 
 
 class DelegatedAuth:
-    """Authenticates bearer tokens and authorizes a ``get`` of a non-resource URL, through the
-    API server (:mod:`kubernetes` client ``api``); thread-safe."""
+    """Authenticates bearer tokens and authorizes a ``get`` of a non-resource URL through the
+    API server: ``authn`` creates TokenReviews and ``authz`` SubjectAccessReviews (the
+    :mod:`kubernetes` client's ``AuthenticationV1Api`` and ``AuthorizationV1Api``:
+    :meth:`of`). Thread-safe."""
 
     def __init__(
         self,
-        api: client.ApiClient,
+        authn: Any,
+        authz: Any,
         *,
         cache_seconds: float = CACHE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._authn = client.AuthenticationV1Api(api)
-        self._authz = client.AuthorizationV1Api(api)
+        self._authn = authn
+        self._authz = authz
         self._cache_seconds = cache_seconds
         self._clock = clock
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str], tuple[float, Decision]] = OrderedDict()
+
+    @classmethod
+    def of(cls, api: client.ApiClient) -> DelegatedAuth:
+        """Return the reviews of the API server ``api`` talks to."""
+        return cls(client.AuthenticationV1Api(api), client.AuthorizationV1Api(api))
 
     def decide(self, authorization: str | None, path: str) -> Decision:
         """Return whether the request with header ``Authorization: authorization`` may ``get``

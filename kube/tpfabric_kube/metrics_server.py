@@ -28,16 +28,20 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from kubernetes import client
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
-from tpfabric_kube.delegated_auth import Decision, DelegatedAuth
+if TYPE_CHECKING:  # the kubernetes client only when a port is started: importing it reads
+    # $KUBECONFIG once, and the operator sets that from its flags after parsing them here
+    from kubernetes import client
+
+    from tpfabric_kube.delegated_auth import Decision, DelegatedAuth
 
 __all__ = [
     "AUTH_KUBERNETES",
@@ -222,10 +226,11 @@ class MetricsServer:
     def _metrics(self) -> bytes:
         return b"".join(generate_latest(registry) for registry in self._registries)
 
-    def _decide(self, authorization: str | None) -> Decision:
+    def _decide(self, authorization: str | None) -> tuple[int, str]:
         if self._auth is None:
-            return Decision(200, "no check (loopback)")
-        return self._auth.decide(authorization, METRICS_PATH)
+            return 200, "no check (loopback)"
+        decision: Decision = self._auth.decide(authorization, METRICS_PATH)
+        return decision.status, decision.reason
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -247,11 +252,11 @@ class MetricsServer:
                     healthy, why = check()
                     self._answer(200 if healthy else 503, why.encode(), "text/plain")
                 elif path == METRICS_PATH:
-                    decision = server._decide(self.headers.get("Authorization"))
-                    if decision.allowed:
+                    status, why = server._decide(self.headers.get("Authorization"))
+                    if status == 200:
                         self._answer(200, server._metrics(), CONTENT_TYPE_LATEST)
                     else:
-                        self._answer(decision.status, decision.reason.encode(), "text/plain")
+                        self._answer(status, why.encode(), "text/plain")
                 else:
                     self._answer(404, b"not found", "text/plain")
 
@@ -281,12 +286,14 @@ def start_metrics_server(
     client that reviews tokens (called only with ``--metrics-auth=kubernetes``)."""
     if not args.metrics_port:
         return None
+    from tpfabric_kube.delegated_auth import DelegatedAuth  # noqa: PLC0415 - see the imports
+
     checked = args.metrics_auth == AUTH_KUBERNETES
     server = MetricsServer(
         args.metrics_address,
         args.metrics_port,
         [*registries, REGISTRY],
-        auth=DelegatedAuth(api()) if checked else None,
+        auth=DelegatedAuth.of(api()) if checked else None,
         health=health or {"/healthz": lambda: (True, "ok")},
         tls=_tls_context(args.metrics_cert_dir) if checked else None,
     ).start()
