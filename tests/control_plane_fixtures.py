@@ -28,7 +28,11 @@ from tpfabric_core.fabric_description import FabricDescription, parse_fabric_des
 from tpfabric_localcluster.cluster import LocalCluster, api_client
 from tpfabric_localcluster.gang_webhook import NAMESPACE_LABEL
 from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
-from tpfabric_localcluster.toolchain import find_toolchain, pinned_versions
+from tpfabric_localcluster.toolchain import (
+    ensure_minimum_toolchain,
+    find_toolchain,
+    pinned_versions,
+)
 from tpfabric_localcluster.tpfabric import (
     SCHEDULER_NAME,
     RunAs,
@@ -63,6 +67,20 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         # as test_gangs_placed shows
         feature_gates={"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True},
         runtime_config=("scheduling.k8s.io/v1beta1=true",),
+    )
+    cluster.up()
+    yield cluster
+    cluster.down(keep_logs=LOGS / cluster.name)
+
+
+@pytest.fixture(scope="module")
+def oldest_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Return a local cluster at the oldest Kubernetes the chart supports (``kubernetes-minimum``
+    of e2e/toolchain, built into the cache on first use), without nodes; one per module."""
+    cluster = LocalCluster(
+        f"min-{uuid.uuid4().hex[:6]}",
+        state_root=tmp_path_factory.mktemp("clusters-minimum"),
+        toolchain=ensure_minimum_toolchain(),
     )
     cluster.up()
     yield cluster
