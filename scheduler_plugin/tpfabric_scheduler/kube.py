@@ -455,11 +455,12 @@ class KubeWriter:
             GROUP, VERSION, namespace, plural, name, ops, _content_type=JSON_PATCH
         )
 
-    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
-        """Delete the pod (only the incarnation ``uid`` when given); one already gone is fine."""
-        body = {"preconditions": {"uid": uid}} if uid else None
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the pod, only its incarnation ``uid`` (a delete precondition; the chart's
+        admission policy refuses this account a delete that names none); one already gone, or
+        made again under that name, is fine."""
         try:
-            self.core.delete_namespaced_pod(name, namespace, body=body)
+            self.core.delete_namespaced_pod(name, namespace, body={"preconditions": {"uid": uid}})
         except ApiException as err:
             if err.status not in {404, 409}:  # 409: the uid precondition, a newer pod
                 raise
