@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.api.crd import crd_files, crd_name
 from tpfabric_core.fabric_description import FabricDescription, parse_fabric_description
 from tpfabric_localcluster.cluster import LocalCluster, api_client
-from tpfabric_localcluster.gang_webhook import NAMESPACE_LABEL
+from tpfabric_localcluster.gang_webhook import NAMESPACE_LABEL, GangWebhook, start_gang_webhook
 from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
 from tpfabric_localcluster.toolchain import (
     ensure_minimum_toolchain,
@@ -34,9 +35,11 @@ from tpfabric_localcluster.toolchain import (
     pinned_versions,
 )
 from tpfabric_localcluster.tpfabric import (
+    OPERATOR,
     SCHEDULER_NAME,
     RunAs,
     service_account_kubeconfig,
+    start_operator,
     start_scheduling,
     unused_uid,
 )
@@ -526,6 +529,33 @@ def gang_pod(name: str, labels: dict[str, str], *, cpu: str | None = None) -> di
             ]
         },
     }
+
+
+@contextmanager
+def configured_gang_webhook(cluster: LocalCluster, api: client.ApiClient) -> Iterator[GangWebhook]:
+    """Run the gang webhook with its configuration applied; remove both afterwards."""
+    hook = start_gang_webhook(cluster)
+    registrations = client.AdmissionregistrationV1Api(api)
+    config = hook.configuration()
+    registrations.create_mutating_webhook_configuration(config)
+    try:
+        yield hook
+    finally:
+        registrations.delete_mutating_webhook_configuration(config["metadata"]["name"])
+        hook.stop()
+
+
+@contextmanager
+def operator_and_gang_webhook(
+    cluster: LocalCluster, api: client.ApiClient
+) -> Iterator[GangWebhook]:
+    """Run the operator and the gang webhook (configured) beside the placer; stop both after."""
+    start_operator(cluster)
+    try:
+        with configured_gang_webhook(cluster, api) as hook:
+            yield hook
+    finally:
+        cluster.stop_component(OPERATOR)
 
 
 def opt_in(api: client.ApiClient, namespace: str) -> str:

@@ -226,13 +226,18 @@ class WritePipeline:
             self.fence()
             self.writer.delete_pod(pod.namespace, pod.name, pod.uid)
 
-        if len(targets) <= 1:
-            for pod in targets:
-                delete(pod)
-        else:
-            for _ in self._releasing.map(delete, targets):
-                pass  # re-raises the first error
+        self._together(delete, targets)
         return len(targets)
+
+    def _together(self, write: Callable[[PodRecord], None], pods: list[PodRecord]) -> None:
+        """Run ``write`` for every pod, RELEASE_CONCURRENCY at a time over every gang being
+        written (one pod: inline); raise the first error once all were tried."""
+        if len(pods) <= 1:
+            for pod in pods:
+                write(pod)
+        else:
+            for _ in self._releasing.map(write, pods):
+                pass  # re-raises the first error
 
     def fence(self) -> None:
         """Raise NotLeadingError unless this placer still leads in its term (every write)."""
@@ -289,12 +294,7 @@ class WritePipeline:
         # a gang's writes go out together (RELEASE_CONCURRENCY at a time over every gang being
         # persisted): one by one, a 256-worker gang waits 256 round trips before kube-scheduler
         # sees its last worker
-        if len(pods) <= 1:
-            for pod in pods:
-                release(pod)
-        else:
-            for _ in self._releasing.map(release, pods):
-                pass  # re-raises the first error
+        self._together(release, pods)
         log.info("job %s: released %d worker pod(s)", item.job.key, len(pods))
 
 

@@ -21,14 +21,14 @@ from control_plane_fixtures import (
     FabricFactory,
     clear_jobs_and_pods,
     gang_pod,
+    operator_and_gang_webhook,
     opt_in,
     wait_for,
 )
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL
 from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_localcluster.gang_webhook import GangWebhook, start_gang_webhook
-from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
+from tpfabric_localcluster.gang_webhook import GangWebhook
 
 pytestmark = pytest.mark.integration
 
@@ -58,15 +58,8 @@ RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"dro
 @pytest.fixture(scope="module")
 def components(tpfabric_scheduling: LocalCluster, api: client.ApiClient) -> Iterator[GangWebhook]:
     """The operator and the gang webhook (configured), beside the placer and the scheduler."""
-    start_operator(tpfabric_scheduling)
-    hook = start_gang_webhook(tpfabric_scheduling)
-    registrations = client.AdmissionregistrationV1Api(api)
-    config = hook.configuration()
-    registrations.create_mutating_webhook_configuration(config)
-    yield hook
-    registrations.delete_mutating_webhook_configuration(config["metadata"]["name"])
-    hook.stop()
-    tpfabric_scheduling.stop_component(OPERATOR)
+    with operator_and_gang_webhook(tpfabric_scheduling, api) as hook:
+        yield hook
 
 
 def enforcing(level: str) -> Any:

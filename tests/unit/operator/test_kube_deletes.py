@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from unittest import mock
 
 import pytest
 from kubernetes import client
@@ -11,32 +11,24 @@ from kubernetes.client.rest import ApiException
 from tpfabric_operator.kube import KubeAdapter
 
 
-class FakeCore:
-    def __init__(self, status: int | None) -> None:
-        self.status = status
-        self.deleted: list[tuple[str, str, Any]] = []
-
-    def delete_namespaced_pod(self, name: str, namespace: str, body: Any = None) -> None:
-        self.deleted.append((namespace, name, body))
-        if self.status is not None:
-            raise ApiException(status=self.status, reason="x")
-
-
-def an_adapter(core: FakeCore) -> KubeAdapter:
+def an_adapter(answer: int | None) -> tuple[KubeAdapter, mock.Mock]:
+    """Return an adapter whose pod deletes the API answers with ``answer`` (None: done)."""
     adapter = KubeAdapter(client.ApiClient(client.Configuration()))
-    adapter.core = core  # type: ignore[assignment]
-    return adapter
+    delete = mock.Mock(side_effect=None if answer is None else ApiException(status=answer))
+    adapter.core.delete_namespaced_pod = delete  # type: ignore[method-assign]
+    return adapter, delete
 
 
 @pytest.mark.parametrize(
-    ("status", "deleted"), [(None, True), (404, False), (409, False)], ids=["ok", "gone", "other"]
+    ("answer", "deleted"), [(None, True), (404, False), (409, False)], ids=["ok", "gone", "other"]
 )
-def test_a_pod_is_deleted_by_its_uid(status: int | None, deleted: bool) -> None:
-    core = FakeCore(status)
-    assert an_adapter(core).delete_pod("ns", "j-worker-0", "u-1") is deleted
-    assert core.deleted == [("ns", "j-worker-0", {"preconditions": {"uid": "u-1"}})]
+def test_a_pod_is_deleted_by_its_uid(answer: int | None, deleted: bool) -> None:
+    adapter, delete = an_adapter(answer)
+    assert adapter.delete_pod("ns", "j-worker-0", "u-1") is deleted
+    delete.assert_called_once_with("j-worker-0", "ns", body={"preconditions": {"uid": "u-1"}})
 
 
 def test_other_errors_are_raised() -> None:
+    adapter, _ = an_adapter(403)
     with pytest.raises(ApiException):
-        an_adapter(FakeCore(403)).delete_pod("ns", "p", "u-1")
+        adapter.delete_pod("ns", "p", "u-1")
