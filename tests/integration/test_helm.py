@@ -491,11 +491,24 @@ def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
     helm_env: dict[str, str],
 ) -> None:
     _restricted(local_cluster, namespace)
+    # the fabric agent (a hostPath: privileged) in a namespace of its own, so that the release's
+    # can enforce restricted
+    agents = f"{namespace}-agents"
+    core = client.CoreV1Api(api)
+    core.create_namespace(
+        {
+            "metadata": {
+                "name": agents,
+                "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
+            }
+        }
+    )
     values = {
         "crds": {"keep": False},
         "discovery": {"enabled": True, "source": {"type": "fabric", "data": SMALL_FABRIC}},
         "podDisruptionBudget": {"enabled": True},
         "gangWebhook": {"enabled": True},
+        "fabricAgent": {"enabled": True, "namespace": agents},
     }
     kubeconfig = f"--kubeconfig={local_cluster.kubeconfig}"
     installed = run_helm(
@@ -508,7 +521,8 @@ def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
         helm_binary, helm_env, "get", "manifest", "tpf", "-n", namespace, kubeconfig
     )
     kinds = {d["kind"] for d in documents(manifest.stdout)}
-    assert {"CustomResourceDefinition", "ClusterRole", "Deployment", "Job"} <= kinds
+    assert {"CustomResourceDefinition", "ClusterRole", "Deployment", "Job", "DaemonSet"} <= kinds
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
     assert "MutatingWebhookConfiguration" in kinds
     existing = kubectl(local_cluster, "get", "-f", "-", "-o", "name", stdin=manifest.stdout)
     assert existing.returncode == 0, existing.stderr
@@ -537,6 +551,7 @@ def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
     wait_for(lambda: not _pods_of(api, namespace, "tpf"), what="the release's pods to be deleted")
     secrets = client.CoreV1Api(api).list_namespaced_secret(namespace, label_selector="owner=helm")
     assert secrets.items == []
+    core.delete_namespace(agents)
 
 
 @pytest.mark.usefixtures("without_tpj_crd")
