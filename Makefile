@@ -16,8 +16,8 @@ IMAGE_TAG ?= dev
 BASE_IMAGE ?=
 HOST_WHEELS ?= 0
 
-.PHONY: demo test lint typecheck test-unit test-integration test-soak toolchain venv constraints clean \
-	images e2e-kind test-e2e
+.PHONY: demo test lint typecheck test-unit test-integration test-soak toolchain venv constraints locks \
+	clean images e2e-kind test-e2e
 
 demo: venv toolchain
 	$(BIN)/tpfabric demo
@@ -61,6 +61,26 @@ constraints: venv
 	{ echo '# Exact versions CI and `make` install (pip -c). Regenerate: make constraints'; \
 	  $(BIN)/pip freeze --exclude-editable | grep -v '^tpfabric'; } > requirements/constraints.txt
 
+# The hashed locks the images install from (pip --require-hashes): the tpfabric image's runtime
+# dependencies at the versions of requirements/constraints.txt (run after `make constraints`), its
+# build backend, the NCCL wheels rdma-init ships into users' containers, the fake device plugin's
+# packages. pip-compile (pip-tools) runs in a venv of its own; each lock holds the index's sha256
+# of every file of a version (every platform), so an image builds the same on amd64 and arm64.
+# tests/unit/chart/test_locks.py fails when a lock and its input differ.
+PIP_TOOLS ?= pip-tools==7.7.0
+LOCK_VENV ?= .venv-locks
+PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make locks" $(LOCK_VENV)/bin/pip-compile --quiet \
+	--generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
+LOCKS = requirements/build e2e/requirements/fake-rdma-device-plugin \
+	rdma_init/requirements/nccl-cu12 rdma_init/requirements/nccl-cu13
+
+locks:
+	[[ -x $(LOCK_VENV)/bin/pip-compile ]] || { $(PYTHON) -m venv $(LOCK_VENV) \
+	  && $(LOCK_VENV)/bin/pip install --quiet "$(PIP_TOOLS)"; }
+	$(PIP_COMPILE) --constraint requirements/constraints.txt --output-file requirements/image.txt \
+	  pyproject.toml
+	for lock in $(LOCKS); do $(PIP_COMPILE) --output-file $$lock.txt $$lock.in; done
+
 images: venv
 	DOCKER=$(DOCKER) images/build.sh --prefix $(IMAGE_PREFIX) --tag $(IMAGE_TAG) \
 	  $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) $(if $(filter 1,$(HOST_WHEELS)),--host-wheels)
@@ -76,4 +96,4 @@ test-e2e: venv
 	$(GO_ENV) $(BIN)/pytest -m e2e tests/e2e $(PYTEST_FLAGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(LOCK_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

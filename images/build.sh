@@ -8,13 +8,15 @@
 #
 #   images/build.sh [--prefix tpfabric] [--tag dev] [--base-image IMAGE] [--host-wheels]
 #
-# By default every Dockerfile starts from its pinned public Python base and pip reaches PyPI.
+# By default every Dockerfile starts from its public Python base pinned by digest and pip reaches
+# PyPI; every package is installed from a hashed lock (pip --require-hashes; `make locks`).
 # --base-image replaces that base (any Debian/Python 3.11 image with `python` and pip).
-# --host-wheels installs Python packages from wheels the host builds (pip on the host, with the
-# host's network and certificates) into ~/.cache/tpfabric/wheels/<key>/ and serves to the build
-# on loopback (docker build --network host): for build containers that cannot reach PyPI
-# (no route, or TLS re-signed by a CA only the host trusts). The index URL is a build argument
-# only: nothing of it stays in the images.
+# --host-wheels installs Python packages from wheels the host fetches (pip on the host, with the
+# host's network and certificates; exactly the files of the hashed locks, checked on the host and
+# again in the build) into ~/.cache/tpfabric/wheels/<key>/ and serves to the build on loopback
+# (docker build --network host): for build containers that cannot reach PyPI (no route, or TLS
+# re-signed by a CA only the host trusts). The index URL is a build argument only: nothing of it
+# stays in the images.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,20 +40,21 @@ log() { printf 'images: %s\n' "$*" >&2; }
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 [[ -x $PYTHON ]] || PYTHON=python3
 
-# The packages the Dockerfiles install besides the project's own: name==version pins in their
-# pip lines and ARG defaults.
-pins() {
-  grep -v '^\s*#' "$ROOT/rdma_init/Dockerfile" "$ROOT/e2e/tpfabric_deviceplugin/Dockerfile" \
-    | grep -oE '[A-Za-z0-9_.-]+==[A-Za-z0-9_.+!-]+' | sort -u
-}
+# The hashed locks the Dockerfiles install from (pip --require-hashes; `make locks`): the host
+# fetches exactly their files for its platform, checked against the same hashes.
+LOCKS=(
+  requirements/image.txt
+  requirements/build.txt
+  rdma_init/requirements/nccl-cu12.txt
+  rdma_init/requirements/nccl-cu13.txt
+  e2e/requirements/fake-rdma-device-plugin.txt
+)
 
-# wheelhouse: print a folder laid out as a PEP 503 index (simple/<project>/<wheels>), built once
-# per set of inputs.
+# wheelhouse: print a folder laid out as a PEP 503 index (simple/<project>/<wheels>), filled once
+# per set of locks.
 wheelhouse() {
-  local key dir
-  mapfile -t extra < <(pins)
-  key=$( { cat "$ROOT/requirements/constraints.txt" "$ROOT/pyproject.toml"; printf '%s\n' "${extra[@]}"; } \
-    | sha256sum | cut -c1-12)
+  local key dir lock
+  key=$(cd "$ROOT" && cat "${LOCKS[@]}" | sha256sum | cut -c1-12)
   dir="$CACHE/wheels/$key"
   if [[ ! -f $dir/.complete ]]; then
     local started flat
@@ -59,12 +62,14 @@ wheelhouse() {
     rm -rf "$dir"
     flat="$dir/flat"
     mkdir -p "$flat"
-    log "building wheels on the host into $dir"
-    # The project's dependencies (the project itself is built inside the image, from source),
-    # its build backend (pip builds it in isolation there), and the Dockerfiles' own pins.
-    "$PYTHON" -m pip wheel --quiet --wheel-dir "$flat" -c "$ROOT/requirements/constraints.txt" \
-      "$ROOT" "hatchling>=1.25" "${extra[@]}" >&2
-    rm -f "$flat"/tpfabric-*.whl
+    log "fetching the locked wheels on the host into $dir"
+    # Wheels only: every locked package has one for Linux x86_64 and aarch64 (the image builds
+    # nothing from source but tpfabric itself, from its locked build backend). A lock at a time:
+    # two may list the same package.
+    for lock in "${LOCKS[@]}"; do
+      "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --require-hashes \
+        --dest "$flat" -r "$ROOT/$lock" >&2
+    done
     "$PYTHON" - "$flat" "$dir/simple" <<'PY'
 import pathlib, re, sys
 flat, simple = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])

@@ -8,11 +8,13 @@ The cluster runs the real etcd, kube-apiserver, kube-controller-manager, kube-sc
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +27,19 @@ from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.api.crd import crd_files, crd_name
 from tpfabric_core.fabric_description import FabricDescription, parse_fabric_description
 from tpfabric_localcluster.cluster import LocalCluster, api_client
-from tpfabric_localcluster.gang_webhook import NAMESPACE_LABEL
+from tpfabric_localcluster.gang_webhook import NAMESPACE_LABEL, GangWebhook, start_gang_webhook
 from tpfabric_localcluster.nodes import apply_fake_nodes, delete_nodes, wait_ready
-from tpfabric_localcluster.toolchain import find_toolchain, pinned_versions
+from tpfabric_localcluster.toolchain import (
+    ensure_minimum_toolchain,
+    find_toolchain,
+    pinned_versions,
+)
 from tpfabric_localcluster.tpfabric import (
+    OPERATOR,
     SCHEDULER_NAME,
     RunAs,
     service_account_kubeconfig,
+    start_operator,
     start_scheduling,
     unused_uid,
 )
@@ -62,6 +70,20 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         # as test_gangs_placed shows
         feature_gates={"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True},
         runtime_config=("scheduling.k8s.io/v1beta1=true",),
+    )
+    cluster.up()
+    yield cluster
+    cluster.down(keep_logs=LOGS / cluster.name)
+
+
+@pytest.fixture(scope="module")
+def oldest_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Return a local cluster at the oldest Kubernetes the chart supports (``kubernetes-minimum``
+    of e2e/toolchain, built into the cache on first use), without nodes; one per module."""
+    cluster = LocalCluster(
+        f"min-{uuid.uuid4().hex[:6]}",
+        state_root=tmp_path_factory.mktemp("clusters-minimum"),
+        toolchain=ensure_minimum_toolchain(),
     )
     cluster.up()
     yield cluster
@@ -379,6 +401,56 @@ CHART = Path(__file__).parents[1] / "charts" / "tpfabric"
 #: Namespace and release of the chart's RBAC on the session cluster (fullname ``tpfabric``).
 CHART_NAMESPACE = "tpfabric-system"
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+#: what confines the chart's accounts: RBAC and the admission policies that narrow it
+CONFINEMENT_KINDS = RBAC_KINDS | {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+def render_chart(
+    tmp_path_factory: pytest.TempPathFactory,
+    *settings: str,
+    namespace: str = CHART_NAMESPACE,
+    kube_version: str | None = None,
+) -> list[dict[str, Any]]:
+    """Return the objects ``helm template tpfabric`` renders with ``--set`` ``settings``."""
+    helm = find_toolchain(("helm",)).path("helm")
+    home = tmp_path_factory.mktemp("helm-home")
+    env = {**os.environ, **{f"HELM_{k}_HOME": str(home / k) for k in ("CACHE", "CONFIG", "DATA")}}
+    flags = [flag for setting in settings for flag in ("--set", setting)]
+    rendered = subprocess.run(
+        [
+            str(helm),
+            "template",
+            "tpfabric",
+            str(CHART),
+            "-n",
+            namespace,
+            "--kube-version",
+            kube_version or pinned_versions()["kubernetes"],
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env=env,
+    ).stdout
+    return [d for d in yaml.safe_load_all(rendered) if d]
+
+
+def apply_confinement(
+    cluster: LocalCluster, objects: list[dict[str, Any]], namespaces: Iterable[str]
+) -> list[dict[str, Any]]:
+    """Create ``namespaces`` (if missing) and apply exactly the RBAC and admission policies of
+    ``objects``; return what was applied."""
+    confinement = [d for d in objects if d.get("kind") in CONFINEMENT_KINDS]
+    with api_client(cluster.kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        present = {n.metadata.name for n in core.list_namespace().items}
+        for name in set(namespaces) - present:
+            core.create_namespace({"metadata": {"name": name}})
+    applied = run_kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(confinement))
+    assert applied.returncode == 0, applied.stderr
+    return confinement
 
 
 @pytest.fixture(scope="session")
@@ -388,56 +460,60 @@ def chart_identities(
     """Return ``{"operator": RunAs, "scheduler": RunAs, "fabric-agent": RunAs}``: the chart's
     ServiceAccounts.
 
-    Exactly the RBAC objects ``helm template`` renders with default values and the fabric agent
-    enabled are applied (nothing added), a TokenRequest token of each ServiceAccount makes its
-    kubeconfig, and the process runs as a uid without a passwd entry when the tests run as root --
-    as the chart's pods do.
+    Exactly the RBAC objects and admission policies ``helm template`` renders with default
+    values and the fabric agent enabled are applied (nothing added), a TokenRequest token of
+    each ServiceAccount makes its kubeconfig, and the process runs as a uid without a passwd
+    entry when the tests run as root -- as the chart's pods do. (The fabric agent's policy takes
+    only a token bound to an agent pod: its tests make one with :func:`agent_pod`.)
     """
-    helm = find_toolchain(("helm",)).path("helm")
-    home = tmp_path_factory.mktemp("helm-home")
-    env = {**os.environ, **{f"HELM_{k}_HOME": str(home / k) for k in ("CACHE", "CONFIG", "DATA")}}
-    version = pinned_versions()["kubernetes"]
-    rendered = subprocess.run(
-        [
-            str(helm),
-            "template",
-            "tpfabric",
-            str(CHART),
-            "-n",
-            CHART_NAMESPACE,
-            "--kube-version",
-            version,
-            "--set",
-            "fabricAgent.enabled=true",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-        env=env,
-    ).stdout
-    rbac = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in RBAC_KINDS]
-    with api_client(local_cluster.kubeconfig) as api:
-        core = client.CoreV1Api(api)
-        if not any(n.metadata.name == CHART_NAMESPACE for n in core.list_namespace().items):
-            core.create_namespace({"metadata": {"name": CHART_NAMESPACE}})
-    applied = run_kubectl(local_cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(rbac))
-    assert applied.returncode == 0, applied.stderr
+    objects = render_chart(tmp_path_factory, "fabricAgent.enabled=true")
+    rbac = apply_confinement(local_cluster, objects, [CHART_NAMESPACE])
     uid = unused_uid() if os.geteuid() == 0 else None
     folder = tmp_path_factory.mktemp("identities")
     identities = {}
     for component in ("operator", "scheduler", "fabric-agent"):
-        account = next(
-            d["metadata"]["name"]
-            for d in rbac
-            if d["kind"] == "ServiceAccount"
-            and d["metadata"]["labels"].get("app.kubernetes.io/component") == component
-        )
+        account = chart_account(rbac, component)
         kubeconfig = service_account_kubeconfig(
             local_cluster, CHART_NAMESPACE, account, folder / f"{component}.kubeconfig"
         )
         identities[component] = RunAs(kubeconfig, uid)
     return identities
+
+
+def chart_account(objects: list[dict[str, Any]], component: str) -> str:
+    """Return the name of the ServiceAccount ``objects`` make for ``component``."""
+    return str(
+        next(
+            d["metadata"]["name"]
+            for d in objects
+            if d["kind"] == "ServiceAccount"
+            and d["metadata"]["labels"].get("app.kubernetes.io/component") == component
+        )
+    )
+
+
+def agent_pod(
+    cluster: LocalCluster, namespace: str, account: str, node: str, name: str
+) -> dict[str, Any]:
+    """Create a pod of the fabric agent's account bound to ``node`` (as its DaemonSet would);
+    return it. A token bound to it names the node."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": account,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "fabric-agent", "image": "tpfabric/tpfabric:dev"}],
+        },
+    }
+    with api_client(cluster.kubeconfig) as api:
+        response = client.CoreV1Api(api).create_namespaced_pod(
+            namespace, pod, _preload_content=False
+        )
+        created: dict[str, Any] = json.loads(response.data)
+    return created
 
 
 def gang_pod(name: str, labels: dict[str, str], *, cpu: str | None = None) -> dict[str, Any]:
@@ -453,6 +529,33 @@ def gang_pod(name: str, labels: dict[str, str], *, cpu: str | None = None) -> di
             ]
         },
     }
+
+
+@contextmanager
+def configured_gang_webhook(cluster: LocalCluster, api: client.ApiClient) -> Iterator[GangWebhook]:
+    """Run the gang webhook with its configuration applied; remove both afterwards."""
+    hook = start_gang_webhook(cluster)
+    registrations = client.AdmissionregistrationV1Api(api)
+    config = hook.configuration()
+    registrations.create_mutating_webhook_configuration(config)
+    try:
+        yield hook
+    finally:
+        registrations.delete_mutating_webhook_configuration(config["metadata"]["name"])
+        hook.stop()
+
+
+@contextmanager
+def operator_and_gang_webhook(
+    cluster: LocalCluster, api: client.ApiClient
+) -> Iterator[GangWebhook]:
+    """Run the operator and the gang webhook (configured) beside the placer; stop both after."""
+    start_operator(cluster)
+    try:
+        with configured_gang_webhook(cluster, api) as hook:
+            yield hook
+    finally:
+        cluster.stop_component(OPERATOR)
 
 
 def opt_in(api: client.ApiClient, namespace: str) -> str:

@@ -46,6 +46,7 @@ __all__ = [
     "local_cluster",
     "mean_ms_grown",
     "metric_labels",
+    "placer_metrics_url",
     "request_counts",
     "request_seconds",
     "scheduler_metrics",
@@ -478,10 +479,10 @@ def start_placer(cluster: Any, timeout: float = 180) -> int:
     placer Lease in ``kube-system`` (the chart's release namespace does not exist here).
     """
     from tpfabric_localcluster.cluster import free_ports  # noqa: PLC0415
-    from tpfabric_localcluster.tpfabric import EXTENDER, install_crd  # noqa: PLC0415
+    from tpfabric_localcluster.tpfabric import EXTENDER, install_crd, metrics_url  # noqa: PLC0415
 
     install_crd(cluster)
-    (port,) = free_ports(1)
+    port, metrics_port = free_ports(2)
     argv = [
         sys.executable,
         "-m",
@@ -489,12 +490,26 @@ def start_placer(cluster: Any, timeout: float = 180) -> int:
         f"--kubeconfig={cluster.kubeconfig}",
         "--host=127.0.0.1",
         f"--port={port}",
+        # its /metrics read by the benchmark: plain HTTP on loopback, no token
+        "--metrics-address=127.0.0.1",
+        f"--metrics-port={metrics_port}",
+        "--metrics-auth=none",
         f"--identity={EXTENDER}",
         "--lease-namespace=kube-system",
         "--log-level=INFO",
     ]
-    cluster.add_component(EXTENDER, argv, f"http://127.0.0.1:{port}/readyz", timeout=timeout)
+    cluster.add_component(EXTENDER, argv, metrics_url(argv, "/readyz"), timeout=timeout)
     return port
+
+
+def placer_metrics_url(cluster: Any) -> str:
+    """Return the /metrics URL of the placer :func:`start_placer` started."""
+    from tpfabric_localcluster.tpfabric import EXTENDER, metrics_url  # noqa: PLC0415
+
+    state = cluster.state()
+    if state is None:
+        raise RuntimeError("the cluster is not up")
+    return str(metrics_url(state.components[EXTENDER].argv))
 
 
 def start_components(cluster: Any) -> int:

@@ -87,7 +87,14 @@ from tpfabric_bench._extender_tables import (
     latency_table,
     memory_table,
 )
-from tpfabric_bench._harness import environment, local_cluster, start_placer, tail, wait
+from tpfabric_bench._harness import (
+    environment,
+    local_cluster,
+    placer_metrics_url,
+    start_placer,
+    tail,
+    wait,
+)
 from tpfabric_bench._memory import run_memory
 from tpfabric_bench._relist import relist_table, run_relist
 from tpfabric_bench._sizing import run_sizing, sizing_table
@@ -490,10 +497,10 @@ def _start_scheduler(
     cluster.add_component(component, argv, f"https://127.0.0.1:{port}/healthz", timeout)
 
 
-def _extender_seconds(port: int) -> dict[str, dict[str, float]]:
-    """Return the extender's own request count and mean seconds per verb (its /metrics)."""
-    url = f"http://127.0.0.1:{port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
+def _extender_seconds(url: str) -> dict[str, dict[str, float]]:
+    """Return the extender's own request count and mean seconds per verb (its /metrics at
+    ``url``)."""
+    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - our own loopback URL
         text = response.read().decode()
     result: dict[str, dict[str, float]] = {}
     pattern = r'^tpfabric_extender_request_seconds_(sum|count)\{verb="(\w+)"\} (\S+)$'
@@ -662,7 +669,7 @@ def run_cluster(
     result: dict[str, Any] = {"nodes": nodes, "client_qps": qps, "rounds": []}
     with local_cluster(uniform_fabric(nodes), NAMESPACE, log, result) as (cluster, api):
         run = ClusterRun(cluster, api, qps, log)
-        port = run.start_extender()
+        run.start_extender()
         for k in range(rounds):
             plain = run.plain_pods(f"plain-{k}", pods, with_extender=False)
             through = run.plain_pods(f"extender-{k}", pods, with_extender=True)
@@ -676,7 +683,7 @@ def run_cluster(
                     "pass_through_ratio": round(ratio, 3),
                 }
             )
-        result["extender_server_side"] = _extender_seconds(port)
+        result["extender_server_side"] = _extender_seconds(placer_metrics_url(cluster))
     return result
 
 

@@ -40,7 +40,6 @@ import argparse
 import json
 import math
 import os
-import ssl
 import time
 import urllib.request
 from collections import Counter
@@ -311,11 +310,10 @@ def _ours(found: dict[str, str]) -> bool:
 
 
 def _webhook_metrics(hook: Any) -> str | None:
-    """Return the gang webhook's /metrics text (TLS verified with the cluster's CA), None when
-    it cannot be read."""
-    context = ssl.create_default_context(cafile=str(hook.ca))
+    """Return the gang webhook's /metrics text (its loopback metrics port), None when it cannot
+    be read."""
     try:
-        with urllib.request.urlopen(f"{hook.url}/metrics", timeout=10, context=context) as r:  # noqa: S310 - our own https URL
+        with urllib.request.urlopen(hook.metrics_url, timeout=10) as r:  # noqa: S310 - our own loopback URL
             text: str = r.read().decode()
     except OSError:
         return None

@@ -57,6 +57,7 @@ from tpfabric_bench._harness import (
     histogram_totals,
     local_cluster,
     mean_ms_grown,
+    placer_metrics_url,
     request_counts,
     request_seconds,
     scheduler_metrics,
@@ -353,10 +354,10 @@ RELEASE_WRITE = "tpfabric_placer_release_write_seconds"
 EXTENDER_FILTER = "extender /filter: its handler (tpfabric's metrics)"
 
 
-def placer_times(port: int) -> dict[str, tuple[float, int]]:
+def placer_times(url: str) -> dict[str, tuple[float, int]]:
     """Return the placer's release writes and the extender's filter answers so far, as
-    (seconds, count) each (its /metrics)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+    (seconds, count) each (its /metrics at ``url``)."""
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - our own loopback URL
         return placer_time_totals(response.read().decode())
 
 
@@ -415,14 +416,15 @@ class Phase:
         cluster: Any = None,
         scheduler: str | None = None,
     ) -> None:
-        self.api, self.sampler, self.placer_port = api, sampler, placer_port
-        self.cluster, self.scheduler = cluster, scheduler
+        self.api, self.sampler, self.cluster, self.scheduler = api, sampler, cluster, scheduler
+        #: the placer's /metrics (``placer_port``: a placer of ``cluster`` is measured)
+        self.placer_url = placer_metrics_url(cluster) if placer_port is not None else None
 
     def __enter__(self) -> Phase:
         self.sampler.reset_peaks()
         self.cpu = self.sampler.cpu()
-        if self.placer_port is not None:
-            self.placer = placer_times(self.placer_port)
+        if self.placer_url is not None:
+            self.placer = placer_times(self.placer_url)
         if self.scheduler is not None:
             self.scheduling = scheduling_seconds(scheduler_metrics(self.cluster, self.scheduler))
         metrics = apiserver_metrics(self.api)
@@ -449,8 +451,8 @@ class Phase:
         if self.scheduler is not None:
             after = scheduling_seconds(scheduler_metrics(self.cluster, self.scheduler))
             self.result["scheduler_ms"] = mean_ms_grown(after, self.scheduling)
-        if self.placer_port is not None:
-            grew = mean_ms_grown(placer_times(self.placer_port), self.placer)
+        if self.placer_url is not None:
+            grew = mean_ms_grown(placer_times(self.placer_url), self.placer)
             self.result["placer_release_write"] = grew.get(
                 RELEASE_WRITE, {"requests": 0, "mean_ms": 0.0}
             )

@@ -112,8 +112,15 @@ def run(reviews: int = 2000, warmup: int = 200) -> dict[str, Any]:
         certs = Path(folder)
         _certificate(certs)
         port = _free_port()
+        metrics_port = next(p for p in iter(_free_port, None) if p != port)
         process = subprocess.Popen(
-            command_line(certs, port, "tpfabric/rdma-init:dev", "--log-level=WARNING")
+            command_line(
+                certs,
+                port,
+                "tpfabric/rdma-init:dev",
+                "--log-level=WARNING",
+                metrics_port=metrics_port,
+            )
         )
         try:
             context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
@@ -143,8 +150,9 @@ def run(reviews: int = 2000, warmup: int = 200) -> dict[str, Any]:
                     times[kind].append(elapsed)
                 if number >= warmup and kind == "wired" and b'"patch"' not in answer:
                     raise RuntimeError(f"a gang pod was not wired: {answer[:300]!r}")
-            conn.request("GET", "/metrics")
-            metrics = conn.getresponse().read().decode()
+            scrape = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=10)
+            scrape.request("GET", "/metrics")  # plain HTTP on loopback (command_line's)
+            metrics = scrape.getresponse().read().decode()
         finally:
             process.terminate()
             process.wait(10)

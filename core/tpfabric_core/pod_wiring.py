@@ -1,5 +1,12 @@
-"""The RDMA wiring of a pod: the ``rdma-init`` init container, its shared volume, the NCCL config
-path and the memory-pinning capability. Pure: a pod spec in, a new pod spec out.
+"""The RDMA wiring of a pod: the ``rdma-init`` init container, its shared volume and the NCCL
+config path. Pure: a pod spec in, a new pod spec out.
+
+The wiring adds no privilege: ``rdma-init`` runs as a non-root user with no capability
+(:data:`INIT_SECURITY_CONTEXT`, Pod Security ``restricted``), and the main containers keep the
+securityContext their template gives. ``IPC_LOCK`` is the template's to add (memory pinning
+beyond the runtime's memlock limit, for a root main container only: a non-root user never gets
+an added capability in its effective set); ``rdma-init`` judges it either way. A wired pod is
+admitted wherever its template would be, ``baseline`` included.
 
 One wiring for every gang: the operator wires the workers of a TensorParallelJob with it, the
 gang webhook the pods of gangs other controllers make (LeaderWorkerSet, JobSet, plain pod
@@ -20,6 +27,7 @@ __all__ = [
     "FABRIC_ENV",
     "GPU_RESOURCE",
     "INIT_CONTAINER",
+    "INIT_SECURITY_CONTEXT",
     "NCCL_CONF_ENV",
     "NCCL_LIBRARY_ANNOTATION",
     "NCCL_VERSION_ANNOTATION",
@@ -57,6 +65,18 @@ FABRIC_ENV: tuple[dict[str, Any], ...] = (
     {"name": "ENV", "value": f"{SHARED_MOUNT}/fabric.env"},
     {"name": "TPFABRIC_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
 )
+#: the ``rdma-init`` container's: Pod Security ``restricted``. Reading sysfs and the device nodes'
+#: names and writing the shared emptyDir (mode 0777) need no privilege; the image's USER is the
+#: same 65532 (rdma_init/Dockerfile), named here so that runAsNonRoot can be checked by the kubelet.
+INIT_SECURITY_CONTEXT: Mapping[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "runAsGroup": 65532,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 _SHARED_VOLUME = "tpfabric-shared"
 _PODINFO_VOLUME = "tpfabric-podinfo"
 
@@ -153,17 +173,6 @@ def _main_container_facts(
     return facts
 
 
-def _with_ipc_lock(container: dict[str, Any]) -> dict[str, Any]:
-    security = dict(container.get("securityContext") or {})
-    capabilities = dict(security.get("capabilities") or {})
-    added = list(capabilities.get("add") or [])
-    if "IPC_LOCK" not in added:
-        added.append("IPC_LOCK")  # RDMA registers (pins) memory
-    capabilities["add"] = added
-    security["capabilities"] = capabilities
-    return {**container, "securityContext": security}
-
-
 def _init_container(wiring: RdmaWiring, main_facts: dict[str, Any]) -> dict[str, Any]:
     args = [
         f"--policy={wiring.gpu_direct if wiring.rdma_count else 'disabled'}",
@@ -187,6 +196,7 @@ def _init_container(wiring: RdmaWiring, main_facts: dict[str, Any]) -> dict[str,
             {"name": "TPFABRIC_MAIN_CONTAINER", "value": json.dumps(main_facts, sort_keys=True)}
         ],
         "resources": {"limits": limits},
+        "securityContext": json.loads(json.dumps(INIT_SECURITY_CONTEXT)),
         "volumeMounts": [
             {"name": _SHARED_VOLUME, "mountPath": SHARED_MOUNT},
             {"name": _PODINFO_VOLUME, "mountPath": PODINFO_MOUNT, "readOnly": True},
@@ -199,9 +209,10 @@ def wire_rdma(
 ) -> dict[str, Any]:
     """Return ``pod_spec`` (unchanged) wired for RDMA: a new spec.
 
-    Every container gets ``env`` before its own variables (its own win on a clash), the shared
-    volume and ``IPC_LOCK``; the ``rdma-init`` init container runs first, judging the first
-    container, with the same GPUs and RDMA devices; the shared and downward-API volumes are added.
+    Every container gets ``env`` before its own variables (its own win on a clash) and the
+    shared volume, and keeps its own securityContext; the ``rdma-init`` init container runs
+    first (non-root, no capability), judging the first container, with the same GPUs and RDMA
+    devices; the shared and downward-API volumes are added.
     """
     spec: dict[str, Any] = json.loads(json.dumps(pod_spec))  # deep copy of plain JSON
     shipped = library_mode(wiring.annotations) == "shipped"
@@ -219,13 +230,11 @@ def wire_rdma(
         ]
         merged = _merge_env(container.get("env") or [], [*env, *json.loads(json.dumps(FABRIC_ENV))])
         containers.append(
-            _with_ipc_lock(
-                {
-                    **container,
-                    "env": _with_library_path(merged) if shipped else merged,
-                    "volumeMounts": mounts,
-                }
-            )
+            {
+                **container,
+                "env": _with_library_path(merged) if shipped else merged,
+                "volumeMounts": mounts,
+            }
         )
     spec["containers"] = containers
     facts = _main_container_facts(containers[0], spec, wiring.annotations) if containers else {}

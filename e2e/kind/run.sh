@@ -336,6 +336,10 @@ leaves_of() {
 
 # -- 5. a TensorParallelJob -----------------------------------------------------------------------
 
+# Jobs run under Pod Security baseline, the documented posture of job namespaces: the wiring
+# adds no privilege (rdma-init runs as a non-root user without capabilities; no IPC_LOCK).
+kubectl label namespace "$JOB_NAMESPACE" pod-security.kubernetes.io/enforce=baseline \
+  pod-security.kubernetes.io/enforce-version=latest --overwrite >/dev/null
 log "applying TensorParallelJob $JOB"
 kubectl -n "$JOB_NAMESPACE" apply -f "$HERE/tpj.yaml"
 for _ in $(seq 90); do

@@ -19,6 +19,7 @@ from typing import Any
 
 from tpfabric_core.gangs import NAMESPACE_OPT_IN_LABEL
 from tpfabric_localcluster.cluster import LocalCluster, free_ports
+from tpfabric_localcluster.tpfabric import metrics_url
 from tpfabric_operator.webhook import command_line
 
 __all__ = [
@@ -108,6 +109,8 @@ class GangWebhook:
         self.ca = ca
         self.argv = argv
         self.url = f"https://127.0.0.1:{port}"
+        #: its /metrics (plain HTTP on loopback, no check: ``command_line``'s ``metrics_port``)
+        self.metrics_url = metrics_url(argv)
 
     def start(self, timeout: float = 30.0) -> None:
         """Start the process (again, after a stop) and wait until it serves TLS."""
@@ -150,8 +153,8 @@ def start_gang_webhook(
     pki = cluster.folder / "pki"
     shutil.copyfile(pki / "apiserver.crt", certs / "tls.crt")
     shutil.copyfile(pki / "apiserver.key", certs / "tls.key")
-    (port,) = free_ports(1)
-    argv = command_line(certs, port, init_image)
+    port, metrics_port = free_ports(2)
+    argv = command_line(certs, port, init_image, metrics_port=metrics_port)
     webhook = GangWebhook(cluster, port, pki / "ca.crt", argv)
     webhook.start(timeout)
     return webhook

@@ -30,7 +30,9 @@ __all__ = [
     "TPFABRIC_SCHEDULER",
     "RunAs",
     "install_crd",
+    "metrics_url",
     "service_account_kubeconfig",
+    "service_account_token",
     "start_extender",
     "start_operator",
     "start_scheduling",
@@ -115,22 +117,48 @@ def unused_uid(start: int = 65532) -> int:
         uid += 1
 
 
+def service_account_token(
+    cluster: LocalCluster,
+    namespace: str,
+    name: str,
+    *,
+    pod: str | None = None,
+    seconds: int = 86400,
+) -> str:
+    """Return a token of ServiceAccount ``namespace/name`` from the TokenRequest API.
+
+    ``pod``: bind it to that pod of ``namespace``, as the kubelet binds a pod's projected token;
+    the API server then names the pod's node in it (``authentication.kubernetes.io/node-name``,
+    ServiceAccountTokenPodNodeInfo), by which a per-node policy tells the agents apart.
+    """
+    spec: dict[str, Any] = {"expirationSeconds": seconds}
+    with api_client(cluster.kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        if pod is not None:
+            uid = core.read_namespaced_pod(pod, namespace).metadata.uid
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}
+        token: str = core.create_namespaced_service_account_token(
+            name, namespace, {"spec": spec}
+        ).status.token
+    return token
+
+
 def service_account_kubeconfig(
-    cluster: LocalCluster, namespace: str, name: str, path: Path, seconds: int = 86400
+    cluster: LocalCluster,
+    namespace: str,
+    name: str,
+    path: Path,
+    seconds: int = 86400,
+    *,
+    pod: str | None = None,
 ) -> Path:
     """Write a kubeconfig at ``path`` that authenticates as ServiceAccount ``namespace/name``.
 
-    The token comes from the API server's TokenRequest API, as a pod's projected token does; the
-    file is world-readable so that a component under another uid can read it.
+    The token comes from the API server's TokenRequest API, as a pod's projected token does
+    (bound to ``pod`` when given: :func:`service_account_token`); the file is world-readable so
+    that a component under another uid can read it.
     """
-    with api_client(cluster.kubeconfig) as api:
-        token = (
-            client.CoreV1Api(api)
-            .create_namespaced_service_account_token(
-                name, namespace, {"spec": {"expirationSeconds": seconds}}
-            )
-            .status.token
-        )
+    token = service_account_token(cluster, namespace, name, pod=pod, seconds=seconds)
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     server = dict(admin["clusters"][0]["cluster"])
     user = f"system:serviceaccount:{namespace}:{name}"
@@ -171,11 +199,15 @@ def start_extender(
     name: str = EXTENDER,
     extra_args: Sequence[str] = (),
     run_as: RunAs | None = None,
+    metrics_auth: str = "none",
 ) -> int:
     """Start an extender/placer process (``name``) against ``cluster``; return its port.
 
     A restart reuses the port and flags of the previous run of ``name``: the scheduler's
     configuration points there. Several replicas (different names) elect one placer by Lease.
+    Its metrics and health port listens on loopback: ``metrics_auth`` ``none`` (plain HTTP, no
+    check) or ``kubernetes`` (HTTPS, every scrape reviewed by the API server, as in the chart);
+    :func:`metrics_url` says where.
     """
     state = cluster.state()
     previous = state.components.get(name) if state else None
@@ -183,7 +215,8 @@ def start_extender(
         argv = list(previous.argv)
         port = previous.port()
     else:
-        (port,) = (port,) if port else free_ports(1)
+        port = port or free_ports(1)[0]
+        metrics_port = next(p for p in free_ports(2) if p != port)
         argv = [
             sys.executable,
             "-m",
@@ -191,15 +224,26 @@ def start_extender(
             f"--kubeconfig={run_as.kubeconfig if run_as else cluster.kubeconfig}",
             "--host=127.0.0.1",
             f"--port={port}",
+            "--metrics-address=127.0.0.1",
+            f"--metrics-port={metrics_port}",
+            f"--metrics-auth={metrics_auth}",
             f"--identity={name}",
             *LOCAL_PLACER_ARGS,
             *extra_args,
         ]
         argv = run_as.wrap(argv) if run_as else argv
     cluster.add_component(
-        name, argv, f"http://127.0.0.1:{port}/readyz", env={"TPFABRIC_LOG_LEVEL": "DEBUG"}
+        name, argv, metrics_url(argv, "/readyz"), env={"TPFABRIC_LOG_LEVEL": "DEBUG"}
     )
     return port
+
+
+def metrics_url(argv: Sequence[str], path: str = "/metrics") -> str:
+    """Return the URL of ``path`` on the metrics and health port of a component started with
+    ``argv`` (its ``--metrics-port`` on loopback; https unless ``--metrics-auth=none``)."""
+    flags = dict(a.split("=", 1) for a in argv if a.startswith("--metrics-"))
+    scheme = "http" if flags.get("--metrics-auth") == "none" else "https"
+    return f"{scheme}://127.0.0.1:{flags['--metrics-port']}{path}"
 
 
 def start_scheduling(cluster: LocalCluster) -> int:
@@ -214,6 +258,7 @@ OPERATOR = "tpfabric-operator"
 #: operator flags of the local cluster: its lease (``tpfabric-operator``) beside the placer's,
 #: with bounds short enough for tests to see a take-over
 LOCAL_OPERATOR_ARGS = (
+    "--metrics-port=0",
     "--lease-namespace=kube-system",
     "--lease-seconds=6",
     "--renew-seconds=4",

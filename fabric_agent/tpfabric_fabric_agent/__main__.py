@@ -2,6 +2,8 @@
 
 Run by the chart's DaemonSet with ``NODE_NAME`` from the downward API and the host's ``/sys``
 mounted read-only. ``--once`` prints one verdict as JSON and publishes nothing (a check by hand).
+Its metrics are served on ``--metrics-port`` (HTTPS, only to a caller the API server authorizes:
+:mod:`tpfabric_kube.metrics_server`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from types import FrameType
 
 import yaml
 from kubernetes import client
-from prometheus_client import start_http_server
 from pydantic import ValidationError
 
 from tpfabric_core.fabric.link_judge import LinkJudgeConfig
@@ -26,8 +27,16 @@ from tpfabric_core.fabric.link_publish import FabricPublication, publication_of
 from tpfabric_fabric_agent.agent import AgentSettings, FabricAgent
 from tpfabric_fabric_agent.kube import NodePublisher, api_client
 from tpfabric_fabric_agent.metrics import AgentMetrics
+from tpfabric_kube.metrics_server import (
+    add_metrics_flags,
+    check_metrics_flags,
+    start_metrics_server,
+)
 
-__all__ = ["build_parser", "main", "settings_from_args"]
+__all__ = ["METRICS_PORT", "build_parser", "main", "settings_from_args"]
+
+#: the agent's metrics port
+METRICS_PORT = 9402
 
 
 class _Printer:
@@ -65,11 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recover-seconds", type=float, help="clean time before ok again")
     parser.add_argument("--expected-rate-gbps", type=float, help="the fabric's link rate")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-read the node")
-    parser.add_argument("--metrics-port", type=int, default=9402, help="0 disables /metrics")
-    parser.add_argument("--metrics-address", default="0.0.0.0")  # noqa: S104 - a pod's port
     parser.add_argument("--kubeconfig", help="default: in-cluster service account")
     parser.add_argument("--once", action="store_true", help="print one verdict, publish nothing")
     parser.add_argument("--log-level", default=os.environ.get("TPFABRIC_LOG_LEVEL", "INFO"))
+    add_metrics_flags(parser, default_port=METRICS_PORT)
     return parser
 
 
@@ -122,7 +130,9 @@ def _compute_nics(value: object, node: str, source: Path | None) -> tuple[str, .
 
 def main(argv: list[str] | None = None) -> int:
     """Run the agent until SIGTERM/SIGINT; return the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_metrics_flags(parser, args)
     logging.basicConfig(
         level=args.log_level.upper(),
         format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
@@ -152,14 +162,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     metrics = AgentMetrics()
+    api = api_client(args.kubeconfig)
     publisher = NodePublisher(
         settings.node,
-        client.CoreV1Api(api_client(args.kubeconfig)),
+        client.CoreV1Api(api),
         resync_seconds=args.resync_seconds,
         on_write=lambda target: metrics.api_writes.labels(target).inc(),
     )
-    if args.metrics_port:
-        start_http_server(args.metrics_port, args.metrics_address, registry=metrics.registry)
+    start_metrics_server(args, lambda: api, registries=[metrics.registry])
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -1,7 +1,9 @@
 """``python -m tpfabric_operator``: run the TensorParallelJob operator (kopf) for all namespaces.
 
 ``--kubeconfig`` points at a cluster from outside it; inside a pod the service account is used.
-Liveness is served on ``--liveness`` (default ``http://0.0.0.0:8080/healthz``). Replicas elect
+Liveness is served on ``--liveness`` (default ``http://0.0.0.0:8080/healthz``, kopf's own);
+``/metrics`` on ``--metrics-port`` (HTTPS, only to a caller the API server authorizes:
+:mod:`tpfabric_kube.metrics_server`). Replicas elect
 the one that acts by a Lease (``--leader-elect``, on by default; :mod:`.leadership`); SIGTERM
 releases it, so that another replica takes over at once.
 """
@@ -16,11 +18,20 @@ import os
 import socket
 
 from tpfabric_kube.leader_election import add_timing_flags, check_timing_flags
+from tpfabric_kube.metrics_server import (
+    add_metrics_flags,
+    check_metrics_flags,
+    start_metrics_server,
+)
 
 try:  # the TPFABRIC_* knobs, read once: a value it cannot use stops it here, in one line
     from tpfabric_operator import settings
 except ValueError as err:
     raise SystemExit(f"tpfabric-operator: {err}") from None
+
+
+#: the metrics port (kopf's liveness is on 8080)
+METRICS_PORT = 8443
 
 
 def operator_identity() -> str:
@@ -70,8 +81,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "random suffix)",
     )
     add_timing_flags(election, "acting")
+    add_metrics_flags(parser, default_port=METRICS_PORT)
     args = parser.parse_args(argv)
     check_timing_flags(parser, args)
+    check_metrics_flags(parser, args)
     return args
 
 
@@ -94,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # the jobs' state, made here for the Lease's election and handed to kopf's memo
     state = handlers.new_state()
+    start_metrics_server(args, lambda: state.kube.core.api_client)
     if args.leader_elect:
         leadership.start(
             state.kube.coordination,

@@ -26,6 +26,7 @@ from tpfabric_operator.born_released import create_gang
 from tpfabric_operator.children import headless_service, worker_pod
 from tpfabric_operator.create_backoff import partial_gang
 from tpfabric_operator.job_state import Intent, Memory, WorkerPod
+from tpfabric_operator.kube import KubeAdapter
 from tpfabric_operator.kueue_podsets import PodSetInfo
 from tpfabric_operator.operator_state import OperatorState
 from tpfabric_operator.pod_cache import owner_uid
@@ -87,9 +88,10 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
         kube.delete_job(namespace, name)
         log.info("job %s/%s: deleted after ttlSecondsAfterFinished", namespace, name)
         return None
+    uids = {pod.name: pod.uid for pod in owned}
     for pod_name in intent.delete:
         try:
-            if kube.delete_pod(namespace, pod_name):
+            if kube.delete_pod(namespace, pod_name, uids.get(pod_name, "")):
                 log.info("job %s/%s: deleted pod %s", namespace, name, pod_name)
         except ApiException as err:
             error = f"deleting pod {pod_name}: {err.status} {err.reason}"
@@ -98,15 +100,11 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
         pod = next((p for p in owned if p.name == pod_name), None)
         try:
             kube.keep_failed_pod(namespace, pod_name, name)
-            kept.append((uid, pod_name, pod.attempt if pod else memory.attempt))
+            attempt = pod.attempt if pod else memory.attempt
+            kept.append((uid, pod_name, attempt, pod.uid if pod else ""))
         except ApiException as err:
             error = f"keeping failed pod {pod_name}: {err.status} {err.reason}"
-    newest = max((a for o, _, a in kept if o == uid), default=None)
-    for owner, pod_name, attempt in kept:
-        # evidence of the last failed attempt stays; older attempts' (and old jobs') go; one
-        # that no job owns is the user's (kept by --cascade=orphan) and stays too
-        if (owner and owner != uid) or (owner == uid and newest is not None and attempt < newest):
-            kube.delete_pod(namespace, pod_name)
+    _delete_stale_kept(kube, namespace, uid, kept)
     if intent.fail or intent.succeed or job.spec.suspend:
         state.create_backoff.done(uid)
         return error
@@ -144,6 +142,18 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
     return error
 
 
+def _delete_stale_kept(
+    kube: KubeAdapter, namespace: str, uid: str, kept: list[tuple[str, str, int, str]]
+) -> None:
+    """Delete the kept failed pods of ``kept`` (owner uid, name, attempt, pod uid) but the
+    evidence of the job's last failed attempt: older attempts' and old jobs' go; one that no job
+    owns is the user's (kept by --cascade=orphan) and stays too."""
+    newest = max((a for o, _, a, _ in kept if o == uid), default=None)
+    for owner, pod_name, attempt, pod_uid in kept:
+        if (owner and owner != uid) or (owner == uid and newest is not None and attempt < newest):
+            kube.delete_pod(namespace, pod_name, pod_uid)
+
+
 def _give_back(
     state: OperatorState,
     body: kopf.Body,
@@ -160,7 +170,7 @@ def _give_back(
     deleted = []
     for pod in gang:
         try:
-            state.kube.delete_pod(namespace, pod.name)
+            state.kube.delete_pod(namespace, pod.name, pod.uid)
         except ApiException as err:
             log.warning("job %s/%s: giving back pod %s: %s", namespace, name, pod.name, err)
             continue

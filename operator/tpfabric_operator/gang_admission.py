@@ -5,8 +5,9 @@ JobSet, a labelled pod group) is given what the operator gives a TensorParallelJ
 
 - the gang's scheduling gate and tpfabric's scheduler, so that no pod of the gang binds before
   the placer has a plan for all of them;
-- the ``rdma-init`` init container with its shared volume, ``NCCL_CONF_FILE`` and ``IPC_LOCK``
-  (:mod:`tpfabric_core.pod_wiring`, the same wiring as a TensorParallelJob's);
+- the ``rdma-init`` init container (non-root, no capability) with its shared volume and
+  ``NCCL_CONF_FILE`` (:mod:`tpfabric_core.pod_wiring`, the same wiring as a TensorParallelJob's;
+  no privilege is added to the pod's own containers);
 - the RDMA devices, when the pod asks for them (``tpfabric.io/rdma-count``) or the chart does;
 - the labels the placer finds the gang's pods by (``tpfabric.io/gang``, ``tpfabric.io/rank``
   where the rank is known at creation).

@@ -505,7 +505,9 @@ def _move(
         return
     _moving[(namespace, owner)] = (gang, time.monotonic(), frozenset(p.uid for p in pods))
     try:
-        core.delete_namespaced_pod(leader.name, namespace)
+        core.delete_namespaced_pod(
+            leader.name, namespace, body={"preconditions": {"uid": leader.uid}}
+        )
         log.warning(
             "gang %s/%s: moving off a degraded node: deleted leader pod %s",
             namespace,

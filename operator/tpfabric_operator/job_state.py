@@ -26,6 +26,7 @@ class WorkerPod:
     conditions: frozenset[str] = frozenset()  # pod conditions with status True
     attempt: int = 0
     delete_deadline: float | None = None  # metadata.deletionTimestamp (epoch seconds)
+    uid: str = ""  # the pod's own: deletes name it (a delete precondition)
 
     @property
     def active(self) -> bool:

@@ -71,17 +71,20 @@ class KubeAdapter:
             raise
         return True
 
-    def delete_pod(self, namespace: str, name: str) -> bool:
-        """Delete a pod with its own grace period; return False when it was gone already.
+    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete the pod ``uid`` with its own grace period; return False when it was gone
+        already (or a pod of that name is another one now).
 
-        No grace period is given: the pod's ``terminationGracePeriodSeconds`` applies (a
-        checkpoint on SIGTERM may need minutes), and a pod is never force-deleted
-        (:mod:`.obstacles`).
+        The uid is a delete precondition: a pod made again under the same name meanwhile is
+        never taken for the one meant (and the chart's admission policy refuses a delete of
+        this account that names no uid). No grace period is given: the pod's
+        ``terminationGracePeriodSeconds`` applies (a checkpoint on SIGTERM may need minutes),
+        and a pod is never force-deleted (:mod:`.obstacles`).
         """
         try:
-            self.core.delete_namespaced_pod(name, namespace)
+            self.core.delete_namespaced_pod(name, namespace, body={"preconditions": {"uid": uid}})
         except ApiException as err:
-            if err.status == 404:
+            if err.status in (404, 409):  # 409: the precondition, another pod of that name
                 return False
             raise
         return True

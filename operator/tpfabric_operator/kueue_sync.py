@@ -439,7 +439,7 @@ def release_on_delete(
     if remaining:
         for pod in remaining:
             if not pod.deleting:
-                kube.delete_pod(namespace, pod.name)
+                kube.delete_pod(namespace, pod.name, pod.uid)
         raise kopf.TemporaryError(
             f"{len(remaining)} worker pod(s) still terminating: the Workload keeps its quota "
             "until they are gone",

@@ -117,6 +117,7 @@ def worker_of(
         conditions=conditions,
         attempt=attempt or 0,
         delete_deadline=parse_rfc3339(meta.get("deletionTimestamp")),
+        uid=str(meta.get("uid") or ""),
     )
 
 
@@ -154,7 +155,7 @@ class _Entry:
         self,
         job: JobKey,
         worker: tuple[str, WorkerPod] | None,
-        failed: tuple[str, str, int] | None,
+        failed: tuple[str, str, int, str] | None,
     ) -> None:
         self.job = job
         self.worker = worker
@@ -171,7 +172,12 @@ def entry_of(obj: Mapping[str, Any]) -> _Entry | None:
         worker = worker_of(name, labels, meta, obj.get("spec") or {}, obj.get("status") or {})
         return _Entry((namespace, str(labels[JOB_LABEL])), worker, None)
     if FAILED_WORKER_LABEL in labels:
-        failed = (owner_uid(meta), name, whole_number(labels.get(ATTEMPT_LABEL)) or 0)
+        failed = (
+            owner_uid(meta),
+            name,
+            whole_number(labels.get(ATTEMPT_LABEL)) or 0,
+            str(meta.get("uid") or ""),
+        )
         return _Entry((namespace, str(labels[FAILED_WORKER_LABEL])), None, failed)
     return None
 
@@ -341,8 +347,8 @@ class PodCache(PodWatch):
             entries = self._pods.members(job)
         return [e.worker for e in entries if e.worker is not None]
 
-    def failed(self, job: JobKey) -> list[tuple[str, str, int]]:
-        """Return (owner uid, pod name, attempt) of every failed pod kept for ``job``."""
+    def failed(self, job: JobKey) -> list[tuple[str, str, int, str]]:
+        """Return (owner uid, pod name, attempt, pod uid) of every failed pod kept for ``job``."""
         with self._lock:
             entries = self._pods.members(job)
         return [e.failed for e in entries if e.failed is not None]

@@ -1,9 +1,12 @@
 """``python -m tpfabric_operator.webhook``: the gang webhook, a small HTTPS server of its own.
 
-``POST /mutate-pods`` answers kube-apiserver's AdmissionReviews (:mod:`.gang_admission`);
-``/healthz`` and ``/metrics`` (admission latency, answers by outcome) are served on the same
-port. A body that is not an AdmissionReview gets a 400 with the reason; an unexpected error
-inside a decision admits the pod unchanged with a warning, never a refusal and never a crash.
+``POST /mutate-pods`` answers kube-apiserver's AdmissionReviews (:mod:`.gang_admission`), and
+``/healthz`` on the same port says it serves TLS (the readiness probe). ``/metrics`` (admission
+latency, answers by outcome) has a port of its own, where only a caller the API server
+authorizes may read it (:mod:`tpfabric_kube.metrics_server`). A body that is not an
+AdmissionReview gets a 400 with the reason, one over :data:`MAX_BODY` a 413 before it is read
+whole; an unexpected error inside a decision admits the pod unchanged with a warning, never a
+refusal and never a crash.
 
 Why a component of its own, not a part of the operator: the webhook is in the path of every
 opted-in pod creation, so it must answer in milliseconds from any replica. It holds no state
@@ -34,18 +37,17 @@ from typing import Any
 import orjson
 from aiohttp import web
 from kubernetes import client, config
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from tpfabric_core.api import SCHEDULER_NAME
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric_profile import init_argument, parse_fabric_profile
 from tpfabric_core.gangs import GangSettings
+from tpfabric_kube.metrics_server import (
+    add_metrics_flags,
+    check_metrics_flags,
+    start_metrics_server,
+)
 from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_operator.gang_admission import (
     BadReviewError,
@@ -58,7 +60,11 @@ from tpfabric_operator.webhook_certs import CertKeeper
 __all__ = ["WebhookMetrics", "command_line", "main", "make_app", "serve"]
 
 log = logging.getLogger("tpfabric.webhook")
-MAX_BODY = 8 * 1024 * 1024  # a pod is at most 1.5 MiB in etcd; its review is a few times that
+#: bytes of an AdmissionReview: a pod creation (the API server takes at most 3 MiB of JSON) and
+#: the review's own few fields; a larger body is refused before it is read whole
+MAX_BODY = 4 * 1024 * 1024
+#: the metrics port (the webhook's own is 9443)
+METRICS_PORT = 8443
 
 
 class WebhookMetrics:
@@ -94,6 +100,12 @@ def make_app(settings: WebhookSettings, metrics: WebhookMetrics) -> web.Applicat
 
     async def handle_mutate(request: web.Request) -> web.Response:
         started = time.perf_counter()
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            metrics.answers.labels("bad").inc()
+            return web.Response(
+                text=f"request body of {request.content_length} bytes is over {MAX_BODY}",
+                status=413,
+            )
         body = await request.read()
         try:
             review = orjson.loads(body)
@@ -125,15 +137,9 @@ def make_app(settings: WebhookSettings, metrics: WebhookMetrics) -> web.Applicat
     async def handle_healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    async def handle_metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/mutate-pods", handle_mutate)
     app.router.add_get("/healthz", handle_healthz)
-    app.router.add_get("/metrics", handle_metrics)
     return app
 
 
@@ -164,13 +170,14 @@ async def serve(
     reload_seconds: float = 60.0,
     keeper: CertKeeper | None = None,
     renew_seconds: float = 3600.0,
+    metrics: WebhookMetrics | None = None,
 ) -> None:
     """Serve the webhook until cancelled; ``keeper`` makes and rotates the certificate."""
     if keeper is not None:
         await asyncio.to_thread(keeper.ensure)
         asyncio.get_running_loop().create_task(_keep(keeper, renew_seconds))
     context, reload = _tls(cert_dir)
-    runner = web.AppRunner(make_app(settings, WebhookMetrics()), access_log=None)
+    runner = web.AppRunner(make_app(settings, metrics or WebhookMetrics()), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=context).start()
     log.info("gang webhook serving on https://%s:%d/mutate-pods", host, port)
@@ -196,8 +203,16 @@ async def _keep(keeper: CertKeeper, every: float) -> None:
             log.exception("the webhook certificate could not be checked")
 
 
-def command_line(cert_dir: Path, port: int, init_image: str, *extra: str) -> list[str]:
-    """Return the command that runs the webhook on loopback (the local cluster, the benchmark)."""
+def command_line(
+    cert_dir: Path, port: int, init_image: str, *extra: str, metrics_port: int = 0
+) -> list[str]:
+    """Return the command that runs the webhook on loopback (the local cluster, the benchmark);
+    ``metrics_port``: serve /metrics there, plain HTTP on loopback without a check (0: none)."""
+    metrics = (
+        ["--metrics-address=127.0.0.1", f"--metrics-port={metrics_port}", "--metrics-auth=none"]
+        if metrics_port
+        else ["--metrics-port=0"]
+    )
     return [
         sys.executable,
         "-m",
@@ -206,6 +221,7 @@ def command_line(cert_dir: Path, port: int, init_image: str, *extra: str) -> lis
         "--host=127.0.0.1",
         f"--port={port}",
         f"--init-image={init_image}",
+        *metrics,
         *extra,
     ]
 
@@ -270,7 +286,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     certs.add_argument("--webhook-configuration", default="tpfabric-gangs")
     certs.add_argument("--renew-check-seconds", type=float, default=3600.0)
     parser.add_argument("--log-level", default="INFO")
+    add_metrics_flags(parser, default_port=METRICS_PORT)
     args = parser.parse_args(argv)
+    check_metrics_flags(parser, args)
     try:
         args.fabric_profile = init_argument(
             parse_fabric_profile(args.fabric_profile, "--fabric-profile")
@@ -297,6 +315,8 @@ def main(argv: list[str] | None = None) -> None:
         gpu_direct=args.gpu_direct,
         fabric_profile=args.fabric_profile,
     )
+    metrics = WebhookMetrics()
+    start_metrics_server(args, lambda: _api_client(args.kubeconfig), registries=[metrics.registry])
     keeper = None
     if args.manage_certs:
         keeper = CertKeeper(
@@ -317,6 +337,7 @@ def main(argv: list[str] | None = None) -> None:
                 reload_seconds=args.reload_seconds,
                 keeper=keeper,
                 renew_seconds=args.renew_check_seconds,
+                metrics=metrics,
             )
         )
     )

@@ -42,7 +42,7 @@ log = logging.getLogger("tpfabric.webhook.certs")
 CA_VALIDITY = dt.timedelta(days=3650)
 SERVING_VALIDITY = dt.timedelta(days=365)
 RENEW_BEFORE = dt.timedelta(days=30)
-_NOT_FOUND, _CONFLICT = 404, 409
+_FORBIDDEN, _NOT_FOUND, _CONFLICT = 403, 404, 409
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +207,7 @@ class CertKeeper:
         }
         try:
             if version is None:
-                self.core.create_namespaced_secret(self.namespace, body)
+                self._create(body)
             else:
                 body["metadata"]["resourceVersion"] = version
                 self.core.replace_namespaced_secret(self.secret, self.namespace, body)
@@ -216,6 +216,19 @@ class CertKeeper:
                 return False
             raise
         return True
+
+    def _create(self, body: dict[str, Any]) -> None:
+        """Create the Secret; the chart's account may not (the chart makes it, empty): say so."""
+        try:
+            self.core.create_namespaced_secret(self.namespace, body)
+        except ApiException as err:
+            if err.status != _FORBIDDEN:
+                raise
+            raise RuntimeError(
+                f"the Secret {self.namespace}/{self.secret} is missing and this account may not "
+                "create one: the chart makes it (empty) with the release; `helm upgrade` makes it "
+                "again"
+            ) from err
 
     def ensure(self) -> bool:
         """Bring everything in step once; return whether the serving pair changed on disk."""

@@ -26,16 +26,24 @@ from tpfabric_core.errors import InputError
 from tpfabric_core.placement.cost_flags import cost_model
 from tpfabric_core.placement.topology import DEFAULT_LEVELS, LevelSpec, parse_levels
 from tpfabric_kube.leader_election import add_timing_flags, check_timing_flags
+from tpfabric_kube.metrics_server import (
+    add_metrics_flags,
+    check_metrics_flags,
+    is_loopback,
+    start_metrics_server,
+)
 from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_scheduler.kube import Informer, KubeWriter, start_informers
 from tpfabric_scheduler.leader import LeaseElector
 from tpfabric_scheduler.loop import PlacerLoop
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placer import BIND_TIMEOUT_SECONDS, HEAD_OF_LINE_SECONDS, GangPlacer
-from tpfabric_scheduler.server import make_app
+from tpfabric_scheduler.server import health_checks, make_app
 from tpfabric_scheduler.store import ClusterStore
 
 log = logging.getLogger("tpfabric.scheduler")
+#: the metrics and health port (kube-scheduler's own is 10259 in the same pod)
+METRICS_PORT = 8443
 DEFAULT_LEVELS_TEXT = ",".join(f"{spec.name}={spec.label_key}" for spec in DEFAULT_LEVELS)
 
 
@@ -130,8 +138,11 @@ async def serve(args: argparse.Namespace) -> None:
     elector_stop, elector_thread = _start_elector(elector)
     informers += start_informers(api, store, wake)
 
-    app = make_app(store, metrics, ready, liveness_stall_seconds=args.liveness_stall_seconds)
-    runner = web.AppRunner(app, access_log=None)
+    health = health_checks(store, ready, liveness_stall_seconds=args.liveness_stall_seconds)
+    metrics_server = start_metrics_server(
+        args, lambda: api, registries=[metrics.registry], health=health
+    )
+    runner = web.AppRunner(make_app(store, metrics, ready), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, args.host, args.port).start()
     log.info("extender listening on http://%s:%s", args.host, args.port)
@@ -147,6 +158,8 @@ async def serve(args: argparse.Namespace) -> None:
     for informer in informers:
         informer.stop()
     await runner.cleanup()
+    if metrics_server is not None:
+        metrics_server.stop()
     log.info("stopped")
 
 
@@ -170,8 +183,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Return the parsed flags; exit with a usage error on bad or inconsistent ones."""
     parser = argparse.ArgumentParser(prog="tpfabric-scheduler", description=__doc__)
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8888, help="port to listen on")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="loopback address of /filter and /prioritize (default 127.0.0.1; kube-scheduler "
+        "calls them from the same pod, and nothing else may)",
+    )
+    parser.add_argument("--port", type=int, default=8888, help="port of /filter and /prioritize")
     parser.add_argument(
         "--log-level",
         default=os.environ.get("TPFABRIC_LOG_LEVEL", "INFO"),
@@ -239,8 +257,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="holder identity (default env POD_NAME, else hostname_pid)",
     )
     add_timing_flags(election, "planning")
+    add_metrics_flags(parser, default_port=METRICS_PORT)
     args = parser.parse_args(argv)  # a string default goes through ``type`` too
     check_timing_flags(parser, args)
+    check_metrics_flags(parser, args)
+    if not is_loopback(args.host):
+        parser.error(
+            f"--host={args.host}: /filter and /prioritize take no credentials, so they listen on "
+            "loopback only (127.0.0.1, where kube-scheduler calls them); metrics and health "
+            "have their own port (--metrics-address, --metrics-port)"
+        )
     try:  # checked against --levels, which names the levels a path can cross
         args.cost = cost_model(
             args.levels,

@@ -21,9 +21,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from tpfabric_core.api import JOB_LABEL
 from tpfabric_core.api.gang import GANG_KIND
-from tpfabric_core.gangs import GANG_LABEL
 from tpfabric_core.placement.replacement import replan_ranks
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import CollectiveCost, GangPlan, ReplacementOptions
@@ -116,8 +114,7 @@ class BindWatch:
         """Delete the pods a dropped plan left (see :meth:`unfinished_replans`)."""
         self._replan_deleted[job.uid] = now
         try:
-            self.writes.fence()
-            self.writes.writer.delete_job_pods(job.namespace, job.name, _gang_label(job))
+            self.writes.delete_pods(self._pods_of(job))
         except NotLeadingError:
             return
         except ApiException as err:
@@ -260,11 +257,16 @@ class BindWatch:
         if refused:
             placement["refusedNodes"] = [*refusals(item.placement, now), *refused]
         self.writes.write(job, item.placement, placement, "GangReplanning")
-        # one call for the whole gang: a 32-worker gang must not take 32 round trips to drop
+        # the gang's deletes go out together (a 32-worker gang must not take 32 round trips in
+        # a row to drop), each by uid
         self._replan_deleted[job.uid] = now
-        self.writes.fence()
-        self.writes.writer.delete_job_pods(job.namespace, job.name, _gang_label(job))
+        self.writes.delete_pods(self._pods_of(job))
         log.warning("%s", why)
+
+    def _pods_of(self, job: JobRecord) -> list[PodRecord]:
+        """Return the pods of ``job`` the store holds now."""
+        with self.store.lock:
+            return list(self.store.workers.get(job.key, {}).values())
 
     def _give_back(self, cycle: Cycle, item: PlacementWork, ranks: set[int] | None = None) -> None:
         """Add the job's reservations (of ``ranks``, default all) back to the cycle's snapshot."""
@@ -338,11 +340,6 @@ def fits_reserved(snapshot: CapacitySnapshot, node: str) -> bool:
     if snapshot.free_gpus[i] < 0:
         return False
     return all(amounts[i] >= 0 for amounts in snapshot.free_other.values())
-
-
-def _gang_label(job: JobRecord) -> str:
-    """Return the label that names the record's pods (a Gang's, or a job's workers')."""
-    return GANG_LABEL if job.kind == GANG_KIND else JOB_LABEL
 
 
 def _adjust(snapshot: CapacitySnapshot, node: str, demand: Mapping[str, int], sign: int) -> None:

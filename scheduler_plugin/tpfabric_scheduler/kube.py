@@ -30,7 +30,7 @@ import orjson
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION
+from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL
 from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION
 from tpfabric_core.gangs import NAMESPACE_OPT_IN
@@ -539,21 +539,15 @@ class KubeWriter:
             GROUP, VERSION, namespace, plural, name, ops, _content_type=JSON_PATCH
         )
 
-    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
-        """Delete the pod (only the incarnation ``uid`` when given); one already gone is fine."""
-        body = {"preconditions": {"uid": uid}} if uid else None
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the pod, only its incarnation ``uid`` (a delete precondition; the chart's
+        admission policy refuses this account a delete that names none); one already gone, or
+        made again under that name, is fine."""
         try:
-            self.core.delete_namespaced_pod(name, namespace, body=body)
+            self.core.delete_namespaced_pod(name, namespace, body={"preconditions": {"uid": uid}})
         except ApiException as err:
             if err.status not in {404, 409}:  # 409: the uid precondition, a newer pod
                 raise
-
-    def delete_job_pods(self, namespace: str, job_name: str, label: str = JOB_LABEL) -> None:
-        """Delete every worker pod of the job, in one call (a gang dropped for re-planning).
-
-        ``label``: the label naming the gang (a Gang's pods: ``tpfabric.io/gang``).
-        """
-        self.core.delete_collection_namespaced_pod(namespace, label_selector=f"{label}={job_name}")
 
     def job_event(self, job: JobRecord, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on the job (best effort: a lost event is only a lost note)."""

@@ -1,16 +1,18 @@
-"""The extender's HTTP server: ``/filter``, ``/prioritize``, ``/healthz``, ``/readyz``,
-``/metrics``.
+"""The extender's HTTP server: ``/filter`` and ``/prioritize``, for kube-scheduler on loopback.
 
 Handlers run the (fast, synchronous) decisions under the store lock and nothing else there:
 parsing and encoding happen outside it. A malformed request gets a 400 with the reason in the
-body; an unexpected error inside a decision is answered in the protocol's ``Error`` field (500 for
-prioritize) and logged, never taking the server down. Until every informer has listed once, the
-store cannot tell a worker's job from a missing one, so /filter answers with ``Error`` (the
-scheduler retries the pod after a backoff) and /prioritize with 503, never "unknown job".
+body; a body over :data:`MAX_BODY` gets 413 before anything of it is parsed; an unexpected
+error inside a decision is answered in the protocol's ``Error`` field (500 for prioritize) and
+logged, never taking the server down. Until every informer has listed once, the store cannot
+tell a worker's job from a missing one, so /filter answers with ``Error`` (the scheduler retries
+the pod after a backoff) and /prioritize with 503, never "unknown job".
 
-/healthz is the liveness of the placer loop: 503 once the informers have synced and the loop has
-not finished a cycle (or a follower's idle round) for ``liveness_stall_seconds``; it reads one
-float and never waits on the store lock. /readyz: the informers have synced.
+Health and metrics are served on the component's own port (:mod:`tpfabric_kube.metrics_server`)
+from :func:`health_checks`: ``/healthz`` is the liveness of the placer loop (unhealthy once the
+informers have synced and the loop has not finished a cycle, or a follower's idle round, for
+``liveness_stall_seconds``; it reads one float and never waits on the store lock); ``/readyz``:
+the informers have synced.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from collections.abc import Callable
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from tpfabric_kube.metrics_server import HealthCheck
 from tpfabric_scheduler.extender import filter_nodes, prioritize_nodes
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.protocol import (
@@ -34,10 +36,13 @@ from tpfabric_scheduler.protocol import (
 )
 from tpfabric_scheduler.store import ClusterStore
 
-__all__ = ["make_app"]
+__all__ = ["MAX_BODY", "health_checks", "make_app"]
 
 log = logging.getLogger("tpfabric.scheduler.server")
-MAX_BODY = 64 * 1024 * 1024  # a 5,000-node pod request is well under 1 MiB
+#: bytes of a request body: the pod (the API server takes at most 3 MiB of JSON) and the node
+#: names (nodeCacheCapable: some 150 kB at 5,000 nodes). A larger body is refused unread: parsing
+#: it on the event loop would hold every other answer
+MAX_BODY = 4 * 1024 * 1024
 NOT_SYNCED = "tpfabric: extender not synced yet (informers listing)"
 
 
@@ -45,22 +50,50 @@ def _json(body: bytes, status: int = 200) -> web.Response:
     return web.Response(body=body, status=status, content_type="application/json")
 
 
-def make_app(
+def _too_large(request: web.Request) -> web.Response | None:
+    """Return the 413 answer of a request that says its body is over :data:`MAX_BODY`."""
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        return web.Response(
+            text=f"request body of {request.content_length} bytes is over {MAX_BODY}", status=413
+        )
+    return None
+
+
+def health_checks(
     store: ClusterStore,
-    metrics: Metrics,
     ready: Callable[[], bool],
     *,
     liveness_stall_seconds: float = 60.0,
     clock: Callable[[], float] = time.monotonic,
-) -> web.Application:
-    """Return the aiohttp application of the extender.
+) -> dict[str, HealthCheck]:
+    """Return the extender's ``/healthz`` and ``/readyz`` checks (see the module docstring).
 
     ``ready``: whether every informer has listed once. ``clock`` must be the clock of
     ``store.placer_heartbeat`` (``time.monotonic``).
     """
 
+    def healthz() -> tuple[bool, str]:
+        heartbeat = store.placer_heartbeat  # one attribute read: no lock, never blocks
+        if heartbeat is not None and ready():
+            stalled = clock() - heartbeat
+            if stalled > liveness_stall_seconds:
+                return False, f"placer loop stalled for {stalled:.0f} s"
+        return True, "ok"
+
+    def readyz() -> tuple[bool, str]:
+        return (True, "ok") if ready() else (False, "informers not synced")
+
+    return {"/healthz": healthz, "/readyz": readyz}
+
+
+def make_app(store: ClusterStore, metrics: Metrics, ready: Callable[[], bool]) -> web.Application:
+    """Return the aiohttp application of the extender (``ready``: every informer has listed
+    once)."""
+
     async def handle_filter(request: web.Request) -> web.Response:
         started = time.perf_counter()
+        if (refused := _too_large(request)) is not None:
+            return refused
         try:
             args = parse_extender_args(await request.read())
         except BadRequestError as err:
@@ -91,6 +124,8 @@ def make_app(
 
     async def handle_prioritize(request: web.Request) -> web.Response:
         started = time.perf_counter()
+        if (refused := _too_large(request)) is not None:
+            return refused
         try:
             args = parse_extender_args(await request.read())
         except BadRequestError as err:
@@ -111,28 +146,7 @@ def make_app(
         metrics.request_seconds.labels("prioritize").observe(time.perf_counter() - started)
         return response
 
-    async def handle_healthz(_: web.Request) -> web.Response:
-        heartbeat = store.placer_heartbeat  # one attribute read: no lock, never blocks
-        if heartbeat is not None and ready():
-            stalled = clock() - heartbeat
-            if stalled > liveness_stall_seconds:
-                return web.Response(text=f"placer loop stalled for {stalled:.0f} s", status=503)
-        return web.Response(text="ok")
-
-    async def handle_readyz(_: web.Request) -> web.Response:
-        if ready():
-            return web.Response(text="ok")
-        return web.Response(text="informers not synced", status=503)
-
-    async def handle_metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/prioritize", handle_prioritize)
-    app.router.add_get("/healthz", handle_healthz)
-    app.router.add_get("/readyz", handle_readyz)
-    app.router.add_get("/metrics", handle_metrics)
     return app

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -212,6 +212,33 @@ class WritePipeline:
         if event:
             self.event(job, event, placement)
 
+    def delete_pods(self, pods: Iterable[PodRecord]) -> int:
+        """Delete ``pods`` (those not being deleted already), each by name and uid: a pod made
+        again under the same name since stays. RELEASE_CONCURRENCY at a time, every delete
+        fenced; the first error is raised once all were tried. Return how many were asked.
+
+        One delete per pod, never a delete-collection by label: the admission policy of the
+        chart lets this account delete only a pod it names by uid, and a label selector would
+        also take a pod someone else labelled so."""
+        targets = [p for p in pods if not p.deleting]
+
+        def delete(pod: PodRecord) -> None:
+            self.fence()
+            self.writer.delete_pod(pod.namespace, pod.name, pod.uid)
+
+        self._together(delete, targets)
+        return len(targets)
+
+    def _together(self, write: Callable[[PodRecord], None], pods: list[PodRecord]) -> None:
+        """Run ``write`` for every pod, RELEASE_CONCURRENCY at a time over every gang being
+        written (one pod: inline); raise the first error once all were tried."""
+        if len(pods) <= 1:
+            for pod in pods:
+                write(pod)
+        else:
+            for _ in self._releasing.map(write, pods):
+                pass  # re-raises the first error
+
     def fence(self) -> None:
         """Raise NotLeadingError unless this placer still leads in its term (every write)."""
         if not self.leading():
@@ -267,12 +294,7 @@ class WritePipeline:
         # a gang's writes go out together (RELEASE_CONCURRENCY at a time over every gang being
         # persisted): one by one, a 256-worker gang waits 256 round trips before kube-scheduler
         # sees its last worker
-        if len(pods) <= 1:
-            for pod in pods:
-                release(pod)
-        else:
-            for _ in self._releasing.map(release, pods):
-                pass  # re-raises the first error
+        self._together(release, pods)
         log.info("job %s: released %d worker pod(s)", item.job.key, len(pods))
 
 

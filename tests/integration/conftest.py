@@ -11,6 +11,7 @@ from control_plane_fixtures import (
     fake_nodes,
     local_cluster,
     namespace,
+    oldest_cluster,
     scheduling,
     tpfabric_scheduling,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "fake_nodes",
     "local_cluster",
     "namespace",
+    "oldest_cluster",
     "scheduling",
     "tpfabric_scheduling",
 ]

@@ -1,17 +1,24 @@
-"""The operator and the placer as the chart runs them: their own ServiceAccounts, exactly the
-chart's RBAC, a uid without a passwd entry.
+"""The operator, the placer and the fabric agent as the chart runs them: their own
+ServiceAccounts, exactly the chart's RBAC and admission policies, a uid without a passwd entry.
 
 Every other integration test runs the components as an admin, as the local user: a permission the
-chart forgets, or a library that asks the passwd database who it is, passes there and fails in
-every real install (both happened: kopf's getpass, the operator's node listing).
+chart forgets, a policy that refuses a write the component needs, or a library that asks the
+passwd database who it is, passes there and fails in every real install (two happened: kopf's
+getpass, the operator's node listing).
+
+Their metrics too are served as in the chart: HTTPS, and only to a caller the real API server
+authenticates (TokenReview) and authorizes (SubjectAccessReview of ``get /metrics``).
 """
 
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,14 +27,22 @@ import psutil
 import pytest
 from kubernetes import client
 
-from control_plane_fixtures import CHART_NAMESPACE, FabricFactory, wait_for
+from control_plane_fixtures import CHART_NAMESPACE, FabricFactory, agent_pod, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE
 from tpfabric_fabric_agent.fake_sysfs import FakeSysfs
-from tpfabric_localcluster.cluster import LocalCluster
+from tpfabric_localcluster.cluster import LocalCluster, api_client, free_ports
 from tpfabric_localcluster.processes import log_tail
-from tpfabric_localcluster.tpfabric import EXTENDER, RunAs, start_extender, start_operator
+from tpfabric_localcluster.tpfabric import (
+    EXTENDER,
+    RunAs,
+    metrics_url,
+    service_account_kubeconfig,
+    service_account_token,
+    start_extender,
+    start_operator,
+)
 
 OPERATOR_AS_CHART = "tpfabric-operator-chart-rbac"
 
@@ -48,13 +63,20 @@ def as_chart(
             port,
             extra_args=[f"--lease-namespace={CHART_NAMESPACE}", "--lease-name=tpfabric-placer"],
             run_as=chart_identities["scheduler"],
+            metrics_auth="kubernetes",  # as in the chart: the API server reviews every scrape
         )
+        (metrics_port,) = free_ports(1)
         start_operator(
             cluster,
             name=OPERATOR_AS_CHART,
             run_as=chart_identities["operator"],
             # the chart's lease, which only the chart's Role lets the operator take
-            extra_args=[f"--lease-namespace={CHART_NAMESPACE}", "--lease-name=tpfabric-operator"],
+            extra_args=[
+                f"--lease-namespace={CHART_NAMESPACE}",
+                "--lease-name=tpfabric-operator",
+                "--metrics-address=127.0.0.1",
+                f"--metrics-port={metrics_port}",
+            ],
         )
         yield cluster
     finally:
@@ -126,6 +148,7 @@ def test_a_job_is_created_planned_and_placed_with_only_the_charts_permissions(
         )
 
 
+AGENT_ACCOUNT = "tpfabric-fabric-agent"
 AGENT_NODE_FABRIC = """
 name: agent-rbac
 rails: 2
@@ -149,7 +172,21 @@ def test_the_fabric_agent_publishes_its_node_with_only_the_charts_permissions(
 ) -> None:
     node, other = fake_nodes(AGENT_NODE_FABRIC)
     sysfs = FakeSysfs(tmp_path / "sys", hcas=2, gpus=1)
-    identity = chart_identities["fabric-agent"]
+    chart = chart_identities["fabric-agent"]
+    # the token of an agent pod on `node`, as the kubelet projects it: it names the node, by
+    # which the chart's admission policy holds the agent to it
+    agent_pod(local_cluster, CHART_NAMESPACE, AGENT_ACCOUNT, node, f"fabric-agent-{node}")
+    identity = RunAs(
+        service_account_kubeconfig(
+            local_cluster,
+            CHART_NAMESPACE,
+            AGENT_ACCOUNT,
+            tmp_path / "identity" / "agent.kubeconfig",
+            pod=f"fabric-agent-{node}",
+        ),
+        chart.uid,
+    )
+    (metrics_port,) = free_ports(1)
     argv = [
         sys.executable,
         "-m",
@@ -159,7 +196,8 @@ def test_the_fabric_agent_publishes_its_node_with_only_the_charts_permissions(
         "--interval=0.5",
         "--window-seconds=2",
         "--recover-seconds=1",
-        "--metrics-port=0",
+        "--metrics-address=127.0.0.1",
+        f"--metrics-port={metrics_port}",
         f"--kubeconfig={identity.kubeconfig}",
     ]
     core = client.CoreV1Api(api)
@@ -183,7 +221,88 @@ def test_the_fabric_agent_publishes_its_node_with_only_the_charts_permissions(
             assert leaf.uids().real == identity.uid, leaf.cmdline()
         assert health(other) == ("ok", None), "the agent touches no other node"
         assert "403" not in (tmp_path / "agent.log").read_text()
+        url = f"https://127.0.0.1:{metrics_port}/metrics"
+        assert scrape(url, reader_token(local_cluster))[0] == 200
     finally:
         agent.terminate()
         agent.wait(timeout=10)
         log.close()
+
+
+# -- metrics, as the chart serves them ----------------------------------------------------------
+
+METRICS_READER = "tpfabric-metrics-reader"  # the chart's ClusterRole of get /metrics
+
+
+def scrape(url: str, token: str | None = None) -> tuple[int, str]:
+    """Return the status and body of a GET of ``url`` (its self-signed certificate unverified,
+    as Prometheus's insecureSkipVerify)."""
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    context = ssl._create_unverified_context()
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def a_service_account(cluster: LocalCluster, name: str) -> str:
+    """Return a token of a new ServiceAccount ``name`` of the chart's namespace (no roles)."""
+    with api_client(cluster.kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        if not core.list_namespaced_service_account(
+            CHART_NAMESPACE, field_selector=f"metadata.name={name}"
+        ).items:
+            core.create_namespaced_service_account(CHART_NAMESPACE, {"metadata": {"name": name}})
+    return service_account_token(cluster, CHART_NAMESPACE, name, seconds=3600)
+
+
+def reader_token(cluster: LocalCluster) -> str:
+    """Return a token of an account bound to the chart's metrics reader (a Prometheus)."""
+    token = a_service_account(cluster, "prometheus")
+    binding = {
+        "metadata": {"name": "test-prometheus-reads-tpfabric"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": METRICS_READER,
+        },
+        "subjects": [
+            {"kind": "ServiceAccount", "name": "prometheus", "namespace": CHART_NAMESPACE}
+        ],
+    }
+    with api_client(cluster.kubeconfig) as api:
+        rbac = client.RbacAuthorizationV1Api(api)
+        if not rbac.list_cluster_role_binding(
+            field_selector="metadata.name=test-prometheus-reads-tpfabric"
+        ).items:
+            rbac.create_cluster_role_binding(binding)
+    return token
+
+
+def test_metrics_are_read_only_by_a_caller_the_api_server_authorizes(
+    as_chart: LocalCluster,
+) -> None:
+    """The extender and the operator under the chart's accounts review every scrape with the
+    real API server (the chart's metrics-auth role lets them): no token 401, a token of an
+    account without the metrics reader role 403, Prometheus's 200; health stays open."""
+    state = as_chart.state()
+    assert state is not None
+    stranger = a_service_account(as_chart, "not-prometheus")
+    reader = reader_token(as_chart)
+    for name in (EXTENDER, OPERATOR_AS_CHART):
+        url = metrics_url(state.components[name].argv)
+        assert url.startswith("https://"), url
+        assert scrape(url)[0] == 401, name
+        assert scrape(url, "not-a-token")[0] == 401, name
+        status, body = scrape(url, stranger)
+        assert status == 403, (name, body)
+        assert "may not get /metrics" in body
+        # RBAC takes a moment to reach the authorizer's cache
+        wait_for(lambda url=url: scrape(url, reader)[0] == 200, timeout=20, what=f"{name} 200")
+        assert "process_cpu_seconds_total" in scrape(url, reader)[1]  # the default registry too
+    extender = scrape(metrics_url(state.components[EXTENDER].argv), reader)[1]
+    assert "tpfabric_placer_leader" in extender
+    assert scrape(metrics_url(state.components[EXTENDER].argv, "/readyz"))[0] == 200

@@ -20,7 +20,7 @@ from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import KWOK_NODE_ANNOTATION, LocalCluster
 from tpfabric_localcluster.nodes import wait_ready
-from tpfabric_localcluster.tpfabric import EXTENDER, start_extender
+from tpfabric_localcluster.tpfabric import EXTENDER, metrics_url, start_extender
 from tpfabric_scheduler.store import GANG_GATE
 
 SMALL = Path(__file__).parents[2] / "examples" / "fabrics" / "small.yaml"
@@ -327,5 +327,6 @@ def test_the_extender_refuses_a_malformed_request_with_400(scheduling: LocalClus
         urllib.request.urlopen(request, timeout=5)
     assert caught.value.code == 400
     assert b"not JSON" in caught.value.read()
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as ok:
+    health = metrics_url(state.components[EXTENDER].argv, "/healthz")  # its own port
+    with urllib.request.urlopen(health, timeout=5) as ok:
         assert ok.status == 200

@@ -19,14 +19,19 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from control_plane_fixtures import gang_pod, opt_in, run_kubectl, wait_for
+from control_plane_fixtures import (
+    configured_gang_webhook,
+    gang_pod,
+    opt_in,
+    run_kubectl,
+    wait_for,
+)
 from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
 from tpfabric_localcluster.cluster import LocalCluster, free_ports
 from tpfabric_localcluster.gang_webhook import (
     NAMESPACE_LABEL,
     GangWebhook,
-    start_gang_webhook,
     webhook_configuration,
 )
 
@@ -36,13 +41,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def webhook(local_cluster: LocalCluster, api: client.ApiClient) -> Iterator[GangWebhook]:
     """The running webhook, its configuration applied; both removed afterwards."""
-    hook = start_gang_webhook(local_cluster)
-    registrations = client.AdmissionregistrationV1Api(api)
-    config = hook.configuration()
-    registrations.create_mutating_webhook_configuration(config)
-    yield hook
-    registrations.delete_mutating_webhook_configuration(config["metadata"]["name"])
-    hook.stop()
+    with configured_gang_webhook(local_cluster, api) as hook:
+        yield hook
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from control_plane_fixtures import (
     FabricFactory,
     clear_jobs_and_pods,
     gang_pod,
+    operator_and_gang_webhook,
     opt_in,
     run_kubectl,
     wait_for,
@@ -29,8 +30,7 @@ from tpfabric_core.api import GROUP, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
 from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_localcluster.gang_webhook import GangWebhook, start_gang_webhook
-from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
+from tpfabric_localcluster.gang_webhook import GangWebhook
 
 pytestmark = pytest.mark.integration
 
@@ -53,15 +53,8 @@ blocks:
 @pytest.fixture(scope="module")
 def components(tpfabric_scheduling: LocalCluster, api: client.ApiClient) -> Iterator[GangWebhook]:
     """The webhook (configured) and the operator, beside the placer and the scheduler."""
-    start_operator(tpfabric_scheduling)
-    hook = start_gang_webhook(tpfabric_scheduling)
-    registrations = client.AdmissionregistrationV1Api(api)
-    config = hook.configuration()
-    registrations.create_mutating_webhook_configuration(config)
-    yield hook
-    registrations.delete_mutating_webhook_configuration(config["metadata"]["name"])
-    hook.stop()
-    tpfabric_scheduling.stop_component(OPERATOR)
+    with operator_and_gang_webhook(tpfabric_scheduling, api) as hook:
+        yield hook
 
 
 @pytest.fixture

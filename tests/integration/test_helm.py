@@ -72,8 +72,12 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], list[str]]] = {
     ),
     "metrics-pdb": (
         {
-            "scheduler": {"extender": {"listenAddress": "0.0.0.0"}},
-            "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+            "metrics": {
+                "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+                "reader": {"serviceAccounts": [{"name": "prometheus", "namespace": "monitoring"}]},
+            },
+            "gangWebhook": {"enabled": True},
+            "fabricAgent": {"enabled": True, "namespace": "tpfabric-agents"},
             "podDisruptionBudget": {"enabled": True},
             "crds": {"enabled": False},
         },
@@ -236,6 +240,61 @@ def test_the_scheduler_configuration_is_the_one_the_local_cluster_runs(
     }
 
 
+def test_with_metrics_on_nothing_reaches_the_extenders_functional_port(
+    helm_binary: Path, helm_env: dict[str, str]
+) -> None:
+    values, flags = VALUE_SETS["metrics-pdb"]
+    objects = documents(render(helm_binary, helm_env, values, *flags).stdout)
+    deployment = next(
+        d
+        for d in objects
+        if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-scheduler")
+    )
+    extender = next(
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"
+    )
+    command = extender["command"]
+    args = extender_args(command[command.index("tpfabric_scheduler") + 1 :])
+    assert (args.host, args.port) == ("127.0.0.1", 8888)  # /filter, /prioritize: loopback only
+    assert (args.metrics_address, args.metrics_port, args.metrics_auth) == (
+        "0.0.0.0",
+        8443,
+        "kubernetes",
+    )
+    # the pod names no port but the metrics one, and every Service and ServiceMonitor of the
+    # scheduler's pods targets that one, over HTTPS with a token
+    assert extender["ports"] == [
+        {"name": "https-metrics", "containerPort": 8443, "protocol": "TCP"}
+    ]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert extender[probe]["httpGet"]["port"] == "https-metrics"
+        assert extender[probe]["httpGet"]["scheme"] == "HTTPS"
+    services = [d for d in objects if d["kind"] == "Service"]
+    monitors = [d for d in objects if d["kind"] == "ServiceMonitor"]
+    assert {s["metadata"]["name"] for s in services} >= {
+        "tpfabric-scheduler-metrics",
+        "tpfabric-operator-metrics",
+        "tpfabric-gang-webhook-metrics",
+        "tpfabric-fabric-agent-metrics",
+    }
+    for service in services:
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in ("https-metrics", "https"), service["metadata"]["name"]
+    assert len(monitors) == 4
+    for monitor in monitors:
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert (endpoint["port"], endpoint["scheme"]) == ("https-metrics", "https")
+        assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    reader = next(
+        d
+        for d in objects
+        if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] == "tpfabric-metrics-reader"
+    )
+    assert reader["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}
+    ]
+
+
 @pytest.mark.parametrize(
     ("cluster_version", "tag"),
     [(KUBE_VERSION, KUBE_VERSION), ("v1.30.4-eks-a737599", "v1.30.4")],
@@ -316,9 +375,10 @@ def test_the_fabric_profile_reaches_the_operator_and_the_webhook_as_they_read_it
         ({"operator": {"logLevel": "verbose"}}, "at '/operator/logLevel': value must be one of"),
         ({"scheduler": {"extender": {"port": 80}}}, "at '/scheduler/extender/port': minimum"),
         (
-            {"scheduler": {"extender": {"listenAddress": "10.0.0.1"}}},
-            "at '/scheduler/extender/listenAddress': value must be one of '127.0.0.1', '0.0.0.0'",
+            {"scheduler": {"extender": {"listenAddress": "0.0.0.0"}}},
+            "additional properties 'listenAddress' not allowed",
         ),
+        ({"gangWebhook": {"metricsPort": 9443}}, "at '/gangWebhook/metricsPort'"),
         (
             {"scheduler": {"kubeScheduler": {"image": {"tag": "1.30"}}}},
             "at '/scheduler/kubeScheduler/image/tag'",
@@ -366,15 +426,12 @@ def test_the_schema_rejects_bad_values_with_their_path(
             "discovery.enabled needs the topology file: set discovery.source.data",
         ),
         (
-            {"metrics": {"serviceMonitor": {"enabled": True}}},
-            ["--api-versions", SERVICE_MONITOR_API],
-            "needs scheduler.extender.listenAddress=0.0.0.0",
+            {"scheduler": {"extender": {"metricsPort": 8888}}},
+            [],
+            "scheduler.extender.metricsPort must differ from scheduler.extender.port",
         ),
         (
-            {
-                "metrics": {"serviceMonitor": {"enabled": True}},
-                "scheduler": {"extender": {"listenAddress": "0.0.0.0"}},
-            },
+            {"metrics": {"serviceMonitor": {"enabled": True}}},
             [],
             "needs the Prometheus Operator's ServiceMonitor CRD",
         ),
@@ -479,11 +536,24 @@ def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
     helm_env: dict[str, str],
 ) -> None:
     _restricted(local_cluster, namespace)
+    # the fabric agent (a hostPath: privileged) in a namespace of its own, so that the release's
+    # can enforce restricted
+    agents = f"{namespace}-agents"
+    core = client.CoreV1Api(api)
+    core.create_namespace(
+        {
+            "metadata": {
+                "name": agents,
+                "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
+            }
+        }
+    )
     values = {
         "crds": {"keep": False},
         "discovery": {"enabled": True, "source": {"type": "fabric", "data": SMALL_FABRIC}},
         "podDisruptionBudget": {"enabled": True},
         "gangWebhook": {"enabled": True},
+        "fabricAgent": {"enabled": True, "namespace": agents},
     }
     kubeconfig = f"--kubeconfig={local_cluster.kubeconfig}"
     installed = run_helm(
@@ -496,7 +566,8 @@ def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
         helm_binary, helm_env, "get", "manifest", "tpf", "-n", namespace, kubeconfig
     )
     kinds = {d["kind"] for d in documents(manifest.stdout)}
-    assert {"CustomResourceDefinition", "ClusterRole", "Deployment", "Job"} <= kinds
+    assert {"CustomResourceDefinition", "ClusterRole", "Deployment", "Job", "DaemonSet"} <= kinds
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
     assert "MutatingWebhookConfiguration" in kinds
     existing = kubectl(local_cluster, "get", "-f", "-", "-o", "name", stdin=manifest.stdout)
     assert existing.returncode == 0, existing.stderr
@@ -525,6 +596,7 @@ def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
     wait_for(lambda: not _pods_of(api, namespace, "tpf"), what="the release's pods to be deleted")
     secrets = client.CoreV1Api(api).list_namespaced_secret(namespace, label_selector="owner=helm")
     assert secrets.items == []
+    core.delete_namespace(agents)
 
 
 @pytest.mark.usefixtures("without_tpj_crd")

@@ -12,17 +12,15 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client
 
-from control_plane_fixtures import LOGS, run_kubectl, wait_for
+from control_plane_fixtures import run_kubectl, wait_for
 from tpfabric_localcluster.cluster import LocalCluster, api_client
-from tpfabric_localcluster.toolchain import ensure_minimum_toolchain, find_toolchain
+from tpfabric_localcluster.toolchain import find_toolchain
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tpfabric"
@@ -37,16 +35,9 @@ def _chart_minimum() -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def oldest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Return a local cluster at the oldest supported Kubernetes (no nodes)."""
-    cluster = LocalCluster(
-        f"min-{uuid.uuid4().hex[:6]}",
-        state_root=tmp_path_factory.mktemp("clusters-minimum"),
-        toolchain=ensure_minimum_toolchain(),
-    )
-    cluster.up()
-    yield cluster
-    cluster.down(keep_logs=LOGS / cluster.name)
+def oldest(oldest_cluster: LocalCluster) -> LocalCluster:
+    """Return the local cluster at the oldest supported Kubernetes (no nodes)."""
+    return oldest_cluster
 
 
 def test_the_oldest_control_plane_is_the_charts_minimum(oldest: LocalCluster) -> None:

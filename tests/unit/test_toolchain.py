@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import http.server
 import os
 import re
 import stat
+import subprocess
+import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -133,3 +137,49 @@ def test_a_helm_cached_by_an_older_build_recipe_is_rebuilt_not_reused(
     current.mkdir(parents=True)
     helm = _fake_binary(current, "helm")
     assert toolchain.find_toolchain(("helm",)).path("helm") == helm
+
+
+BOOTSTRAP_GO = toolchain.WRAPPERS / "bootstrap-go.sh"
+
+
+def test_the_go_bootstrap_unpacks_nothing_whose_checksum_is_not_the_pinned_one(
+    tmp_path: Path,
+) -> None:
+    """A toolchain zip from the proxy (here: a made-up one on loopback) that is not the pinned
+    go release is refused before anything of it is unpacked."""
+    want = re.search(r'^want="([\d.]+)"', BOOTSTRAP_GO.read_text(), re.MULTILINE)
+    assert want is not None
+    proxy = tmp_path / "proxy" / "golang.org" / "toolchain" / "@v"
+    proxy.mkdir(parents=True)
+    for arch in ("amd64", "arm64"):
+        module = f"golang.org/toolchain@v0.0.1-go{want[1]}.linux-{arch}"
+        with zipfile.ZipFile(proxy / f"v0.0.1-go{want[1]}.linux-{arch}.zip", "w") as fake:
+            fake.writestr(f"{module}/bin/go", "#!/bin/sh\necho not go\n")
+
+    def handler(*args: object) -> http.server.SimpleHTTPRequestHandler:
+        return http.server.SimpleHTTPRequestHandler(*args, directory=str(tmp_path / "proxy"))  # type: ignore[arg-type]
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        done = subprocess.run(
+            ["bash", str(BOOTSTRAP_GO)],
+            env={
+                "HOME": str(tmp_path),
+                "PATH": "/usr/bin:/bin",  # no go on PATH: it must bootstrap one
+                "TPFABRIC_CACHE": str(tmp_path / "cache"),
+                "GOPROXY": f"http://127.0.0.1:{server.server_address[1]}",
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        server.shutdown()
+    if "fetching" not in done.stderr:
+        pytest.skip(f"a go >= the wanted one is on /usr/bin: {done.stdout}")
+    assert done.returncode != 0
+    assert "pinned h1:" in done.stderr
+    assert "not unpacked" in done.stderr
+    assert not (tmp_path / "cache" / "go").exists()

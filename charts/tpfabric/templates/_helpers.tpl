@@ -129,3 +129,56 @@ nodes when they can be; the component's own `affinity` value replaces the spread
 {{- $spread := dict "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) -}}
 {{- toYaml (dict "nodeSelector" $values.nodeSelector "tolerations" $values.tolerations "affinity" ($values.affinity | default $spread) "priorityClassName" $values.priorityClassName) -}}
 {{- end }}
+
+{{/* Who a ServiceAccount is to the API server: (dict "namespace" NS "name" NAME). */}}
+{{- define "tpfabric.serviceAccountUser" -}}
+system:serviceaccount:{{ .namespace }}:{{ .name }}
+{{- end }}
+
+{{/* Namespace of the fabric agent: its own (fabricAgent.namespace), else the release's. */}}
+{{- define "tpfabric.fabricAgentNamespace" -}}
+{{- .Values.fabricAgent.namespace | default .Release.Namespace }}
+{{- end }}
+
+{{/* ServiceAccount name of the fabric agent. */}}
+{{- define "tpfabric.fabricAgentAccount" -}}
+{{- $agent := .Values.fabricAgent }}
+{{- if $agent.serviceAccount.create }}
+{{- default (printf "%s-fabric-agent" (include "tpfabric.fullname" .)) $agent.serviceAccount.name }}
+{{- else }}
+{{- required "fabricAgent.serviceAccount.name is required when fabricAgent.serviceAccount.create is false" $agent.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* ServiceAccount name of the gang webhook. */}}
+{{- define "tpfabric.gangWebhookAccount" -}}
+{{- $hook := .Values.gangWebhook }}
+{{- if and (not $hook.serviceAccount.create) (not $hook.serviceAccount.name) }}
+{{- fail "gangWebhook.serviceAccount.name is required when gangWebhook.serviceAccount.create is false" }}
+{{- end }}
+{{- $hook.serviceAccount.name | default (printf "%s-gang-webhook" (include "tpfabric.fullname" .)) }}
+{{- end }}
+
+{{- /*
+CEL of an admission policy: the keys of a metadata map (labels or annotations) whose value an
+UPDATE adds, changes or removes. (dict "field" "labels")
+*/ -}}
+{{- define "tpfabric.cel.changedKeys" -}}
+variables.new{{ .field | title }}.filter(k, !(k in variables.old{{ .field | title }}) || variables.old{{ .field | title }}[k] != variables.new{{ .field | title }}[k]) + variables.old{{ .field | title }}.filter(k, !(k in variables.new{{ .field | title }}))
+{{- end }}
+
+{{- /* The variables every metadata rule of a policy reads (UPDATE: object and oldObject). */ -}}
+{{- define "tpfabric.cel.metadataVariables" -}}
+- name: oldLabels
+  expression: "oldObject.metadata.?labels.orValue({})"
+- name: newLabels
+  expression: "object.metadata.?labels.orValue({})"
+- name: oldAnnotations
+  expression: "oldObject.metadata.?annotations.orValue({})"
+- name: newAnnotations
+  expression: "object.metadata.?annotations.orValue({})"
+- name: changedLabels
+  expression: {{ include "tpfabric.cel.changedKeys" (dict "field" "labels") | quote }}
+- name: changedAnnotations
+  expression: {{ include "tpfabric.cel.changedKeys" (dict "field" "annotations") | quote }}
+{{- end }}

@@ -1,5 +1,6 @@
-"""Focused Dockerfile checks in place of hadolint (no Docker, no hadolint binary here): pinned
-bases, non-root users, multi-stage builds, constraints, sources that exist in the build context."""
+"""Focused Dockerfile checks in place of hadolint (no Docker, no hadolint binary here): bases by
+digest, hashed installs, non-root users, multi-stage builds, sources that exist in the build
+context, and a production image without benchmark or test code."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ CONTEXTS = {
     "rdma-init": REPO / "rdma_init",
     "fake-rdma-device-plugin": REPO / "e2e",
 }
-PINNED_BASE = re.compile(r"^[\w./-]+:\d+\.\d+\.\d+[\w.-]*(@sha256:[0-9a-f]{64})?$")
+PINNED_BASE = re.compile(r"^[\w./-]+:\d+\.\d+\.\d+[\w.-]*@sha256:[0-9a-f]{64}$")
 
 
 def _stages(name: str) -> list[list[tuple[str, str]]]:
@@ -47,13 +48,13 @@ def test_the_base_image_is_a_build_argument(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(DOCKERFILES))
-def test_base_images_are_pinned_to_a_full_version(name: str) -> None:
+def test_base_images_are_pinned_to_a_full_version_by_digest(name: str) -> None:
     stage_names = set()
     for stage in _stages(name):
         image, *alias = stage[0][1].split()
         if image in stage_names:
             continue  # FROM an earlier stage
-        assert PINNED_BASE.match(image), f"{DOCKERFILES[name]}: pin {image!r} (x.y.z tag or digest)"
+        assert PINNED_BASE.match(image), f"{DOCKERFILES[name]}: pin {image!r} (x.y.z@sha256:...)"
         assert ":latest" not in image
         if alias:
             stage_names.add(alias[-1])
@@ -80,11 +81,29 @@ def test_copied_sources_exist_in_the_build_context(name: str) -> None:
                 assert (CONTEXTS[name] / source).exists(), f"{DOCKERFILES[name]}: {source} missing"
 
 
-def test_the_tpfabric_image_is_multi_stage_with_the_ci_constraints() -> None:
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_every_package_is_installed_from_a_hashed_lock(name: str) -> None:
+    for stage in _stages(name):
+        for instruction, arguments in stage:
+            if instruction != "RUN":
+                continue
+            for install in re.split(r"&&", arguments):
+                if "pip install" not in install:
+                    continue
+                # the one exception: the project's own wheel, built in this stage from source
+                if "/tmp/wheel/tpfabric-" in install:
+                    assert "--no-deps" in install, install
+                    continue
+                assert "--require-hashes" in install, f"{DOCKERFILES[name]}: {install.strip()}"
+                assert re.search(r"-r \S+\.txt", install), install
+
+
+def test_the_tpfabric_image_is_multi_stage_with_the_ci_versions() -> None:
     stages = _stages("tpfabric")
     assert len(stages) >= 2
     installs = [a for i, a in stages[0] if i == "RUN" and "pip install" in a]
-    assert any("-c requirements/constraints.txt" in a for a in installs)
+    assert any("--require-hashes -r requirements/image.txt" in a for a in installs)
+    assert any("--no-build-isolation" in a for a in installs), "the locked backend builds it"
     final = " ".join(a for _, a in stages[-1])
     assert "pip install" not in final, "the final stage only copies the built environment"
     assert "COPY --from=build" in " ".join(f"{i} {a}" for i, a in stages[-1])
@@ -98,6 +117,15 @@ def test_the_context_root_dockerignore_filters_like_the_buildkit_one() -> None:
 
     buildkit = Path(f"{DOCKERFILES['tpfabric']}.dockerignore")
     assert rules(REPO / ".dockerignore") == rules(buildkit)
+
+
+def test_the_production_image_carries_no_benchmark_or_test_code() -> None:
+    ignore = Path(f"{DOCKERFILES['tpfabric']}.dockerignore").read_text().splitlines()
+    allowed = {line[1:] for line in ignore if line.startswith("!")}
+    assert not {a for a in allowed if a.startswith(("bench", "e2e", "tests"))}, allowed
+    copied = " ".join(a for stage in _stages("tpfabric") for i, a in stage if i == "COPY")
+    assert "bench" not in copied
+    assert "e2e" not in copied
 
 
 def test_the_tpfabric_build_context_is_filtered() -> None:

@@ -114,12 +114,21 @@ def test_launcher_none_sets_no_pet_variables() -> None:
     assert got["NODE_RANK"] == "1"
 
 
-def test_gpus_and_rdma_devices_are_requested_and_memory_can_be_pinned() -> None:
+def test_gpus_and_rdma_devices_are_requested_and_no_capability_is_added() -> None:
     container = worker_pod(a_job(), "j", "ns", 0, "init:1")["spec"]["containers"][0]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "8"}
     assert container["resources"]["requests"] == {"cpu": "8"}
-    assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
+    # IPC_LOCK is the template's to ask for: Pod Security baseline refuses it
+    assert "securityContext" not in container
     assert {"name": "tpfabric-shared", "mountPath": "/tpfabric"} in container["volumeMounts"]
+
+
+def test_the_templates_own_security_context_and_ipc_lock_stay_as_they_are() -> None:
+    security = {"runAsUser": 0, "capabilities": {"add": ["IPC_LOCK"], "drop": ["NET_RAW"]}}
+    template = {"spec": {"containers": [{"name": "t", "image": "i", "securityContext": security}]}}
+    pod = worker_pod(a_job(template=template), "j", "ns", 0, "init:1")
+    assert pod["spec"]["containers"][0]["securityContext"] == security
+    assert main_facts(pod)["capabilitiesAdd"] == ["IPC_LOCK"]
 
 
 def test_the_rdma_init_container_gets_the_policy_overrides_and_the_devices() -> None:
@@ -132,13 +141,22 @@ def test_the_rdma_init_container_gets_the_policy_overrides_and_the_devices() -> 
     assert "--nccl-library=image" in init["args"]
 
 
-def test_the_init_container_requests_the_pods_devices_and_gets_no_capability() -> None:
+def test_the_init_container_requests_the_pods_devices_and_runs_restricted() -> None:
     pod = worker_pod(a_job(gpusPerWorker=4, tensorParallelSize=4), "j", "ns", 0, "init:1")
     init, main = pod["spec"]["initContainers"][0], pod["spec"]["containers"][0]
     # the kubelet reuses init-container devices for app containers: same request, same devices
     assert init["resources"]["limits"] == main["resources"]["limits"]
     assert init["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    assert "securityContext" not in init
+    # Pod Security "restricted": a numeric non-root user, no escalation, no capability, seccomp
+    assert init["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def main_facts(pod: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +179,7 @@ def test_the_init_container_learns_the_main_containers_user_capabilities_and_cud
         "runAsUser": 1000,
         "runAsNonRoot": True,
         "privileged": False,
-        "capabilitiesAdd": ["IPC_LOCK"],
+        "capabilitiesAdd": [],
         "cudaMajor": 13,
     }
 

@@ -107,7 +107,8 @@ def test_a_gang_pod_is_gated_for_tpfabrics_scheduler_and_wired_for_rdma() -> Non
     assert "rdma/ib" not in (sidecar.get("resources") or {}).get("limits", {})  # takes no GPU
     assert main["env"][0] == {"name": "NCCL_CONF_FILE", "value": "/tpfabric/nccl.conf"}
     assert {"name": "NCCL_DEBUG", "value": "INFO"} in main["env"]  # the user's stay
-    assert "IPC_LOCK" in main["securityContext"]["capabilities"]["add"]
+    assert "securityContext" not in main  # nothing added: IPC_LOCK is the template's to ask for
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert {v["name"] for v in spec["volumes"]} == {"tpfabric-shared", "tpfabric-podinfo"}
 
 

@@ -49,10 +49,11 @@ def test_a_worker_kept_as_failed_moves_from_the_workers_to_the_kept_pods() -> No
     assert first.node == "n1"
 
     kept = pod("j-worker-1", {FAILED_WORKER_LABEL: "j", ATTEMPT_LABEL: "2"}, phase="Failed")
+    kept["metadata"]["uid"] = "pod-1"
     # out of the gang: the job's status shows that at once (the kept pod's own label change)
     assert cache._put("ns/j-worker-1", kept) == (("ns", "j"), True)
     assert [w.name for _, w in cache.workers(("ns", "j"))] == ["j-worker-0"]
-    assert cache.failed(("ns", "j")) == [("u1", "j-worker-1", 2)]
+    assert cache.failed(("ns", "j")) == [("u1", "j-worker-1", 2, "pod-1")]  # deleted by uid
 
     assert cache._put("ns/j-worker-1", None) == (("ns", "j"), False)  # a kept pod deleted
     assert cache.failed(("ns", "j")) == []

@@ -64,10 +64,10 @@ class Cluster:
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.pods.get(name)
 
-    def delete_pod(self, namespace: str, name: str, **_: Any) -> bool:
+    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         self.deleted.append(name)
         pod = self.pods.get(name)
-        if pod is None:
+        if pod is None or pod["metadata"].get("uid", "") != uid:
             return False
         pod["metadata"]["deletionTimestamp"] = "2023-11-14T22:13:20Z"
         return True

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
+from unittest import mock
 
 import pytest
 from cryptography import x509
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
-from tpfabric_operator.webhook_certs import issue_ca, issue_serving, renewal_due, service_names
+from tpfabric_operator.webhook_certs import (
+    CertKeeper,
+    issue_ca,
+    issue_serving,
+    renewal_due,
+    service_names,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -54,3 +64,23 @@ def test_a_new_service_name_another_ca_or_no_secret_renews() -> None:
     assert renewal_due(None, None, NAMES, NOW) == "no certificate yet"
     broken = type(ca)(b"not a certificate", ca.key)
     assert renewal_due(broken, serving, NAMES, NOW).startswith("the Secret holds no valid")
+
+
+def test_a_missing_secret_the_account_may_not_create_says_the_chart_makes_it(
+    tmp_path: Path,
+) -> None:
+    keeper = CertKeeper(
+        client.ApiClient(client.Configuration()),
+        namespace="tpfabric-system",
+        secret="tpfabric-gang-webhook-tls",
+        service="tpfabric-gang-webhook",
+        configuration="tpfabric-gangs",
+        cert_dir=tmp_path,
+    )
+    keeper.core = mock.Mock(  # type: ignore[assignment]
+        read_namespaced_secret=mock.Mock(side_effect=ApiException(status=404)),
+        create_namespaced_secret=mock.Mock(side_effect=ApiException(status=403)),
+    )
+    with pytest.raises(RuntimeError, match="the chart makes it"):
+        keeper.ensure()
+    assert not (tmp_path / "tls.key").exists()

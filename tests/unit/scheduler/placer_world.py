@@ -41,6 +41,7 @@ class RecordingWriter:
         self.pod_events: list[tuple[str, str, str]] = []
         self.released: list[str] = []
         self.deleted: list[str] = []
+        self.deleted_by_uid: list[tuple[str, str | None]] = []
         self.pods: dict[str, dict[str, Any]] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
         self.lagging = False  # releases reach the API server but not (yet) the store
@@ -130,6 +131,7 @@ class RecordingWriter:
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> None:
         self.deleted.append(name)
+        self.deleted_by_uid.append((name, uid))
         self.pods.pop(f"{namespace}/{name}")
         with self.store.lock:
             self.store.delete_pod(f"{namespace}/{name}")

@@ -322,7 +322,7 @@ def test_deleting_a_pod_names_its_incarnation_and_a_pod_gone_is_fine(status: int
 
 def test_deleting_a_pod_fails_on_other_errors() -> None:
     with pytest.raises(ApiException):
-        a_writer(core=FakeCore(403)).delete_pod("ns", "p")
+        a_writer(core=FakeCore(403)).delete_pod("ns", "p", "u1")
 
 
 class PatchingCore:

@@ -727,24 +727,35 @@ def test_a_failed_deletion_of_a_dropped_plans_pods_is_tried_again_after_a_while(
 ) -> None:
     _, writer, placer, clock = world
     released_with_one_bound(world, "stuck")
-    delete = writer.delete_job_pods
+    delete = writer.delete_pod
     calls: list[str] = []
 
-    def failing_once(namespace: str, name: str, label: str) -> None:
+    def failing_at_first(namespace: str, name: str, uid: str | None = None) -> None:
         calls.append(name)
-        if len(calls) == 1:
+        if len(calls) <= 2:
             raise ApiException(status=500, reason="etcd timed out")
-        delete(namespace, name, label)
+        delete(namespace, name, uid)
 
-    writer.delete_job_pods = failing_once  # type: ignore[method-assign]
+    writer.delete_pod = failing_at_first  # type: ignore[method-assign]
     clock.now += 61  # worker-1 never bound: the plan is dropped, its deletion fails
     placer.run_cycle()
     assert placement(writer, "stuck")["state"] == "Replanning"
-    assert calls == ["stuck"]
+    assert sorted(calls) == ["stuck-worker-0", "stuck-worker-1"]
     assert writer.deleted == []
     placer.run_cycle()  # not at once again
-    assert calls == ["stuck"]
+    assert len(calls) == 2
     clock.now += 11
     placer.run_cycle()
-    assert calls == ["stuck", "stuck"]
+    assert len(calls) == 4
     assert sorted(writer.deleted) == ["stuck-worker-0", "stuck-worker-1"]
+
+
+def test_a_dropped_plans_pods_are_deleted_one_by_one_by_uid(world: Any) -> None:
+    _, writer, placer, clock = world
+    released_with_one_bound(world, "by-uid")
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in writer.pods.values()}
+    clock.now += 61  # worker-1 never bound: the plan is dropped and its pods deleted
+    placer.run_cycle()
+    assert sorted(writer.deleted_by_uid) == sorted(
+        (name, uids[name]) for name in ("by-uid-worker-0", "by-uid-worker-1")
+    )

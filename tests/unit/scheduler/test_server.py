@@ -1,4 +1,4 @@
-"""The extender over real HTTP on loopback (aiohttp's test server)."""
+"""The extender over real HTTP on loopback (aiohttp's test server), and its health checks."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 import orjson
 from aiohttp.test_utils import TestClient, TestServer
 from builders import a_job, a_node, a_worker, extender_args
+from prometheus_client import generate_latest
 
 from tpfabric_scheduler.metrics import Metrics
-from tpfabric_scheduler.server import make_app
+from tpfabric_scheduler.server import MAX_BODY, health_checks, make_app
 from tpfabric_scheduler.store import ClusterStore
 
 Client = TestClient[Any, Any]
@@ -39,15 +40,9 @@ def with_client(
     ready: bool = True,
     *,
     store: ClusterStore | None = None,
-    clock: Clock | None = None,
+    metrics: Metrics | None = None,
 ) -> None:
-    app = make_app(
-        store or a_store(),
-        Metrics(),
-        ready=lambda: ready,
-        liveness_stall_seconds=60,
-        clock=clock or Clock(),
-    )
+    app = make_app(store or a_store(), metrics or Metrics(), ready=lambda: ready)
 
     async def run() -> None:
         async with TestClient(TestServer(app, host="127.0.0.1")) as client:
@@ -90,6 +85,8 @@ def test_prioritize_answers_host_scores() -> None:
 
 
 def test_a_malformed_request_gets_400_with_the_reason_and_the_server_stays_up() -> None:
+    metrics = Metrics()
+
     async def test(client: Client) -> None:
         for verb in ("filter", "prioritize"):
             response = await client.post(f"/{verb}", data=b"{garbage")
@@ -99,23 +96,52 @@ def test_a_malformed_request_gets_400_with_the_reason_and_the_server_stays_up() 
             "/filter", data=orjson.dumps(extender_args({"metadata": {"name": "p"}}, ["a1"]))
         )
         assert response.status == 200
-        metrics = await (await client.get("/metrics")).text()
-        assert 'tpfabric_extender_bad_requests_total{verb="filter"} 1.0' in metrics
-        assert 'tpfabric_extender_request_seconds_count{verb="filter"} 1.0' in metrics
+
+    with_client(test, metrics=metrics)
+    text = generate_latest(metrics.registry).decode()
+    assert 'tpfabric_extender_bad_requests_total{verb="filter"} 1.0' in text
+    assert 'tpfabric_extender_request_seconds_count{verb="filter"} 1.0' in text
+
+
+def test_a_body_over_the_limit_gets_413_before_it_is_parsed() -> None:
+    metrics = Metrics()
+    five_mib = b"[" * (5 * 1024 * 1024)  # would raise in the JSON parser: it must never get there
+
+    async def test(client: Client) -> None:
+        for verb in ("filter", "prioritize"):
+            response = await client.post(f"/{verb}", data=five_mib)
+            assert response.status == 413, await response.text()
+
+        # a chunked body names no length: refused once it passes the limit
+        async def chunks() -> Any:
+            for _ in range(5):
+                yield b"[" * (1024 * 1024)
+
+        response = await client.post("/filter", data=chunks())
+        assert response.status == 413
+        body = orjson.dumps(extender_args(a_worker("job", 0, gated=False), ["a1"]))
+        assert (await client.post("/filter", data=body)).status == 200  # still serving
+
+    assert MAX_BODY == 4 * 1024 * 1024
+    with_client(test, metrics=metrics)
+    text = generate_latest(metrics.registry).decode()
+    assert "tpfabric_extender_bad_requests_total{" not in text  # refused, never parsed
+
+
+def test_the_extender_port_serves_only_filter_and_prioritize() -> None:
+    async def test(client: Client) -> None:
+        for path in ("/metrics", "/healthz", "/readyz"):
+            assert (await client.get(path)).status == 404, path
 
     with_client(test)
 
 
 def test_readiness_follows_the_informers() -> None:
-    async def not_ready(client: Client) -> None:
-        assert (await client.get("/healthz")).status == 200
-        assert (await client.get("/readyz")).status == 503
-
-    async def is_ready(client: Client) -> None:
-        assert (await client.get("/readyz")).status == 200
-
-    with_client(not_ready, ready=False)
-    with_client(is_ready, ready=True)
+    store = a_store()
+    not_ready = health_checks(store, lambda: False, clock=Clock())
+    assert not_ready["/healthz"]() == (True, "ok")
+    assert not_ready["/readyz"]() == (False, "informers not synced")
+    assert health_checks(store, lambda: True, clock=Clock())["/readyz"]() == (True, "ok")
 
 
 def node_objects(names: list[str]) -> dict[str, Any]:
@@ -173,60 +199,47 @@ def test_before_the_informers_synced_the_extender_answers_an_error_never_unknown
 def test_liveness_fails_when_the_placer_loop_stalls_after_the_sync() -> None:
     store, clock = a_store(), Clock()
     store.placer_heartbeat = clock.now - 90
-
-    async def stalled(client: Client) -> None:
-        response = await client.get("/healthz")
-        assert response.status == 503
-        assert await response.text() == "placer loop stalled for 90 s"
-
-    async def listing(client: Client) -> None:  # a long first list is no stall
-        assert (await client.get("/healthz")).status == 200
-
-    with_client(stalled, store=store, clock=clock)
-    with_client(listing, ready=False, store=store, clock=clock)
+    stalled = health_checks(store, lambda: True, liveness_stall_seconds=60, clock=clock)
+    assert stalled["/healthz"]() == (False, "placer loop stalled for 90 s")
+    # a long first list is no stall
+    listing = health_checks(store, lambda: False, liveness_stall_seconds=60, clock=clock)
+    assert listing["/healthz"]() == (True, "ok")
 
 
 def test_liveness_holds_while_the_placer_loop_turns() -> None:
     store, clock = a_store(), Clock()
     store.placer_heartbeat = clock.now - 30
-
-    async def test(client: Client) -> None:
-        assert (await client.get("/healthz")).status == 200
-        store.placer_heartbeat = None  # before the first turn
-        assert (await client.get("/healthz")).status == 200
-
-    with_client(test, store=store, clock=clock)
+    healthz = health_checks(store, lambda: True, liveness_stall_seconds=60, clock=clock)["/healthz"]
+    assert healthz()[0]
+    store.placer_heartbeat = None  # before the first turn
+    assert healthz()[0]
 
 
 def test_liveness_never_waits_on_the_store_lock() -> None:
     store, clock = a_store(), Clock()
     store.placer_heartbeat = clock.now
+    healthz = health_checks(store, lambda: True, clock=clock)["/healthz"]
+    held = threading.Event()
+    release = threading.Event()
 
-    async def test(client: Client) -> None:
-        held = threading.Event()
-        release = threading.Event()
+    def hold() -> None:
+        with store.lock:
+            held.set()
+            release.wait(10)
 
-        def hold() -> None:
-            with store.lock:
-                held.set()
-                release.wait(10)
-
-        holder = threading.Thread(target=hold)
-        holder.start()
-        held.wait(5)
-        try:
-            response = await asyncio.wait_for(client.get("/healthz"), timeout=2)
-            assert response.status == 200
-        finally:
-            release.set()
-            holder.join()
-
-    with_client(test, store=store, clock=clock)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    answered: list[tuple[bool, str]] = []
+    try:
+        asker = threading.Thread(target=lambda: answered.append(healthz()))
+        asker.start()
+        asker.join(2)
+        assert answered == [(True, "ok")]
+    finally:
+        release.set()
+        holder.join()
 
 
 def test_metrics_show_the_leader_gauge() -> None:
-    async def test(client: Client) -> None:
-        metrics = await (await client.get("/metrics")).text()
-        assert "tpfabric_placer_leader 0.0" in metrics
-
-    with_client(test)
+    assert "tpfabric_placer_leader 0.0" in generate_latest(Metrics().registry).decode()
