@@ -22,6 +22,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.rdma_default import RdmaDecision
 from tpfabric_operator.born_released import create_gang
 from tpfabric_operator.children import headless_service, worker_pod
 from tpfabric_operator.create_backoff import partial_gang
@@ -37,14 +38,20 @@ log = logging.getLogger("tpfabric.operator")
 
 
 def _worker_manifests(
-    body: kopf.Body, job: TensorParallelJob, intent: Intent, admitted: PodSetInfo | None
+    body: kopf.Body,
+    job: TensorParallelJob,
+    intent: Intent,
+    admitted: PodSetInfo | None,
+    rdma: RdmaDecision | None = None,
 ) -> list[dict[str, Any]]:
     """Return the manifests of the workers ``intent`` creates, with what Kueue's admission adds
-    to them, owned by the job."""
+    to them, owned by the job; ``rdma``: their RDMA devices (:func:`.children.worker_rdma`)."""
     namespace, name = body.meta["namespace"], body.meta["name"]
     manifests = []
     for index in intent.create:
-        manifest = worker_pod(job, name, namespace, index, INIT_IMAGE, attempt=intent.attempt)
+        manifest = worker_pod(
+            job, name, namespace, index, INIT_IMAGE, attempt=intent.attempt, rdma=rdma
+        )
         if admitted is not None:
             manifest = admitted.apply(manifest)
         kopf.adopt(manifest, owner=body)
@@ -64,10 +71,12 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
     indexes: Mapping[str, Any],
     now: float,
     pod_set: Callable[[], PodSetInfo] | None = None,
+    rdma: RdmaDecision | None = None,
 ) -> str | None:
     """Carry out ``intent``; return why creating a child failed, if it did.
 
-    ``pod_set``: what a Kueue admission adds to every worker (:mod:`.kueue_podsets`).
+    ``pod_set``: what a Kueue admission adds to every worker (:mod:`.kueue_podsets`); ``rdma``:
+    the workers' RDMA devices (:func:`.children.worker_rdma`).
 
     ``placement``: the job's ``status.placement`` as this reconcile read it (the only view of it
     that the creation uses, see :func:`_reconcile`).
@@ -111,7 +120,7 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
         words = f"Kueue's admission cannot be applied to the workers: {admitted.conflict}"
         state.warn(body, "AdmissionConflict", words)
         return words
-    manifests = _worker_manifests(body, job, intent, admitted)
+    manifests = _worker_manifests(body, job, intent, admitted, rdma)
     streak = state.create_backoff.streak(uid)
     if manifests and streak is not None and streak.waiting(now):
         # the last round was refused: nothing is posted before the next one is due

@@ -19,6 +19,7 @@ from typing import Any
 import kopf
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.rdma_default import NodeOffer
 from tpfabric_kube.list_watch import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_S
 from tpfabric_operator import leadership
 from tpfabric_operator.born_released import placement_state
@@ -129,11 +130,16 @@ def job_objects(
 
 
 @kopf.index("nodes")
-def node_resources(*, name: str, status: kopf.Status, **_: Any) -> dict[str, dict[str, int]]:
-    """Index every node's allocatable extended resources by name: the input of the check that
-    some node can ever run a worker (read from the watch kopf keeps on nodes anyway, never by
-    listing 1,000 nodes in a burst of reconciles)."""
-    return {name: extended_resources(status.get("allocatable") or {})}
+def node_resources(
+    *, name: str, labels: kopf.Labels, status: kopf.Status, **_: Any
+) -> dict[str, NodeOffer]:
+    """Index what every node offers by name (its labels, its allocatable extended resources):
+    the input of the check that some node can ever run a worker, and of a worker's default RDMA
+    devices (read from the watch kopf keeps on nodes anyway, never by listing 1,000 nodes in a
+    burst of reconciles)."""
+    return {
+        name: NodeOffer(name, dict(labels), extended_resources(status.get("allocatable") or {}))
+    }
 
 
 @kopf.index("services", labels={JOB_LABEL: kopf.PRESENT})

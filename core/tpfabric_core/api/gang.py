@@ -83,8 +83,9 @@ class GangSpec(_Model):
     topology: TopologyPolicy = Field(default_factory=TopologyPolicy)
     """Where the gang may go in the fabric (from the owner's annotations, else the chart's
     default)."""
-    rdma: RdmaSpec = Field(default_factory=lambda: RdmaSpec(count=0))
-    """Always 0 devices here: the pods name their RDMA devices themselves."""
+    rdma: RdmaSpec = Field(default_factory=RdmaSpec)
+    """Not used: the gang's pods carry their RDMA devices themselves (the gang webhook gives
+    them), and the placer plans what each pod asks."""
     suspend: bool = False
     """Never set by the operator; a suspended gang is not planned."""
     near: GangNear | None = None

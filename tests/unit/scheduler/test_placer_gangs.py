@@ -512,3 +512,24 @@ def test_a_gang_pod_made_again_waits_for_its_old_pod_to_leave_its_node(world: An
     plan = gang_placement(writer, "chat-0")
     assert plan["state"] == "Planned"
     assert plan["nodes"] == nodes, "back on its own node"
+
+
+def test_a_gang_whose_pods_ask_no_rdma_is_planned_on_nodes_without_any(world: Any) -> None:
+    """The demand is what the pods ask: a record's ``spec.rdma`` (which an older CRD defaulted
+    to 8 devices) adds no RDMA device the pods do not ask for."""
+    store, writer, placer, _ = world
+    for name in two_leaves(store, per_leaf=2):
+        with store.lock:
+            node = a_node(name, name.split("-n")[0])
+            del node["status"]["allocatable"]["rdma/ib"]  # a TCP-only GPU pool
+            store.upsert_node(node)
+    record = a_gang_record("tcp", 2)
+    record["spec"]["rdma"] = {"resourceName": "rdma/ib", "count": 8}  # as the old CRD filled it
+    writer.add_job(record)
+    for rank in range(2):
+        pod = gang_pod("tcp", rank)
+        del pod["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"]
+        writer.add_pod(pod)
+    placer.run_cycle()
+    assert gang_placement(writer, "tcp")["state"] == "Planned"
+    assert sorted(writer.released) == ["tcp-0", "tcp-1"]
