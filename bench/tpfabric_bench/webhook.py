@@ -113,7 +113,10 @@ def run(reviews: int = 2000, warmup: int = 200) -> dict[str, Any]:
         _certificate(certs)
         port = _free_port()
         process = subprocess.Popen(
-            command_line(certs, port, "tpfabric/rdma-init:dev", "--log-level=WARNING")
+            # a set count: the benchmark runs without a cluster whose nodes the default reads
+            command_line(
+                certs, port, "tpfabric/rdma-init:dev", "--log-level=WARNING", "--rdma-count=8"
+            )
         )
         try:
             context = ssl.create_default_context(cafile=str(certs / "ca.crt"))

@@ -21,7 +21,6 @@ for the tick, so that a gang coming up is not written once per worker.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -232,6 +231,10 @@ class PodWatch(threading.Thread):
 
     # -- what a subclass keeps ------------------------------------------------------------------
 
+    def _call(self, **kwargs: Any) -> Any:
+        """List (with ``watch=True``: watch) what is kept; a subclass may watch other objects."""
+        return self.core.list_pod_for_all_namespaces(label_selector=self.selector, **kwargs)
+
     def _slim(self, obj: Mapping[str, Any]) -> tuple[str, Any]:
         """Return ("namespace/name", what is kept of the listed pod ``obj``)."""
         raise NotImplementedError
@@ -248,17 +251,13 @@ class PodWatch(threading.Thread):
 
     def _list(self) -> str:
         # each page is cut down to what is kept before the next one is fetched
-        entries, version = list_pages(
-            functools.partial(self.core.list_pod_for_all_namespaces, label_selector=self.selector),
-            self._slim,
-        )
+        entries, version = list_pages(self._call, self._slim)
         self._replace(entries)
         self.synced.set()
         return version
 
     def _events(self, version: str) -> Iterator[dict[str, Any]]:
-        response = self.core.list_pod_for_all_namespaces(
-            label_selector=self.selector,
+        response = self._call(
             watch=True,
             resource_version=version,
             allow_watch_bookmarks=True,

@@ -178,6 +178,8 @@ def _summary(result: InitResult, options: InitOptions) -> str:
             f"({host['memlock_source']}), CAP_IPC_LOCK effective here: {host['cap_ipc_lock']}"
         ),
     ]
+    if report.get("transport_reason"):
+        lines.insert(1, f"  why tcp: {report['transport_reason']}")
     if fabric["pairs"]:
         lines.append("  pairing (GPU -> NIC port: NCCL path type, NUMA, role):")
         lines += [f"    {p['gpu']} -> {p['hca']}:{p['port']}: {p['why']}" for p in fabric["pairs"]]

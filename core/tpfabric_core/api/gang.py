@@ -111,9 +111,11 @@ class GangStatus(_Model):
     conditions: list[Condition] = Field(default_factory=list)
     """`Ready` (every pod of the group exists and is Ready: the leader and each worker),
     `Degraded` (a node under the group is degraded: rank, node and the fabric agent's reasons),
-    `Surge` (an extra group of an LWS rolling update, deleted when the update ends) and `Moving`
+    `Surge` (an extra group of an LWS rolling update, deleted when the update ends), `Moving`
     (with `tpfabric.io/on-degraded-link: restart-elsewhere`: whether and why the group is moved
-    off a degraded node now)."""
+    off a degraded node now) and `RDMA` (whether the pods got RDMA devices, and why: `Requested`,
+    `NodesOffer`; False: `NotRequested`, `NodesOfferNone`, the message naming the resource and
+    what to do)."""
     near_by: list[str] = Field(default_factory=list)
     """Gangs placed near this one (their `spec.near` names it): each record's name and where."""
 

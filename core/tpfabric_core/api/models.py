@@ -357,8 +357,10 @@ class Condition(_Model):
     model_config = ConfigDict(extra="ignore")
 
     type: str
-    """Admitted, WorkersCreated, Suspended, Placed, Ready, Degraded, Failed, Succeeded, or
-    InvalidSpec (True while the spec is one the operator cannot act on; not terminal)."""
+    """Admitted, WorkersCreated, Suspended, Placed, Ready, Degraded, Failed, Succeeded, RDMA
+    (whether the workers got RDMA devices, and why: False with `NotRequested` or
+    `NodesOfferNone` runs over TCP), or InvalidSpec (True while the spec is one the operator
+    cannot act on; not terminal)."""
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
     reason: str = ""

@@ -209,6 +209,41 @@ def test_disabled_policy_checks_nothing(host_root: Path, shared_dir: Path, run: 
     assert conf(shared_dir)["NCCL_IB_DISABLE"] == "1"
 
 
+def test_a_pod_without_rdma_devices_says_why_it_runs_over_tcp(
+    host_root: Path, tmp_path: Path, run: Run
+) -> None:
+    annotations = tmp_path / "annotations"
+    decision = {
+        "resource": "rdma/ib",
+        "count": 0,
+        "reason": "NodesOfferNone",
+        "message": "none of the 4 GPU node(s) that could hold the pod offers rdma/ib",
+    }
+    annotations.write_text(f"tpfabric.io/rdma={json.dumps(json.dumps(decision))}\n")
+    root = dgx_h100(host_root).root
+    code, out, _, report = run(root, "--policy", "disabled", "--annotations-file", str(annotations))
+    assert code == 0
+    assert report["outcome"] == "tcp"
+    assert report["rdma_decision"] == decision
+    assert report["transport_reason"] == (
+        "policy disabled: the pod got no RDMA devices (NodesOfferNone: none of the 4 GPU "
+        "node(s) that could hold the pod offers rdma/ib)"
+    )
+    assert f"why tcp: {report['transport_reason']}" in out
+
+
+def test_a_pod_with_rdma_devices_has_no_tcp_reason_and_a_bad_decision_reads_as_none(
+    host_root: Path, tmp_path: Path, run: Run
+) -> None:
+    annotations = tmp_path / "annotations"
+    annotations.write_text('tpfabric.io/rdma="{not json"\n')
+    root = dgx_h100(host_root).root
+    _, _, _, report = run(root, "--annotations-file", str(annotations))
+    assert (report["transport_reason"], report["rdma_decision"]) == (None, None)
+    _, _, _, report = run(root, "--policy", "disabled")
+    assert "its job or gang asks none" in report["transport_reason"]
+
+
 def test_report_only_prints_everything_and_changes_nothing(
     host_root: Path,
     shared_dir: Path,
