@@ -483,7 +483,7 @@ check_group() {
     IFS='|' read -r rank node scheduler rdma gates < <(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.metadata.labels.tpfabric\.io/rank}|{.spec.nodeName}|{.spec.schedulerName}|{.spec.containers[0].resources.limits.rdma/ib}|{.spec.schedulingGates}{"\n"}')
     [[ -z $gates ]] || die "$pod still has scheduling gates: $gates"
     [[ $scheduler == tpfabric-scheduler ]] || die "$pod names the scheduler '$scheduler' (the webhook sets tpfabric-scheduler)"
-    [[ $rdma == 8 ]] || die "$pod's container has rdma/ib '$rdma', asked 8 (tpfabric.io/rdma-count)"
+    [[ $rdma == 8 ]] || die "$pod's container has rdma/ib '$rdma', not the 8 its nodes offer (gangWebhook.rdmaCount auto; lws.yaml asks none)"
     [[ $node == "${planned[$rank]:-}" ]] || die "$pod (rank $rank) is on $node, planned on '${planned[$rank]:-}'"
     echo "$pod: group $index, rank $rank, planned on ${planned[$rank]}, bound to $node, rdma/ib=$rdma" >&2
     nodes+=("$node")
