@@ -206,7 +206,7 @@ def domain_tree(discovery: Discovery) -> DomainTree:
     # several nodes' sick rails point at. A whole leaf domain of degraded nodes does not say
     # which of its rail switches is at fault.
     degraded = discovery.suspect_switches | frozenset(
-        labels.encode_label_value(leaf) for leaf in (fabric.degraded_leaves if fabric else ())
+        fabric.switch_label(leaf) for leaf in (fabric.degraded_leaves if fabric else ())
     )
     switch_counts = _spine_switch_counts(fabric) if fabric is not None else {}
     blocks = []
