@@ -33,7 +33,11 @@ def test_json_has_exactly_nodes_anomalies_and_unassigned_hcas(
 ) -> None:
     assert list(example_json) == ["nodes", "anomalies", "unassigned_hcas"]
     assert len(example_json["nodes"]) == 119
-    assert all(list(entry) == ["labels"] for entry in example_json["nodes"].values())
+    # a dump gives every node's rail map: rail -> the port GUID of the port cabled to it
+    assert all(list(entry) == ["labels", "annotations"] for entry in example_json["nodes"].values())
+    rail_map = example_json["nodes"]["a08-p1-dgx-04-c01"]["annotations"]
+    assert list(rail_map) == ["topology.tpfabric.io/rail-ports"]
+    assert "3=0xe09d7303007a4bd8" in rail_map["topology.tpfabric.io/rail-ports"]  # its mlx5_5
 
 
 @pytest.mark.parametrize(
