@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpfabric_core import labels
-from tpfabric_core.fabric.model import Fabric
+
+if TYPE_CHECKING:  # the components that only read annotations never import the fabric graph
+    from tpfabric_core.fabric.model import Fabric
 
 __all__ = [
     "MAX_RAILS",

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpfabric_core.placement.pod_fit import resource_amount
+from tpfabric_core.rail_ports import node_rails
 
 __all__ = [
     "NODES_OFFER",
@@ -77,6 +78,9 @@ class NodeOffer:
     labels: Mapping[str, str]
     #: allocatable extended resources (``nvidia.com/gpu``, the RDMA resource, ...), whole counts
     resources: Mapping[str, int]
+    #: its rails in order, each with its port GUID where its rail map gives one
+    #: (:func:`tpfabric_core.rail_ports.node_rails`): what a pod planned onto it is told
+    rails: tuple[tuple[int, str | None], ...] = ()
 
     @classmethod
     def from_node(cls, obj: Mapping[str, Any]) -> NodeOffer | None:
@@ -96,13 +100,12 @@ class NodeOffer:
             except ValueError:
                 continue
         labels = meta.get("labels")
-        return cls(
-            name=meta["name"],
-            labels={str(k): str(v) for k, v in labels.items()}
-            if isinstance(labels, Mapping)
-            else {},
-            resources=resources,
+        node_labels = (
+            {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
         )
+        annotations = meta.get("annotations")
+        rails, _ = node_rails(node_labels, annotations if isinstance(annotations, Mapping) else {})
+        return cls(name=meta["name"], labels=node_labels, resources=resources, rails=rails)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import TensorParallelJob
-from tpfabric_core.rdma_default import RdmaDecision
+from tpfabric_core.rdma_default import NodeOffer, RdmaDecision
 from tpfabric_operator.born_released import create_gang
 from tpfabric_operator.children import headless_service, worker_pod
 from tpfabric_operator.create_backoff import partial_gang
@@ -32,9 +32,14 @@ from tpfabric_operator.operator_state import OperatorState
 from tpfabric_operator.pod_cache import owner_uid
 from tpfabric_operator.settings import CREATE_CONCURRENCY, INIT_IMAGE
 
-__all__ = ["apply_intent", "create_pods", "ensure_service"]
+__all__ = ["apply_intent", "create_pods", "ensure_service", "node_offers"]
 
 log = logging.getLogger("tpfabric.operator")
+
+
+def node_offers(indexes: Mapping[str, Any]) -> dict[str, NodeOffer]:
+    """Return what every node offers, by name, from the operator's node index."""
+    return {o.name: o for store in indexes.get("node_resources", {}).values() for o in store}
 
 
 def _worker_manifests(
@@ -131,7 +136,13 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
         return streak.message()
     whole = len(manifests) == job.spec.workers  # none of the gang's workers exists yet
     outcomes = create_pods(
-        state, manifests, uid, placement, whole_gang=whole, slow_start=streak is not None
+        state,
+        manifests,
+        uid,
+        placement,
+        whole_gang=whole,
+        slow_start=streak is not None,
+        nodes=node_offers(indexes) if manifests and placement else None,  # rails to tell
     )
     intent.create = [index for index, (ok, _) in zip(intent.create, outcomes, strict=True) if ok]
     if intent.create:
@@ -216,6 +227,7 @@ def create_pods(
     *,
     whole_gang: bool = True,
     slow_start: bool = False,
+    nodes: Mapping[str, NodeOffer] | None = None,
 ) -> list[tuple[bool, str | None]]:
     """Return, per manifest in order, (the pod is ours now, the error that stopped it).
 
@@ -254,6 +266,7 @@ def create_pods(
         whole_gang=whole_gang,
         batch=CREATE_CONCURRENCY,
         plan_wait_seconds=state.plan_wait_seconds,
+        nodes=nodes,
     )
 
 

@@ -34,10 +34,10 @@ from pydantic import ValidationError
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.fabric_description import pydantic_error_path
-from tpfabric_core.rdma_default import NodeOffer, RdmaDecision
+from tpfabric_core.rdma_default import RdmaDecision
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 from tpfabric_operator import fabric_health, leadership
-from tpfabric_operator.apply_intent import apply_intent
+from tpfabric_operator.apply_intent import apply_intent, node_offers
 from tpfabric_operator.born_released import placement_state
 from tpfabric_operator.children import worker_pod, worker_rdma
 from tpfabric_operator.decide import decide, honour_problem
@@ -277,7 +277,9 @@ def _reconcile(
     ).job
     problem = None
     if not terminal and not job.spec.suspend:
-        problem = honour_problem(job, [o.resources for o in _offers(indexes)], RDMA_RESOURCE)
+        problem = honour_problem(
+            job, [o.resources for o in node_offers(indexes).values()], RDMA_RESOURCE
+        )
     links = fabric_health.degraded_links(
         job, owned, indexes.get("degraded_nodes", {}), status, placement
     )
@@ -300,7 +302,7 @@ def _reconcile(
     elif problem:
         state.warn(body, "CannotBeHonoured", problem)
     # the workers' RDMA devices, worked out only when workers are made (a pass over the nodes)
-    rdma = worker_rdma(job, _offers(indexes), RDMA_RESOURCE) if intent.create else None
+    rdma = worker_rdma(job, node_offers(indexes).values(), RDMA_RESOURCE) if intent.create else None
     stuck = stuck_terminating(owned + pods_now.stale, now)
     stuck_words = stuck_message(stuck, now) if stuck else ""
     if stuck_words:
@@ -344,11 +346,6 @@ def _reconcile(
         state.waker.wake((namespace, name))
 
 
-def _offers(indexes: Mapping[str, Any]) -> list[NodeOffer]:
-    """Return what every node offers, from the operator's node index."""
-    return [offer for store in indexes.get("node_resources", {}).values() for offer in store]
-
-
 def _kueue(
     state: OperatorState,
     body: kopf.Body,
@@ -375,7 +372,7 @@ def _kueue(
             namespace,
             0,
             INIT_IMAGE,
-            rdma=worker_rdma(job, _offers(indexes), RDMA_RESOURCE),
+            rdma=worker_rdma(job, node_offers(indexes).values(), RDMA_RESOURCE),
         ),
         now=now,
     )

@@ -30,6 +30,7 @@ from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.labels import HEALTH
 from tpfabric_core.placement.pod_fit import host_ports, pod_requests, repels_peers, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_core.rail_ports import node_rails
 
 __all__ = [
     "GANG_GATE",
@@ -72,6 +73,9 @@ class NodeRecord:
     #: of a node labelled degraded, what its worst rail keeps of its rate, as the fabric agent
     #: measured it (None: unmeasured, or not degraded)
     kept: float | None = None
+    #: its rails in order, each with its port GUID where its rail map gives one (the pods'
+    #: ``tpfabric.io/rails``); a map that cannot be used leaves the GUIDs out
+    rails: tuple[tuple[int, str | None], ...] = ()
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> NodeRecord:
@@ -85,10 +89,11 @@ class NodeRecord:
                 continue  # a quantity we cannot read counts as absent (never a crash)
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         node_labels = dict(meta.get("labels") or {})
+        annotations = meta.get("annotations") or {}
         kept = None
         if node_labels.get(HEALTH) == "degraded":
-            annotations = meta.get("annotations") or {}
             kept = bandwidth_kept(parse_detail(annotations.get(DETAIL_ANNOTATION)))
+        rails, _ = node_rails(node_labels, annotations)  # the fabric agent reports a bad map
         return cls(
             name=meta["name"],
             labels=node_labels,
@@ -100,6 +105,7 @@ class NodeRecord:
                 for t in spec.get("taints") or []
             ),
             kept=kept,
+            rails=rails,
         )
 
 
