@@ -267,6 +267,16 @@ def transport_reason(policy: str, decision: dict[str, Any] | None) -> str | None
     return "policy disabled: the pod got no RDMA devices (its job or gang asks none)"
 
 
+def _port_guids(inventory: HostInventory) -> dict[str, NicPort]:
+    """Return every InfiniBand port the pod sees by its port GUID (the plan's pins)."""
+    return {
+        port.guid: NicPort(hca.name, port.number)
+        for hca in inventory.hcas
+        for port in hca.ports
+        if port.guid is not None
+    }
+
+
 def _inventory_report(inventory: HostInventory) -> dict[str, Any]:
     data = asdict(inventory)
     for key in ("memlock_soft", "memlock_hard"):
@@ -656,7 +666,12 @@ def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limi
     annotation = read_annotation(options.annotations_file, RAILS_ANNOTATION)
     network_status = read_annotation(options.annotations_file, NETWORK_STATUS_ANNOTATION)
     try:
-        rails = affinity.assign_rails(selection.endpoints, annotation)
+        rails = affinity.assign_rails(
+            selection.endpoints,
+            annotation,
+            port_guids=_port_guids(inventory),
+            whole_node=len(inventory.gpus) >= inventory.gpus_on_node,
+        )
     except RailsAnnotationError as err:
         rails = affinity.assign_rails(selection.endpoints, None)
         if options.policy == "required":

@@ -164,7 +164,10 @@ class HostTree:
             _write(port / "link_layer", link_layer)
             for counter in ("symbol_error", "link_downed", "port_rcv_errors"):
                 _write(port / "counters" / counter, "0")
-            table = gids if gids is not None else ((link_local_gid(guid), "IB/RoCE v1"),)
+            # port N's GUID is the node GUID + N - 1, as ConnectX cards number them
+            table = (
+                gids if gids is not None else ((link_local_gid(guid + number - 1), "IB/RoCE v1"),)
+            )
             for index, entry in enumerate(table):
                 gid, gid_type = entry[0], entry[1]
                 owner = entry[2] if len(entry) > 2 else netdev

@@ -448,3 +448,43 @@ def test_topology_xml_is_written_and_referenced(
 )
 def test_sizes(text: str, value: int) -> None:
     assert parse_size(text) == value
+
+
+def pinned(names: list[str]) -> str:
+    """The plan's tpfabric.io/rails for ports 1 of ``names`` in rail order, by port GUID."""
+    return ",".join(
+        f"{rail}=0x{0xB83FD20300000000 + int(name.split('_')[1]):016x}"
+        for rail, name in enumerate(names)
+    )
+
+
+def test_the_plans_rails_pinned_by_port_guid_order_nccl_ib_hca(
+    host_root: Path, shared_dir: Path, tmp_path: Path, run: Run
+) -> None:
+    order = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_6", "mlx5_5", "mlx5_9", "mlx5_10", "mlx5_11"]
+    annotations = tmp_path / "annotations"
+    annotations.write_text(f'tpfabric.io/rails="{pinned(order)}"\n')
+    root = dgx_h100(host_root).root
+    code, _, _, report = run(root, "--policy", "required", "--annotations-file", str(annotations))
+    assert code == 0
+    assert report["fabric"]["rail_source"] == "annotation"
+    assert conf(shared_dir)["NCCL_IB_HCA"] == "=" + ",".join(f"{n}:1" for n in order)
+
+
+def test_a_pinned_port_the_pod_lacks_fails_required_and_falls_back_under_preferred(
+    host_root: Path, tmp_path: Path, run: Run
+) -> None:
+    annotations = tmp_path / "annotations"
+    stale = pinned(list(DGX_COMPUTE_HCAS[:7])) + ",7=0x00000000000000ff"
+    annotations.write_text(f'tpfabric.io/rails="{stale}"\n')
+    root = dgx_h100(host_root).root
+    code, _, err, _ = run(root, "--policy", "required", "--annotations-file", str(annotations))
+    assert code == 1
+    (line,) = [e for e in errors(err) if "tpfabric.io/rails" in e]
+    assert "rail 7 is port 0x00000000000000ff, which this pod does not have" in line
+    code, _, err, report = run(
+        root, "--policy", "preferred", "--annotations-file", str(annotations)
+    )
+    assert code == 0
+    assert report["fabric"]["rail_source"] == "pairing"
+    assert "rail 7 is port 0x00000000000000ff" in err
