@@ -301,6 +301,9 @@ def test_the_fabrics_figures_reach_the_placer_as_flags_it_takes(
             "at '/scheduler/extender/oversubscription'",
         ),
         ({"operator": {"resources": {"limit": {}}}}, "additional properties 'limit' not allowed"),
+        ({"gangWebhook": {"rdmaCount": "all"}}, "at '/gangWebhook/rdmaCount'"),
+        ({"gangWebhook": {"rdmaCount": 65}}, "at '/gangWebhook/rdmaCount'"),
+        ({"rdma": {"resourceName": "ib"}}, "at '/rdma/resourceName'"),
     ],
 )
 def test_the_schema_rejects_bad_values_with_their_path(
