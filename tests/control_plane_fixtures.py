@@ -385,13 +385,13 @@ RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 def chart_identities(
     local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, RunAs]:
-    """Return ``{"operator": RunAs, "scheduler": RunAs, "fabric-agent": RunAs}``: the chart's
-    ServiceAccounts.
+    """Return ``{"operator": RunAs, "scheduler": RunAs, "fabric-agent": RunAs, "gang-webhook":
+    RunAs}``: the chart's ServiceAccounts.
 
     Exactly the RBAC objects ``helm template`` renders with default values and the fabric agent
-    enabled are applied (nothing added), a TokenRequest token of each ServiceAccount makes its
-    kubeconfig, and the process runs as a uid without a passwd entry when the tests run as root --
-    as the chart's pods do.
+    and the gang webhook enabled are applied (nothing added), a TokenRequest token of each
+    ServiceAccount makes its kubeconfig, and the process runs as a uid without a passwd entry
+    when the tests run as root -- as the chart's pods do.
     """
     helm = find_toolchain(("helm",)).path("helm")
     home = tmp_path_factory.mktemp("helm-home")
@@ -409,6 +409,8 @@ def chart_identities(
             version,
             "--set",
             "fabricAgent.enabled=true",
+            "--set",
+            "gangWebhook.enabled=true",
         ],
         capture_output=True,
         text=True,
@@ -426,7 +428,7 @@ def chart_identities(
     uid = unused_uid() if os.geteuid() == 0 else None
     folder = tmp_path_factory.mktemp("identities")
     identities = {}
-    for component in ("operator", "scheduler", "fabric-agent"):
+    for component in ("operator", "scheduler", "fabric-agent", "gang-webhook"):
         account = next(
             d["metadata"]["name"]
             for d in rbac

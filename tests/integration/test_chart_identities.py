@@ -19,13 +19,15 @@ from typing import Any
 import psutil
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from control_plane_fixtures import CHART_NAMESPACE, FabricFactory, wait_for
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE
 from tpfabric_fabric_agent.fake_sysfs import FakeSysfs
-from tpfabric_localcluster.cluster import LocalCluster
+from tpfabric_localcluster.cluster import LocalCluster, api_client
+from tpfabric_localcluster.gang_webhook import start_gang_webhook
 from tpfabric_localcluster.processes import log_tail
 from tpfabric_localcluster.tpfabric import EXTENDER, RunAs, start_extender, start_operator
 
@@ -187,3 +189,22 @@ def test_the_fabric_agent_publishes_its_node_with_only_the_charts_permissions(
         agent.terminate()
         agent.wait(timeout=10)
         log.close()
+
+
+def test_the_gang_webhook_reads_the_nodes_with_the_charts_rbac(
+    tpfabric_scheduling: LocalCluster, chart_identities: dict[str, RunAs]
+) -> None:
+    """With ``rdmaCount: auto`` the webhook lists and watches nodes before it serves: under its
+    own ServiceAccount, with exactly the chart's RBAC, it comes up (and may not write nodes)."""
+    identity = chart_identities["gang-webhook"]
+    hook = start_gang_webhook(tpfabric_scheduling, extra=(f"--kubeconfig={identity.kubeconfig}",))
+    try:
+        assert hook.healthy()
+        with api_client(identity.kubeconfig) as api:
+            core = client.CoreV1Api(api)
+            core.list_node(limit=1)
+            with pytest.raises(ApiException) as refused:
+                core.patch_node("no-such-node", {"metadata": {"labels": {"x": "y"}}})
+            assert refused.value.status == 403
+    finally:
+        hook.stop()
