@@ -25,9 +25,16 @@ from control_plane_fixtures import (
     run_kubectl,
     wait_for,
 )
+from tpfabric_core import labels
 from tpfabric_core.api import GROUP, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
+from tpfabric_core.rail_ports import (
+    PLAN_LEVEL_ANNOTATION,
+    RAIL_PORTS_ANNOTATION,
+    RAILS_ANNOTATION,
+    format_rail_ports,
+)
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.gang_webhook import GangWebhook, start_gang_webhook
 from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
@@ -357,3 +364,56 @@ def test_pods_naming_a_workload_api_pod_group_are_placed_as_one_gang_of_its_size
     for pod in pods:
         core.delete_namespaced_pod(pod.metadata.name, enabled, grace_period_seconds=0)
     wait_for(lambda: record(custom, enabled, "llama-pg") is None, 60, what="the record collected")
+
+
+def rail_map(node: str) -> dict[int, str]:
+    """A port GUID per rail of ``node`` (as a dump would give its eight compute ports)."""
+    base = 0xE09D730300000000 + (int(node.rsplit("-", 1)[1]) << 8) + (int(node[5]) << 16)
+    return {rail: f"{base + rail:016x}" for rail in range(8)}
+
+
+def test_released_pods_and_workers_born_released_are_told_their_rails_by_port_guid(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """The placer writes each pod's rails (``tpfabric.io/rails``, its node's ports by GUID) and
+    its plan's level when it releases it; the operator writes the same on workers it creates
+    onto an existing plan. rdma-init reads them through the downward API."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    for node in core.list_node(label_selector=f"{labels.LEAF}").items:
+        name = node.metadata.name
+        if name.startswith("gng-"):
+            text = format_rail_ports(rail_map(name))
+            core.patch_node(name, {"metadata": {"annotations": {RAIL_PORTS_ANNOTATION: text}}})
+    for index in range(2):
+        core.create_namespaced_pod(enabled, member(f"rails-{index}", "rails", 2, index))
+    job = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TensorParallelJob",
+        "metadata": {"name": "railed"},
+        "spec": {
+            "workers": 3,
+            "tensorParallelSize": 8,
+            "topology": {"mode": "required", "level": "leaf"},
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+        },
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, enabled, "tensorparalleljobs", job)
+
+    def told(selector: str, count: int) -> list[client.V1Pod] | None:
+        pods = core.list_namespaced_pod(enabled, label_selector=selector).items
+        done = [
+            p
+            for p in pods
+            if p.spec.node_name and RAILS_ANNOTATION in (p.metadata.annotations or {})
+        ]
+        return done if len(done) == count else None
+
+    for selector, count in ((f"{GANG_LABEL}=rails", 2), ("tpfabric.io/job-name=railed", 3)):
+        pods = wait_for(
+            lambda s=selector, n=count: told(s, n), 90, what=f"{selector}: rails written"
+        )
+        for pod in pods:
+            annotations = pod.metadata.annotations
+            expected = ",".join(f"{r}=0x{g}" for r, g in rail_map(pod.spec.node_name).items())
+            assert annotations[RAILS_ANNOTATION] == expected, pod.metadata.name
+            assert annotations[PLAN_LEVEL_ANNOTATION] == "leaf", pod.metadata.name
