@@ -4,7 +4,8 @@ it plans a TensorParallelJob and releases the pods into one leaf, kube-scheduler
 
 Real kube-apiserver, kube-controller-manager (its Job controller makes pods in one test),
 kube-scheduler with tpfabric's profile, the placer/extender, the operator and the webhook, on
-kwok nodes: two leaves of eight.
+kwok nodes: two leaves of eight (and, for gangs on a TCP-only GPU pool, two leaves of two nodes
+without RDMA devices).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tpfabric_core.rail_ports import (
     RAILS_ANNOTATION,
     format_rail_ports,
 )
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.gang_webhook import GangWebhook, start_gang_webhook
 from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
@@ -417,3 +419,105 @@ def test_released_pods_and_workers_born_released_are_told_their_rails_by_port_gu
             expected = ",".join(f"{r}=0x{g}" for r, g in rail_map(pod.spec.node_name).items())
             assert annotations[RAILS_ANNOTATION] == expected, pod.metadata.name
             assert annotations[PLAN_LEVEL_ANNOTATION] == "leaf", pod.metadata.name
+
+
+# -- GPU gangs on nodes without RDMA devices -------------------------------------------------------
+# A gang's demand is what its pods ask: an older Gang CRD defaulted a record's spec.rdma.count to
+# 8 and the placer added 8 rdma/ib to pods that asked only GPUs, so such a gang waited for ever on
+# a TCP-only GPU pool; a TensorParallelJob without spec.rdma asked for 8 and failed
+# (CannotBeHonoured). Now both run over TCP and say why.
+
+TCP_FABRIC = """
+name: tcp-only
+rails: 8
+railOptimized: true
+rdmaResource: rdma/ib
+node: {gpus: 8, rdma: 0, cpu: "128", memory: 2Ti, pods: 110}
+blocks:
+- name: tcp
+  spines:
+  - name: tcp-su
+    leaves:
+    - {name: tcp-leaf1, nodes: ["tcp-l1-[01-02]"]}
+    - {name: tcp-leaf2, nodes: ["tcp-l2-[01-02]"]}
+"""
+
+
+@pytest.fixture
+def tcp_only(
+    components: GangWebhook, api: client.ApiClient, namespace: str, fake_nodes: FabricFactory
+) -> Iterator[str]:
+    """The test's namespace, opted in; the cluster's GPU nodes offer no RDMA device."""
+    fake_nodes(TCP_FABRIC)
+    yield opt_in(api, namespace)
+    clear_jobs_and_pods(api, namespace)
+
+
+def condition_of(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), None)
+
+
+def test_a_gpu_gang_that_asks_no_rdma_is_placed_on_nodes_without_any(
+    api: client.ApiClient, tcp_only: str
+) -> None:
+    core = client.CoreV1Api(api)
+    for index in range(2):
+        core.create_namespaced_pod(tcp_only, member(f"tcp-{index}", "tcp", 2))
+    wait_running(core, tcp_only, "tcp", 2)
+
+
+def test_a_gang_without_rdma_says_so_on_its_pods_and_its_record(
+    api: client.ApiClient, tcp_only: str
+) -> None:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    for index in range(2):
+        core.create_namespaced_pod(tcp_only, member(f"why-{index}", "why", 2))
+    for pod in wait_running(core, tcp_only, "why", 2):
+        assert "rdma/ib" not in (pod.spec.containers[0].resources.limits or {})
+        assert "--policy=disabled" in pod.spec.init_containers[0].args
+        decision = parse_decision(pod.metadata.annotations[RDMA_ANNOTATION])
+        assert decision is not None
+        assert (decision.count, decision.reason) == (0, "NodesOfferNone")
+    rdma = wait_for(
+        lambda: condition_of(record(custom, tcp_only, "why"), "RDMA"),
+        30,
+        what="the Gang record's RDMA condition",
+    )
+    assert (rdma["status"], rdma["reason"]) == ("False", "NodesOfferNone")
+    assert "offers rdma/ib" in rdma["message"]
+    assert "rdma.resourceName" in rdma["message"]
+
+
+def test_a_job_that_names_no_rdma_runs_over_tcp_and_says_why(
+    api: client.ApiClient, tcp_only: str
+) -> None:
+    custom = client.CustomObjectsApi(api)
+    container = {"name": "w", "image": "busybox", "resources": {"limits": {"cpu": "1"}}}
+    job = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TensorParallelJob",
+        "metadata": {"name": "tcp-job"},
+        "spec": {
+            "workers": 2,
+            "tensorParallelSize": 8,
+            "template": {"spec": {"containers": [container]}},
+        },
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, tcp_only, "tensorparalleljobs", job)
+
+    def read() -> dict[str, Any]:
+        return dict(
+            custom.get_namespaced_custom_object(
+                GROUP, VERSION, tcp_only, "tensorparalleljobs", "tcp-job"
+            )
+        )
+
+    def running() -> dict[str, Any] | None:
+        obj = read()
+        return obj if (obj.get("status") or {}).get("phase") == "Running" else None
+
+    obj = wait_for(running, 90, what="the job Running", explain=lambda: str(read().get("status")))
+    rdma = condition_of(obj, "RDMA")
+    assert rdma is not None
+    assert (rdma["status"], rdma["reason"]) == ("False", "NodesOfferNone")

@@ -34,8 +34,10 @@ STALE = labels.rail_key(7)  # the generated nodes have rails 0-3 only
 FOREIGN = "example.com/rack"
 
 
-def label(cluster: LocalCluster, dump: Path, *flags: str) -> Result:
-    args = ["topology", "label", "--ibnetdiscover", str(dump)]
+def label(
+    cluster: LocalCluster, dump: Path, *flags: str, source: str = "--ibnetdiscover"
+) -> Result:
+    args = ["topology", "label", source, str(dump)]
     result = CliRunner().invoke(app, [*args, "--kubeconfig", str(cluster.kubeconfig), *flags])
     assert result.exit_code == 0, result.output
     return result
@@ -201,12 +203,7 @@ def test_a_dump_gives_each_node_its_rail_map_by_port_guid(
         assert ports == guids, name
     description = dump.with_suffix(".yaml")
     description.write_text(write_fabric_description(generated.fabric, "label-test"))
-    result = CliRunner().invoke(
-        app,
-        ["topology", "label", "--fabric", str(description), "--kubeconfig",
-         str(local_cluster.kubeconfig), "--apply"],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    result = label(local_cluster, description, "--apply", source="--fabric")
     assert f"- annotation {RAIL_PORTS_ANNOTATION}" in result.stdout
     for name in nodes:
         assert RAIL_PORTS_ANNOTATION not in (core.read_node(name).metadata.annotations or {})
