@@ -301,7 +301,14 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper())
     nodes = None
     if args.rdma_count is None:
-        nodes = NodeOffers(client.CoreV1Api(_api_client(args.kubeconfig)))
+        try:
+            api = _api_client(args.kubeconfig)
+        except config.ConfigException as err:
+            raise SystemExit(
+                f"tpfabric-webhook: --rdma-count auto reads the nodes, but no API server is "
+                f"configured ({err}): give --kubeconfig, run it in a pod, or set --rdma-count N"
+            ) from err
+        nodes = NodeOffers(client.CoreV1Api(api))
         nodes.start()
     settings = WebhookSettings(
         init_image=args.init_image,
