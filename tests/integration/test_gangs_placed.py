@@ -73,14 +73,21 @@ def components(tpfabric_scheduling: LocalCluster, api: client.ApiClient) -> Iter
     tpfabric_scheduling.stop_component(OPERATOR)
 
 
+def opted_in_on(
+    fabric: str, api: client.ApiClient, namespace: str, fake_nodes: FabricFactory
+) -> Iterator[str]:
+    """Yield the test's namespace, opted in, with the nodes of ``fabric``; clear it afterwards."""
+    fake_nodes(fabric)
+    yield opt_in(api, namespace)
+    clear_jobs_and_pods(api, namespace)
+
+
 @pytest.fixture
 def enabled(
     components: GangWebhook, api: client.ApiClient, namespace: str, fake_nodes: FabricFactory
 ) -> Iterator[str]:
     """The test's namespace, opted in, with the sixteen ``gng-*`` nodes."""
-    fake_nodes(FABRIC)
-    yield opt_in(api, namespace)
-    clear_jobs_and_pods(api, namespace)
+    yield from opted_in_on(FABRIC, api, namespace, fake_nodes)
 
 
 def member(name: str, gang: str, size: int, rank: int | None = None) -> dict[str, Any]:
@@ -448,9 +455,7 @@ def tcp_only(
     components: GangWebhook, api: client.ApiClient, namespace: str, fake_nodes: FabricFactory
 ) -> Iterator[str]:
     """The test's namespace, opted in; the cluster's GPU nodes offer no RDMA device."""
-    fake_nodes(TCP_FABRIC)
-    yield opt_in(api, namespace)
-    clear_jobs_and_pods(api, namespace)
+    yield from opted_in_on(TCP_FABRIC, api, namespace, fake_nodes)
 
 
 def condition_of(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
