@@ -457,21 +457,22 @@ def apply_confinement(
 def chart_identities(
     local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, RunAs]:
-    """Return ``{"operator": RunAs, "scheduler": RunAs, "fabric-agent": RunAs}``: the chart's
-    ServiceAccounts.
+    """Return ``{"operator": RunAs, "scheduler": RunAs, "fabric-agent": RunAs, "gang-webhook":
+    RunAs}``: the chart's ServiceAccounts.
 
     Exactly the RBAC objects and admission policies ``helm template`` renders with default
-    values and the fabric agent enabled are applied (nothing added), a TokenRequest token of
-    each ServiceAccount makes its kubeconfig, and the process runs as a uid without a passwd
-    entry when the tests run as root -- as the chart's pods do. (The fabric agent's policy takes
-    only a token bound to an agent pod: its tests make one with :func:`agent_pod`.)
+    values and the fabric agent and the gang webhook enabled are applied (nothing added), a
+    TokenRequest token of each ServiceAccount makes its kubeconfig, and the process runs as a uid
+    without a passwd entry when the tests run as root -- as the chart's pods do. (The fabric
+    agent's policy takes only a token bound to an agent pod: its tests make one with
+    :func:`agent_pod`.)
     """
-    objects = render_chart(tmp_path_factory, "fabricAgent.enabled=true")
+    objects = render_chart(tmp_path_factory, "fabricAgent.enabled=true", "gangWebhook.enabled=true")
     rbac = apply_confinement(local_cluster, objects, [CHART_NAMESPACE])
     uid = unused_uid() if os.geteuid() == 0 else None
     folder = tmp_path_factory.mktemp("identities")
     identities = {}
-    for component in ("operator", "scheduler", "fabric-agent"):
+    for component in ("operator", "scheduler", "fabric-agent", "gang-webhook"):
         account = chart_account(rbac, component)
         kubeconfig = service_account_kubeconfig(
             local_cluster, CHART_NAMESPACE, account, folder / f"{component}.kubeconfig"

@@ -114,11 +114,13 @@ def run(reviews: int = 2000, warmup: int = 200) -> dict[str, Any]:
         port = _free_port()
         metrics_port = next(p for p in iter(_free_port, None) if p != port)
         process = subprocess.Popen(
+            # a set count: the benchmark runs without a cluster whose nodes the default reads
             command_line(
                 certs,
                 port,
                 "tpfabric/rdma-init:dev",
                 "--log-level=WARNING",
+                "--rdma-count=8",
                 metrics_port=metrics_port,
             )
         )

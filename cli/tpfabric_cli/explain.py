@@ -2,10 +2,11 @@
 
 For a TensorParallelJob or a Gang record (another controller's gang) it prints the job's
 ``status.placement`` in the placer's own words (state, message, reasons, refused nodes), its
-``Degraded`` condition while a rank runs on a degraded link (with the restart weighing), the
-plan's level, domain, hops and modelled all-reduce, and a rank table that puts each rank's
-planned node beside the node its pod is bound to, with that node's leaf, spine, rails and
-fabric health; a pod off its planned node is flagged. ``--json`` gives the same facts to
+``Degraded`` condition while a rank runs on a degraded link (with the restart weighing), its
+``RDMA`` condition (whether its pods got RDMA devices, and why not), the plan's level, domain,
+hops and modelled all-reduce, and a rank table that puts each rank's planned node beside the
+node its pod is bound to, with that node's leaf, spine, rails and fabric health; a pod off its
+planned node is flagged. ``--json`` gives the same facts to
 scripts, ``--picture`` draws the job on the fabric (the demo's picture).
 
 Two halves, kept apart: :func:`explain_object`, :func:`print_explanation` and
@@ -167,6 +168,9 @@ class Explanation:
     """The message of the job's ``Degraded`` condition while it is True: the ranks on degraded
     links and, with ``onDegradedLink: restart-when-it-pays``, why the job restarts or keeps
     running."""
+    rdma: Mapping[str, str] | None = None
+    """The job's ``RDMA`` condition (status, reason, message): whether its pods got RDMA
+    devices, and why not (None: the job has no such condition)."""
 
     @property
     def off_plan(self) -> tuple[RankRow, ...]:
@@ -194,6 +198,7 @@ class Explanation:
             document["owner"] = dict(self.owner)
             document["problems"] = list(self.problems)
         document["degraded"] = self.degraded
+        document["rdma"] = dict(self.rdma) if self.rdma is not None else None
         document["placement"] = dict(self.placement)
         document["ranks"] = [row.document() for row in self.ranks]
         return document
@@ -300,6 +305,7 @@ def explain_object(
         owner=(spec.get("owner") or {}) if is_gang else None,
         problems=tuple(str(p) for p in status.get("problems") or ()) if is_gang else (),
         degraded=_degraded(status),
+        rdma=_rdma(status),
     )
 
 
@@ -308,6 +314,14 @@ def _degraded(status: Mapping[str, Any]) -> str | None:
     for condition in status.get("conditions") or ():
         if condition.get("type") == "Degraded" and condition.get("status") == "True":
             return str(condition.get("message") or "")
+    return None
+
+
+def _rdma(status: Mapping[str, Any]) -> dict[str, str] | None:
+    """Return the ``RDMA`` condition's status, reason and message, None when there is none."""
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "RDMA":
+            return {k: str(condition.get(k) or "") for k in ("status", "reason", "message")}
     return None
 
 
@@ -400,6 +414,13 @@ def print_explanation(explanation: Explanation, console: Console) -> None:
                           f" (since {escape(str(node.get('since')))})")  # fmt: skip
     if previous := placement.get("previousNodes") or []:
         console.print(f"nodes of the last plan: {escape(compress_hostlist(list(previous)))}")
+    if explanation.rdma is not None:
+        rdma = explanation.rdma
+        if rdma["status"] == "True":
+            console.print(f"transport: RDMA ({escape(rdma['reason'])}: {escape(rdma['message'])})")
+        else:
+            console.print(f"[yellow]transport: TCP sockets, no RDMA ({escape(rdma['reason'])}: "
+                          f"{escape(rdma['message'])})[/]")  # fmt: skip
     if explanation.degraded is not None:
         console.print(f"[yellow]degraded: {escape(explanation.degraded)}[/]")
     if explanation.problems:

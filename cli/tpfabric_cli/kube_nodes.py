@@ -1,10 +1,10 @@
 """The one adapter through which ``tpfabric topology`` talks to the API server: Node labels.
 
 It reads every Node (paged, one list call per 500 nodes: labels, annotations and status
-conditions) and patches the labels of one Node with a JSON merge patch, where a key set to
-``null`` removes the label. Nothing else:
-which labels to set is decided by the pure functions of ``tpfabric_core.fabric.node_labels``, and
-this module must never decide it, nor touch anything but ``metadata.labels`` of Nodes.
+conditions) and patches the labels of one Node (and tpfabric's rail map annotation) with a JSON
+merge patch, where a key set to ``null`` removes it. Nothing else: which labels to set is
+decided by the pure functions of ``tpfabric_core.fabric.node_labels``, and this module must
+never decide it, nor touch anything but ``metadata.labels`` and those annotations of Nodes.
 
 Errors are translated once, here: an unusable kubeconfig is an ``InputError`` (exit 2, the message
 says which flag fixes it), an unreachable or refusing API server a ``RuntimeError`` (exit 1).
@@ -128,15 +128,23 @@ def read_node_labels(core: client.CoreV1Api) -> dict[str, dict[str, str]]:
 
 
 def patch_node_labels(
-    core: client.CoreV1Api, node: str, to_set: Mapping[str, str], to_remove: list[str]
+    core: client.CoreV1Api,
+    node: str,
+    to_set: Mapping[str, str],
+    to_remove: list[str],
+    annotations: Mapping[str, str | None] | None = None,
 ) -> None:
-    """Patch the labels of ``node``: set ``to_set``, remove ``to_remove`` (merge patch, null)."""
+    """Patch the labels of ``node``: set ``to_set``, remove ``to_remove`` (merge patch, null);
+    ``annotations``: tpfabric's annotations to set (None: remove), in the same patch."""
     patch_labels: dict[str, str | None] = dict(to_set)
     patch_labels.update(dict.fromkeys(to_remove))
+    metadata: dict[str, Any] = {"labels": patch_labels}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     try:
         core.patch_node(
             node,
-            {"metadata": {"labels": patch_labels}},
+            {"metadata": metadata},
             field_manager=FIELD_MANAGER,
             _content_type="application/merge-patch+json",
             _request_timeout=_TIMEOUT_S,

@@ -380,10 +380,17 @@ DOMAIN=$(kubectl -n "$JOB_NAMESPACE" get tpj "$JOB" -o jsonpath='{.status.placem
 [[ $(kubectl -n "$JOB_NAMESPACE" get tpj "$JOB" -o jsonpath='{.status.phase}') == Running ]] \
   || die "job is not Running: $(kubectl -n "$JOB_NAMESPACE" get tpj "$JOB" -o jsonpath='{.status}')"
 
-# check_wiring POD: rdma-init ran (exit 0) and wrote nccl.conf and its report, which the main
-# container (`worker`) sees and printed at its start; sets HCA to the conf's NCCL_IB_HCA line.
+# check_wiring POD: the pod carries its plan's rails and level (the placer writes them when it
+# releases a pod, the operator on workers born released), rdma-init ran (exit 0) and wrote
+# nccl.conf and its report, which the main container (`worker`) sees and printed at its start;
+# sets HCA to the conf's NCCL_IB_HCA line.
 check_wiring() {
-  local pod=$1 code conf report
+  local pod=$1 code conf report rails level
+  rails=$(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.metadata.annotations.tpfabric\.io/rails}')
+  [[ -n $rails ]] || die "$pod: no tpfabric.io/rails annotation (its plan's rails)"
+  level=$(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.metadata.annotations.tpfabric\.io/plan-level}')
+  [[ $level == leaf ]] || die "$pod: tpfabric.io/plan-level is '$level', its gang is planned in one leaf"
+  echo "$pod: tpfabric.io/rails=$rails, tpfabric.io/plan-level=$level" >&2
   code=$(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.status.initContainerStatuses[?(@.name=="rdma-init")].state.terminated.exitCode}')
   [[ $code == 0 ]] || die "$pod: rdma-init exit code '$code'"
   echo "--- $pod: rdma-init (exit 0) log:" >&2
@@ -532,7 +539,7 @@ check_group() {
     IFS='|' read -r rank node scheduler rdma gates < <(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.metadata.labels.tpfabric\.io/rank}|{.spec.nodeName}|{.spec.schedulerName}|{.spec.containers[0].resources.limits.rdma/ib}|{.spec.schedulingGates}{"\n"}')
     [[ -z $gates ]] || die "$pod still has scheduling gates: $gates"
     [[ $scheduler == tpfabric-scheduler ]] || die "$pod names the scheduler '$scheduler' (the webhook sets tpfabric-scheduler)"
-    [[ $rdma == 8 ]] || die "$pod's container has rdma/ib '$rdma', asked 8 (tpfabric.io/rdma-count)"
+    [[ $rdma == 8 ]] || die "$pod's container has rdma/ib '$rdma', not the 8 its nodes offer (gangWebhook.rdmaCount auto; lws.yaml asks none)"
     [[ $node == "${planned[$rank]:-}" ]] || die "$pod (rank $rank) is on $node, planned on '${planned[$rank]:-}'"
     echo "$pod: group $index, rank $rank, planned on ${planned[$rank]}, bound to $node, rdma/ib=$rdma" >&2
     nodes+=("$node")

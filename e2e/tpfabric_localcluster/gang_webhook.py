@@ -141,11 +141,17 @@ class GangWebhook:
 
 
 def start_gang_webhook(
-    cluster: LocalCluster, *, init_image: str = "tpfabric/rdma-init:dev", timeout: float = 30.0
+    cluster: LocalCluster,
+    *,
+    init_image: str = "tpfabric/rdma-init:dev",
+    timeout: float = 30.0,
+    extra: tuple[str, ...] = (),
 ) -> GangWebhook:
     """Start the gang webhook (``GANG_WEBHOOK``) on loopback and wait until it serves TLS.
 
-    The configuration is not applied: the caller applies :meth:`GangWebhook.configuration`.
+    It reads the nodes with the cluster's admin kubeconfig (the default RDMA devices of a gang
+    pod are what the nodes offer); ``extra``: more flags (``--rdma-resource=...``). The
+    configuration is not applied: the caller applies :meth:`GangWebhook.configuration`.
     """
     folder = cluster.folder / "gang-webhook"
     certs = folder / "certs"
@@ -154,7 +160,14 @@ def start_gang_webhook(
     shutil.copyfile(pki / "apiserver.crt", certs / "tls.crt")
     shutil.copyfile(pki / "apiserver.key", certs / "tls.key")
     port, metrics_port = free_ports(2)
-    argv = command_line(certs, port, init_image, metrics_port=metrics_port)
+    argv = command_line(
+        certs,
+        port,
+        init_image,
+        f"--kubeconfig={cluster.kubeconfig}",
+        *extra,
+        metrics_port=metrics_port,
+    )
     webhook = GangWebhook(cluster, port, pki / "ca.crt", argv)
     webhook.start(timeout)
     return webhook

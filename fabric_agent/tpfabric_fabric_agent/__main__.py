@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    FabricAgent(settings, publisher, metrics).run(stop)
+    FabricAgent(settings, publisher, metrics, rail_map=publisher.rail_map).run(stop)
     return 0
 
 

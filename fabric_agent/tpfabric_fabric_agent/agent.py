@@ -6,11 +6,16 @@ writes only when the publication changed (none on a quiet fabric). The clock is 
 
 Which ports are judged is decided once, at start, by the rule the RDMA init container pairs GPUs
 with (:mod:`tpfabric_core.fabric.compute_rails`): the ports of the NICs on a GPU's PCIe switch,
-in GPU order (rail *i* is GPU *i*'s port), never a storage/frontend NIC, a BlueField DPU, an
-SR-IOV VF or the uncabled port of a dual-port card. A node override names the compute NICs by PCI
-address or node GUID (``--compute-nics``, or ``compute_nics`` per node in the config file);
-``--hcas`` names them by device name. The static parts of the reads (which ports, their netdevs,
-the PCIe slots' maxima) are resolved once; an interval lists no folder.
+never a storage/frontend NIC, a BlueField DPU, an SR-IOV VF or the uncabled port of a dual-port
+card. Their rails are the fabric's (:func:`numbered_rails`): the node's rail map
+(``topology.tpfabric.io/rail-ports``, rail -> port GUID, written from a dump) numbers each port
+by its GUID, so the published detail and ``SuspectRailSwitch`` name the leaf the port is cabled
+to whatever the device names; without a usable map (absent, malformed, or not covering a judged
+port: a log line says which and how to fix it) they are numbered in GPU order. A node
+override names the compute NICs by PCI address or node GUID (``--compute-nics``, or
+``compute_nics`` per node in the config file); ``--hcas`` names them by device name. The
+static parts of the reads (which ports, their netdevs and GUIDs, the PCIe slots' maxima) are
+resolved once; an interval lists no folder.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -36,6 +41,7 @@ from tpfabric_core.fabric.link_judge import (
     NodeVerdict,
 )
 from tpfabric_core.fabric.link_publish import FabricPublication, publication_of
+from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION, parse_rail_ports
 from tpfabric_fabric_agent.link_read import (
     SysfsNic,
     find_gpus,
@@ -47,7 +53,14 @@ from tpfabric_fabric_agent.link_read import (
 )
 from tpfabric_fabric_agent.metrics import AgentMetrics
 
-__all__ = ["AgentSettings", "FabricAgent", "Publisher", "fabric_ports", "fabric_rails"]
+__all__ = [
+    "AgentSettings",
+    "FabricAgent",
+    "Publisher",
+    "fabric_ports",
+    "fabric_rails",
+    "numbered_rails",
+]
 
 log = logging.getLogger("tpfabric.fabric_agent")
 
@@ -121,9 +134,48 @@ def _named(nic: SysfsNic, names: tuple[str, ...]) -> str:
 def fabric_rails(
     sys_root: Path, hcas: tuple[str, ...] = (), compute_nics: tuple[str, ...] = ()
 ) -> dict[str, int]:
-    """Return ``{hca: rail}`` of the HCAs of :func:`fabric_ports`, in rail order."""
+    """Return ``{hca: rail}`` of the HCAs of :func:`fabric_ports`, in GPU order."""
     names = dict.fromkeys(hca for hca, _ in fabric_ports(sys_root, hcas, compute_nics))
     return {name: rail for rail, name in enumerate(names)}
+
+
+def numbered_rails(
+    ports: list[tuple[str, int]],
+    guids: Mapping[tuple[str, int], str | None],
+    rail_map: str | None,
+    node: str,
+) -> tuple[dict[str, int], str | None]:
+    """Return ``{hca: rail}`` of the judged ``ports`` and, when the node's rail map could not
+    number them, why (naming the node, the annotation and the fix): they are then in GPU order.
+    ``guids``: each port's GUID as sysfs shows it."""
+    dense = {name: rail for rail, name in enumerate(dict.fromkeys(h for h, _ in ports))}
+    fix = "label the node from a dump (tpfabric topology label --ibnetdiscover DUMP --apply)"
+    if rail_map is None:
+        return dense, (
+            f"node {node} has no annotation {RAIL_PORTS_ANNOTATION}: rails numbered in GPU "
+            f"order, which may not be the fabric's; {fix}"
+        )
+    by_rail, problem = parse_rail_ports(rail_map)
+    if problem is not None:
+        return dense, f"node {node}: {problem}; rails numbered in GPU order meanwhile"
+    by_guid = {guid: rail for rail, guid in by_rail.items()}
+    rails: dict[str, int] = {}
+    for hca, port in ports:
+        guid = guids.get((hca, port))
+        rail = by_guid.get(guid) if guid is not None else None
+        if rail is None:
+            return dense, (
+                f"node {node}: annotation {RAIL_PORTS_ANNOTATION} does not cover {hca} port "
+                f"{port} (port GUID {f'0x{guid}' if guid else 'unknown'}), a compute port of "
+                f"this node; {fix}; rails numbered in GPU order meanwhile"
+            )
+        rails.setdefault(hca, rail)
+    if len(set(rails.values())) != len(rails):
+        return dense, (
+            f"node {node}: annotation {RAIL_PORTS_ANNOTATION} puts two compute HCAs on one rail; "
+            f"{fix}; rails numbered in GPU order meanwhile"
+        )
+    return rails, None
 
 
 class FabricAgent:
@@ -136,7 +188,10 @@ class FabricAgent:
         metrics: AgentMetrics | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        rail_map: Callable[[], str | None] | None = None,
     ) -> None:
+        """``rail_map``: the node's ``topology.tpfabric.io/rail-ports`` as last read (the
+        publisher's view of its node); None: no map, rails in GPU order."""
         self.settings = settings
         self.publisher = publisher
         self.metrics = metrics or AgentMetrics()
@@ -149,6 +204,30 @@ class FabricAgent:
         self.last: NodeVerdict | None = None
         self._netdevs = port_netdevs(settings.sys_root, self.ports)
         self._slots: dict[str, tuple[float | None, int | None]] = {}
+        self._guids = {
+            (nic.name, port.number): port.guid
+            for nic in read_nics(settings.sys_root)
+            for port in nic.ports
+        }
+        self._rail_map = rail_map
+        self._map_seen: tuple[str | None] | None = None
+        self.renumber()
+
+    def renumber(self) -> None:
+        """Number the judged ports by the node's rail map when it came or changed (a log line
+        says when it cannot be used, and why)."""
+        text = self._rail_map() if self._rail_map is not None else None
+        if self._map_seen == (text,):
+            return
+        self._map_seen = (text,)
+        rails, problem = numbered_rails(self.ports, self._guids, text, self.settings.node)
+        if problem is not None:
+            (log.warning if text is not None else log.info)("%s", problem)
+        else:
+            log.info("node %s: rails numbered by its rail map: %s", self.settings.node, rails)
+        if rails != self.rails:
+            self.rails = rails
+            self.judge.renumber(rails)
 
     def read(self) -> NodeSample:
         """Return what sysfs shows now (fabric HCAs' ports, their PCIe links and the GPUs')."""
@@ -163,6 +242,7 @@ class FabricAgent:
 
     def step(self) -> NodeVerdict:
         """Read, judge, record metrics and publish once; return the verdict."""
+        self.renumber()
         verdict = self.judge.observe(self.read())
         self.metrics.record(verdict)
         self.publisher.publish(publication_of(verdict))

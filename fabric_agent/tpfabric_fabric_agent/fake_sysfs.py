@@ -3,10 +3,14 @@
 :class:`FakeSysfs` writes what a DGX-class node shows (kernel
 Documentation/ABI/stable/sysfs-class-infiniband and sysfs-bus-pci):
 
-- ``class/infiniband/mlx5_<i>/ports/<p>/{state,phys_state,rate,link_layer,counters/*}`` with
+- ``class/infiniband/<hca>/ports/<p>/{state,phys_state,rate,link_layer,counters/*}`` with
   ``4: ACTIVE``, ``5: LinkUp``, ``400 Gb/sec (4X NDR)`` and every error counter at 0, the
-  driver's ``hw_counters/*`` at 0, and per port an IPoIB netdev ``ibp<bus>s0`` (``dev_port``,
-  ``carrier_changes``, ``statistics/rx_crc_errors``) below the PCI function;
+  driver's ``hw_counters/*`` at 0, ``gids/0`` (``fe80::<port GUID>``, port *p*'s GUID the node
+  GUID + *p* - 1), and per port an IPoIB netdev ``ibp<bus>s0`` (``dev_port``,
+  ``carrier_changes``, ``statistics/rx_crc_errors``) below the PCI function. HCAs are
+  ``mlx5_0..`` by default, or named as a real node names them (:meth:`FakeSysfs.dgx_h100`: the
+  compute HCAs ``mlx5_0,3,4,5,6,9,10,11`` and the storage ones between them, each storage HCA
+  on a root port of its own, which the compute-rail rule leaves out);
 - ``class/infiniband/mlx5_<i>/device`` as a symlink into ``devices/pci0000:00/...`` like the
   kernel's, and ``bus/pci/devices/<bdf>`` symlinks to the same directories; HCAs and GPUs share
   PCIe switch ports ``0000:00:<s+1>.0`` in order (a DGX: GPU *i*'s NIC is HCA *i*; with 4 HCAs
@@ -20,49 +24,79 @@ It only ever writes below its own root.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from tpfabric_core.fabric.link_samples import ERROR_COUNTERS, HW_COUNTERS
 
-__all__ = ["FakeSysfs"]
+__all__ = ["DGX_H100_COMPUTE", "DGX_H100_STORAGE", "FakeSysfs"]
 
 _UP = ("4: ACTIVE", "5: LinkUp")
 _DOWN = ("1: DOWN", "2: Polling")
 
 
+#: a DGX H100's compute HCAs, in PCI (and GPU) order: storage and in-band HCAs take the gaps
+DGX_H100_COMPUTE = (
+    "mlx5_0",
+    "mlx5_3",
+    "mlx5_4",
+    "mlx5_5",
+    "mlx5_6",
+    "mlx5_9",
+    "mlx5_10",
+    "mlx5_11",
+)
+DGX_H100_STORAGE = ("mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8")
+_NODE_GUID = 0xB83FD20300000001
+
+
 class FakeSysfs:
-    """A node's ``/sys`` below ``root`` with ``hcas`` HCAs of ``ports`` ports and ``gpus`` GPUs."""
+    """A node's ``/sys`` below ``root`` with ``hcas`` HCAs (a count, or their names) of
+    ``ports`` ports and ``gpus`` GPUs; ``storage`` HCAs sit on root ports of their own; HCA *i*'s
+    node GUID is ``node_guid`` + *i* << 16."""
 
     def __init__(
         self,
         root: Path,
         *,
-        hcas: int = 8,
+        hcas: int | Sequence[str] = 8,
         ports: int = 1,
         gpus: int = 8,
         rate: str = "400 Gb/sec (4X NDR)",
+        storage: Sequence[str] = (),
+        node_guid: int = _NODE_GUID,
     ) -> None:
         self.root = root
         self.pci_root = root / "devices" / "pci0000:00"
-        self.hcas = [f"mlx5_{i}" for i in range(hcas)]
+        compute = [f"mlx5_{i}" for i in range(hcas)] if isinstance(hcas, int) else list(hcas)
+        self.compute = compute
+        self.hcas = [*compute, *storage]
         self.gpus = [f"0000:{0x40 + i:02x}:00.0" for i in range(gpus)]
-        for index, hca in enumerate(self.hcas):
+        slots = [self._slot(index, len(compute), gpus) for index in range(len(compute))]
+        slots += [0x10 + index for index in range(len(storage))]  # no GPU below them
+        for index, (hca, slot) in enumerate(zip(self.hcas, slots, strict=True)):
             bdf = f"0000:{0x10 + index:02x}:00.0"
-            device = self._pci_device(
-                bdf, self._slot(index, hcas, gpus), vendor="0x15b3", klass="0x020700"
-            )
+            device = self._pci_device(bdf, slot, vendor="0x15b3", klass="0x020700")
             ib = root / "class" / "infiniband" / hca
             ib.mkdir(parents=True, exist_ok=True)
             link = ib / "device"
             if not link.is_symlink():
                 link.symlink_to(os.path.relpath(device, ib))
-            (ib / "node_guid").write_text(f"b83f:d203:00{index:02x}:0001\n")
+            guid = f"{node_guid + (index << 16):016x}"
+            (ib / "node_guid").write_text(":".join(guid[i : i + 4] for i in range(0, 16, 4)) + "\n")
             for port in range(1, ports + 1):
                 directory = self.port_dir(hca, port)
                 (directory / "counters").mkdir(parents=True, exist_ok=True)
                 self.set_up(hca, port, up=True)
                 self.set_rate(hca, port, rate)
                 (directory / "link_layer").write_text("InfiniBand\n")
+                port_guid = f"{node_guid + (index << 16) + port - 1:016x}"
+                (directory / "gids").mkdir(exist_ok=True)
+                (directory / "gids" / "0").write_text(
+                    "fe80:0000:0000:0000:"
+                    + ":".join(port_guid[i : i + 4] for i in range(0, 16, 4))
+                    + "\n"
+                )
                 for name in ERROR_COUNTERS:
                     self.set_counter(hca, port, name, 0)
                 (directory / "hw_counters").mkdir(exist_ok=True)
@@ -74,7 +108,22 @@ class FakeSysfs:
                 (netdev / "carrier_changes").write_text("1\n")
                 (netdev / "statistics" / "rx_crc_errors").write_text("0\n")
         for index, bdf in enumerate(self.gpus):
-            self._pci_device(bdf, self._slot(index, gpus, hcas), vendor="0x10de", klass="0x030200")
+            slot = self._slot(index, gpus, len(compute))
+            self._pci_device(bdf, slot, vendor="0x10de", klass="0x030200")
+
+    @classmethod
+    def dgx_h100(cls, root: Path, node_guid: int = _NODE_GUID) -> FakeSysfs:
+        """Return a DGX H100's ``/sys``: 8 GPUs, each with its ConnectX-7 ``mlx5_0,3,4,5,6,9,10,
+        11`` on its PCIe switch, and four storage HCAs (``mlx5_1,2,7,8``) on their own;
+        ``node_guid``: the first HCA's (the others' follow), to tell nodes apart."""
+        return cls(
+            root, hcas=DGX_H100_COMPUTE, gpus=8, storage=DGX_H100_STORAGE, node_guid=node_guid
+        )
+
+    def port_guid(self, hca: str, port: int = 1) -> str:
+        """Return the GUID of ``port`` of ``hca`` (16 hex digits), as its ``gids/0`` shows."""
+        gid = (self.port_dir(hca, port) / "gids" / "0").read_text().strip()
+        return gid.replace(":", "")[16:]
 
     @staticmethod
     def _slot(index: int, count: int, others: int) -> int:

@@ -22,6 +22,7 @@ from tpfabric_core.fabric.link_publish import (
     condition_patch,
     metadata_patch,
 )
+from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION
 
 __all__ = ["FIELD_MANAGER", "NodePublisher", "api_client"]
 
@@ -94,6 +95,13 @@ class NodePublisher:
             }
         )
         self._read_at = self._clock()
+
+    def rail_map(self) -> str | None:
+        """Return the node's rail map (``topology.tpfabric.io/rail-ports``) as last read: at the
+        first call, then as every resync reads the node again."""
+        if self._read_at is None:
+            self._refresh()
+        return self._annotations.get(RAIL_PORTS_ANNOTATION)
 
     def publish(self, publication: FabricPublication) -> int:
         """Bring the node to ``publication``; return the number of PATCH requests sent (0 when

@@ -6,8 +6,9 @@ fabric agent, or a fixture tree in tests), from the files ``ibstat``, ``perfquer
 show:
 
 - ``class/infiniband/<hca>/ports/<p>/{state,phys_state,rate,link_layer}``: ``4: ACTIVE``,
-  ``5: LinkUp``, ``400 Gb/sec (4X NDR)``. The link width is the ``4X`` of the rate text: sysfs has
-  no width file of its own, and a port that retrained on fewer lanes shows ``(2X NDR)`` there;
+  ``5: LinkUp``, ``400 Gb/sec (4X NDR)``. The link width is the ``4X`` of the rate text: sysfs
+  has no width file of its own, and a port that retrained on fewer lanes shows ``(2X NDR)``
+  there; ``gids/0``, whose interface id is the port's GUID (read once, at start);
 - ``class/infiniband/<hca>/ports/<p>/counters/<name>``: the IBTA PortCounters (kernel
   Documentation/ABI/stable/sysfs-class-infiniband);
 - ``class/infiniband/<hca>/ports/<p>/hw_counters/<name>``: the driver's transport counters
@@ -70,6 +71,7 @@ _SPEED = re.compile(r"^\s*([0-9.]+)\s*GT/s")
 _MLX_INDEX = re.compile(r"(\d+)$")
 _MLX = re.compile(r"^mlx5_(\d+)$")
 _BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_HEX = re.compile(r"^[0-9a-f]+$")
 
 
 def parse_rate(text: str) -> tuple[float | None, int | None]:
@@ -299,11 +301,13 @@ class PciPlace:
 
 @dataclass(frozen=True, slots=True)
 class SysfsPort:
-    """A port's number and logical state, what the compute-rail rule needs of it."""
+    """A port's number and logical state, what the compute-rail rule needs of it, and its GUID
+    (the interface id of an InfiniBand port's GID 0: how the node's rail map names it)."""
 
     number: int
     state: str
     link_layer: str = "InfiniBand"
+    guid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +349,14 @@ def _place(sys_root: Path, device: Path) -> PciPlace | None:
     )
 
 
+def _port_guid(gid: str | None) -> str | None:
+    """Return the port GUID of a link-local GID 0 (``fe80::<16 hex digits>``), else None."""
+    digits = (gid or "").replace(":", "").lower()
+    if len(digits) != 32 or not digits.startswith("fe80") or not _HEX.match(digits):
+        return None
+    return digits[16:]
+
+
 def read_nics(sys_root: Path) -> list[SysfsNic]:
     """Return every RDMA device under ``class/infiniband`` in natural order, with its PCI place,
     PCI id, hca_type, node GUID, whether it is a VF and its ports' states. Read once: what a NIC
@@ -357,6 +369,7 @@ def read_nics(sys_root: Path) -> list[SysfsNic]:
                 int(port.name),
                 _after_colon(_text(port / "state")),
                 _text(port / "link_layer") or "InfiniBand",
+                _port_guid(_text(port / "gids" / "0")),
             )
             for port in sorted(
                 (p for p in _dirs(device / "ports") if p.name.isdigit()), key=lambda p: int(p.name)

@@ -22,6 +22,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.rdma_default import NodeOffer, RdmaDecision
 from tpfabric_operator.born_released import create_gang
 from tpfabric_operator.children import headless_service, worker_pod
 from tpfabric_operator.create_backoff import partial_gang
@@ -32,16 +33,25 @@ from tpfabric_operator.operator_state import OperatorState
 from tpfabric_operator.pod_cache import owner_uid
 from tpfabric_operator.settings import CREATE_CONCURRENCY, FABRIC_PROFILE, INIT_IMAGE
 
-__all__ = ["apply_intent", "create_pods", "ensure_service"]
+__all__ = ["apply_intent", "create_pods", "ensure_service", "node_offers"]
 
 log = logging.getLogger("tpfabric.operator")
 
 
+def node_offers(indexes: Mapping[str, Any]) -> dict[str, NodeOffer]:
+    """Return what every node offers, by name, from the operator's node index."""
+    return {o.name: o for store in indexes.get("node_resources", {}).values() for o in store}
+
+
 def _worker_manifests(
-    body: kopf.Body, job: TensorParallelJob, intent: Intent, admitted: PodSetInfo | None
+    body: kopf.Body,
+    job: TensorParallelJob,
+    intent: Intent,
+    admitted: PodSetInfo | None,
+    rdma: RdmaDecision | None = None,
 ) -> list[dict[str, Any]]:
     """Return the manifests of the workers ``intent`` creates, with what Kueue's admission adds
-    to them, owned by the job."""
+    to them, owned by the job; ``rdma``: their RDMA devices (:func:`.children.worker_rdma`)."""
     namespace, name = body.meta["namespace"], body.meta["name"]
     manifests = []
     for index in intent.create:
@@ -53,6 +63,7 @@ def _worker_manifests(
             INIT_IMAGE,
             attempt=intent.attempt,
             fabric_profile=FABRIC_PROFILE,
+            rdma=rdma,
         )
         if admitted is not None:
             manifest = admitted.apply(manifest)
@@ -73,10 +84,12 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
     indexes: Mapping[str, Any],
     now: float,
     pod_set: Callable[[], PodSetInfo] | None = None,
+    rdma: RdmaDecision | None = None,
 ) -> str | None:
     """Carry out ``intent``; return why creating a child failed, if it did.
 
-    ``pod_set``: what a Kueue admission adds to every worker (:mod:`.kueue_podsets`).
+    ``pod_set``: what a Kueue admission adds to every worker (:mod:`.kueue_podsets`); ``rdma``:
+    the workers' RDMA devices (:func:`.children.worker_rdma`).
 
     ``placement``: the job's ``status.placement`` as this reconcile read it (the only view of it
     that the creation uses, see :func:`_reconcile`).
@@ -117,7 +130,7 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
         words = f"Kueue's admission cannot be applied to the workers: {admitted.conflict}"
         state.warn(body, "AdmissionConflict", words)
         return words
-    manifests = _worker_manifests(body, job, intent, admitted)
+    manifests = _worker_manifests(body, job, intent, admitted, rdma)
     streak = state.create_backoff.streak(uid)
     if manifests and streak is not None and streak.waiting(now):
         # the last round was refused: nothing is posted before the next one is due
@@ -128,7 +141,13 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
         return streak.message()
     whole = len(manifests) == job.spec.workers  # none of the gang's workers exists yet
     outcomes = create_pods(
-        state, manifests, uid, placement, whole_gang=whole, slow_start=streak is not None
+        state,
+        manifests,
+        uid,
+        placement,
+        whole_gang=whole,
+        slow_start=streak is not None,
+        nodes=node_offers(indexes) if manifests and placement else None,  # rails to tell
     )
     intent.create = [index for index, (ok, _) in zip(intent.create, outcomes, strict=True) if ok]
     if intent.create:
@@ -225,6 +244,7 @@ def create_pods(
     *,
     whole_gang: bool = True,
     slow_start: bool = False,
+    nodes: Mapping[str, NodeOffer] | None = None,
 ) -> list[tuple[bool, str | None]]:
     """Return, per manifest in order, (the pod is ours now, the error that stopped it).
 
@@ -263,6 +283,7 @@ def create_pods(
         whole_gang=whole_gang,
         batch=CREATE_CONCURRENCY,
         plan_wait_seconds=state.plan_wait_seconds,
+        nodes=nodes,
     )
 
 

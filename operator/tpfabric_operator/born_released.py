@@ -37,6 +37,9 @@ from typing import Any, Literal, Protocol
 from tpfabric_core.api import ATTEMPT_LABEL, JOB_LABEL, WORKER_INDEX_LABEL
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
+from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION, plan_level, pod_rails
+from tpfabric_core.rdma_default import NodeOffer
 
 __all__ = [
     "PLAN_ANSWERS",
@@ -138,14 +141,17 @@ class PlanWaits:
 
 
 def born_released(
-    manifest: dict[str, Any], placement: Mapping[str, Any] | None
+    manifest: dict[str, Any],
+    placement: Mapping[str, Any] | None,
+    nodes: Mapping[str, NodeOffer] | None = None,
 ) -> dict[str, Any] | None:
     """Return ``manifest`` released onto the gang's plan, or None when no plan covers it.
 
     The placer plans a gang once its first worker exists; a worker created after that, for the
     attempt the plan was made for, is created as the placer would release it (its required node
-    affinity narrowed to the planned domain, without our gate): one write instead of a create and
-    a release patch. The extender still steers it to its rank's planned node.
+    affinity narrowed to the planned domain, without our gate, told its plan level and its rails
+    on its planned node, from ``nodes``): one write instead of a create and a release patch. The
+    extender still steers it to its rank's planned node.
     """
     if not placement or placement.get("state") != "Planned":
         return None
@@ -163,12 +169,27 @@ def born_released(
     spec = released["spec"]
     if expressions:  # a cluster-wide plan narrows nothing
         spec["affinity"] = narrow_affinity(spec.get("affinity"), expressions)
+    notes = released["metadata"].setdefault("annotations", {})
+    if level := plan_level(placement):
+        notes[PLAN_LEVEL_ANNOTATION] = level
+    offer = (nodes or {}).get(str((placement.get("nodes") or [])[int(index)]))
+    if offer is not None:
+        gpus = max((_gpus(c) for c in spec.get("containers") or []), default=0)
+        rails = pod_rails(offer.rails, gpus, offer.resources.get(GPU_RESOURCE, 0))
+        if rails is not None:
+            notes[RAILS_ANNOTATION] = rails
     gates = remaining_gates(spec.get("schedulingGates"))
     if gates:
         spec["schedulingGates"] = gates
     else:
         spec.pop("schedulingGates", None)
     return released
+
+
+def _gpus(container: Mapping[str, Any]) -> int:
+    """Return the GPUs a worker container's limits take (the operator writes whole numbers)."""
+    text = str(((container.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE, "0"))
+    return int(text) if text.isdigit() else 0
 
 
 def placement_state(status: Mapping[str, Any] | None) -> Any:
@@ -211,6 +232,7 @@ def create_gang(
     whole_gang: bool,
     batch: int,
     plan_wait_seconds: float,
+    nodes: Mapping[str, NodeOffer] | None = None,
 ) -> list[Outcome]:
     """Return, per manifest in order, what ``create`` made of it (``(False, None)``: not posted).
 
@@ -218,7 +240,8 @@ def create_gang(
     workers through ``create`` until one is refused; ``batch`` workers go out at once, and a gang
     larger than that waits up to ``plan_wait_seconds`` for its plan after its first worker.
     ``whole_gang``: none of the gang's workers exists yet (only then may a small gang wait).
-    Every worker a plan of its attempt covers when it is posted is born released.
+    Every worker a plan of its attempt covers when it is posted is born released (told its
+    rails on its planned node from ``nodes``, what every node offers).
     """
     if not manifests:
         return []
@@ -230,7 +253,7 @@ def create_gang(
     state = (plan or {}).get("state")
 
     def released(manifest: dict[str, Any]) -> Outcome:
-        return create(born_released(manifest, plan) or manifest)
+        return create(born_released(manifest, plan, nodes) or manifest)
 
     if len(manifests) <= 1:
         return [released(m) for m in manifests]

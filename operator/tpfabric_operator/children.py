@@ -11,8 +11,10 @@ rank order without changing after creation.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from tpfabric_core import labels
 from tpfabric_core.api import (
     ATTEMPT_LABEL,
     GANG_GATE,
@@ -21,6 +23,7 @@ from tpfabric_core.api import (
     WORKER_INDEX_LABEL,
     TensorParallelJob,
 )
+from tpfabric_core.placement.pod_fit import node_matcher
 from tpfabric_core.pod_wiring import (
     GPU_RESOURCE,
     NCCL_CONF_ENV,
@@ -28,6 +31,7 @@ from tpfabric_core.pod_wiring import (
     RdmaWiring,
     wire_rdma,
 )
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, decide_rdma
 
 __all__ = [
     "ATTEMPT_LABEL",
@@ -44,9 +48,12 @@ __all__ = [
     "worker_hostname",
     "worker_name",
     "worker_pod",
+    "worker_rdma",
 ]
 
 MASTER_PORT = 29500
+#: the node labels that make a node part of the labelled fabric (the default levels')
+FABRIC_KEYS = (labels.LEAF, labels.SPINE, labels.BLOCK)
 #: Label of a failed pod kept for ``kubectl logs`` after it left the gang (value: the job name);
 #: it carries no job label, so the placer, the Service and the operator's worker index skip it.
 FAILED_WORKER_LABEL = "tpfabric.io/failed-worker-of"
@@ -144,17 +151,39 @@ def _env(
     return [{"name": key, "value": str(value)} for key, value in values.items()]
 
 
-def _resources(container: dict[str, Any], job: TensorParallelJob) -> dict[str, Any]:
+def worker_rdma(
+    job: TensorParallelJob, nodes: Iterable[NodeOffer], resource: str = "rdma/ib"
+) -> RdmaDecision:
+    """Return the RDMA devices of each worker of ``job`` and why: ``spec.rdma.count`` when set,
+    else what most GPU nodes that could hold a worker offer (:mod:`tpfabric_core.rdma_default`).
+    ``resource``: the cluster's RDMA resource, for a job whose ``spec.rdma.resourceName`` is
+    unset."""
+    spec = job.spec
+    return decide_rdma(
+        resource=spec.rdma.resource_name or resource,
+        pod_gpus=spec.gpus_per_worker,
+        gang_size=spec.workers,
+        asked=spec.rdma.count,
+        asked_by="spec.rdma.count",
+        nodes=nodes,
+        eligible=node_matcher(spec.template.spec),
+        fabric_keys=FABRIC_KEYS,
+    )
+
+
+def _resources(
+    container: dict[str, Any], job: TensorParallelJob, rdma: RdmaDecision
+) -> dict[str, Any]:
     resources = dict(container.get("resources") or {})
     limits = dict(resources.get("limits") or {})
     limits[GPU_RESOURCE] = str(job.spec.gpus_per_worker)
-    if job.spec.rdma.count:
-        limits[job.spec.rdma.resource_name] = str(job.spec.rdma.count)
+    if rdma.count:
+        limits[rdma.resource] = str(rdma.count)
     resources["limits"] = limits
     if "requests" in resources:
         requests = dict(resources["requests"])
         requests.pop(GPU_RESOURCE, None)
-        requests.pop(job.spec.rdma.resource_name, None)
+        requests.pop(rdma.resource, None)
         resources["requests"] = requests
     return resources
 
@@ -168,9 +197,14 @@ def worker_pod(
     *,
     attempt: int = 0,
     fabric_profile: str | None = None,
+    rdma: RdmaDecision | None = None,
 ) -> dict[str, Any]:
     """Return the gated pod of worker ``index``: the template plus rank env, RDMA wiring (with
-    the fabric's contract, ``fabric_profile``: rdma-init's ``--fabric-profile``), gate."""
+    the fabric's contract, ``fabric_profile``: rdma-init's ``--fabric-profile``), gate.
+
+    ``rdma``: the workers' RDMA devices (:func:`worker_rdma`; None: as the spec says, knowing
+    no node), written on the pod (``tpfabric.io/rdma``) with why."""
+    rdma = rdma if rdma is not None else worker_rdma(job, ())
     template = job.spec.template
     meta = template.metadata or {}
     labels = {
@@ -180,7 +214,7 @@ def worker_pod(
         ATTEMPT_LABEL: str(attempt),
     }
     containers = [
-        {**container, "resources": _resources(container, job)}
+        {**container, "resources": _resources(container, job, rdma)}
         for container in template.spec.get("containers") or []
     ]
     pod_spec = wire_rdma(  # a new spec: the template is never changed
@@ -188,8 +222,8 @@ def worker_pod(
         RdmaWiring(
             init_image=init_image,
             gpus=job.spec.gpus_per_worker,
-            rdma_resource=job.spec.rdma.resource_name,
-            rdma_count=job.spec.rdma.count,
+            rdma_resource=rdma.resource,
+            rdma_count=rdma.count,
             gpu_direct=job.spec.rdma.gpu_direct,
             nccl_overrides=job.spec.nccl,
             annotations=meta.get("annotations") or {},
@@ -209,7 +243,7 @@ def worker_pod(
             "name": worker_name(name, index, attempt),
             "namespace": namespace,
             "labels": labels,
-            "annotations": dict(meta.get("annotations") or {}),
+            "annotations": {**(meta.get("annotations") or {}), RDMA_ANNOTATION: rdma.annotation()},
         },
         "spec": pod_spec,
     }

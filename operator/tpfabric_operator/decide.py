@@ -26,6 +26,8 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.pod_wiring import GPU_RESOURCE
 from tpfabric_operator.failure_policy import (
@@ -40,11 +42,15 @@ from tpfabric_operator.job_state import Failure, Intent, Memory, WorkerPod, to_s
 __all__ = ["decide", "honour_problem"]
 
 
-def honour_problem(job: TensorParallelJob, nodes: list[dict[str, int]]) -> str | None:
+def honour_problem(
+    job: TensorParallelJob, nodes: Sequence[Mapping[str, int]], resource: str = "rdma/ib"
+) -> str | None:
     """Return why no GPU node of the cluster could ever run one worker, or None when one can.
 
     ``nodes`` are the allocatable extended resources of every node. Only GPU nodes count: a
     cluster without any (empty, or its GPU pools scaled to zero) is not a problem, they may come.
+    ``resource``: the cluster's RDMA resource (for a job that names none). An unset
+    ``spec.rdma.count`` follows what the nodes offer and is never a problem.
     """
     gpu_nodes = [n for n in nodes if n.get(GPU_RESOURCE, 0) > 0]
     if not gpu_nodes:
@@ -57,13 +63,14 @@ def honour_problem(job: TensorParallelJob, nodes: list[dict[str, int]]) -> str |
             "nvidia.com/gpu; re-create the job with a smaller gpusPerWorker (it cannot change) "
             "or add bigger nodes"
         )
-    if spec.rdma.count:
-        rdma = max(n.get(spec.rdma.resource_name, 0) for n in gpu_nodes)
-        if rdma < spec.rdma.count:
+    count, resource = spec.rdma.count, spec.rdma.resource_name or resource
+    if count:
+        most = max(n.get(resource, 0) for n in gpu_nodes)
+        if most < count:
             return (
-                f"rdma asks {spec.rdma.count} {spec.rdma.resource_name} per worker but no node "
-                f"advertises more than {rdma}; check the RDMA device plugin's resource name, or "
-                "set rdma.count to 0 to run over TCP"
+                f"rdma asks {count} {resource} per worker but no node "
+                f"advertises more than {most}; check the RDMA device plugin's resource name, or "
+                "set rdma.count to 0 to run over TCP (unset: what the nodes offer)"
             )
     return None
 

@@ -8,7 +8,10 @@ JobSet, a labelled pod group) is given what the operator gives a TensorParallelJ
 - the ``rdma-init`` init container (non-root, no capability) with its shared volume and
   ``NCCL_CONF_FILE`` (:mod:`tpfabric_core.pod_wiring`, the same wiring as a TensorParallelJob's;
   no privilege is added to the pod's own containers);
-- the RDMA devices, when the pod asks for them (``tpfabric.io/rdma-count``) or the chart does;
+- the RDMA devices: what the pod asks (``tpfabric.io/rdma-count``, a container naming the RDMA
+  resource), a number the chart sets, or by default (``auto``) what the nodes that could hold
+  the pod offer (:mod:`tpfabric_core.rdma_default`, from the webhook's cached view of the nodes,
+  :class:`.node_offers.NodeOffers`), with the decision and why on the pod (``tpfabric.io/rdma``);
 - the labels the placer finds the gang's pods by (``tpfabric.io/gang``, ``tpfabric.io/rank``
   where the rank is known at creation).
 
@@ -23,30 +26,34 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from tpfabric_core import labels as topology_labels
 from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL, GangMember, GangSettings, gang_of
 from tpfabric_core.input_limits import whole_number
-from tpfabric_core.placement.pod_fit import resource_amount
+from tpfabric_core.placement.pod_fit import node_matcher, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE, NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, decide_rdma
 
 __all__ = [
     "RDMA_COUNT_ANNOTATION",
     "BadReviewError",
+    "NodeView",
     "WebhookSettings",
     "admit",
     "default_levels",
     "mutate_pod",
+    "rdma_decision",
 ]
 
 RDMA_COUNT_ANNOTATION = "tpfabric.io/rdma-count"
 GPU_DIRECT_ANNOTATION = "tpfabric.io/gpu-direct"
 _GPU_DIRECT = ("required", "preferred", "disabled")
 _DEFAULT_SCHEDULERS = ("", "default-scheduler")
+T = TypeVar("T")
 
 
 class BadReviewError(ValueError):
@@ -58,6 +65,14 @@ def default_levels() -> dict[str, str]:
     return {name: topology_labels.level_key(name) for name in ("leaf", "spine", "block")}
 
 
+class NodeView(Protocol):
+    """What the webhook reads of the nodes (:class:`.node_offers.NodeOffers`, or a test's)."""
+
+    def remember(self, key: Any, compute: Callable[[tuple[NodeOffer, ...]], T]) -> T:
+        """Return ``compute(offers)``, computed once per state of the nodes for ``key``."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class WebhookSettings:
     """The chart's values the webhook needs."""
@@ -66,11 +81,13 @@ class WebhookSettings:
     gangs: GangSettings = field(default_factory=lambda: GangSettings(levels=default_levels()))
     scheduler_name: str = SCHEDULER_NAME
     rdma_resource: str = "rdma/ib"
-    #: RDMA devices a pod is given when it names none (0: only on ``tpfabric.io/rdma-count``)
-    rdma_count: int = 0
+    #: RDMA devices a pod is given when it names none; None (``auto``): what the nodes offer
+    rdma_count: int | None = None
     gpu_direct: str = "preferred"
     #: the fabric's contract as rdma-init reads it (``tpfabric_core.fabric_profile``), or None
     fabric_profile: str | None = None
+    #: the nodes, for ``auto`` (None: no view, as if no node offered RDMA devices)
+    nodes: NodeView | None = None
 
 
 def _problems(pod: Mapping[str, Any], member: GangMember, settings: WebhookSettings) -> list[str]:
@@ -124,24 +141,86 @@ def _gpus(container: Mapping[str, Any]) -> int:
         return 0
 
 
+def _named_rdma(containers: list[dict[str, Any]], resource: str) -> int | None:
+    """Return the RDMA devices the pod's containers name themselves (the most of any), None
+    when none names ``resource``."""
+    amounts = []
+    for container in containers:
+        resources = container.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(resource)
+        if amount is None:
+            amount = (resources.get("requests") or {}).get(resource)
+        if amount is not None:
+            try:
+                amounts.append(resource_amount(resource, amount))
+            except ValueError:
+                continue
+    return max(amounts) if amounts else None
+
+
+def rdma_decision(
+    annotations: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    member: GangMember,
+    settings: WebhookSettings,
+) -> RdmaDecision:
+    """Return the RDMA devices of a gang pod and why (:mod:`tpfabric_core.rdma_default`)."""
+    resource = settings.rdma_resource
+    containers = list(spec.get("containers") or [])
+    count_text = annotations.get(RDMA_COUNT_ANNOTATION)
+    named = _named_rdma(containers, resource)
+    asked: int | None = None
+    asked_by = ""
+    if count_text is not None:
+        asked, asked_by = int(count_text), f"annotation {RDMA_COUNT_ANNOTATION}"
+    elif named is not None:
+        asked, asked_by = named, f"the pod's {resource} limit"
+    elif settings.rdma_count is not None:
+        asked, asked_by = settings.rdma_count, "the chart's gangWebhook.rdmaCount"
+    gpus = max((_gpus(c) for c in containers), default=0)
+
+    def decide(offers: tuple[NodeOffer, ...]) -> RdmaDecision:
+        return decide_rdma(
+            resource=resource,
+            pod_gpus=gpus,
+            gang_size=member.size,
+            asked=asked,
+            asked_by=asked_by,
+            nodes=offers,
+            eligible=node_matcher(spec),
+            fabric_keys=tuple(settings.gangs.levels.values()),
+        )
+
+    if asked is not None or settings.nodes is None:
+        return decide(())
+    # pods of one shape in one state of the nodes share one pass over them
+    shape = json.dumps(
+        [gpus, member.size, spec.get("nodeSelector"), spec.get("affinity")],
+        sort_keys=True,
+        default=str,
+    )
+    return settings.nodes.remember(shape, decide)
+
+
 def mutate_pod(
     pod: Mapping[str, Any], member: GangMember, settings: WebhookSettings
 ) -> dict[str, Any]:
-    """Return the pod as the gang needs it: labels, gate, scheduler, RDMA wiring (a new dict)."""
+    """Return the pod as the gang needs it: labels, gate, scheduler, RDMA wiring and why (the
+    ``tpfabric.io/rdma`` annotation); a new dict."""
     meta = dict(pod.get("metadata") or {})
     annotations = meta.get("annotations") or {}
     spec = dict(pod.get("spec") or {})
-    count_text = annotations.get(RDMA_COUNT_ANNOTATION)
-    count = int(count_text) if count_text is not None else settings.rdma_count
+    rdma = rdma_decision(annotations, spec, member, settings)
     containers = list(spec.get("containers") or [])
-    if count:
-        containers = _with_rdma_devices(containers, settings.rdma_resource, count)
+    if rdma.count:
+        containers = _with_rdma_devices(containers, rdma.resource, rdma.count)
     gpus = max((_gpus(c) for c in containers), default=0)
+    meta["annotations"] = {**annotations, RDMA_ANNOTATION: rdma.annotation()}
     wiring = RdmaWiring(
         init_image=settings.init_image,
         gpus=gpus,
-        rdma_resource=settings.rdma_resource,
-        rdma_count=count,
+        rdma_resource=rdma.resource,
+        rdma_count=rdma.count,
         gpu_direct=str(annotations.get(GPU_DIRECT_ANNOTATION) or settings.gpu_direct),
         annotations=annotations,
         fabric_profile=settings.fabric_profile,
@@ -158,11 +237,14 @@ def mutate_pod(
 
 
 def _patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Return the JSON patch from ``before`` to ``after`` on the pod's labels and spec fields."""
-    ops: list[dict[str, Any]] = []
+    """Return the JSON patch from ``before`` to ``after`` on the pod's labels, annotations and
+    spec fields."""
     old_meta, new_meta = before.get("metadata") or {}, after.get("metadata") or {}
-    if old_meta.get("labels") != new_meta.get("labels"):
-        ops.append({"op": "add", "path": "/metadata/labels", "value": new_meta["labels"]})
+    ops: list[dict[str, Any]] = [
+        {"op": "add", "path": f"/metadata/{key}", "value": new_meta[key]}
+        for key in ("labels", "annotations")
+        if old_meta.get(key) != new_meta.get(key)
+    ]
     old_spec, new_spec = before.get("spec") or {}, after.get("spec") or {}
     # "add" on an object's member replaces it; the spec's top-level keys need no escaping
     ops.extend(

@@ -33,6 +33,7 @@ from tpfabric_core.gangs import (
 )
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_core.rdma_default import RdmaDecision
 
 __all__ = [
     "GangPod",
@@ -73,6 +74,8 @@ class GangPod:
     node: str | None = None
     #: metadata.uid (a pod made again under the same name is another pod)
     uid: str = ""
+    #: the RDMA devices the gang webhook gave it, and why (None: it says nothing)
+    rdma: RdmaDecision | None = None
 
     @property
     def rank(self) -> int | None:

@@ -44,6 +44,7 @@ from tpfabric_core.gangs import (
     not_opted_in,
 )
 from tpfabric_core.labels import HEALTH
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision, rdma_condition
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_kube.malformed import MalformedObjects, event_writer
 from tpfabric_operator import fabric_health, leadership, serving
@@ -156,6 +157,7 @@ def _gang_pod(pod: Mapping[str, Any]) -> GangPod | None:
         controller=controller,
         node=(pod.get("spec") or {}).get("nodeName") or None,
         uid=str(meta.get("uid") or ""),
+        rdma=parse_decision((meta.get("annotations") or {}).get(RDMA_ANNOTATION)),
     )
 
 
@@ -438,6 +440,9 @@ def _serving(
             + (f" (not ready: {', '.join(sorted(not_ready)[:3])})" if not_ready else ""),
         )
     ]
+    transport = rdma_condition(p.rdma for p in pods)
+    if transport is not None:  # the RDMA the pods got (the gang webhook's decision), and why
+        conditions.append(transport)
     on_degraded = _on_degraded_nodes(pods)
     had_degraded = any(c.get("type") == "Degraded" for c in stored.get("conditions") or [])
     if on_degraded or had_degraded:

@@ -19,6 +19,8 @@ from typing import Any
 import kopf
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.rail_ports import node_rails
+from tpfabric_core.rdma_default import NodeOffer
 from tpfabric_kube.list_watch import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_S
 from tpfabric_operator import leadership
 from tpfabric_operator.born_released import placement_state
@@ -129,11 +131,16 @@ def job_objects(
 
 
 @kopf.index("nodes")
-def node_resources(*, name: str, status: kopf.Status, **_: Any) -> dict[str, dict[str, int]]:
-    """Index every node's allocatable extended resources by name: the input of the check that
-    some node can ever run a worker (read from the watch kopf keeps on nodes anyway, never by
-    listing 1,000 nodes in a burst of reconciles)."""
-    return {name: extended_resources(status.get("allocatable") or {})}
+def node_resources(
+    *, name: str, labels: kopf.Labels, annotations: kopf.Annotations, status: kopf.Status, **_: Any
+) -> dict[str, NodeOffer]:
+    """Index what every node offers by name (its labels, its allocatable extended resources, its
+    rails): the input of the check that some node can ever run a worker, of a worker's default
+    RDMA devices and of the rails a worker born onto its plan is told (read from the watch kopf
+    keeps on nodes anyway, never by listing 1,000 nodes in a burst of reconciles)."""
+    rails = node_rails(dict(labels), dict(annotations))[0]
+    resources = extended_resources(status.get("allocatable") or {})
+    return {name: NodeOffer(name, dict(labels), resources, rails)}
 
 
 @kopf.index("services", labels={JOB_LABEL: kopf.PRESENT})

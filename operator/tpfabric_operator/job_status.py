@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.rdma_default import RDMA_CONDITION, RdmaDecision, rdma_condition
 from tpfabric_operator.job_state import WorkerPod
 
 __all__ = ["Outcome", "job_status"]
@@ -65,6 +66,9 @@ class Outcome:
     #: the gang existed whole before (``status.workersCreated``): a missing worker is lost, not
     #: still to come (a small gang's first worker is made a moment before the rest)
     created_before: bool = True
+    #: the RDMA devices of the workers created now, and why (None: none created now; the ``RDMA``
+    #: condition stays as the last creation left it)
+    rdma: RdmaDecision | None = None
 
 
 def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
@@ -210,6 +214,18 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
             else f"{finished}/{total} workers succeeded",
         ),
     ]
+    transport = rdma_condition([outcome.rdma]) if outcome.rdma is not None else None
+    if transport is not None:
+        conditions.append(
+            cond(
+                RDMA_CONDITION,
+                transport["status"] == "True",
+                transport["reason"],
+                transport["message"],
+            )
+        )
+    elif RDMA_CONDITION in before:  # as the last workers made left it
+        conditions.append(dict(before[RDMA_CONDITION]))
     if "InvalidSpec" in before:  # the spec was invalid (reconcile._invalid_spec), valid now
         conditions.append(cond("InvalidSpec", False, "SpecValid", "the spec is valid"))
     return {

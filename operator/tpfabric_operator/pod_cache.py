@@ -252,6 +252,10 @@ class PodWatch(threading.Thread):
 
     # -- what a subclass keeps ------------------------------------------------------------------
 
+    def _call(self, **kwargs: Any) -> Any:
+        """List (with ``watch=True``: watch) what is kept; a subclass may watch other objects."""
+        return self.core.list_pod_for_all_namespaces(label_selector=self.selector, **kwargs)
+
     def _slim(self, obj: Mapping[str, Any]) -> tuple[str, Any]:
         """Return ("namespace/name", what is kept of the listed pod ``obj``)."""
         raise NotImplementedError
@@ -268,19 +272,13 @@ class PodWatch(threading.Thread):
 
     def _list(self) -> str:
         # each page is cut down to what is kept before the next one is fetched
-        entries, version = list_pages(
-            functools.partial(self.core.list_pod_for_all_namespaces, label_selector=self.selector),
-            self._slim,
-            malformed=self.malformed,
-            kind="Pod",
-        )
+        entries, version = list_pages(self._call, self._slim, malformed=self.malformed, kind="Pod")
         self._replace(entries)
         self.synced.set()
         return version
 
     def _events(self, version: str) -> Iterator[dict[str, Any]]:
-        response = self.core.list_pod_for_all_namespaces(
-            label_selector=self.selector,
+        response = self._call(
             watch=True,
             resource_version=version,
             allow_watch_bookmarks=True,

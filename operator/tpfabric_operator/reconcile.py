@@ -34,11 +34,12 @@ from pydantic import ValidationError
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.fabric_description import pydantic_error_path
+from tpfabric_core.rdma_default import RdmaDecision
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 from tpfabric_operator import fabric_health, leadership
-from tpfabric_operator.apply_intent import apply_intent
+from tpfabric_operator.apply_intent import apply_intent, node_offers
 from tpfabric_operator.born_released import placement_state
-from tpfabric_operator.children import worker_pod
+from tpfabric_operator.children import worker_pod, worker_rdma
 from tpfabric_operator.decide import decide, honour_problem
 from tpfabric_operator.job_state import Intent, Memory, WorkerPod
 from tpfabric_operator.job_status import Outcome, job_status
@@ -48,7 +49,7 @@ from tpfabric_operator.obstacles import not_owned_message, stuck_message, stuck_
 from tpfabric_operator.operator_state import OperatorState
 from tpfabric_operator.pod_cache import JobKey, worker_of
 from tpfabric_operator.queueing import QUEUE_NAME_REQUIRED, Admission
-from tpfabric_operator.settings import FABRIC_PROFILE, INIT_IMAGE
+from tpfabric_operator.settings import FABRIC_PROFILE, INIT_IMAGE, RDMA_RESOURCE
 
 __all__ = ["JobPods", "reconcile", "reconcile_every_job", "reconcile_woken"]
 
@@ -271,11 +272,14 @@ def _reconcile(
         pods_now = JobPods(uid, _listed_workers(state, namespace, name))
     owned = pods_now.owned
     now = state.now()
-    job = (kueue := _kueue(state, body, status, job, owned, memory=memory, now=now)).job
+    job = (
+        kueue := _kueue(state, body, status, job, owned, memory=memory, now=now, indexes=indexes)
+    ).job
     problem = None
     if not terminal and not job.spec.suspend:
-        nodes = [value for store in indexes["node_resources"].values() for value in store]
-        problem = honour_problem(job, nodes)
+        problem = honour_problem(
+            job, [o.resources for o in node_offers(indexes).values()], RDMA_RESOURCE
+        )
     links = fabric_health.degraded_links(
         job, owned, indexes.get("degraded_nodes", {}), status, placement
     )
@@ -297,6 +301,8 @@ def _reconcile(
         intent.delete = [p.name for p in owned if p.active]
     elif problem:
         state.warn(body, "CannotBeHonoured", problem)
+    # the workers' RDMA devices, worked out only when workers are made (a pass over the nodes)
+    rdma = worker_rdma(job, node_offers(indexes).values(), RDMA_RESOURCE) if intent.create else None
     stuck = stuck_terminating(owned + pods_now.stale, now)
     stuck_words = stuck_message(stuck, now) if stuck else ""
     if stuck_words:
@@ -312,6 +318,7 @@ def _reconcile(
         indexes=indexes,
         now=now,
         pod_set=kueue.pod_set,
+        rdma=rdma,
     )
     if pods_now.foreign and not create_error:
         create_error = not_owned_message(pods_now.foreign, name, namespace)
@@ -331,6 +338,7 @@ def _reconcile(
         straggler=links.words,
         stuck=stuck_words,
         moved_off=links.moved_off_after(intent.failure.reason if intent.failure else None),
+        rdma=rdma,
     )
     if intent.failure is not None and intent.failure.reason == "DegradedLink" and not intent.fail:
         # a move is written down first and its workers stopped by the next reconcile
@@ -347,6 +355,7 @@ def _kueue(
     *,
     memory: Memory,
     now: float,
+    indexes: Mapping[str, Any],
 ) -> KueueView:
     """Return the job as Kueue's verdict wants it (:mod:`.kueue_sync`); a job that must name a
     queue is told so (Event ``QueueNameRequired``, beside its ``Admitted`` condition)."""
@@ -359,7 +368,13 @@ def _kueue(
         owned,
         memory=memory,
         worker=lambda: worker_pod(
-            job, name, namespace, 0, INIT_IMAGE, fabric_profile=FABRIC_PROFILE
+            job,
+            name,
+            namespace,
+            0,
+            INIT_IMAGE,
+            fabric_profile=FABRIC_PROFILE,
+            rdma=worker_rdma(job, node_offers(indexes).values(), RDMA_RESOURCE),
         ),
         now=now,
     )
@@ -384,6 +399,7 @@ def _write_status(
     straggler: str = "",
     stuck: str = "",
     moved_off: frozenset[str] = frozenset(),
+    rdma: RdmaDecision | None = None,
 ) -> None:
     status = dict(body.get("status") or {})
     spec = job.spec
@@ -462,6 +478,7 @@ def _write_status(
         degraded_links=straggler,
         stuck=stuck,
         created_before=memory.created_before,
+        rdma=rdma,
         admitted=(
             None
             if admission is None

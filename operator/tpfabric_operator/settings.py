@@ -34,6 +34,7 @@ __all__ = [
     "LOG_LEVEL",
     "PLAN_DEFER_SECONDS",
     "PLAN_WAIT_SECONDS",
+    "RDMA_RESOURCE",
     "RECONCILE_SECONDS",
     "SUSPECT_SWITCH_NODES",
     "Knob",
@@ -67,6 +68,13 @@ KNOBS: tuple[Knob, ...] = (
         minimum=0.01,
     ),
     Knob("TPFABRIC_RDMA_INIT_IMAGE", "tpfabric/rdma-init:0.1.0", "the rdma-init image", str),
+    Knob(
+        "TPFABRIC_RDMA_RESOURCE",
+        "rdma/ib",
+        "the extended resource the nodes' RDMA device plugin advertises (the chart's "
+        "rdma.resourceName), for jobs whose spec.rdma.resourceName is unset",
+        str,
+    ),
     Knob(
         "TPFABRIC_CREATE_CONCURRENCY",
         "16",
@@ -212,6 +220,7 @@ _VALUES = {knob.env: read(knob, os.environ) for knob in KNOBS}
 
 RECONCILE_SECONDS = float(_VALUES["TPFABRIC_RECONCILE_SECONDS"])
 INIT_IMAGE = str(_VALUES["TPFABRIC_RDMA_INIT_IMAGE"])
+RDMA_RESOURCE = str(_VALUES["TPFABRIC_RDMA_RESOURCE"])
 CREATE_CONCURRENCY = int(_VALUES["TPFABRIC_CREATE_CONCURRENCY"])
 PLAN_WAIT_SECONDS = float(_VALUES["TPFABRIC_PLAN_WAIT_SECONDS"])
 PLAN_DEFER_SECONDS = float(_VALUES["TPFABRIC_PLAN_DEFER_SECONDS"])

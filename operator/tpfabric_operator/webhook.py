@@ -9,10 +9,12 @@ whole; an unexpected error inside a decision admits the pod unchanged with a war
 refusal and never a crash.
 
 Why a component of its own, not a part of the operator: the webhook is in the path of every
-opted-in pod creation, so it must answer in milliseconds from any replica. It holds no state
-and reads nothing from the API server, so it runs as many replicas as wanted without leader
-election, and an operator's leader change, a long reconcile or a kopf restart never slows an
-admission. It ships in the operator's image.
+opted-in pod creation, so it must answer in milliseconds from any replica. It decides alone and
+writes nothing to the API server; what it reads is one list+watch of the nodes
+(:class:`.node_offers.NodeOffers`), kept in memory for the default RDMA devices of a gang pod
+(``--rdma-count auto``), and it serves only once that view is listed. So it runs as many
+replicas as wanted without leader election, and an operator's leader change, a long reconcile
+or a kopf restart never slows an admission. It ships in the operator's image.
 
 TLS: ``--cert-dir`` holds ``tls.crt`` and ``tls.key``; the files are read again when they change
 (checked every ``--reload-seconds``), so a rotated certificate is served without a restart. With
@@ -55,6 +57,7 @@ from tpfabric_operator.gang_admission import (
     admit,
     default_levels,
 )
+from tpfabric_operator.node_offers import NodeOffers
 from tpfabric_operator.webhook_certs import CertKeeper
 
 __all__ = ["WebhookMetrics", "command_line", "main", "make_app", "serve"]
@@ -65,6 +68,8 @@ log = logging.getLogger("tpfabric.webhook")
 MAX_BODY = 4 * 1024 * 1024
 #: the metrics port (the webhook's own is 9443)
 METRICS_PORT = 8443
+#: how often the start logs that the nodes' first list has not come yet
+NODES_SYNC_LOG_SECONDS = 10.0
 
 
 class WebhookMetrics:
@@ -171,8 +176,17 @@ async def serve(
     keeper: CertKeeper | None = None,
     renew_seconds: float = 3600.0,
     metrics: WebhookMetrics | None = None,
+    nodes: NodeOffers | None = None,
 ) -> None:
-    """Serve the webhook until cancelled; ``keeper`` makes and rotates the certificate."""
+    """Serve the webhook until cancelled; ``keeper`` makes and rotates the certificate;
+    ``nodes`` (the view of ``--rdma-count auto``) is listed before the first admission."""
+    if nodes is not None:
+        while not await asyncio.to_thread(nodes.synced.wait, NODES_SYNC_LOG_SECONDS):
+            log.warning(
+                "waiting for the first list of nodes (the webhook serves once it has one): "
+                "can its ServiceAccount list and watch nodes?"
+            )
+        log.info("nodes listed: %d in the webhook's view", len(nodes.offers()))
     if keeper is not None:
         await asyncio.to_thread(keeper.ensure)
         asyncio.get_running_loop().create_task(_keep(keeper, renew_seconds))
@@ -233,6 +247,14 @@ def _level(text: str) -> tuple[str, str]:
     return name, key
 
 
+def _rdma_count(text: str) -> int | None:
+    if text == "auto":
+        return None
+    if not text.isdigit() or int(text) > 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected auto or a whole number up to 64")
+    return int(text)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Return the webhook's flags (exits with the reason on a bad one)."""
     parser = argparse.ArgumentParser(prog="tpfabric-webhook", description=__doc__)
@@ -242,12 +264,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reload-seconds", type=float, default=60.0)
     parser.add_argument("--init-image", required=True, help="the rdma-init image")
     parser.add_argument("--scheduler-name", default=SCHEDULER_NAME)
-    parser.add_argument("--rdma-resource", default="rdma/ib")
+    parser.add_argument(
+        "--rdma-resource",
+        default="rdma/ib",
+        help="the extended resource the nodes' RDMA device plugin advertises",
+    )
     parser.add_argument(
         "--rdma-count",
-        type=int,
-        default=0,
-        help="RDMA devices a gang pod is given when it names none (default 0: only on request)",
+        type=_rdma_count,
+        default=None,
+        help="RDMA devices a gang pod is given when it names none: auto (default: what the "
+        "nodes that could hold it offer, for a GPU pod of a gang of several pods) or a number",
     )
     parser.add_argument(
         "--gpu-direct", choices=("required", "preferred", "disabled"), default="preferred"
@@ -279,7 +306,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "Secret, rotated, and trusted by the webhook configuration"
     )
     certs.add_argument("--manage-certs", action="store_true", help="make and rotate them")
-    certs.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
+    certs.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file (default: in-cluster config); also for the nodes' view",
+    )
     certs.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "tpfabric-system"))
     certs.add_argument("--secret", default="tpfabric-gang-webhook-tls")
     certs.add_argument("--service", default="tpfabric-gang-webhook")
@@ -302,6 +332,17 @@ def main(argv: list[str] | None = None) -> None:
     """Parse flags and serve until SIGTERM."""
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper())
+    nodes = None
+    if args.rdma_count is None:
+        try:
+            api = _api_client(args.kubeconfig)
+        except config.ConfigException as err:
+            raise SystemExit(
+                f"tpfabric-webhook: --rdma-count auto reads the nodes, but no API server is "
+                f"configured ({err}): give --kubeconfig, run it in a pod, or set --rdma-count N"
+            ) from err
+        nodes = NodeOffers(client.CoreV1Api(api))
+        nodes.start()
     settings = WebhookSettings(
         init_image=args.init_image,
         gangs=GangSettings(
@@ -314,6 +355,7 @@ def main(argv: list[str] | None = None) -> None:
         rdma_count=args.rdma_count,
         gpu_direct=args.gpu_direct,
         fabric_profile=args.fabric_profile,
+        nodes=nodes,
     )
     metrics = WebhookMetrics()
     start_metrics_server(args, lambda: _api_client(args.kubeconfig), registries=[metrics.registry])
@@ -338,6 +380,7 @@ def main(argv: list[str] | None = None) -> None:
                 keeper=keeper,
                 renew_seconds=args.renew_check_seconds,
                 metrics=metrics,
+                nodes=nodes,
             )
         )
     )

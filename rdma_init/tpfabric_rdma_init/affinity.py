@@ -27,10 +27,14 @@ Which ports carry the job's collectives: those some GPU is paired with; an HCA o
 is not in the pod are not the pod's (exclusive device plugins) unless none is, so the checks can
 say so. Without GPUs (kind, CPU-only debugging) every allocated HCA's ports are used.
 
-Rails come from the pod's placement annotation (``tpfabric.io/rails``: comma-separated rail
-indices, each optionally pinned as ``<rail>=<hca>`` or ``<rail>=<hca>:<port>``), else rail *i*
-is the *i*-th endpoint in pairing order (GPU bus order, then the GPU's ports in PCIe order), which
-is what a rail-optimised fabric cables: GPU *i*'s NIC to rail leaf *i*.
+Rails come from the pod's placement annotation (``tpfabric.io/rails``, written by the placer
+from its plan: comma-separated rail indices, each optionally pinned as ``<rail>=<hca>``,
+``<rail>=<hca>:<port>`` or ``<rail>=0x<port GUID>``), else rail *i* is the *i*-th endpoint in
+pairing order (GPU bus order, then the GPU's ports in PCIe order), which is what a rail-optimised
+fabric cables: GPU *i*'s NIC to rail leaf *i*. Pins by port GUID carry the fabric's numbering
+(discovery's, by the port each rail leaf is cabled to): the node's whole rail map, of which a pod
+takes the rails of its own ports; a pod that has every GPU of its node must find every pinned
+port, and every port it uses must be on a pinned rail.
 
 Pure functions over the discovery inventory; this module must never read files. Data Direct
 NICs (a DMA function separate from the NIC function, found through ``mlx5dv``) are not modelled:
@@ -39,6 +43,7 @@ the NIC's own PCI function is used.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tpfabric_rdma_init.compute_rails import (
@@ -69,6 +74,7 @@ __all__ = [
     "select_fabric_hcas",
 ]
 
+_GUID_PIN = re.compile(r"^0x[0-9a-f]{16}$")
 _ROLE_WORDS = {
     "dpu": "a BlueField DPU (north-south: on no GPU's PCIe switch); never a rail",
     "vf": "an SR-IOV virtual function of a PF of this node",
@@ -209,7 +215,8 @@ class RailAssignment:
 
 
 def parse_rails_annotation(value: str) -> tuple[tuple[int, str | None], ...]:
-    """Return (rail, pinned HCA[:port] or None) per entry of an annotation like ``0,1=mlx5_3``."""
+    """Return (rail, pinned HCA[:port], port GUID ``0x...`` or None) per entry of an annotation
+    like ``0,1=mlx5_3,2=0xb83fd20300000004``."""
     entries: list[tuple[int, str | None]] = []
     for raw in value.split(","):
         token = raw.strip()
@@ -219,9 +226,18 @@ def parse_rails_annotation(value: str) -> tuple[tuple[int, str | None], ...]:
         if not rail_text.strip().isdigit():
             raise RailsAnnotationError(
                 f"annotation tpfabric.io/rails: {token!r} is not a rail index; "
-                "write comma-separated indices, each optionally '=<hca>', e.g. '0,1,2=mlx5_4'"
+                "write comma-separated indices, each optionally '=<hca>' or '=0x<port GUID>', "
+                "e.g. '0,1,2=mlx5_4'"
             )
-        entries.append((int(rail_text), hca.strip() or None))
+        pin = hca.strip() or None
+        if pin is not None and pin.lower().startswith("0x") and not _GUID_PIN.match(pin.lower()):
+            raise RailsAnnotationError(
+                f"annotation tpfabric.io/rails: rail {rail_text.strip()} names {pin!r}, not a "
+                "port GUID (0x and 16 hex digits)"
+            )
+        entries.append(
+            (int(rail_text), pin.lower() if pin and _GUID_PIN.match(pin.lower()) else pin)
+        )
     rails = [rail for rail, _ in entries]
     if len(set(rails)) != len(rails):
         raise RailsAnnotationError(f"annotation tpfabric.io/rails: rail listed twice in {value!r}")
@@ -234,13 +250,52 @@ def _pinned(pinned: str, endpoints: tuple[NicPort, ...]) -> NicPort | None:
     return next((p for p in endpoints if p.hca == pinned), None)
 
 
-def assign_rails(endpoints: tuple[NicPort, ...], annotation: str | None) -> RailAssignment:
-    """Return the rail of each fabric port: from the annotation when given, else pairing order."""
+def _by_guid(
+    rail: int,
+    guid: str,
+    endpoints: tuple[NicPort, ...],
+    port_guids: dict[str, NicPort],
+    whole_node: bool,
+) -> NicPort | None:
+    """Return the pod's port a GUID pin names, None when it is another pod's rail (a port of
+    this node the pod does not use); raise when a pod that has the whole node lacks it."""
+    port = port_guids.get(guid.removeprefix("0x"))
+    if port is None:
+        if whole_node:
+            known = ", ".join(f"{p}=0x{g}" for g, p in sorted(port_guids.items())) or "none"
+            raise RailsAnnotationError(
+                f"annotation tpfabric.io/rails: rail {rail} is port {guid}, which this pod does "
+                f"not have (its ports: {known}); the node's rail map (topology.tpfabric.io/"
+                "rail-ports) is stale: label the node again from a fresh dump"
+            )
+        return None
+    return port if port in endpoints else None
+
+
+def assign_rails(
+    endpoints: tuple[NicPort, ...],
+    annotation: str | None,
+    *,
+    port_guids: dict[str, NicPort] | None = None,
+    whole_node: bool = True,
+) -> RailAssignment:
+    """Return the rail of each fabric port: from the annotation when given, else pairing order.
+
+    ``port_guids``: every port of the pod's HCAs by port GUID (16 hex digits), to resolve GUID
+    pins; ``whole_node``: the pod has every GPU of its node (so every pinned port is its own).
+    """
     if annotation is None or not annotation.strip():
         return RailAssignment(rails=tuple(enumerate(endpoints)), source="pairing")
     listed = ", ".join(str(p) for p in endpoints) or "none"
     rails: list[tuple[int, NicPort]] = []
+    by_guid = False
     for rail, pinned in parse_rails_annotation(annotation):
+        if pinned is not None and pinned.startswith("0x"):
+            by_guid = True
+            found = _by_guid(rail, pinned, endpoints, port_guids or {}, whole_node)
+            if found is not None:
+                rails.append((rail, found))
+            continue
         if pinned is not None:
             port = _pinned(pinned, endpoints)
             if port is None:
@@ -258,4 +313,10 @@ def assign_rails(endpoints: tuple[NicPort, ...], annotation: str | None) -> Rail
         rails.append((rail, port))
     if len({port for _, port in rails}) != len(rails):
         raise RailsAnnotationError("annotation tpfabric.io/rails: one HCA is given two rails")
+    if by_guid and (left := [p for p in endpoints if p not in {port for _, port in rails}]):
+        raise RailsAnnotationError(
+            f"annotation tpfabric.io/rails: port {left[0]} of this pod is on none of the plan's "
+            "rails; the node's rail map (topology.tpfabric.io/rail-ports) is stale or misses it: "
+            "label the node again from a fresh dump"
+        )
     return RailAssignment(rails=tuple(sorted(rails)), source="annotation")

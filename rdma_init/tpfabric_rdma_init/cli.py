@@ -193,6 +193,8 @@ def _summary(result: InitResult, options: InitOptions) -> str:
         )
         lines += [f"    {key}: {why}" for key, why in contract["written"].items()]
         lines += [f"    not {key}: {why}" for key, why in contract["not_written"].items()]
+    if report.get("transport_reason"):
+        lines.insert(1, f"  why tcp: {report['transport_reason']}")
     if fabric["pairs"]:
         lines.append("  pairing (GPU -> NIC port: NCCL path type, NUMA, role):")
         lines += [f"    {p['gpu']} -> {p['hca']}:{p['port']}: {p['why']}" for p in fabric["pairs"]]

@@ -4,7 +4,8 @@ Everything is read below a root directory (``/`` in a pod, a fixture tree in tes
 files ``ibstat``, ``ibv_devinfo`` and NCCL's own topology detection read:
 
 - ``sys/class/infiniband/<dev>/{node_guid,device,ports/<p>/{state,phys_state,rate,link_layer,
-  gids/<i>,gid_attrs/types/<i>,gid_attrs/ndevs/<i>,counters/*}}``
+  gids/<i>,gid_attrs/types/<i>,gid_attrs/ndevs/<i>,counters/*}}`` (an InfiniBand port's GUID is
+  the interface id of its GID 0)
 - ``sys/class/infiniband_verbs/uverbs<N>/ibdev`` and ``dev/infiniband/{uverbs<N>,rdma_cm}``
 - ``sys/bus/pci/devices/<bdf>/{numa_node,vendor,class}`` and the PCI path the ``device`` symlinks
   resolve to (``sys/devices/pci0000:00/0000:00:01.0/.../<bdf>``; on Hyper-V below a VMBus
@@ -63,6 +64,7 @@ GPU_CLASSES = ("0x0302", "0x0300")  # 3D controller (datacenter GPUs), VGA contr
 ARPHRD_INFINIBAND = 32
 _BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _COUNTERS = ("symbol_error", "link_downed", "port_rcv_errors", "link_error_recovery")
+_HEX = re.compile(r"^[0-9a-f]+$")
 
 MemlockProbe = Callable[[], tuple[int, int]]
 """Returns the (soft, hard) RLIMIT_MEMLOCK in bytes; ``resource.RLIM_INFINITY`` is unlimited."""
@@ -152,6 +154,19 @@ class IbPort:
     def active(self) -> bool:
         """Return whether the port can carry traffic (logical state ACTIVE)."""
         return self.state.upper() == "ACTIVE"
+
+    @property
+    def guid(self) -> str | None:
+        """Return the port GUID (16 hex digits): the interface id of an InfiniBand port's GID 0
+        (``fe80::<port GUID>``, what ``ibnetdiscover`` prints after the port); None on RoCE or
+        when GID 0 is not link-local."""
+        if self.link_layer != "InfiniBand":
+            return None
+        first = next((gid for gid in self.gids if gid.index == 0), None)
+        digits = first.gid.replace(":", "").lower() if first is not None else ""
+        if len(digits) != 32 or not digits.startswith("fe80") or not _HEX.match(digits):
+            return None
+        return digits[16:]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ Policies (``--policy``, from the job):
   fabric through a neighbour's NIC and its traffic crosses rails above the leaves); any other
   RDMA problem, or no healthy rail -> TCP sockets (``NCCL_IB_DISABLE=1``); a GPUDirect-only
   problem -> IB without GPUDirect (``NCCL_NET_GDR_LEVEL=LOC``); each with a warning; exit 0;
-- ``disabled``: TCP sockets, nothing checked; exit 0;
+- ``disabled``: TCP sockets, nothing checked; exit 0. The report says why (``transport_reason``,
+  from the pod's ``tpfabric.io/rdma`` annotation: the pod got no RDMA devices, and whether it
+  asked none or its nodes offer none);
 - whatever the policy, NCCL on a net plugin (``NCCL_NET``/``NCCL_NET_PLUGIN`` in spec.nccl or
   the main container's env: EFA, TCPX/TCPXO, gIB) -> outcome ``net-plugin``: the plugin's
   devices are not checked and no ``NCCL_NET``/``NCCL_IB_*`` is written (they would switch it
@@ -132,6 +134,8 @@ __all__ = [
 POLICIES = ("required", "preferred", "disabled")
 LIBRARY_MODES = ("image", "shipped")
 RAILS_ANNOTATION = "tpfabric.io/rails"
+#: the RDMA devices the pod was given and why (JSON: resource, count, reason, message)
+RDMA_DECISION_ANNOTATION = "tpfabric.io/rdma"
 NETWORK_STATUS_ANNOTATION = "k8s.v1.cni.cncf.io/network-status"
 REPORT_FILE = "rdma-init-report.json"
 CONF_FILE = "nccl.conf"
@@ -271,6 +275,41 @@ def _transport(policy: str, problems: list[Problem]) -> tuple[str, str]:
     if GPUDIRECT in kinds:
         return "rdma-without-gpudirect", "ib-no-gdr"
     return "rdma", "ib"
+
+
+def rdma_decision(text: str | None) -> dict[str, Any] | None:
+    """Return the pod's RDMA decision (``tpfabric.io/rdma``) as a dict, None when absent or
+    unreadable (written by the operator or the gang webhook; never trusted to be well-formed)."""
+    try:
+        data = json.loads(text or "")
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("count"), int):
+        return None
+    keys = ("resource", "count", "reason", "message")
+    return {key: data[key] for key in keys if isinstance(data.get(key), str | int)}
+
+
+def transport_reason(policy: str, decision: dict[str, Any] | None) -> str | None:
+    """Return why the pod runs over TCP by its policy (None: its policy is not ``disabled``)."""
+    if policy != "disabled":
+        return None
+    if decision is not None and decision.get("count") == 0 and decision.get("message"):
+        return (
+            f"policy disabled: the pod got no RDMA devices ({decision.get('reason')}: "
+            f"{decision['message']})"
+        )
+    return "policy disabled: the pod got no RDMA devices (its job or gang asks none)"
+
+
+def _port_guids(inventory: HostInventory) -> dict[str, NicPort]:
+    """Return every InfiniBand port the pod sees by its port GUID (the plan's pins)."""
+    return {
+        port.guid: NicPort(hca.name, port.number)
+        for hca in inventory.hcas
+        for port in hca.ports
+        if port.guid is not None
+    }
 
 
 def _inventory_report(inventory: HostInventory) -> dict[str, Any]:
@@ -837,7 +876,12 @@ def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limi
     annotation = read_annotation(options.annotations_file, RAILS_ANNOTATION)
     network_status = read_annotation(options.annotations_file, NETWORK_STATUS_ANNOTATION)
     try:
-        rails = affinity.assign_rails(selection.endpoints, annotation)
+        rails = affinity.assign_rails(
+            selection.endpoints,
+            annotation,
+            port_guids=_port_guids(inventory),
+            whole_node=len(inventory.gpus) >= inventory.gpus_on_node,
+        )
     except RailsAnnotationError as err:
         rails = affinity.assign_rails(selection.endpoints, None)
         if options.policy == "required":
@@ -885,10 +929,13 @@ def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limi
         )
 
     exit_code = 1 if verdict.outcome == "failed" else 0
+    decision = rdma_decision(read_annotation(options.annotations_file, RDMA_DECISION_ANNOTATION))
     report: dict[str, Any] = {
         "schema": REPORT_SCHEMA,
         "outcome": verdict.outcome,
         "policy": options.policy,
+        "transport_reason": transport_reason(options.policy, decision),
+        "rdma_decision": decision,
         "report_only": options.report_only,
         "exit_code": exit_code,
         "problems": [asdict(problem) for problem in verdict.problems],

@@ -64,7 +64,7 @@ def rank_demands(store: ClusterStore, job: JobRecord) -> dict[str, int]:
         return {}
     spec = job.job.spec
     demand = {GPU_RESOURCE: spec.gpus_per_worker, "pods": 1}
-    if spec.rdma.count:
+    if spec.rdma.count and spec.rdma.resource_name:  # a Gang record's pods name their own
         demand[spec.rdma.resource_name] = spec.rdma.count
     return demand
 

@@ -1,8 +1,9 @@
 """Describe one gang to the placement engine: what each worker demands and where it may run.
 
 A worker's demands are read from one of its pods (kube-scheduler's arithmetic, kept by the
-store: CPU, memory, a pod slot, GPUs, the RDMA resource, any other extended resource); where it
-may run follows from the pod's node selector, required node affinity and tolerations. Pure.
+store: CPU, memory, a pod slot, GPUs, the RDMA resource, any other extended resource): what the
+pod asks, never a device it does not ask for. Where it may run follows from the pod's node
+selector, required node affinity and tolerations. Pure.
 """
 
 from __future__ import annotations
@@ -107,10 +108,13 @@ def gang_request(
     """
     spec = job.spec
     topology = spec.topology
+    # what the pods ask is the demand: a pod's resources are fixed at its creation, and a
+    # Gang record's pods carry their RDMA devices themselves (its spec.rdma is not read)
     demand = dict(worker.requests) if worker is not None and worker.requests else {}
     demand.setdefault("pods", 1)
-    if spec.rdma.count:
-        demand.setdefault(spec.rdma.resource_name, spec.rdma.count)
+    rdma = spec.rdma
+    if worker is None and isinstance(job, TensorParallelJob) and rdma.count and rdma.resource_name:
+        demand.setdefault(rdma.resource_name, rdma.count)
     demand.pop(GPU_RESOURCE, None)  # the engine counts GPUs itself (gpus_per_worker)
     scheduling = worker.scheduling if worker is not None else {}
     return GangRequest(

@@ -22,7 +22,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -614,14 +614,20 @@ class KubeWriter:
         resource_version: str,
         affinity: dict[str, Any] | None,
         remaining_gates: list[dict[str, Any]],
+        *,
+        annotations: Mapping[str, str] | None = None,
+        annotated: bool = True,
     ) -> None:
-        """Set the gated pod's (narrowed) affinity and drop our gate, in one JSON patch.
+        """Set the gated pod's (narrowed) affinity, write the plan's ``annotations`` (its rails,
+        its plan level) and drop our gate, in one JSON patch; ``annotated``: whether the pod has
+        annotations already (as read).
 
         The ``test`` op makes it optimistic: if the pod changed since it was read, the API
         server refuses the patch (409/422) and nothing is half-applied.
         """
         ops: list[dict[str, Any]] = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}
+            {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+            *_annotation_ops(annotations or {}, annotated=annotated),
         ]
         if affinity is not None:  # None: a cluster-wide plan narrows nothing
             ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
@@ -634,16 +640,21 @@ class KubeWriter:
         pod: PodRecord,
         affinity: dict[str, Any] | None,
         remaining_gates: list[dict[str, Any]],
+        *,
+        annotations: Mapping[str, str] | None = None,
     ) -> None:
-        """Release ``pod`` as the store knows it, in one write and without reading it first.
+        """Release ``pod`` as the store knows it, in one write and without reading it first;
+        ``annotations`` (the plan's rails and level) are added to the ones it has.
 
         ``test`` ops make it exact: the patch applies only to that pod (uid) with exactly the
         gates and affinity the store holds; anything else is refused (422) and nothing changes,
-        and the caller falls back to :meth:`read_pod` + :meth:`release_pod`.
+        and the caller falls back to :meth:`read_pod` + :meth:`release_pod` (so does a pod
+        without any annotation, which a key cannot be added to).
         """
         ops: list[dict[str, Any]] = [
             {"op": "test", "path": "/metadata/uid", "value": pod.uid},
             {"op": "test", "path": "/spec/schedulingGates", "value": list(pod.gates)},
+            *_annotation_ops(annotations or {}, annotated=True),
         ]
         before = pod.scheduling.get("affinity")
         if before is not None:
@@ -658,3 +669,20 @@ class KubeWriter:
         """Return whether every informer listed once within ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in informers)
+
+
+def _annotation_ops(annotations: Mapping[str, str], *, annotated: bool) -> list[dict[str, Any]]:
+    """Return the JSON patch ops that add ``annotations``: one per key to a pod that has
+    annotations (``/`` escaped as ``~1``), else the whole map."""
+    if not annotations:
+        return []
+    if not annotated:
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(annotations)}]
+    return [
+        {
+            "op": "add",
+            "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1"),
+            "value": value,
+        }
+        for key, value in annotations.items()
+    ]

@@ -31,6 +31,7 @@ from tpfabric_core.input_limits import whole_number
 from tpfabric_core.labels import HEALTH
 from tpfabric_core.placement.pod_fit import host_ports, pod_requests, repels_peers, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_core.rail_ports import node_rails
 
 __all__ = [
     "GANG_GATE",
@@ -75,6 +76,9 @@ class NodeRecord:
     kept: float | None = None
     #: why the node's fabric-health annotation could not be read ("" when it could)
     detail_problem: str = ""
+    #: its rails in order, each with its port GUID where its rail map gives one (the pods'
+    #: ``tpfabric.io/rails``); a map that cannot be used leaves the GUIDs out
+    rails: tuple[tuple[int, str | None], ...] = ()
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> NodeRecord:
@@ -88,11 +92,12 @@ class NodeRecord:
                 continue  # a quantity we cannot read counts as absent (never a crash)
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         node_labels = dict(meta.get("labels") or {})
+        annotations = meta.get("annotations") or {}
         kept, problem = None, ""
         if node_labels.get(HEALTH) == "degraded":
-            annotations = meta.get("annotations") or {}
-            rails, problem = read_detail(annotations.get(DETAIL_ANNOTATION))
-            kept = bandwidth_kept(rails)
+            health_rails, problem = read_detail(annotations.get(DETAIL_ANNOTATION))
+            kept = bandwidth_kept(health_rails)
+        rails, _ = node_rails(node_labels, annotations)  # the fabric agent reports a bad map
         return cls(
             name=meta["name"],
             labels=node_labels,
@@ -105,6 +110,7 @@ class NodeRecord:
             ),
             kept=kept,
             detail_problem=problem,
+            rails=rails,
         )
 
 

@@ -2,10 +2,11 @@
 
 A cycle's plans are written by a small pool (``PERSIST_CONCURRENCY``) while the cycle plans the
 next gangs; a gang's releases (one patch per pod: narrow its node affinity to the planned domain,
-drop our gate) go to the same pool behind every plan write of the cycle, and only once the gang's
-own plan was written. Every write is fenced: a placer that no longer leads in its term writes
-nothing (``NotLeadingError``), and a placement is patched only while the job still holds the one
-the write was computed from. Errors are logged, never raised into the cycle.
+tell it its rails and plan level, drop our gate) go to the same pool behind every plan write of
+the cycle, and only once the gang's own plan was written. Every write is fenced: a placer that
+no longer leads in its term writes nothing (``NotLeadingError``), and a placement is patched only
+while the job still holds the one the write was computed from. Errors are logged, never raised
+into the cycle.
 
 This module decides nothing: what to write, and when, is the placer's and its policies'.
 """
@@ -24,11 +25,12 @@ from kubernetes.client.rest import ApiException
 
 from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
 from tpfabric_core.placement.topology import LevelSpec
+from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION, plan_level, pod_rails
 from tpfabric_scheduler.gang_request import refusals
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placement_status import changed
-from tpfabric_scheduler.store import GANG_GATE, ClusterStore, JobRecord, PodRecord
+from tpfabric_scheduler.store import GANG_GATE, GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
 from tpfabric_scheduler.work import PlacementWork, previous_nodes
 
 __all__ = ["NotLeadingError", "WritePipeline"]
@@ -250,21 +252,52 @@ class WritePipeline:
         self.fence()
         self.writer.job_event(job, kind, event, str(placement.get("message") or ""))
 
+    def plan_annotations(
+        self, placement: Mapping[str, Any], pods: list[PodRecord]
+    ) -> dict[str, dict[str, str]]:
+        """Return what each pod (by uid) is told of its plan: its rails on its planned node
+        (``tpfabric.io/rails``, pinned by port GUID where the node's rail map gives them) and
+        the level whose one domain holds the gang (``tpfabric.io/plan-level``)."""
+        nodes = list(placement.get("nodes") or [])
+        level = plan_level(placement)
+        result: dict[str, dict[str, str]] = {}
+        with self.store.lock:
+            for pod in pods:
+                notes = {PLAN_LEVEL_ANNOTATION: level} if level else {}
+                rank = pod.worker_index
+                record = (
+                    self.store.nodes.get(nodes[rank])
+                    if rank is not None and 0 <= rank < len(nodes)
+                    else None
+                )
+                if record is not None:
+                    gpus = pod.requests.get(GPU_RESOURCE, 0)
+                    rails = pod_rails(record.rails, gpus, record.allocatable.get(GPU_RESOURCE, 0))
+                    if rails is not None:
+                        notes[RAILS_ANNOTATION] = rails
+                result[pod.uid] = notes
+        return result
+
     def release(
         self, item: PlacementWork, placement: dict[str, Any], pods: list[PodRecord]
     ) -> None:
-        """Constrain every gated pod to the planned domain (every level's label) and ungate it."""
+        """Constrain every gated pod to the planned domain (every level's label), tell it its
+        rails and plan level (annotations) and ungate it."""
         expressions = plan_expressions(placement, self.levels) or []
+        told = self.plan_annotations(placement, pods)
 
         def release(pod: PodRecord) -> None:
             self.fence()
+            notes = told.get(pod.uid, {})
             if pod.gates and any(g.get("name") == GANG_GATE for g in pod.gates):
                 # one write, from what the store knows; refused if the pod changed meanwhile
                 before = pod.scheduling.get("affinity")
                 affinity = narrow_affinity(before, expressions) if expressions else None
                 started = time.perf_counter()
                 try:
-                    self.writer.release_known_pod(pod, affinity, remaining_gates(list(pod.gates)))
+                    self.writer.release_known_pod(
+                        pod, affinity, remaining_gates(list(pod.gates)), annotations=notes
+                    )
                 except ApiException as err:
                     if err.status not in (409, 422):
                         raise
@@ -288,6 +321,8 @@ class WritePipeline:
                 current["metadata"]["resourceVersion"],
                 affinity,
                 remaining_gates(gates),
+                annotations=notes,
+                annotated=bool(current["metadata"].get("annotations")),
             )
             self.released[pod.uid] = time.monotonic()
 

@@ -26,6 +26,7 @@ from typing import Any
 import psutil
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from control_plane_fixtures import CHART_NAMESPACE, FabricFactory, agent_pod, wait_for
 from tpfabric_core import labels
@@ -33,6 +34,7 @@ from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE
 from tpfabric_fabric_agent.fake_sysfs import FakeSysfs
 from tpfabric_localcluster.cluster import LocalCluster, api_client, free_ports
+from tpfabric_localcluster.gang_webhook import start_gang_webhook
 from tpfabric_localcluster.processes import log_tail
 from tpfabric_localcluster.tpfabric import (
     EXTENDER,
@@ -306,3 +308,22 @@ def test_metrics_are_read_only_by_a_caller_the_api_server_authorizes(
     extender = scrape(metrics_url(state.components[EXTENDER].argv), reader)[1]
     assert "tpfabric_placer_leader" in extender
     assert scrape(metrics_url(state.components[EXTENDER].argv, "/readyz"))[0] == 200
+
+
+def test_the_gang_webhook_reads_the_nodes_with_the_charts_rbac(
+    tpfabric_scheduling: LocalCluster, chart_identities: dict[str, RunAs]
+) -> None:
+    """With ``rdmaCount: auto`` the webhook lists and watches nodes before it serves: under its
+    own ServiceAccount, with exactly the chart's RBAC, it comes up (and may not write nodes)."""
+    identity = chart_identities["gang-webhook"]
+    hook = start_gang_webhook(tpfabric_scheduling, extra=(f"--kubeconfig={identity.kubeconfig}",))
+    try:
+        assert hook.healthy()
+        with api_client(identity.kubeconfig) as api:
+            core = client.CoreV1Api(api)
+            core.list_node(limit=1)
+            with pytest.raises(ApiException) as refused:
+                core.patch_node("no-such-node", {"metadata": {"labels": {"x": "y"}}})
+            assert refused.value.status == 403
+    finally:
+        hook.stop()

@@ -49,7 +49,28 @@ def test_the_api_server_applies_the_defaults(local_cluster: LocalCluster, namesp
         "avoidDegraded": "avoid",
         "onDegradedLink": "report",
     }
-    assert spec["rdma"] == {"resourceName": "rdma/ib", "count": 8, "gpuDirect": "preferred"}
+    # resourceName and count stay unset: the cluster's RDMA resource, as many as the nodes offer
+    assert spec["rdma"] == {"gpuDirect": "preferred"}
+
+
+@pytest.mark.usefixtures("crd")
+def test_a_gang_record_gets_no_rdma_devices_by_default(
+    local_cluster: LocalCluster, namespace: str
+) -> None:
+    """A Gang record's pods name their RDMA devices themselves: the API server must not fill in
+    a count the placer would add to pods that ask only for GPUs (an older CRD filled in 8)."""
+    record = {
+        "apiVersion": "tpfabric.io/v1alpha1",
+        "kind": "Gang",
+        "metadata": {"name": "g"},
+        "spec": {"owner": {"kind": "PodGroup", "name": "g"}, "workers": 2},
+    }
+    done = kubectl(local_cluster, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(record))
+    assert done.returncode == 0, done.stderr
+    got = yaml.safe_load(
+        kubectl(local_cluster, "get", "gang", "g", "-n", namespace, "-o", "yaml").stdout
+    )
+    assert got["spec"]["rdma"] == {"gpuDirect": "preferred"}
 
 
 @pytest.mark.usefixtures("crd")

@@ -28,6 +28,7 @@ from control_plane_fixtures import (
 )
 from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision
 from tpfabric_localcluster.cluster import LocalCluster, free_ports
 from tpfabric_localcluster.gang_webhook import (
     NAMESPACE_LABEL,
@@ -56,7 +57,11 @@ def _wired(pod: client.V1Pod, gang: str) -> None:
     assert spec.scheduler_name == SCHEDULER_NAME
     assert [g.name for g in spec.scheduling_gates or []] == [GANG_GATE]
     assert spec.init_containers[0].name == "rdma-init"
-    assert spec.init_containers[0].resources.limits == {"nvidia.com/gpu": "8"}
+    # the RDMA devices the nodes offer (none here but in a test that makes nodes), and why
+    decision = parse_decision((pod.metadata.annotations or {}).get(RDMA_ANNOTATION))
+    assert decision is not None
+    rdma = {"rdma/ib": str(decision.count)} if decision.count else {}
+    assert spec.init_containers[0].resources.limits == {"nvidia.com/gpu": "8", **rdma}
     env = {e.name: e.value for e in spec.containers[0].env}
     assert env["NCCL_CONF_FILE"] == "/tpfabric/nccl.conf"
     assert pod.metadata.labels[GANG_LABEL] == gang

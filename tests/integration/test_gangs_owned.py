@@ -22,6 +22,7 @@ from control_plane_fixtures import FabricFactory, clear_jobs_and_pods, opt_in, w
 from tpfabric_core.api import GROUP, SCHEDULER_NAME, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.gang_webhook import GangWebhook, start_gang_webhook
 from tpfabric_localcluster.toolchain import find_toolchain
@@ -271,6 +272,69 @@ def test_the_examples_are_placed_as_they_are(
         by_gang.setdefault(pod.metadata.labels[GANG_LABEL], set()).add(leaf_of(pod.spec.node_name))
     assert len(by_gang) == gangs
     assert all(len(leaves) == 1 for leaves in by_gang.values()), by_gang
+
+
+SHIPPED = sorted(EXAMPLES.glob("*.yaml")) + sorted((EXAMPLES.parent / "jobs").glob("*.yaml"))
+PLURALS = {
+    "LeaderWorkerSet": "leaderworkersets",
+    "JobSet": "jobsets",
+    "TensorParallelJob": "tensorparalleljobs",
+}
+
+
+def _pods_of(manifest: dict[str, Any]) -> int:
+    """Return the pods a shipped manifest makes (its owner's own arithmetic)."""
+    spec = manifest["spec"]
+    if manifest["kind"] == "LeaderWorkerSet":
+        return int(spec.get("replicas", 1)) * int(spec["leaderWorkerTemplate"].get("size", 1))
+    if manifest["kind"] == "JobSet":
+        return sum(
+            int(job.get("replicas", 1)) * int(job["template"]["spec"].get("parallelism", 1))
+            for job in spec["replicatedJobs"]
+        )
+    return int(spec["workers"])
+
+
+def test_every_shipped_example_runs_on_rdma_as_it_is(api: client.ApiClient, enabled: str) -> None:
+    """examples/gangs/ and examples/jobs/, created unchanged (but for the namespace) through the
+    gang webhook and the real LWS and JobSet controllers, or the operator: every GPU pod asks
+    for the RDMA devices its nodes offer and runs rdma-init with a policy that uses them."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    expected = 0
+    for path in SHIPPED:
+        for manifest in yaml.safe_load_all(path.read_text()):
+            if not manifest or manifest["kind"] == "Namespace":
+                continue
+            group, version = manifest["apiVersion"].split("/")
+            manifest["metadata"]["namespace"] = enabled
+            custom.create_namespaced_custom_object(
+                group, version, enabled, PLURALS[manifest["kind"]], manifest
+            )
+            expected += _pods_of(manifest)
+
+    def made() -> list[client.V1Pod] | None:
+        pods = core.list_namespaced_pod(enabled).items
+        return list(pods) if len(pods) == expected else None
+
+    pods = wait_for(
+        made,
+        120,
+        what=f"the {expected} pods of {', '.join(p.name for p in SHIPPED)}",
+        explain=lambda: f"{len(core.list_namespaced_pod(enabled).items)} pods",
+    )
+    for pod in pods:
+        main = pod.spec.containers[0]
+        name = pod.metadata.name
+        assert main.resources.limits["nvidia.com/gpu"] == "8", name
+        assert main.resources.limits.get("rdma/ib") == "8", f"{name}: no RDMA devices"
+        init = pod.spec.init_containers[0]
+        assert init.name == "rdma-init", name
+        assert init.resources.limits.get("rdma/ib") == "8", name
+        policy = next(a for a in init.args if a.startswith("--policy="))
+        assert policy != "--policy=disabled", f"{name}: {policy}"
+        decision = parse_decision((pod.metadata.annotations or {}).get(RDMA_ANNOTATION))
+        assert decision is not None, name
+        assert (decision.count, decision.reason) == (8, "NodesOffer"), (name, decision)
 
 
 def test_a_tpj_and_an_lws_share_the_leaves_and_the_gang_left_over_waits_whole(

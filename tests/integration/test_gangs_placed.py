@@ -4,7 +4,8 @@ it plans a TensorParallelJob and releases the pods into one leaf, kube-scheduler
 
 Real kube-apiserver, kube-controller-manager (its Job controller makes pods in one test),
 kube-scheduler with tpfabric's profile, the placer/extender, the operator and the webhook, on
-kwok nodes: two leaves of eight.
+kwok nodes: two leaves of eight (and, for gangs on a TCP-only GPU pool, two leaves of two nodes
+without RDMA devices).
 """
 
 from __future__ import annotations
@@ -26,9 +27,17 @@ from control_plane_fixtures import (
     run_kubectl,
     wait_for,
 )
+from tpfabric_core import labels
 from tpfabric_core.api import GROUP, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
+from tpfabric_core.rail_ports import (
+    PLAN_LEVEL_ANNOTATION,
+    RAIL_PORTS_ANNOTATION,
+    RAILS_ANNOTATION,
+    format_rail_ports,
+)
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.gang_webhook import GangWebhook
 
@@ -57,14 +66,21 @@ def components(tpfabric_scheduling: LocalCluster, api: client.ApiClient) -> Iter
         yield hook
 
 
+def opted_in_on(
+    fabric: str, api: client.ApiClient, namespace: str, fake_nodes: FabricFactory
+) -> Iterator[str]:
+    """Yield the test's namespace, opted in, with the nodes of ``fabric``; clear it afterwards."""
+    fake_nodes(fabric)
+    yield opt_in(api, namespace)
+    clear_jobs_and_pods(api, namespace)
+
+
 @pytest.fixture
 def enabled(
     components: GangWebhook, api: client.ApiClient, namespace: str, fake_nodes: FabricFactory
 ) -> Iterator[str]:
     """The test's namespace, opted in, with the sixteen ``gng-*`` nodes."""
-    fake_nodes(FABRIC)
-    yield opt_in(api, namespace)
-    clear_jobs_and_pods(api, namespace)
+    yield from opted_in_on(FABRIC, api, namespace, fake_nodes)
 
 
 def member(name: str, gang: str, size: int, rank: int | None = None) -> dict[str, Any]:
@@ -352,3 +368,156 @@ def test_pods_naming_a_workload_api_pod_group_are_placed_as_one_gang_of_its_size
     for pod in pods:
         core.delete_namespaced_pod(pod.metadata.name, enabled, grace_period_seconds=0)
     wait_for(lambda: record(custom, enabled, "llama-pg") is None, 60, what="the record collected")
+
+
+def rail_map(node: str) -> dict[int, str]:
+    """A port GUID per rail of ``node`` (as a dump would give its eight compute ports)."""
+    base = 0xE09D730300000000 + (int(node.rsplit("-", 1)[1]) << 8) + (int(node[5]) << 16)
+    return {rail: f"{base + rail:016x}" for rail in range(8)}
+
+
+def test_released_pods_and_workers_born_released_are_told_their_rails_by_port_guid(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """The placer writes each pod's rails (``tpfabric.io/rails``, its node's ports by GUID) and
+    its plan's level when it releases it; the operator writes the same on workers it creates
+    onto an existing plan. rdma-init reads them through the downward API."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    for node in core.list_node(label_selector=f"{labels.LEAF}").items:
+        name = node.metadata.name
+        if name.startswith("gng-"):
+            text = format_rail_ports(rail_map(name))
+            core.patch_node(name, {"metadata": {"annotations": {RAIL_PORTS_ANNOTATION: text}}})
+    for index in range(2):
+        core.create_namespaced_pod(enabled, member(f"rails-{index}", "rails", 2, index))
+    job = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TensorParallelJob",
+        "metadata": {"name": "railed"},
+        "spec": {
+            "workers": 3,
+            "tensorParallelSize": 8,
+            "topology": {"mode": "required", "level": "leaf"},
+            "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+        },
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, enabled, "tensorparalleljobs", job)
+
+    def told(selector: str, count: int) -> list[client.V1Pod] | None:
+        pods = core.list_namespaced_pod(enabled, label_selector=selector).items
+        done = [
+            p
+            for p in pods
+            if p.spec.node_name and RAILS_ANNOTATION in (p.metadata.annotations or {})
+        ]
+        return done if len(done) == count else None
+
+    for selector, count in ((f"{GANG_LABEL}=rails", 2), ("tpfabric.io/job-name=railed", 3)):
+        pods = wait_for(
+            lambda s=selector, n=count: told(s, n), 90, what=f"{selector}: rails written"
+        )
+        for pod in pods:
+            annotations = pod.metadata.annotations
+            expected = ",".join(f"{r}=0x{g}" for r, g in rail_map(pod.spec.node_name).items())
+            assert annotations[RAILS_ANNOTATION] == expected, pod.metadata.name
+            assert annotations[PLAN_LEVEL_ANNOTATION] == "leaf", pod.metadata.name
+
+
+# -- GPU gangs on nodes without RDMA devices -------------------------------------------------------
+# A gang's demand is what its pods ask: an older Gang CRD defaulted a record's spec.rdma.count to
+# 8 and the placer added 8 rdma/ib to pods that asked only GPUs, so such a gang waited for ever on
+# a TCP-only GPU pool; a TensorParallelJob without spec.rdma asked for 8 and failed
+# (CannotBeHonoured). Now both run over TCP and say why.
+
+TCP_FABRIC = """
+name: tcp-only
+rails: 8
+railOptimized: true
+rdmaResource: rdma/ib
+node: {gpus: 8, rdma: 0, cpu: "128", memory: 2Ti, pods: 110}
+blocks:
+- name: tcp
+  spines:
+  - name: tcp-su
+    leaves:
+    - {name: tcp-leaf1, nodes: ["tcp-l1-[01-02]"]}
+    - {name: tcp-leaf2, nodes: ["tcp-l2-[01-02]"]}
+"""
+
+
+@pytest.fixture
+def tcp_only(
+    components: GangWebhook, api: client.ApiClient, namespace: str, fake_nodes: FabricFactory
+) -> Iterator[str]:
+    """The test's namespace, opted in; the cluster's GPU nodes offer no RDMA device."""
+    yield from opted_in_on(TCP_FABRIC, api, namespace, fake_nodes)
+
+
+def condition_of(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), None)
+
+
+def test_a_gpu_gang_that_asks_no_rdma_is_placed_on_nodes_without_any(
+    api: client.ApiClient, tcp_only: str
+) -> None:
+    core = client.CoreV1Api(api)
+    for index in range(2):
+        core.create_namespaced_pod(tcp_only, member(f"tcp-{index}", "tcp", 2))
+    wait_running(core, tcp_only, "tcp", 2)
+
+
+def test_a_gang_without_rdma_says_so_on_its_pods_and_its_record(
+    api: client.ApiClient, tcp_only: str
+) -> None:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    for index in range(2):
+        core.create_namespaced_pod(tcp_only, member(f"why-{index}", "why", 2))
+    for pod in wait_running(core, tcp_only, "why", 2):
+        assert "rdma/ib" not in (pod.spec.containers[0].resources.limits or {})
+        assert "--policy=disabled" in pod.spec.init_containers[0].args
+        decision = parse_decision(pod.metadata.annotations[RDMA_ANNOTATION])
+        assert decision is not None
+        assert (decision.count, decision.reason) == (0, "NodesOfferNone")
+    rdma = wait_for(
+        lambda: condition_of(record(custom, tcp_only, "why"), "RDMA"),
+        30,
+        what="the Gang record's RDMA condition",
+    )
+    assert (rdma["status"], rdma["reason"]) == ("False", "NodesOfferNone")
+    assert "offers rdma/ib" in rdma["message"]
+    assert "rdma.resourceName" in rdma["message"]
+
+
+def test_a_job_that_names_no_rdma_runs_over_tcp_and_says_why(
+    api: client.ApiClient, tcp_only: str
+) -> None:
+    custom = client.CustomObjectsApi(api)
+    container = {"name": "w", "image": "busybox", "resources": {"limits": {"cpu": "1"}}}
+    job = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TensorParallelJob",
+        "metadata": {"name": "tcp-job"},
+        "spec": {
+            "workers": 2,
+            "tensorParallelSize": 8,
+            "template": {"spec": {"containers": [container]}},
+        },
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, tcp_only, "tensorparalleljobs", job)
+
+    def read() -> dict[str, Any]:
+        return dict(
+            custom.get_namespaced_custom_object(
+                GROUP, VERSION, tcp_only, "tensorparalleljobs", "tcp-job"
+            )
+        )
+
+    def running() -> dict[str, Any] | None:
+        obj = read()
+        return obj if (obj.get("status") or {}).get("phase") == "Running" else None
+
+    obj = wait_for(running, 90, what="the job Running", explain=lambda: str(read().get("status")))
+    rdma = condition_of(obj, "RDMA")
+    assert rdma is not None
+    assert (rdma["status"], rdma["reason"]) == ("False", "NodesOfferNone")

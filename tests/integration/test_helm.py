@@ -406,6 +406,9 @@ def test_the_fabric_profile_reaches_the_operator_and_the_webhook_as_they_read_it
             {"fabric": {"profile": {"linkLayer": "ethernet"}}},
             "at '/fabric/profile/linkLayer': value must be one of",
         ),
+        ({"gangWebhook": {"rdmaCount": "all"}}, "at '/gangWebhook/rdmaCount'"),
+        ({"gangWebhook": {"rdmaCount": 65}}, "at '/gangWebhook/rdmaCount'"),
+        ({"rdma": {"resourceName": "ib"}}, "at '/rdma/resourceName'"),
     ],
 )
 def test_the_schema_rejects_bad_values_with_their_path(

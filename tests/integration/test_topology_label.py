@@ -2,8 +2,9 @@
 
 The fabric comes from the generator: its ibnetdiscover text is what `label` reads, its fabric
 description what the fake nodes are made of (same node names). The description's labels differ
-from the discovered ones (rail labels name ``S-<guid>`` switches once discovered), so the first
-`--apply` has work to do; the second must find none and write nothing.
+from the discovered ones (rail labels name the switches by their descriptions once discovered,
+``SU001-LEAF-R0``), so the first `--apply` has work to do; the second must find none and write
+nothing.
 """
 
 from __future__ import annotations
@@ -26,14 +27,17 @@ from tpfabric_core.fabric.generator import (
     write_ibnetdiscover,
 )
 from tpfabric_core.fabric.node_labels import fabric_node_labels
+from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION, parse_rail_ports
 from tpfabric_localcluster.cluster import LocalCluster
 
 STALE = labels.rail_key(7)  # the generated nodes have rails 0-3 only
 FOREIGN = "example.com/rack"
 
 
-def label(cluster: LocalCluster, dump: Path, *flags: str) -> Result:
-    args = ["topology", "label", "--ibnetdiscover", str(dump)]
+def label(
+    cluster: LocalCluster, dump: Path, *flags: str, source: str = "--ibnetdiscover"
+) -> Result:
+    args = ["topology", "label", source, str(dump)]
     result = CliRunner().invoke(app, [*args, "--kubeconfig", str(cluster.kubeconfig), *flags])
     assert result.exit_code == 0, result.output
     return result
@@ -171,10 +175,35 @@ def test_show_and_export_read_the_labels_back_from_the_cluster(
     shown = runner.invoke(app, ["topology", "show", "--cluster", *kubeconfig])
     assert shown.exit_code == 0, shown.output
     assert "su001-dgx-[01-03]" in shown.stdout
-    first_leaf = generated.fabric.leaf_of("su001-dgx-01", 0)
+    first_leaf = generated.fabric.switch_label(generated.fabric.leaf_of("su001-dgx-01", 0) or "")
     assert f"rail 0 → {first_leaf}" in shown.stdout
 
     from_cluster = runner.invoke(app, ["topology", "export", "--slurm", "--cluster", *kubeconfig])
     from_dump = runner.invoke(app, ["topology", "export", "--slurm", "--ibnetdiscover", str(dump)])
     assert from_cluster.exit_code == from_dump.exit_code == 0, from_cluster.output
     assert from_cluster.stdout == from_dump.stdout
+
+
+def test_a_dump_gives_each_node_its_rail_map_by_port_guid(
+    local_cluster: LocalCluster,
+    api: client.ApiClient,
+    generated: GeneratedFabric,
+    dump: Path,
+    nodes: list[str],
+) -> None:
+    """The rail -> port GUID map the fabric agent, the placer and rdma-init read: written with
+    the labels, one entry per rail of the node, and removed by a source that knows no GUIDs."""
+    core = client.CoreV1Api(api)
+    label(local_cluster, dump, "--apply")
+    for name in nodes:
+        annotations = core.read_node(name).metadata.annotations or {}
+        ports, problem = parse_rail_ports(annotations.get(RAIL_PORTS_ANNOTATION))
+        assert problem is None, problem
+        guids = {h.rail: h.guid for h in generated.fabric.hcas_of(name)}  # single-port CAs
+        assert ports == guids, name
+    description = dump.with_suffix(".yaml")
+    description.write_text(write_fabric_description(generated.fabric, "label-test"))
+    result = label(local_cluster, description, "--apply", source="--fabric")
+    assert f"- annotation {RAIL_PORTS_ANNOTATION}" in result.stdout
+    for name in nodes:
+        assert RAIL_PORTS_ANNOTATION not in (core.read_node(name).metadata.annotations or {})

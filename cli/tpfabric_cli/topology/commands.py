@@ -262,12 +262,14 @@ def label_command(
     """Print the topology.tpfabric.io/ label diff of every cluster node; --apply patches them.
 
     Only nodes that exist in both the fabric and the cluster are touched, and only their
-    topology.tpfabric.io/ labels: stale ones are removed, others kept. A second run changes nothing.
+    topology.tpfabric.io/ labels and their rail map (the annotation
+    topology.tpfabric.io/rail-ports: rail -> port GUID, from a dump): stale ones are removed,
+    others kept. A second run changes nothing.
     """
     from tpfabric_cli.kube_nodes import (  # noqa: PLC0415
         node_api,
         patch_node_labels,
-        read_node_labels,
+        read_nodes,
     )
 
     discovery = discover(
@@ -281,10 +283,19 @@ def label_command(
     _exit_if_empty(discovery)
     with node_api(kubeconfig) as core:
         leave = frozenset({labels.HEALTH}) if leave_health else frozenset()
-        plan = plan_labels(discovery.labels, read_node_labels(core), leave)
+        nodes = read_nodes(core)
+        plan = plan_labels(
+            discovery.labels,
+            {node.name: node.labels for node in nodes},
+            leave,
+            desired_annotations=discovery.annotations,
+            current_annotations={node.name: node.annotations for node in nodes},
+        )
         if apply:
             for change in plan.changes:
-                patch_node_labels(core, change.node, change.to_set, change.to_remove)
+                patch_node_labels(
+                    core, change.node, change.to_set, change.to_remove, change.annotations
+                )
     print_plan(plan, applied=apply)
 
 

@@ -205,8 +205,9 @@ def domain_tree(discovery: Discovery) -> DomainTree:
     # Switches only where the source knows them: its cabling's degraded leaves, or rail switches
     # several nodes' sick rails point at. A whole leaf domain of degraded nodes does not say
     # which of its rail switches is at fault.
+    sick = fabric.degraded_leaves if fabric is not None else frozenset()
     degraded = discovery.suspect_switches | frozenset(
-        labels.encode_label_value(leaf) for leaf in (fabric.degraded_leaves if fabric else ())
+        fabric.switch_label(leaf) for leaf in sick if fabric is not None
     )
     switch_counts = _spine_switch_counts(fabric) if fabric is not None else {}
     blocks = []

@@ -7,25 +7,29 @@ planned; cluster nodes outside the fabric are left alone.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.markup import escape
 
 from tpfabric_cli.topology.rendering import out
 from tpfabric_core.fabric.node_labels import label_diff
 from tpfabric_core.hostlist import compress_hostlist
+from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION
 
 __all__ = ["LabelPlan", "NodeChange", "plan_labels", "print_plan"]
 
 
 @dataclass(frozen=True, slots=True)
 class NodeChange:
-    """The labels one node needs set and removed; ``current`` holds the values before."""
+    """The labels one node needs set and removed; ``current`` holds the values before;
+    ``annotations``: tpfabric's annotations to set (None: to remove), with their values before."""
 
     node: str
     to_set: dict[str, str]
     to_remove: list[str]
     current: dict[str, str]
+    annotations: dict[str, str | None] = field(default_factory=dict)
+    current_annotations: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +46,17 @@ def plan_labels(
     desired: Mapping[str, Mapping[str, str]],
     current: Mapping[str, Mapping[str, str]],
     leave: frozenset[str] = frozenset(),
+    *,
+    desired_annotations: Mapping[str, Mapping[str, str]] | None = None,
+    current_annotations: Mapping[str, Mapping[str, str]] | None = None,
 ) -> LabelPlan:
     """Return the label changes that make every cluster node of the fabric carry exactly its
     ``desired`` ``topology.tpfabric.io/`` labels; cluster nodes outside the fabric are left
-    alone, and so are the keys in ``leave`` (another writer's, e.g. the fabric agent's health)."""
+    alone, and so are the keys in ``leave`` (another writer's, e.g. the fabric agent's health).
+
+    With ``current_annotations``, each node's ``topology.tpfabric.io/rail-ports`` is made what
+    ``desired_annotations`` says: set where the source knows the node's port GUIDs, removed
+    where it does not (a stale map would mislead the fabric agent and the pods)."""
     changes: list[NodeChange] = []
     unchanged: list[str] = []
     for node in sorted(set(desired) & set(current)):
@@ -53,8 +64,15 @@ def plan_labels(
             {k: v for k, v in current[node].items() if k not in leave},
             {k: v for k, v in desired[node].items() if k not in leave},
         )
-        if to_set or to_remove:
-            changes.append(NodeChange(node, to_set, to_remove, dict(current[node])))
+        notes: dict[str, str | None] = {}
+        before: dict[str, str] = {}
+        if current_annotations is not None:
+            before = dict(current_annotations.get(node, {}))
+            wanted = (desired_annotations or {}).get(node, {}).get(RAIL_PORTS_ANNOTATION)
+            if before.get(RAIL_PORTS_ANNOTATION) != wanted:
+                notes[RAIL_PORTS_ANNOTATION] = wanted
+        if to_set or to_remove or notes:
+            changes.append(NodeChange(node, to_set, to_remove, dict(current[node]), notes, before))
         else:
             unchanged.append(node)
     return LabelPlan(
@@ -74,6 +92,12 @@ def print_plan(plan: LabelPlan, applied: bool) -> None:
             out.print(f"  [green]+ {escape(key)}={escape(value)}[/]{note}")
         for key in change.to_remove:
             out.print(f"  [red]- {escape(key)}[/] [dim](was {escape(change.current[key])})[/]")
+        for key, wanted in sorted(change.annotations.items()):
+            if wanted is None:
+                before = change.current_annotations.get(key, "")
+                out.print(f"  [red]- annotation {escape(key)}[/] [dim](was {escape(before)})[/]")
+            else:
+                out.print(f"  [green]+ annotation {escape(key)}={escape(wanted)}[/]")
     total = len(plan.changes) + len(plan.unchanged)
     if not plan.changes:
         out.print(f"no changes: {total} node(s) already carry their labels")

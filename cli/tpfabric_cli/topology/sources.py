@@ -57,6 +57,7 @@ from tpfabric_core.fabric.slurm import fabric_from_slurm, parse_slurm_topology
 from tpfabric_core.fabric_description import parse_fabric_description, pydantic_error_path
 from tpfabric_core.hostlist import compress_hostlist
 from tpfabric_core.input_limits import check_yaml_text
+from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION, rail_ports_of
 from tpfabric_fabric_agent.link_read import read_sysfs_counters
 
 __all__ = ["Discovery", "Sources", "discover", "fabric_from_labels"]
@@ -90,10 +91,30 @@ class Discovery:
         """Return the short name of the source (its full name when it has none)."""
         return self.name or self.source
 
-    def document(self) -> dict[str, Any]:
-        """Return the ``discover --format json`` document: nodes, anomalies, unassigned HCAs."""
+    @property
+    def annotations(self) -> dict[str, dict[str, str]]:
+        """Return the annotations of every node whose rails' port GUIDs the source knows (its
+        ``topology.tpfabric.io/rail-ports``, from a dump)."""
+        fabric = self.fabric
+        if fabric is None:
+            return {}
+        known = set(fabric.nodes)
         return {
-            "nodes": {node: {"labels": dict(lbl)} for node, lbl in sorted(self.labels.items())},
+            node: {RAIL_PORTS_ANNOTATION: value}
+            for node in sorted(self.labels)
+            if node in known and (value := rail_ports_of(fabric, node)) is not None
+        }
+
+    def document(self) -> dict[str, Any]:
+        """Return the ``discover --format json`` document: nodes (their labels, and their rail
+        map where the source knows one), anomalies, unassigned HCAs."""
+        annotations = self.annotations
+        return {
+            "nodes": {
+                node: {"labels": dict(lbl)}
+                | ({"annotations": annotations[node]} if node in annotations else {})
+                for node, lbl in sorted(self.labels.items())
+            },
             "anomalies": [asdict(a) for a in self.anomalies],
             "unassigned_hcas": [asdict(h) for h in self.unassigned_hcas],
         }

@@ -86,8 +86,9 @@ class GangSpec(_Model):
     topology: TopologyPolicy = Field(default_factory=TopologyPolicy)
     """Where the gang may go in the fabric (from the owner's annotations, else the chart's
     default)."""
-    rdma: RdmaSpec = Field(default_factory=lambda: RdmaSpec(count=0))
-    """Always 0 devices here: the pods name their RDMA devices themselves."""
+    rdma: RdmaSpec = Field(default_factory=RdmaSpec)
+    """Not used: the gang's pods carry their RDMA devices themselves (the gang webhook gives
+    them), and the placer plans what each pod asks."""
     suspend: bool = False
     """Never set by the operator; a suspended gang is not planned."""
     near: GangNear | None = None
@@ -113,9 +114,11 @@ class GangStatus(_Model):
     conditions: list[Condition] = Field(default_factory=list)
     """`Ready` (every pod of the group exists and is Ready: the leader and each worker),
     `Degraded` (a node under the group is degraded: rank, node and the fabric agent's reasons),
-    `Surge` (an extra group of an LWS rolling update, deleted when the update ends) and `Moving`
+    `Surge` (an extra group of an LWS rolling update, deleted when the update ends), `Moving`
     (with `tpfabric.io/on-degraded-link: restart-elsewhere`: whether and why the group is moved
-    off a degraded node now)."""
+    off a degraded node now) and `RDMA` (whether the pods got RDMA devices, and why: `Requested`,
+    `NodesOffer`; False: `NotRequested`, `NodesOfferNone`, the message naming the resource and
+    what to do)."""
     near_by: list[str] = Field(default_factory=list)
     """Gangs placed near this one (their `spec.near` names it): each record's name and where."""
 

@@ -179,11 +179,16 @@ class TopologyPolicy(_Model):
 class RdmaSpec(_Model):
     """RDMA devices for each worker and the GPUDirect RDMA policy."""
 
-    resource_name: Annotated[str, Field(pattern=RESOURCE_NAME_PATTERN, max_length=253)] = "rdma/ib"
-    """Extended resource the RDMA device plugin advertises, e.g. `rdma/ib` or
-    `nvidia.com/hostdev`."""
-    count: Annotated[int, Field(ge=0, le=64)] = 8
-    """RDMA devices (HCAs) requested per worker; 0 runs over TCP."""
+    resource_name: Annotated[str, Field(pattern=RESOURCE_NAME_PATTERN, max_length=253)] | None = (
+        None
+    )
+    """Extended resource the RDMA device plugin advertises, e.g. `rdma/ib`,
+    `rdma/rdma_shared_device_a` or `nvidia.com/hostdev`. Unset: the cluster's (the chart's
+    `rdma.resourceName`)."""
+    count: Annotated[int, Field(ge=0, le=64)] | None = None
+    """RDMA devices (HCAs) requested per worker; 0 runs over TCP. Unset: a job of more than one
+    worker gets what most GPU nodes that could hold a worker offer for its GPUs (none when they
+    offer none: the `RDMA` condition then says so); a job of one worker gets none."""
     gpu_direct: Literal["required", "preferred", "disabled"] = "preferred"
     """`required`: the init container fails the pod when GPUDirect RDMA cannot work.
     `preferred`: fall back to TCP with a warning. `disabled`: plain sockets."""
@@ -352,8 +357,10 @@ class Condition(_Model):
     model_config = ConfigDict(extra="ignore")
 
     type: str
-    """Admitted, WorkersCreated, Suspended, Placed, Ready, Degraded, Failed, Succeeded, or
-    InvalidSpec (True while the spec is one the operator cannot act on; not terminal)."""
+    """Admitted, WorkersCreated, Suspended, Placed, Ready, Degraded, Failed, Succeeded, RDMA
+    (whether the workers got RDMA devices, and why: False with `NotRequested` or
+    `NodesOfferNone` runs over TCP), or InvalidSpec (True while the spec is one the operator
+    cannot act on; not terminal)."""
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
     reason: str = ""

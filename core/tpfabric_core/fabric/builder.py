@@ -28,9 +28,17 @@ class FabricBuilder:
         self._hcas: dict[str, Hca] = {}
         self._links: dict[LinkKey, Link] = {}
 
-    def add_switch(self, switch_id: str, description: str = "", group: str | None = None) -> Self:
-        """Return the builder with a switch added (a repeat with the same data is a no-op)."""
-        return self._add(self._switches, switch_id, Switch(switch_id, description, group))
+    def add_switch(
+        self,
+        switch_id: str,
+        description: str = "",
+        group: str | None = None,
+        name: str | None = None,
+    ) -> Self:
+        """Return the builder with a switch added (a repeat with the same data is a no-op);
+        ``name``: what the switch calls itself (its node description), unique in the fabric."""
+        switch = Switch(switch_id, description, group, name)
+        return self._add(self._switches, switch_id, switch)
 
     def add_hca(
         self,
@@ -39,13 +47,19 @@ class FabricBuilder:
         node: str | None = None,
         rail: int | None = None,
         role: HcaRole = HcaRole.NODE,
+        *,
+        port_guid: str | None = None,
+        order: int | None = None,
     ) -> Self:
-        """Return the builder with an HCA added; ``role`` NODE needs a ``node``."""
+        """Return the builder with an HCA added; ``role`` NODE needs a ``node``; ``port_guid``:
+        the GUID of its cabled port, ``order``: its place in its node's own order, when the
+        source says."""
         if role is HcaRole.NODE and node is None:
             raise ValueError(f"HCA {guid}: role 'node' needs a node name")
         if rail is not None and rail < 0:
             raise ValueError(f"HCA {guid}: rail must be >= 0, got {rail}")
-        return self._add(self._hcas, hca_id(guid), Hca(guid, description, node, rail, role))
+        hca = Hca(guid, description, node, rail, role, port_guid, order)
+        return self._add(self._hcas, hca_id(guid), hca)
 
     def add_link(
         self,

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from tpfabric_core.fabric.builder import FabricBuilder
+from tpfabric_core.fabric.ibnetdiscover import switch_name
 from tpfabric_core.fabric.model import Fabric, HcaRole, LinkKey, hca_id
 from tpfabric_core.hostlist import compress_hostlist
 
@@ -68,13 +69,16 @@ class _Wiring:
     def switch(self, description: str) -> str:
         switch_id = f"S-{_SWITCH_GUID_BASE + self._switches:016x}"
         self._switches += 1
-        self.builder.add_switch(switch_id, description)
+        self.builder.add_switch(switch_id, description, name=switch_name(description))
         return switch_id
 
-    def hca(self, node: str, rail: int) -> str:
+    def hca(self, node: str, rail: int, cabled_rail: int | None = None) -> str:
+        """Return a new HCA of ``node``, its port ``rail`` (``HCA-<rail + 1>``); cabled to the
+        leaf of ``cabled_rail`` (a swap), it is on that rail: the fabric's rail is its leaf's."""
         guid = f"{_HCA_GUID_BASE + self._hcas:016x}"
         self._hcas += 1
-        self.builder.add_hca(guid, f"{node} HCA-{rail + 1}", node, rail, HcaRole.NODE)
+        on = rail if cabled_rail is None else cabled_rail
+        self.builder.add_hca(guid, f"{node} HCA-{rail + 1}", node, on, HcaRole.NODE, order=rail)
         return hca_id(guid)
 
     def cable(self, a: str, b: str) -> None:
@@ -180,7 +184,8 @@ def generate_superpod(
         for n, node in enumerate(nodes[u]):
             for r in range(rails):
                 where = target.get((u, n, r), u * rails + r)
-                wiring.cable(wiring.hca(node, r), leaves[where // rails][where % rails])
+                hca = wiring.hca(node, r, where % rails)
+                wiring.cable(hca, leaves[where // rails][where % rails])
         for r, leaf in enumerate(leaves[u]):
             for spine in spines[u // block_size][r]:
                 for _ in range(per_spine):

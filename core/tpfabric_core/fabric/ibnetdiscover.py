@@ -62,6 +62,7 @@ __all__ = [
     "normalize_guid",
     "parse_guid_map",
     "parse_ibnetdiscover",
+    "switch_name",
 ]
 
 _BLOCK = re.compile(
@@ -69,21 +70,25 @@ _BLOCK = re.compile(
     r'\s*(?:#\s*"(?P<desc>[^"]*)".*)?$'
 )
 _PORT = re.compile(
-    r"^\[(?P<port>\d+)\](?:\[ext \d+\])?(?:\([0-9a-fA-F]+\))?\s+"
+    r"^\[(?P<port>\d+)\](?:\[ext \d+\])?(?:\((?P<own_guid>[0-9a-fA-F]+)\))?\s+"
     r'"(?P<prefix>[SHR])-(?P<guid>[0-9a-fA-F]+)"\[(?P<peer_port>\d+)\](?:\[ext \d+\])?'
-    r"(?:\s*\([0-9a-fA-F]+\))?"
+    r"(?:\s*\((?P<peer_guid>[0-9a-fA-F]+)\))?"
     r'\s*#\s*(?:lid\s+\d+\s+lmc\s+\d+\s+)?"(?P<desc>[^"]*)"\s+lid\s+\d+\s+'
     r"(?P<width>\d+)x(?P<speed>[A-Z0-9]+)(?:\s+\S.*)?$"
 )
-"""A port line; ``-g`` adds ``[ext N]`` after port numbers, ``-f`` ``s=.. w=.. v=..`` at the end."""
+"""A port line; ``-g`` adds ``[ext N]`` after port numbers, ``-f`` ``s=.. w=.. v=..`` at the end.
+The ``(guid)`` after a CA's port number is that port's GUID (a switch's ports share its GUID)."""
 _HEADER = re.compile(
     r"^(vendid|devid|sysimgguid|switchguid|caguid|routerguid|Routerguid)=\S+(?:\s+#.*)?$"
 )
 """An id line; with ``-g`` a switch's carries its chassis slot (``# ISR9288 Voltaire Line 3``)."""
 _RAIL_TOKEN = re.compile(r"^(?:HCA-(?P<hca>\d+)|mlx\d+_(?P<mlx>\d+))$")
+_SWITCH_NAMES = (
+    re.compile(r"^MF0;(?P<name>[^:;\s]+):"),  # a managed NVIDIA/Mellanox switch: MF0;ib5:SX6036/U1
+    re.compile(r"^.*\S\s+#\s+(?P<name>\S+)$"),  # a managed Voltaire 4036: "Voltaire 4036 # ib-sw3"
+)
 _DEVICE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
 """An RDMA device name (``hfi1_0``, ``qib0``, ``bnxt_re1``) as the second word of a description."""
-_DEVICE_NUMBER = re.compile(r"(\d+)$")
 _RECORD_START = re.compile(r"^(?:\[|(?:Switch|Ca|Rt)\s)")
 _GROUPING = re.compile(r"^(?:Chassis\s+\S+.*|Non-Chassis Nodes)$")
 _SAMPLES = 3
@@ -247,6 +252,11 @@ class _Dump:
     """(first, second) reports of a cable whose ends report different rates."""
     loops: dict[str, set[tuple[int, int]]] = field(default_factory=lambda: defaultdict(set))
     """Ports of a switch (or HCA) cabled to each other, by vertex."""
+    port_guids: dict[tuple[str, int], str] = field(default_factory=dict)
+    """The GUID of each CA port a line shows, by (CA vertex, port)."""
+    ports_of: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """A CA's second (third...) cabled port, split into an HCA of its own: its vertex
+    (``H-<port guid>``) -> (the CA's vertex, the port)."""
     groupings: list[tuple[int, str]] = field(default_factory=list)
     skipped: list[tuple[int, str]] = field(default_factory=list)
     routers: int = 0
@@ -281,6 +291,10 @@ def _read_port(dump: _Dump, current: str, port: re.Match[str], number: int, sour
     peer = f"{port['prefix']}-{port['guid'].lower()}"
     dump.peer_desc.setdefault(peer, port["desc"])
     own_port, peer_port = int(port["port"]), int(port["peer_port"])
+    if port["own_guid"] is not None and current[0] == "H":
+        dump.port_guids[(current, own_port)] = port["own_guid"].lower().zfill(16)
+    if port["peer_guid"] is not None and peer[0] == "H":
+        dump.port_guids[(peer, peer_port)] = port["peer_guid"].lower().zfill(16)
     if peer == current:
         dump.loops[current].add((min(own_port, peer_port), max(own_port, peer_port)))
         return
@@ -382,33 +396,49 @@ def _settle_disagreements(dump: _Dump, source: str, warnings: list[str]) -> set[
     return degraded
 
 
-def _hca_of(tokens: list[str]) -> tuple[bool, int | None]:
-    """Return whether a description's words name an HCA, and its rail when they say: the last
-    word ``HCA-<n>`` (rail n - 1) or ``mlx<N>_<n>`` (rail n), or, after a host name alone, a
-    device name (rail: its number, if it ends in one)."""
+Order = tuple[tuple[int, str], ...]
+
+
+def _natural(name: str) -> Order:
+    """Return a key that orders ``mlx5_2`` before ``mlx5_10`` (digits compare as numbers)."""
+    return tuple((int(p), "") if p.isdigit() else (0, p) for p in re.split(r"(\d+)", name) if p)
+
+
+def _hca_of(tokens: list[str]) -> tuple[bool, Order | None]:
+    """Return whether a description's words name an HCA, and where it comes in its node's own
+    order of HCAs: the last word ``HCA-<n>`` or ``mlx<N>_<n>``, or, after a host name alone, a
+    device name (``hfi1_0``, ``ibp12s0``), in natural order."""
     if len(tokens) < 2:
         return False, None
-    match = _RAIL_TOKEN.match(tokens[-1])
-    if match is not None:
-        if match["hca"] is not None:
-            number = int(match["hca"])
-            return True, number - 1 if number > 0 else None
-        return True, int(match["mlx"])
+    if _RAIL_TOKEN.match(tokens[-1]) is not None:
+        return True, _natural(tokens[-1])
     if len(tokens) == 2 and _DEVICE.match(tokens[1]):
-        index = _DEVICE_NUMBER.search(tokens[1])
-        return True, int(index[1]) if index is not None else None
+        return True, _natural(tokens[1])
     return False, None
 
 
-def _classify(desc: str, options: IbnetdiscoverOptions) -> tuple[HcaRole, str, int | None, str]:
-    """Return (role, host, rail, reason) for an HCA description; reason only for non-nodes."""
+@dataclass(frozen=True, slots=True)
+class _Role:
+    """What an HCA of the dump is: a node's (``host``), unassigned, or a management host's."""
+
+    role: HcaRole
+    host: str
+    #: the rail the GUID map gives it (the operators' own numbering: it wins)
+    rail: int | None
+    #: where it comes in its node's own order of HCAs (its device name); None: unknown
+    order: Order | None
+    reason: str
+
+
+def _classify(desc: str, options: IbnetdiscoverOptions) -> tuple[HcaRole, str, Order | None, str]:
+    """Return (role, host, order, reason) for an HCA description; reason only for non-nodes."""
     if re.fullmatch(options.aggregation_pattern, desc):
         return HcaRole.MANAGEMENT, desc, None, "SHARP aggregation node"
     if not desc.strip() or re.fullmatch(options.unnamed_pattern, desc):
         return HcaRole.UNASSIGNED, "", None, "no host name in the description"
     tokens = desc.split()
     host = tokens[0]
-    names_hca, rail = _hca_of(tokens)
+    names_hca, order = _hca_of(tokens)
     if any(re.fullmatch(p, host) for p in options.management_patterns):
         reason = "management or generic host name"
     elif not _NODE_NAME.match(host) or len(host) > 253:
@@ -418,8 +448,8 @@ def _classify(desc: str, options: IbnetdiscoverOptions) -> tuple[HcaRole, str, i
     elif not names_hca:
         reason = "no rail token: the description names no HCA (HCA-<n>, mlx5_<n>, a device)"
     else:
-        return HcaRole.NODE, host, rail, ""
-    return HcaRole.MANAGEMENT, host, rail, reason
+        return HcaRole.NODE, host, order, ""
+    return HcaRole.MANAGEMENT, host, order, reason
 
 
 def _hca_locations(dump: _Dump) -> dict[str, tuple[str, int]]:
@@ -433,66 +463,195 @@ def _hca_locations(dump: _Dump) -> dict[str, tuple[str, int]]:
     return where
 
 
-def _dominant_rail(rails: Counter[int]) -> int | None:
-    """Return the rail most HCAs of a leaf are on, None when there is no single one."""
-    common = rails.most_common(2)
-    if len(common) == 1 or (len(common) == 2 and common[0][1] > common[1][1]):
-        return common[0][0]
+def _hca_ports(dump: _Dump) -> dict[str, int]:
+    """Return ``{hca vertex: its port cabled to a switch}`` (its first such port)."""
+    ports: dict[str, int] = {}
+    for (a, a_port), (b, b_port) in sorted(dump.cables):
+        if a.startswith("H-") and b.startswith("S-"):
+            ports.setdefault(a, a_port)
+        elif b.startswith("H-") and a.startswith("S-"):
+            ports.setdefault(b, b_port)
+    return ports
+
+
+def _split_ca_ports(dump: _Dump, degraded: set[LinkKey]) -> set[LinkKey]:
+    """Make each further cabled port of a multi-port CA (a dual-port ConnectX-3 cabled twice) an
+    HCA of its own, ``H-<its port GUID>``, when the dump gives that GUID; return ``degraded``
+    with the renamed cables. A port whose GUID is not known stays with its CA (only the CA's
+    first cabled port counts then, as before)."""
+    cabled: dict[str, set[int]] = defaultdict(set)
+    for (a, a_port), (b, b_port) in dump.cables:
+        if a.startswith("H-") and b.startswith("S-"):
+            cabled[a].add(a_port)
+        elif b.startswith("H-") and a.startswith("S-"):
+            cabled[b].add(b_port)
+    renamed: dict[tuple[str, int], str] = {}
+    for vertex, ports in cabled.items():
+        for port in sorted(ports)[1:]:
+            guid = dump.port_guids.get((vertex, port))
+            split = f"H-{guid}" if guid else None
+            if split and split != vertex and split not in dump.cas and split not in dump.ports_of:
+                renamed[(vertex, port)] = split
+                dump.ports_of[split] = (vertex, port)
+    if not renamed:
+        return degraded
+
+    def end(vertex: str, port: int) -> tuple[str, int]:
+        return renamed.get((vertex, port), vertex), port
+
+    cables: dict[LinkKey, _Cable] = {}
+    moved: set[LinkKey] = set()
+    for key, cable in dump.cables.items():
+        first, second = end(*key[0]), end(*key[1])
+        new_key = (first, second) if first <= second else (second, first)
+        cables[new_key] = cable._replace(
+            a=end(cable.a, cable.a_port)[0], b=end(cable.b, cable.b_port)[0]
+        )
+        if key in degraded:
+            moved.add(new_key)
+    dump.cables = cables
+    return moved
+
+
+def switch_name(description: str) -> str | None:
+    """Return the name a switch's node description gives it (``MF0;ib5:SX6036/U1`` is ``ib5``,
+    a Voltaire ``Voltaire 4036 # ib-sw3`` is ``ib-sw3``), None when it gives none."""
+    for pattern in _SWITCH_NAMES:
+        if (match := pattern.match(description.strip())) is not None:
+            return match["name"]
     return None
 
 
 def _add_switches(builder: FabricBuilder, dump: _Dump, warnings: list[str]) -> None:
-    """Add every switch of the dump, including cabled ones without a block (with a warning)."""
-    for vertex, desc in dump.switches.items():
-        builder.add_switch(vertex, desc)
+    """Add every switch of the dump, including cabled ones without a block (with a warning),
+    each with the name its description gives it when no other switch has that name."""
+    descs = dict(dump.switches)
     for cable in dump.cables.values():
         peer = cable.b
-        if peer.startswith("S-") and not builder.has_switch(peer):
+        if peer.startswith("S-") and peer not in descs:
             warnings.append(f"switch {peer} is cabled but has no block of its own (truncated?)")
-            builder.add_switch(peer, dump.peer_desc.get(peer, ""))
+            descs[peer] = dump.peer_desc.get(peer, "")
+    names = {vertex: switch_name(desc) for vertex, desc in descs.items()}
+    counts = Counter(name for name in names.values() if name)
+    if shared := sorted(name for name, count in counts.items() if count > 1):
+        warnings.append(
+            f"switch name(s) {', '.join(shared[:_SAMPLES])} given to several switches: those "
+            "switches are named by GUID"
+        )
+    for vertex, desc in descs.items():
+        name = names[vertex]
+        builder.add_switch(vertex, desc, name=name if name and counts[name] == 1 else None)
 
 
 def _roles(
     hcas: list[str], descs: dict[str, str], mapping: dict[str, GuidMapEntry],
-    options: IbnetdiscoverOptions,
-) -> dict[str, tuple[HcaRole, str, int | None, str]]:  # fmt: skip
-    """Return (role, host, rail if known, reason) of every HCA; the GUID map wins."""
-    roles: dict[str, tuple[HcaRole, str, int | None, str]] = {}
+    options: IbnetdiscoverOptions, dump: _Dump,
+) -> dict[str, _Role]:  # fmt: skip
+    """Return what every HCA is; the GUID map (by port GUID, else the CA's GUID) wins."""
+    roles: dict[str, _Role] = {}
     for vertex in hcas:
-        role, host, rail, reason = _classify(descs[vertex], options)
-        if (entry := mapping.get(vertex.removeprefix("H-"))) is not None:
-            role, host, reason = HcaRole.NODE, entry.node, ""
-            rail = entry.rail if entry.rail is not None else rail
-        roles[vertex] = (role, host, rail, reason)
+        role, host, order, reason = _classify(descs[vertex], options)
+        ca = dump.ports_of.get(vertex, (vertex, 0))[0]
+        rail = None
+        entry = mapping.get(vertex.removeprefix("H-")) or mapping.get(ca.removeprefix("H-"))
+        if entry is not None:
+            role, host, reason, rail = HcaRole.NODE, entry.node, "", entry.rail
+        roles[vertex] = _Role(role, host, rail, order, reason)
     return roles
 
 
+def _port_indices(roles: dict[str, _Role], ports: dict[str, int]) -> dict[str, int]:
+    """Return the port index of every node HCA whose name says where it comes: its place among
+    the names of its kind (``mlx5_<n>``, ``HCA-<n>``, ``ibp<b>s<s>``: the words around the
+    numbers) that the dump's nodes use, in natural order, then its port number. A unit whose
+    nodes all lack one HCA keeps the others' indices; two naming schemes in one dump are
+    numbered each on its own."""
+    kinds: dict[tuple[str, ...], set[tuple[Order, int]]] = defaultdict(set)
+    keyed: dict[str, tuple[tuple[str, ...], tuple[Order, int]]] = {}
+    for vertex, role in roles.items():
+        if role.role is HcaRole.NODE and role.order is not None:
+            kind = tuple(text for _, text in role.order if text)
+            key = (role.order, ports.get(vertex, 0))
+            kinds[kind].add(key)
+            keyed[vertex] = (kind, key)
+    ranks = {kind: {key: i for i, key in enumerate(sorted(keys))} for kind, keys in kinds.items()}
+    return {vertex: ranks[kind][key] for vertex, (kind, key) in keyed.items()}
+
+
+def _switch_rails(votes: dict[str, Counter[int]], peers: dict[str, set[str]]) -> dict[str, int]:
+    """Return the rail of each switch: the port index most of its nodes put there, each index
+    once among the switches that share a node (the strongest votes first; a tie: the smaller
+    index), so that half a unit swapped never makes two leaves one rail."""
+    ranked = sorted(
+        (-count, index, switch)
+        for switch, counts in votes.items()
+        for index, count in counts.items()
+    )
+    rails: dict[str, int] = {}
+    for _, index, switch in ranked:
+        if switch in rails:
+            continue
+        if all(rails.get(peer) != index for peer in peers.get(switch, ())):
+            rails[switch] = index
+    for switch, counts in votes.items():  # every index of it taken by a peer: its most voted
+        rails.setdefault(switch, min(counts.items(), key=lambda item: (-item[1], item[0]))[0])
+    return rails
+
+
 def _node_rails(
-    roles: dict[str, tuple[HcaRole, str, int | None, str]], where: dict[str, tuple[str, int]]
-) -> tuple[dict[str, int | None], set[str]]:
-    """Return the rail of every node HCA and the nodes left with a rail-less HCA: the rail said,
-    else the one most node HCAs of its leaf are on, else 0 for a node's only HCA."""
-    leaf_rails: dict[str, Counter[int]] = defaultdict(Counter)
-    hcas_per_node: Counter[str] = Counter()
-    for vertex, (role, host, rail, _) in roles.items():
-        if role is HcaRole.NODE:
-            hcas_per_node[host] += 1
-            if rail is not None and vertex in where:
-                leaf_rails[where[vertex][0]][rail] += 1
+    roles: dict[str, _Role], where: dict[str, tuple[str, int]], ports: dict[str, int]
+) -> tuple[dict[str, int | None], dict[str, int], set[str]]:
+    """Return the rail of every node HCA, its place in its node's own order (when its name
+    says), and the nodes left with a rail-less HCA.
+
+    Rails are numbered 0..n-1 in the fabric's order, whatever the devices are called: the port
+    index of an HCA is the place of its device name among every name of its kind the dump's
+    nodes use (:func:`_port_indices`: a DGX H100's mlx5_0,3,4,5,6,9,10,11 are 0-7); where each of
+    a node's HCAs is on a switch of its own (rail-optimised), the rail of a switch is the index
+    most of its nodes put there (a tie: the smaller; each index once among the switches a node
+    spans), so every node agrees on it even when one node's names differ; a node with several
+    HCAs on one switch keeps their indices; a node's only HCA is rail 0. The GUID map's rails
+    win.
+    """
+    by_node: dict[str, list[str]] = defaultdict(list)
+    for vertex, role in roles.items():
+        if role.role is HcaRole.NODE:
+            by_node[role.host].append(vertex)
+    local = _port_indices(roles, ports)
+    spread: dict[str, bool] = {}
+    for host, vertices in by_node.items():
+        switches = [where[v][0] for v in vertices if v in where]
+        spread[host] = len(switches) > 1 and len(set(switches)) == len(switches)
+    votes: dict[str, Counter[int]] = defaultdict(Counter)
+    peers: dict[str, set[str]] = defaultdict(set)
+    for host, vertices in by_node.items():
+        if not spread[host]:
+            continue
+        used = {where[v][0] for v in vertices if v in where}
+        for vertex in vertices:
+            said = roles[vertex].rail if roles[vertex].rail is not None else local.get(vertex)
+            if said is not None and vertex in where:
+                votes[where[vertex][0]][said] += 1
+                peers[where[vertex][0]].update(used - {where[vertex][0]})
+    switch_rail = _switch_rails(votes, peers)
     rails: dict[str, int | None] = {}
     railless: set[str] = set()
-    for vertex, (role, host, said, _) in roles.items():
-        if role is not HcaRole.NODE:
-            continue
-        rail = said
-        if rail is None and vertex in where:
-            rail = _dominant_rail(leaf_rails[where[vertex][0]])
-        if rail is None and hcas_per_node[host] == 1:
-            rail = 0
-        if rail is None:
-            railless.add(host)
-        rails[vertex] = rail
-    return rails, railless
+    for host, vertices in by_node.items():
+        for vertex in vertices:
+            switch = where[vertex][0] if vertex in where else ""
+            rail = roles[vertex].rail
+            if rail is None and spread[host]:
+                rail = switch_rail.get(switch)
+            for fallback in (
+                local.get(vertex),
+                switch_rail.get(switch),
+                0 if len(vertices) == 1 else None,
+            ):
+                rail = fallback if rail is None else rail
+            if rail is None:
+                railless.add(host)
+            rails[vertex] = rail
+    return rails, local, railless
 
 
 def _listed(items: list[str]) -> str:
@@ -515,7 +674,7 @@ def parse_ibnetdiscover(
     """
     dump = _read(text, source)
     warnings = _read_warnings(dump, source)
-    degraded = _settle_disagreements(dump, source, warnings)
+    degraded = _split_ca_ports(dump, _settle_disagreements(dump, source, warnings))
     if dump.routers:
         warnings.append(f"{dump.routers} router block(s) ignored")
     if not dump.switches:
@@ -524,24 +683,32 @@ def parse_ibnetdiscover(
     builder = FabricBuilder()
     _add_switches(builder, dump, warnings)
 
-    hcas = sorted(set(dump.cas) | {p for p in dump.peer_desc if p.startswith("H-")})
-    descs = {v: dump.cas.get(v) or dump.peer_desc.get(v, "") for v in hcas}
+    hcas = sorted(
+        set(dump.cas) | {p for p in dump.peer_desc if p.startswith("H-")} | set(dump.ports_of)
+    )
+    ca_of = {v: dump.ports_of.get(v, (v, 0))[0] for v in hcas}
+    descs = {v: dump.cas.get(ca_of[v]) or dump.peer_desc.get(ca_of[v], "") for v in hcas}
     where = _hca_locations(dump)
-    roles = _roles(hcas, descs, guid_map or {}, options or IbnetdiscoverOptions())
-    rails, railless = _node_rails(roles, where)
+    ports = _hca_ports(dump)
+    roles = _roles(hcas, descs, guid_map or {}, options or IbnetdiscoverOptions(), dump)
+    rails, orders, railless = _node_rails(roles, where, ports)
 
     unassigned: list[UnassignedHca] = []
     ignored: dict[tuple[str, str], list[str]] = defaultdict(list)
     for vertex in hcas:
         guid, desc = vertex.removeprefix("H-"), descs[vertex]
-        role, host, rail, reason = roles[vertex]
+        what = roles[vertex]
+        role, host = what.role, what.host
         switch, port = where.get(vertex, (None, None))
         if role is HcaRole.UNASSIGNED:
             unassigned.append(UnassignedHca(guid, desc, switch, port))
         elif role is HcaRole.MANAGEMENT:
-            ignored[(host, reason)].append(guid)
+            ignored[(host, what.reason)].append(guid)
         node = host if role is HcaRole.NODE else None
-        builder.add_hca(guid, desc, node, rails.get(vertex, rail), role)
+        port_guid = dump.port_guids.get((ca_of[vertex], ports[vertex])) if vertex in ports else None
+        rail = rails.get(vertex, what.rail)
+        order = orders.get(vertex)
+        builder.add_hca(guid, desc, node, rail, role, port_guid=port_guid, order=order)
     if uncabled := [f"{v.removeprefix('H-')} ({descs[v]!r})" for v in hcas if v not in where]:
         warnings.append(f"{len(uncabled)} HCA(s) not cabled to any switch: {_listed(uncabled)}")
     if railless:

@@ -291,6 +291,13 @@ class LinkJudge:
         """Return the rail of ``hca`` as configured, None when not a fabric HCA."""
         return self._rails.get(hca)
 
+    def renumber(self, rails: Mapping[str, int]) -> None:
+        """Number the same fabric HCAs' rails anew (the node's rail map came or changed); what
+        the judge remembers of each port stays."""
+        if set(rails) != set(self._rails):
+            raise ValueError("renumber keeps the fabric HCAs; give a rail to each of them")
+        self._rails = dict(rails)
+
     def observe(self, sample: NodeSample) -> NodeVerdict:
         """Return the verdict of the node after ``sample``."""
         fabric = [p for p in sample.ports if not self._rails or p.hca in self._rails]

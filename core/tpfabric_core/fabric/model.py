@@ -94,22 +94,35 @@ class HcaRole(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Switch:
-    """A switch; ``group`` names the domain it belongs to when the source knows one."""
+    """A switch; ``group`` names the domain it belongs to when the source knows one; ``name`` is
+    what the switch calls itself (a managed switch's node description), unique in its fabric."""
 
     id: str
     description: str = ""
     group: str | None = None
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Return the switch as label values name it: its name, else its id (label-encoded)."""
+        return encode_label_value(self.name or self.id)
 
 
 @dataclass(frozen=True, slots=True)
 class Hca:
-    """A host channel adapter (one port cabled to a switch); ``rail`` is 0-based."""
+    """A host channel adapter (one port cabled to a switch); ``rail`` is 0-based;
+    ``port_guid`` identifies the cabled port (as sysfs shows it in the port's GID 0), when the
+    source says (an ``ibnetdiscover`` dump does); ``order`` is its place in its node's own order
+    of ports (device names), which differs from ``rail`` where the node's cables are out of
+    that order (two rails swapped)."""
 
     guid: str
     description: str = ""
     node: str | None = None
     rail: int | None = None
     role: HcaRole = HcaRole.NODE
+    port_guid: str | None = None
+    order: int | None = None
 
     @property
     def id(self) -> str:
@@ -155,15 +168,20 @@ def tier_name(level: int) -> str:
     return _TIER_NAMES[level] if level < len(_TIER_NAMES) else f"tier-{level}"
 
 
-def _domain_id(members: Iterable[str], groups: Mapping[str, str | None]) -> str:
-    """Return the id of a domain made of ``members``: their common group, the one member, or a
-    readable prefix plus a hash of all of them; always a valid label value."""
+def _domain_id(
+    members: Iterable[str],
+    groups: Mapping[str, str | None],
+    names: Mapping[str, str] | None = None,
+) -> str:
+    """Return the id of a domain made of ``members``: their common group, the one member (by its
+    name in ``names``, else its id), or a readable prefix plus a hash of all of them; always a
+    valid label value."""
     ids = sorted(set(members))
-    names = {groups.get(m) for m in ids}
-    if len(names) == 1 and (name := names.pop()) is not None:
-        return encode_label_value(name)
+    common = {groups.get(m) for m in ids}
+    if len(common) == 1 and (group := common.pop()) is not None:
+        return encode_label_value(group)
     if len(ids) == 1:
-        return encode_label_value(ids[0])
+        return encode_label_value((names or {}).get(ids[0]) or ids[0])
     digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:_HASH_CHARS]
     return encode_label_value(f"{ids[0]}-{digest}")
 
@@ -373,17 +391,23 @@ class Fabric:
         for switch in parent:
             members[find(switch)].append(switch)
         groups = {s.id: s.group for s in self._switches.values()}
+        names = {s.id: s.name for s in self._switches.values() if s.name}
         ids: dict[str, str] = {}
         for group in members.values():
             highest = max(self._level[s] for s in group)
-            name = _domain_id((s for s in group if self._level[s] == highest), groups)
+            name = _domain_id((s for s in group if self._level[s] == highest), groups, names)
             ids.update(dict.fromkeys(group, name))
         return ids
 
     def _index_domains(self) -> None:
         groups = {s.id: s.group for s in self._switches.values()}
+        switch_names = {s.id: s.name for s in self._switches.values() if s.name}
         per_level: list[Mapping[str, str]] = [
-            {leaf: _domain_id([leaf], groups) for leaf, lv in self._level.items() if lv == 0},
+            {
+                leaf: _domain_id([leaf], groups, switch_names)
+                for leaf, lv in self._level.items()
+                if lv == 0
+            },
             self._components(1),
             self._components(2),
         ]
@@ -484,6 +508,11 @@ class Fabric:
         if node not in self._node_leaves:
             raise KeyError(node)
         return self._node_rails.get(node, MappingProxyType({}))
+
+    def switch_label(self, switch: str) -> str:
+        """Return the label value naming ``switch``: its name when it has one, else its id."""
+        known = self._switches.get(switch)
+        return known.label if known is not None else encode_label_value(switch)
 
     def leaf_of(self, node: str, rail: int) -> str | None:
         """Return the leaf that rail ``rail`` of ``node`` plugs into, None if it has no such HCA."""

@@ -29,7 +29,7 @@ def labels_of_node(fabric: Fabric, node: str) -> dict[str, str]:
         labels.HEALTH: fabric.node_health(node),
     }
     for rail, leaf in fabric.rail_leaves(node).items():
-        result[labels.rail_key(rail)] = labels.encode_label_value(leaf)
+        result[labels.rail_key(rail)] = fabric.switch_label(leaf)
     return result
 
 

@@ -84,6 +84,7 @@ def analyze_rails(fabric: Fabric) -> RailReport:
             hca_rail[hca.guid] = leaf_rail[switch]
     if rail_optimized:
         anomalies.extend(_mixed_rail_leaves(fabric, leaf_rails, leaf_rail))
+        anomalies.extend(_out_of_order(fabric))
     anomalies.extend(_duplicate_rails(fabric))
     anomalies.extend(_unit_anomalies(fabric, leaf_rail, rail_optimized))
     anomalies.extend(_outside_leaf_domains(fabric))
@@ -120,6 +121,28 @@ def _mixed_rail_leaves(
                             f"rail {rail} of {node} is cabled to {leaf}, a rail-{main} leaf",
                         )
                     )  # fmt: skip
+    return found
+
+
+def _out_of_order(fabric: Fabric) -> list[CablingAnomaly]:
+    """Return an anomaly per node HCA on another rail than its place in its node's own order
+    (two rails of a node swapped): its rail is its leaf's, its port is not where the unit
+    puts that port. ``rail`` is the port's place in the node's order."""
+    found: list[CablingAnomaly] = []
+    for node in fabric.nodes:
+        for hca in fabric.hcas_of(node):
+            if hca.order is None or hca.rail is None or hca.order == hca.rail:
+                continue
+            leaf = fabric.leaf_of(node, hca.rail)
+            name = hca.description.split()[-1] if hca.description else hca.guid
+            found.append(
+                CablingAnomaly(
+                    "mixed-rail-leaf", node, hca.order, leaf,
+                    f"port {hca.order} of {node} ({name}) is cabled to "
+                    f"{fabric.switch_label(leaf) if leaf else '?'}, the rail-{hca.rail} leaf of "
+                    f"its unit, where its other nodes cable their port {hca.rail}",
+                )
+            )  # fmt: skip
     return found
 
 

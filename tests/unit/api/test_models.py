@@ -24,7 +24,8 @@ def test_defaults_fill_the_policy() -> None:
     job = TensorParallelJob.model_validate(valid_jobs()["llama-405b-tp16x4"])
     assert job.spec.gpus_per_worker == 8
     assert job.spec.topology.rail_aligned is True
-    assert job.spec.rdma.resource_name == "rdma/ib"
+    # unset: the cluster's RDMA resource, and what the nodes offer (the operator decides)
+    assert (job.spec.rdma.resource_name, job.spec.rdma.count) == (None, None)
     assert job.spec.topology.max_wait_seconds == 20
 
 

@@ -169,6 +169,34 @@ def test_a_degraded_job_shows_the_straggler_and_the_restart_weighing() -> None:
     assert "degraded:" not in text_of(healthy)
 
 
+def test_a_job_without_rdma_says_it_runs_over_tcp_and_why() -> None:
+    job = tpj(**planned(["n1", "n2"]))
+    why = (
+        "none of the 4 GPU node(s) that could hold the pod offers rdma/ib, so the gang runs over "
+        "TCP sockets; if the nodes' RDMA device plugin advertises another resource, set the "
+        "chart's rdma.resourceName to it"
+    )
+    job["status"]["conditions"] = [
+        {"type": "RDMA", "status": "False", "reason": "NodesOfferNone", "message": why}
+    ]
+    explanation = explain_object(job, [pod("llama-w-0", 0, "n1")], NODES)
+    text = text_of(explanation).replace("\n", " ")
+    assert f"transport: TCP sockets, no RDMA (NodesOfferNone: {why})" in text
+    assert explanation.document()["rdma"] == {
+        "status": "False",
+        "reason": "NodesOfferNone",
+        "message": why,
+    }
+    job["status"]["conditions"] = [
+        {"type": "RDMA", "status": "True", "reason": "NodesOffer", "message": "8 rdma/ib per pod"}
+    ]
+    assert "transport: RDMA (NodesOffer: 8 rdma/ib per pod)" in text_of(
+        explain_object(job, [], NODES)
+    )
+    job["status"]["conditions"] = []
+    assert "transport:" not in text_of(explain_object(job, [], NODES))
+
+
 def test_a_waiting_job_shows_why_it_waits_and_the_refused_nodes() -> None:
     waiting: dict[str, Any] = {
         "state": "Waiting",

@@ -33,15 +33,20 @@ def test_json_has_exactly_nodes_anomalies_and_unassigned_hcas(
 ) -> None:
     assert list(example_json) == ["nodes", "anomalies", "unassigned_hcas"]
     assert len(example_json["nodes"]) == 119
-    assert all(list(entry) == ["labels"] for entry in example_json["nodes"].values())
+    # a dump gives every node's rail map: rail -> the port GUID of the port cabled to it
+    assert all(list(entry) == ["labels", "annotations"] for entry in example_json["nodes"].values())
+    rail_map = example_json["nodes"]["a08-p1-dgx-04-c01"]["annotations"]
+    assert list(rail_map) == ["topology.tpfabric.io/rail-ports"]
+    assert "3=0xe09d7303007a4bd8" in rail_map["topology.tpfabric.io/rail-ports"]  # its mlx5_5
 
 
 @pytest.mark.parametrize(
     ("hostlist", "rail", "leaf"),
     [
-        ("a05-p1-dgx-01-c[03-04]", 1, "S-2c5eab0300b879c0"),
-        ("a06-p1-dgx-02-c[01-04,07,10-12,14,16,18]", 0, "S-2c5eab0300b87a80"),
-        ("b05-p1-dgx-05-c[01-18]", 0, "S-2c5eab0300c26040"),
+        # topograph's leaves S-2c5eab0300b879c0, ...b87a80, ...c26040, by their own names
+        ("a05-p1-dgx-01-c[03-04]", 1, "A09-P1-IBLEAF-02-01"),
+        ("a06-p1-dgx-02-c[01-04,07,10-12,14,16,18]", 0, "A09-P1-IBLEAF-01-02"),
+        ("b05-p1-dgx-05-c[01-18]", 0, "B09-P1-IBLEAF-01-05"),
     ],
 )
 def test_rail_labels_are_topographs_leaves(
@@ -71,8 +76,8 @@ def test_management_hosts_and_unnamed_hcas_are_not_nodes(example_json: dict[str,
 def test_anomalies_are_objects_naming_node_rail_and_switch(example_json: dict[str, Any]) -> None:
     anomalies = example_json["anomalies"]
     assert {(a["kind"], a["node"], a["rail"]) for a in anomalies} == {
-        ("mixed-rail-leaf", "b08-p1-dgx-08-c01", 4),
-        ("mixed-rail-leaf", "b08-p1-dgx-08-c01", 5),
+        ("mixed-rail-leaf", "b08-p1-dgx-08-c01", 2),
+        ("mixed-rail-leaf", "b08-p1-dgx-08-c01", 3),
     }
     assert all(a["switch"] and a["detail"] for a in anomalies)
 

@@ -27,8 +27,9 @@ def test_the_tree_goes_spine_leaf_domain_rails_nodes(example_tree: str) -> None:
     spine = next(i for i, line in enumerate(lines) if "spine S-2c5eab0300c25f00" in line)
     leaf = next(i for i, line in enumerate(lines) if "b05-p1-dgx-05-c[01-18]" in line)
     assert spine < leaf
-    assert "leaf domain S-2c5eab0300c26040" in lines[leaf - 1]
-    assert "rail 0 → S-2c5eab0300c26040" in lines[leaf + 1]
+    # switches by the names their descriptions give them (MF0;B09-P1-IBLEAF-01-05:MQM9701/U1)
+    assert "leaf domain B09-P1-IBLEAF-01-05-" in lines[leaf - 1]
+    assert "rail 0 → B09-P1-IBLEAF-01-05" in lines[leaf + 1]
 
 
 def test_long_node_lists_collapse_into_hostlist_ranges(example_tree: str) -> None:
@@ -38,15 +39,16 @@ def test_long_node_lists_collapse_into_hostlist_ranges(example_tree: str) -> Non
 
 def test_anomalies_and_what_is_not_a_node_are_listed(example_tree: str) -> None:
     assert "cabling anomalies (2)" in example_tree
-    assert "rail 4 → S-2c5eab0300c26400 (but b08-p1-dgx-08-c01 → S-2c5eab0300c26540)" in (
-        example_tree
-    )
+    assert (
+        "port 2 of b08-p1-dgx-08-c01 (HCA-5) is cabled to B09-P1-IBLEAF-04-08, the rail-3 leaf "
+        "of its unit, where its other nodes cable their port 3"
+    ) in example_tree
     assert "69 unassigned HCAs" in example_tree
     assert "ignored B11-P1-CUFM-02" in example_tree
 
 
 def test_no_line_is_cropped_when_piped(example_tree: str) -> None:
-    assert "rail-4 leaf" in example_tree  # the end of the longest anomaly line
+    assert "cable their port 3" in example_tree  # the end of the longest anomaly line
     assert max(len(line) for line in example_tree.splitlines()) > 80
 
 
@@ -57,7 +59,7 @@ def test_degraded_leaves_are_marked(example_out: Path, tmp_path: Path) -> None:
     )
     result = tpfabric("topology", "show", "--ibnetdiscover", example_out, "--counters", counters)
     assert result.exit_code == 0, result.output
-    assert "rail 0 → S-2c5eab0300c26040 ✗ degraded" in result.stdout
+    assert "rail 0 → B09-P1-IBLEAF-01-05 ✗ degraded" in result.stdout
     assert "degraded: b05-p1-dgx-05-c[01-18]" in result.stdout
 
 

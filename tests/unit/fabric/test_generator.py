@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from hypothesis import given, settings
+from collections import Counter
+
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tpfabric_core.fabric.builder import fabric_from_description
@@ -103,11 +105,15 @@ def test_fat_tree_round_trips_through_ibnetdiscover_text() -> None:
 def test_any_generated_fabric_round_trips(
     units: int, nodes: int, rails: int, foreign: int, swapped: int, seed: int
 ) -> None:
-    fabric = generate_superpod(
+    generated = generate_superpod(
         units=units, nodes_per_unit=nodes, rails=rails, spines_per_rail=2,
         foreign=foreign, swapped=swapped, seed=seed,
-    ).fabric  # fmt: skip
-    assert_same_fabric(fabric, round_trip(fabric))
+    )  # fmt: skip
+    # a dump tells a node's swapped cables only from the unit's other nodes: a swap is seen
+    # where most nodes of the unit are cabled in order (rails are the leaves' majority)
+    swaps = Counter(node.rsplit("-dgx-", 1)[0] for node, _, _ in generated.swapped)
+    assume(all(2 * count < nodes for count in swaps.values()))
+    assert_same_fabric(generated.fabric, round_trip(generated.fabric))
 
 
 def test_the_launcher_description_has_the_same_domains() -> None:

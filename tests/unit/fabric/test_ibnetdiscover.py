@@ -13,6 +13,7 @@ from tpfabric_core.fabric.ibnetdiscover import (
     normalize_guid,
     parse_guid_map,
     parse_ibnetdiscover,
+    switch_name,
 )
 from tpfabric_core.fabric.model import Fabric, HcaRole
 from tpfabric_core.fabric.node_labels import fabric_node_labels
@@ -69,11 +70,41 @@ def test_nodes_of_a_unit_share_a_leaf_domain_and_units_differ(example: Example) 
     assert len(set().union(*by_unit.values())) == 8
 
 
-def test_switch_labels_are_their_s_guid_ids(example: Example) -> None:
+def test_label_values_name_switches_as_their_descriptions_do(example: Example) -> None:
+    """``MF0;B09-P1-IBLEAF-01-05:MQM9701/U1`` is the switch ``B09-P1-IBLEAF-01-05``: the rail
+    and leaf labels read as the operators' cabling sheets do; the model keeps the GUID ids."""
     fabric, _ = example
-    assert (
-        fabric_node_labels(fabric)["b05-p1-dgx-05-c01"][labels.rail_key(0)] == "S-2c5eab0300c26040"
-    )
+    node_labels = fabric_node_labels(fabric)["b05-p1-dgx-05-c01"]
+    assert fabric.leaf_of("b05-p1-dgx-05-c01", 0) == "S-2c5eab0300c26040"
+    assert node_labels[labels.rail_key(0)] == "B09-P1-IBLEAF-01-05"
+    assert fabric.switches["S-2c5eab0300c26040"].name == "B09-P1-IBLEAF-01-05"
+
+
+@pytest.mark.parametrize(
+    ("description", "name"),
+    [
+        ("MF0;ib5:SX6036/U1", "ib5"),
+        ("MF0;switch-de779e:SX6012/U1", "switch-de779e"),
+        ("Voltaire 4036 # hoibp0013", "hoibp0013"),
+        ("Voltaire 4036 - 36 QDR ports switch", None),
+        ("SwitchIB Mellanox Technologies", None),
+        ("MT43132 Mellanox Technologies", None),
+        ("", None),
+    ],
+)
+def test_a_switch_is_named_by_its_description_where_it_names_itself(
+    description: str, name: str | None
+) -> None:
+    assert switch_name(description) == name
+
+
+def test_two_switches_of_one_name_keep_their_guids_with_a_warning() -> None:
+    twin = SWITCH.replace("2c5eab0300b87a80", "2c5eab0300b87a81")
+    other = PORT.replace("e09d7303008594bc", "e09d7303008594bd").replace("dgx-01", "dgx-02")
+    fabric, report = parse_ibnetdiscover(f"{SWITCH}\n{PORT}\n{twin}\n{other}\n", "dump")
+    assert {s.name for s in fabric.switches.values()} == {None}
+    assert fabric_node_labels(fabric)["dgx-01"][labels.LEAF] == "S-2c5eab0300b87a80"
+    assert any("LEAF given to several switches" in w for w in report.warnings)
 
 
 def test_levels_come_from_the_graph(example: Example) -> None:
@@ -101,10 +132,21 @@ def test_ufm_aggregation_and_generic_hosts_are_reported_not_nodes(example: Examp
     assert not set(ignored) & set(fabric.nodes)
 
 
-def test_mlx5_names_give_rail_n_and_hca_names_rail_n_minus_one(example: Example) -> None:
+def test_rails_are_numbered_densely_whatever_the_devices_are_called(example: Example) -> None:
+    """The fabric's order, not the names: this dump shows four ports of each node, named
+    mlx5_0/1/4/5 on some units and HCA-1/2/5/6 on others; both are rails 0-3."""
     fabric, _ = example
-    assert set(fabric.rail_leaves("a08-p1-dgx-04-c01")) == {0, 1, 4, 5}  # mlx5_0/1/4/5
-    assert set(fabric.rail_leaves("b05-p1-dgx-05-c01")) == {0, 1, 4, 5}  # HCA-1/2/5/6
+    a08, b05 = fabric.rail_leaves("a08-p1-dgx-04-c01"), fabric.rail_leaves("b05-p1-dgx-05-c01")
+    assert set(a08) == set(b05) == {0, 1, 2, 3}
+    by_rail = {h.rail: h.description.split()[-1] for h in fabric.hcas_of("a08-p1-dgx-04-c01")}
+    assert by_rail == {0: "mlx5_0", 1: "mlx5_1", 2: "mlx5_4", 3: "mlx5_5"}
+    assert fabric.rails == (0, 1, 2, 3)
+
+
+def test_each_node_port_is_known_by_its_port_guid(example: Example) -> None:
+    fabric, _ = example
+    (hca,) = [h for h in fabric.hcas_of("a08-p1-dgx-04-c01") if h.description.endswith("mlx5_5")]
+    assert hca.port_guid == "e09d7303007a4bd8"  # [1](e09d7303007a4bd8) in the dump
 
 
 # -- bad input ------------------------------------------------------------------------------------

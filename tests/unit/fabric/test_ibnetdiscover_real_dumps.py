@@ -22,6 +22,7 @@ from tpfabric_core.fabric.ibnetdiscover import (
 from tpfabric_core.fabric.model import Fabric
 from tpfabric_core.fabric.node_labels import fabric_node_labels
 from tpfabric_core.fabric.slurm import fabric_from_slurm_tree, parse_topology_conf
+from tpfabric_core.labels import encode_label_value
 
 REAL = Path(__file__).parent / "data" / "real"
 DOCS = REAL / "ibtopotool-doc-dumps"
@@ -79,13 +80,24 @@ def test_a_cable_whose_ends_report_different_widths_is_degraded_not_fatal() -> N
     ), report.warnings
 
 
+def test_a_ca_cabled_on_both_ports_is_two_hcas_each_known_by_its_port_guid() -> None:
+    """``Ca 2 "H-0008f10403960558"``: port 1 (port GUID ...559) and port 2 (...55a) are both
+    cabled, each an HCA (a rail endpoint) of its own."""
+    fabric, _ = parse(DOCS / "1.topo")
+    first, second = fabric.hcas["H-0008f10403960558"], fabric.hcas["H-0008f1040396055a"]
+    assert (first.port_guid, second.port_guid) == ("0008f10403960559", "0008f1040396055a")
+    assert first.description == second.description == "MT23108 InfiniHost Mellanox Technologies"
+    ends = {link.other(h.id) for h in (first, second) for link in fabric.links_of(h.id)}
+    assert ends == {"S-005442ba00003080"}
+
+
 # -- 3. lines that are not records ----------------------------------------------------------------
 
 
 def test_a_grouping_header_is_skipped_with_a_warning_naming_its_line() -> None:
     fabric, report = parse(DOCS / "1.topo")
     assert len(fabric.switches) == 2
-    assert len(report.unassigned_hcas) == 4
+    assert len(report.unassigned_hcas) == 5  # four CAs, one of them cabled on both its ports
     assert any("grouping header" in w and "line 7 'Non-Chassis Nodes'" in w
                for w in report.warnings)  # fmt: skip
 
@@ -135,7 +147,11 @@ def test_a_leaf_level_switch_without_hosts_is_not_a_core_and_names_no_block(x5: 
 def test_one_hca_per_node_is_rail_0_without_a_warning_per_node(x5: Parsed) -> None:
     fabric, report = x5
     assert len(fabric.nodes) == 86
-    assert all(fabric.rail_leaves(n) == {0: fabric.leaf_domain_of(n)} for n in fabric.nodes)
+    assert all(
+        {r: fabric.switch_label(leaf) for r, leaf in fabric.rail_leaves(n).items()}
+        == {0: fabric.leaf_domain_of(n)}
+        for n in fabric.nodes
+    )
     assert not [w for w in report.warnings if "rail" in w], report.warnings
 
 
@@ -160,9 +176,16 @@ def test_the_x5_dump_and_its_slurm_topology_give_the_same_leaves_and_labels(x5: 
 
     assert leaf_sets(fabric) == leaf_sets(slurm)
     assert len(leaf_sets(fabric)) == 6
-    slurm_labels = fabric_node_labels(slurm)
-    assert {n: slurm_labels[n] for n in fabric.nodes} == fabric_node_labels(fabric)
-    assert fabric_node_labels(fabric)["sl390lin101"][labels.rail_key(0)] == "S-0008f105002036b4"
+    # the same labels, but that the dump names the Voltaire switches that name themselves
+    # ("Voltaire 4036 # hoibp0013"), where the Slurm file has their GUIDs
+    named = {encode_label_value(s): fabric.switch_label(s) for s in fabric.switches}
+    slurm_labels = {
+        n: {key: named.get(value, value) for key, value in fabric_node_labels(slurm)[n].items()}
+        for n in fabric.nodes
+    }
+    assert slurm_labels == fabric_node_labels(fabric)
+    assert fabric_node_labels(fabric)["sl390lin101"][labels.rail_key(0)] == "hoibp0013"
+    assert fabric.switches["S-0008f105002036b4"].name == "hoibp0013"
 
 
 # -- 8. filters and self-cabled ports -------------------------------------------------------------

@@ -73,6 +73,10 @@ def test_the_swapped_rails_in_topographs_dump_are_found(
 ) -> None:
     fabric, _ = example
     anomalies = analyze_rails(fabric).anomalies
+    # its HCA-5 and HCA-6 (ports 2 and 3 of the four this dump shows) are on each other's leaf
     assert {(a.kind, a.node, a.rail) for a in anomalies} == {
-        ("mixed-rail-leaf", "b08-p1-dgx-08-c01", 4), ("mixed-rail-leaf", "b08-p1-dgx-08-c01", 5)
+        ("mixed-rail-leaf", "b08-p1-dgx-08-c01", 2), ("mixed-rail-leaf", "b08-p1-dgx-08-c01", 3)
     }  # fmt: skip
+    details = sorted(a.detail for a in anomalies)
+    assert details[0].startswith("port 2 of b08-p1-dgx-08-c01 (HCA-5) is cabled to ")
+    assert "the rail-3 leaf of its unit" in details[0]

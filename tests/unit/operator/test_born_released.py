@@ -6,6 +6,8 @@ from __future__ import annotations
 from driven_clock import Clock
 from test_children import a_job
 
+from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION
+from tpfabric_core.rdma_default import NodeOffer
 from tpfabric_operator.born_released import PlanWaits, born_released
 from tpfabric_operator.children import GANG_GATE, worker_pod
 
@@ -118,3 +120,19 @@ def test_a_worker_no_plan_covers_stays_gated() -> None:
     spread = born_released(pod, {**PLAN, "level": "cluster", "domainLabels": {}})
     assert spread is not None, "a cluster-wide plan narrows nothing"
     assert "affinity" not in spread["spec"]
+
+
+def test_a_worker_born_released_is_told_its_rails_on_its_planned_node_and_the_plans_level() -> None:
+    rails = ((0, "00000000000000a0"), (1, "00000000000000a1"))
+    nodes = {
+        f"n{i}": NodeOffer(f"n{i}", {}, {"nvidia.com/gpu": 8, "rdma/ib": 8}, rails)
+        for i in range(4)
+    }
+    pod = born_released(worker_pod(a_job(), "j", "ns", 2, "init:1"), PLAN, nodes)
+    assert pod is not None
+    annotations = pod["metadata"]["annotations"]
+    assert annotations[RAILS_ANNOTATION] == "0=0x00000000000000a0,1=0x00000000000000a1"
+    assert annotations[PLAN_LEVEL_ANNOTATION] == "leaf"
+    unknown = born_released(worker_pod(a_job(), "j", "ns", 2, "init:1"), PLAN, {})
+    assert unknown is not None
+    assert RAILS_ANNOTATION not in unknown["metadata"]["annotations"], "a node it does not know"

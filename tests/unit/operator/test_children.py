@@ -3,13 +3,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tpfabric_core import labels
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, parse_decision
 from tpfabric_operator.children import (
     GANG_GATE,
     SCHEDULER_NAME,
     headless_service,
     worker_pod,
+    worker_rdma,
 )
+
+#: DGX-class GPU nodes in the labelled fabric, each with 8 GPUs and 8 RDMA devices
+DGX = [
+    NodeOffer(f"n{i}", {labels.LEAF: "leaf1"}, {"nvidia.com/gpu": 8, "rdma/ib": 8})
+    for i in range(4)
+]
 
 
 def a_job(**spec: Any) -> TensorParallelJob:
@@ -115,7 +124,9 @@ def test_launcher_none_sets_no_pet_variables() -> None:
 
 
 def test_gpus_and_rdma_devices_are_requested_and_no_capability_is_added() -> None:
-    container = worker_pod(a_job(), "j", "ns", 0, "init:1")["spec"]["containers"][0]
+    job = a_job()
+    rdma = worker_rdma(job, DGX)
+    container = worker_pod(job, "j", "ns", 0, "init:1", rdma=rdma)["spec"]["containers"][0]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "8"}
     assert container["resources"]["requests"] == {"cpu": "8"}
     # IPC_LOCK is the template's to ask for: Pod Security baseline refuses it
@@ -250,10 +261,67 @@ def test_the_shipped_nccl_is_put_on_the_main_containers_library_path() -> None:
 
 
 def test_a_job_without_rdma_runs_the_init_container_with_rdma_disabled() -> None:
-    pod = worker_pod(a_job(rdma={"count": 0}), "j", "ns", 0, "init:1")
+    job = a_job(rdma={"count": 0})
+    pod = worker_pod(job, "j", "ns", 0, "init:1", rdma=worker_rdma(job, DGX))
     init = pod["spec"]["initContainers"][0]
     assert "--policy=disabled" in init["args"]
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    decision = parse_decision(pod["metadata"]["annotations"][RDMA_ANNOTATION])
+    assert decision is not None
+    assert (decision.count, decision.reason) == (0, "NotRequested")
+    assert "spec.rdma.count asks 0 rdma/ib" in decision.message
+
+
+def test_a_job_that_names_no_rdma_gets_what_the_nodes_offer_in_the_clusters_resource() -> None:
+    nodes = [
+        NodeOffer(f"n{i}", {labels.LEAF: "l"}, {"nvidia.com/gpu": 8, "rdma/shared_a": 4})
+        for i in range(3)
+    ]
+    job = a_job()
+    rdma = worker_rdma(job, nodes, "rdma/shared_a")
+    pod = worker_pod(job, "j", "ns", 0, "init:1", rdma=rdma)
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["rdma/shared_a"] == "4"
+    assert "--policy=preferred" in pod["spec"]["initContainers"][0]["args"]
+    decision = parse_decision(pod["metadata"]["annotations"][RDMA_ANNOTATION])
+    assert decision is not None
+    assert (decision.count, decision.reason) == (4, "NodesOffer")
+
+
+def test_the_jobs_own_resource_name_and_count_win_over_the_clusters() -> None:
+    job = a_job(rdma={"resourceName": "nvidia.com/hostdev", "count": 2})
+    rdma = worker_rdma(job, DGX, "rdma/ib")
+    assert (rdma.resource, rdma.count, rdma.reason) == ("nvidia.com/hostdev", 2, "Requested")
+
+
+def test_a_job_on_nodes_without_rdma_runs_over_tcp_and_says_why() -> None:
+    nodes = [NodeOffer("n0", {labels.LEAF: "l"}, {"nvidia.com/gpu": 8})]
+    rdma = worker_rdma(a_job(), nodes, "rdma/ib")
+    pod = worker_pod(a_job(), "j", "ns", 0, "init:1", rdma=rdma)
+    assert "--policy=disabled" in pod["spec"]["initContainers"][0]["args"]
+    assert rdma.reason == "NodesOfferNone"
+    assert "none of the 1 GPU node(s) that could hold the pod offers rdma/ib" in rdma.message
+    assert "rdma.resourceName" in rdma.message
+
+
+def test_a_job_of_one_worker_gets_no_rdma_by_default() -> None:
+    rdma = worker_rdma(a_job(workers=1, pipelineParallelSize=1), DGX)
+    assert (rdma.count, rdma.reason) == (0, "NotRequested")
+    assert "a gang of one pod" in rdma.message
+
+
+def test_the_default_counts_only_nodes_the_workers_node_selector_allows() -> None:
+    nodes = [
+        *DGX,
+        *(
+            NodeOffer(
+                f"h{i}", {labels.LEAF: "l", "pool": "h200"}, {"nvidia.com/gpu": 8, "rdma/ib": 4}
+            )
+            for i in range(2)
+        ),
+    ]
+    job = a_job()
+    job.spec.template.spec["nodeSelector"] = {"pool": "h200"}
+    assert worker_rdma(job, nodes).count == 4, "2 matching nodes offer 4; 4 others offer 8"
 
 
 def test_the_service_is_headless_and_publishes_unready_workers() -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from tpfabric_core import labels
 from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, parse_decision
 from tpfabric_operator.gang_admission import (
     RDMA_COUNT_ANNOTATION,
     BadReviewError,
@@ -112,11 +115,84 @@ def test_a_gang_pod_is_gated_for_tpfabrics_scheduler_and_wired_for_rdma() -> Non
     assert {v["name"] for v in spec["volumes"]} == {"tpfabric-shared", "tpfabric-podinfo"}
 
 
-def test_without_a_count_no_rdma_devices_are_asked_for_and_gpudirect_is_not_checked() -> None:
-    wired = patched(pod(GANG), admit(review(pod(GANG)), SETTINGS))
+class Nodes:
+    """The webhook's view of the nodes, as a test gives it: counts the passes over them."""
+
+    def __init__(self, *offers: NodeOffer) -> None:
+        self.offers = offers
+        self.passes = 0
+        self.memo: dict[Any, Any] = {}
+
+    def remember(self, key: Any, compute: Any) -> Any:
+        if key not in self.memo:
+            self.passes += 1
+            self.memo[key] = compute(self.offers)
+        return self.memo[key]
+
+
+def dgx(name: str, rdma: dict[str, int] | None = None, **node_labels: str) -> NodeOffer:
+    resources = {"nvidia.com/gpu": 8, **({"rdma/ib": 8} if rdma is None else rdma)}
+    return NodeOffer(name, {labels.LEAF: "leaf1", **node_labels}, resources)
+
+
+def decision_of(wired: dict[str, Any]) -> RdmaDecision:
+    decision = parse_decision(wired["metadata"]["annotations"][RDMA_ANNOTATION])
+    assert decision is not None
+    return decision
+
+
+def test_a_gang_pod_that_names_no_rdma_gets_what_the_nodes_offer() -> None:
+    nodes = Nodes(dgx("a"), dgx("b"), dgx("c", {"rdma/ib": 4}))
+    settings = replace(SETTINGS, nodes=nodes)
+    wired = patched(pod(GANG), admit(review(pod(GANG)), settings))
     main = wired["spec"]["containers"][0]
-    assert main["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "8"}
+    assert "--policy=preferred" in wired["spec"]["initContainers"][0]["args"]
+    assert (decision_of(wired).count, decision_of(wired).reason) == (8, "NodesOffer")
+    for _ in range(3):  # a burst of pods of one shape: one pass over the nodes
+        admit(review(pod(GANG)), settings)
+    assert nodes.passes == 1
+
+
+def test_the_clusters_rdma_resource_is_a_setting() -> None:
+    nodes = Nodes(*(dgx(n, {"rdma/rdma_shared_device_a": 63}) for n in "ab"))
+    settings = replace(SETTINGS, nodes=nodes, rdma_resource="rdma/rdma_shared_device_a")
+    wired = patched(pod(GANG), admit(review(pod(GANG)), settings))
+    limits = wired["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "63"}
+
+
+def test_on_nodes_without_rdma_the_pod_runs_over_tcp_and_says_why() -> None:
+    settings = replace(SETTINGS, nodes=Nodes(dgx("a", {}), dgx("b", {})))
+    wired = patched(pod(GANG), admit(review(pod(GANG)), settings))
+    assert wired["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
     assert "--policy=disabled" in wired["spec"]["initContainers"][0]["args"]
+    decision = decision_of(wired)
+    assert decision.reason == "NodesOfferNone"
+    assert "offers rdma/ib" in decision.message
+
+
+def test_a_single_pod_gang_and_a_pod_without_gpus_get_no_rdma_by_default() -> None:
+    settings = replace(SETTINGS, nodes=Nodes(dgx("a")))
+    alone = pod({GANG_NAME_LABEL: "solo", GANG_SIZE_LABEL: "1"})
+    assert decision_of(patched(alone, admit(review(alone), settings))).count == 0
+    cpu = pod(GANG)
+    cpu["spec"]["containers"][0]["resources"] = {}
+    wired = patched(cpu, admit(review(cpu), settings))
+    assert (decision_of(wired).count, decision_of(wired).reason) == (0, "NotRequested")
+
+
+def test_the_pods_own_count_and_the_charts_number_win_over_the_nodes() -> None:
+    nodes = Nodes(dgx("a"))
+    asked = pod(GANG, {RDMA_COUNT_ANNOTATION: "0"})
+    wired = patched(asked, admit(review(asked), replace(SETTINGS, nodes=nodes)))
+    assert "--policy=disabled" in wired["spec"]["initContainers"][0]["args"]
+    assert "annotation tpfabric.io/rdma-count asks 0" in decision_of(wired).message
+    chart = replace(SETTINGS, nodes=nodes, rdma_count=2)
+    wired = patched(pod(GANG), admit(review(pod(GANG)), chart))
+    assert wired["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] == "2"
+    assert "gangWebhook.rdmaCount" in decision_of(wired).message
+    assert nodes.passes == 0, "an asked count reads no node"
 
 
 def test_a_container_that_names_the_rdma_resource_keeps_its_own_amount() -> None:
@@ -124,6 +200,16 @@ def test_a_container_that_names_the_rdma_resource_keeps_its_own_amount() -> None
     obj["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "2"
     main = patched(obj, admit(review(obj), SETTINGS))["spec"]["containers"][0]
     assert main["resources"]["limits"]["rdma/ib"] == "2"
+
+
+def test_a_container_that_names_the_rdma_resource_is_wired_for_rdma_without_an_annotation() -> None:
+    obj = pod(GANG)
+    obj["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "2"
+    wired = patched(obj, admit(review(obj), SETTINGS))
+    init = wired["spec"]["initContainers"][0]
+    assert "--policy=preferred" in init["args"]
+    assert init["resources"]["limits"]["rdma/ib"] == "2"
+    assert decision_of(wired).reason == "Requested"
 
 
 def test_a_pod_that_opts_into_no_gang_passes_untouched() -> None:

@@ -357,9 +357,17 @@ def test_jobs_no_gpu_node_can_run_are_explained() -> None:
     assert problem is not None
     assert "no node has more than 4" in problem
     assert "re-create the job" in problem  # gpusPerWorker cannot change
-    rdma = honour_problem(a_job(), [{"nvidia.com/gpu": 8}])
+    rdma = honour_problem(a_job(rdma={"count": 8}), [{"nvidia.com/gpu": 8}])
     assert rdma is not None
     assert "rdma/ib" in rdma
+    shared = honour_problem(a_job(rdma={"count": 1}), [{"nvidia.com/gpu": 8}], "rdma/shared_a")
+    assert shared is not None
+    assert "rdma/shared_a" in shared, "the cluster's resource when the job names none"
+
+
+def test_a_job_that_names_no_rdma_count_is_no_problem_on_nodes_without_rdma() -> None:
+    """It runs over TCP, and its RDMA condition says why (the default follows the nodes)."""
+    assert honour_problem(a_job(), [{"nvidia.com/gpu": 8}]) is None
 
 
 def test_gpu_pools_scaled_to_zero_are_not_a_problem() -> None:

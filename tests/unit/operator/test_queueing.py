@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tpfabric_core import labels
 from tpfabric_core.api import TensorParallelJob
-from tpfabric_operator.children import worker_pod
+from tpfabric_core.rdma_default import NodeOffer
+from tpfabric_operator.children import worker_pod, worker_rdma
 from tpfabric_operator.queueing import (
     MAX_EXEC_TIME_LABEL,
     PRIORITY_CLASS_LABEL,
@@ -51,9 +53,9 @@ def workload(*conditions: tuple[str, str, str]) -> dict[str, Any]:
 
 def test_the_workload_is_one_pod_set_with_the_workers_demand() -> None:
     job = a_job()
-    manifest = workload_for(
-        job, worker_pod(job, "j", "ns", 0, "init:1"), name="j", namespace="ns", uid="0123456789"
-    )
+    offers = [NodeOffer("n", {labels.LEAF: "l"}, {"nvidia.com/gpu": 8, "rdma/ib": 8})]
+    worker = worker_pod(job, "j", "ns", 0, "init:1", rdma=worker_rdma(job, offers))
+    manifest = workload_for(job, worker, name="j", namespace="ns", uid="0123456789")
     assert manifest["metadata"]["name"] == workload_name("j", "0123456789") == "tpj-j-01234567"
     assert manifest["metadata"]["ownerReferences"][0]["kind"] == "TensorParallelJob"
     assert manifest["spec"]["queueName"] == "training"

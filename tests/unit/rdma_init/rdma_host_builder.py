@@ -15,23 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpfabric_fabric_agent.fake_sysfs import DGX_H100_COMPUTE, DGX_H100_STORAGE
+
 UNLIMITED = -1
 CAPS_DEFAULT = 0x00000000A80425FB  # Docker's default set: no CAP_IPC_LOCK
 CAPS_IPC_LOCK = CAPS_DEFAULT | 1 << 14
 
 # DGX H100: compute HCAs interleave with the storage/in-band ones in mlx5_N numbering, so
 # mlx5_1 is a storage HCA while mlx5_10 and mlx5_11 are compute HCAs (the prefix trap).
-DGX_COMPUTE_HCAS = (
-    "mlx5_0",
-    "mlx5_3",
-    "mlx5_4",
-    "mlx5_5",
-    "mlx5_6",
-    "mlx5_9",
-    "mlx5_10",
-    "mlx5_11",
-)
-DGX_STORAGE_HCAS = ("mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8")
+DGX_COMPUTE_HCAS = DGX_H100_COMPUTE
+DGX_STORAGE_HCAS = DGX_H100_STORAGE
 DGX_IB_HCA = "=" + ",".join(f"{name}:1" for name in DGX_COMPUTE_HCAS)
 
 
@@ -164,7 +157,10 @@ class HostTree:
             _write(port / "link_layer", link_layer)
             for counter in ("symbol_error", "link_downed", "port_rcv_errors"):
                 _write(port / "counters" / counter, "0")
-            table = gids if gids is not None else ((link_local_gid(guid), "IB/RoCE v1"),)
+            # port N's GUID is the node GUID + N - 1, as ConnectX cards number them
+            table = (
+                gids if gids is not None else ((link_local_gid(guid + number - 1), "IB/RoCE v1"),)
+            )
             for index, entry in enumerate(table):
                 gid, gid_type = entry[0], entry[1]
                 owner = entry[2] if len(entry) > 2 else netdev

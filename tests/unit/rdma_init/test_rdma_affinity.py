@@ -254,3 +254,66 @@ def test_the_init_containers_rule_is_the_fabric_agents_rule() -> None:
     core = here / "core" / "tpfabric_core" / "fabric" / "compute_rails.py"
     copy = here / "rdma_init" / "tpfabric_rdma_init" / "compute_rails.py"
     assert copy.read_text() == core.read_text(), f"copy {core} over {copy}: they drifted"
+
+
+def guid_of(name: str) -> str:
+    """The port GUID the fake host gives port 1 of ``name`` (node GUID b83fd203... + uverbs)."""
+    return f"{0xB83FD20300000000 + int(name.split('_')[1]):016x}"
+
+
+def test_rails_pinned_by_port_guid_follow_the_fabric_whatever_the_names(host_root: Path) -> None:
+    """A DGX H100 (mlx5_0,3,4,5,6,9,10,11): the plan's map pins rail i to the port cabled to the
+    rail-i leaf; here the fabric cables mlx5_5 and mlx5_6 the other way round from PCI order."""
+    inventory = discover_host(dgx_h100(host_root).root, UNLIMITED_MEMLOCK)
+    selection = select_fabric_hcas(inventory.hcas, inventory.gpus)
+    fabric_order = [*DGX_COMPUTE_HCAS[:3], "mlx5_6", "mlx5_5", *DGX_COMPUTE_HCAS[5:]]
+    annotation = ",".join(f"{rail}=0x{guid_of(name)}" for rail, name in enumerate(fabric_order))
+    guids = {
+        port.guid: NicPort(hca.name, port.number)
+        for hca in inventory.hcas
+        for port in hca.ports
+        if port.guid
+    }
+    rails = assign_rails(selection.endpoints, annotation, port_guids=guids)
+    assert rails.source == "annotation"
+    assert [(rail, port.hca) for rail, port in rails.rails] == list(enumerate(fabric_order))
+
+
+def test_a_pod_of_part_of_a_node_takes_the_pinned_rails_of_its_own_ports() -> None:
+    mine = ports("mlx5_6", "mlx5_9")
+    guids = {guid_of(n): NicPort(n, 1) for n in ("mlx5_0", "mlx5_6", "mlx5_9")}
+    annotation = (
+        "0=0x"
+        + guid_of("mlx5_0")
+        + ",4=0x"
+        + guid_of("mlx5_6")
+        + ",5=0x"
+        + guid_of("mlx5_9")
+        + ",7=0x"
+        + guid_of("mlx5_11")
+    )  # mlx5_11: another pod's, not even visible here
+    rails = assign_rails(mine, annotation, port_guids=guids, whole_node=False)
+    assert [(rail, port.hca) for rail, port in rails.rails] == [(4, "mlx5_6"), (5, "mlx5_9")]
+
+
+def test_a_pinned_port_the_pod_does_not_have_is_one_line_naming_the_rail_and_the_port() -> None:
+    guids = {guid_of("mlx5_0"): NicPort("mlx5_0", 1)}
+    with pytest.raises(RailsAnnotationError) as caught:
+        assign_rails(
+            ports("mlx5_0"), "0=0x" + guid_of("mlx5_0") + ",1=0x00000000000000ff", port_guids=guids
+        )
+    words = str(caught.value)
+    assert "rail 1 is port 0x00000000000000ff, which this pod does not have" in words
+    assert "\n" not in words
+    assert "topology.tpfabric.io/rail-ports" in words
+
+
+def test_a_port_of_the_pod_on_no_pinned_rail_means_a_stale_map() -> None:
+    guids = {guid_of(n): NicPort(n, 1) for n in ("mlx5_0", "mlx5_3")}
+    with pytest.raises(RailsAnnotationError, match="port mlx5_3:1 of this pod is on none"):
+        assign_rails(ports("mlx5_0", "mlx5_3"), "0=0x" + guid_of("mlx5_0"), port_guids=guids)
+
+
+def test_a_pin_that_looks_like_a_guid_but_is_not_one_is_refused() -> None:
+    with pytest.raises(RailsAnnotationError, match="not a port GUID"):
+        assign_rails(ports("mlx5_0"), "0=0x12")

@@ -212,6 +212,41 @@ def test_disabled_policy_checks_nothing(host_root: Path, shared_dir: Path, run: 
     assert conf(shared_dir)["NCCL_IB_DISABLE"] == "1"
 
 
+def test_a_pod_without_rdma_devices_says_why_it_runs_over_tcp(
+    host_root: Path, tmp_path: Path, run: Run
+) -> None:
+    annotations = tmp_path / "annotations"
+    decision = {
+        "resource": "rdma/ib",
+        "count": 0,
+        "reason": "NodesOfferNone",
+        "message": "none of the 4 GPU node(s) that could hold the pod offers rdma/ib",
+    }
+    annotations.write_text(f"tpfabric.io/rdma={json.dumps(json.dumps(decision))}\n")
+    root = dgx_h100(host_root).root
+    code, out, _, report = run(root, "--policy", "disabled", "--annotations-file", str(annotations))
+    assert code == 0
+    assert report["outcome"] == "tcp"
+    assert report["rdma_decision"] == decision
+    assert report["transport_reason"] == (
+        "policy disabled: the pod got no RDMA devices (NodesOfferNone: none of the 4 GPU "
+        "node(s) that could hold the pod offers rdma/ib)"
+    )
+    assert f"why tcp: {report['transport_reason']}" in out
+
+
+def test_a_pod_with_rdma_devices_has_no_tcp_reason_and_a_bad_decision_reads_as_none(
+    host_root: Path, tmp_path: Path, run: Run
+) -> None:
+    annotations = tmp_path / "annotations"
+    annotations.write_text('tpfabric.io/rdma="{not json"\n')
+    root = dgx_h100(host_root).root
+    _, _, _, report = run(root, "--annotations-file", str(annotations))
+    assert (report["transport_reason"], report["rdma_decision"]) == (None, None)
+    _, _, _, report = run(root, "--policy", "disabled")
+    assert "its job or gang asks none" in report["transport_reason"]
+
+
 def test_report_only_prints_everything_and_changes_nothing(
     host_root: Path,
     shared_dir: Path,
@@ -416,3 +451,43 @@ def test_topology_xml_is_written_and_referenced(
 )
 def test_sizes(text: str, value: int) -> None:
     assert parse_size(text) == value
+
+
+def pinned(names: list[str]) -> str:
+    """The plan's tpfabric.io/rails for ports 1 of ``names`` in rail order, by port GUID."""
+    return ",".join(
+        f"{rail}=0x{0xB83FD20300000000 + int(name.split('_')[1]):016x}"
+        for rail, name in enumerate(names)
+    )
+
+
+def test_the_plans_rails_pinned_by_port_guid_order_nccl_ib_hca(
+    host_root: Path, shared_dir: Path, tmp_path: Path, run: Run
+) -> None:
+    order = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_6", "mlx5_5", "mlx5_9", "mlx5_10", "mlx5_11"]
+    annotations = tmp_path / "annotations"
+    annotations.write_text(f'tpfabric.io/rails="{pinned(order)}"\n')
+    root = dgx_h100(host_root).root
+    code, _, _, report = run(root, "--policy", "required", "--annotations-file", str(annotations))
+    assert code == 0
+    assert report["fabric"]["rail_source"] == "annotation"
+    assert conf(shared_dir)["NCCL_IB_HCA"] == "=" + ",".join(f"{n}:1" for n in order)
+
+
+def test_a_pinned_port_the_pod_lacks_fails_required_and_falls_back_under_preferred(
+    host_root: Path, tmp_path: Path, run: Run
+) -> None:
+    annotations = tmp_path / "annotations"
+    stale = pinned(list(DGX_COMPUTE_HCAS[:7])) + ",7=0x00000000000000ff"
+    annotations.write_text(f'tpfabric.io/rails="{stale}"\n')
+    root = dgx_h100(host_root).root
+    code, _, err, _ = run(root, "--policy", "required", "--annotations-file", str(annotations))
+    assert code == 1
+    (line,) = [e for e in errors(err) if "tpfabric.io/rails" in e]
+    assert "rail 7 is port 0x00000000000000ff, which this pod does not have" in line
+    code, _, err, report = run(
+        root, "--policy", "preferred", "--annotations-file", str(annotations)
+    )
+    assert code == 0
+    assert report["fabric"]["rail_source"] == "pairing"
+    assert "rail 7 is port 0x00000000000000ff" in err

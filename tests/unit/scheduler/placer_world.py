@@ -101,10 +101,14 @@ class RecordingWriter:
         resource_version: str,
         affinity: dict[str, Any] | None,
         remaining_gates: list[dict[str, Any]],
+        *,
+        annotations: dict[str, str] | None = None,
+        annotated: bool = True,
     ) -> None:
         pod = self.pods[f"{namespace}/{name}"]
         if affinity is not None:
             pod["spec"]["affinity"] = affinity
+        pod["metadata"].setdefault("annotations", {}).update(annotations or {})
         pod["spec"]["schedulingGates"] = remaining_gates
         self.released.append(name)
         if not self.lagging:
@@ -112,14 +116,21 @@ class RecordingWriter:
                 self.store.upsert_pod(copy.deepcopy(pod))
 
     def release_known_pod(
-        self, pod: Any, affinity: dict[str, Any] | None, remaining_gates: list[dict[str, Any]]
+        self,
+        pod: Any,
+        affinity: dict[str, Any] | None,
+        remaining_gates: list[dict[str, Any]],
+        *,
+        annotations: dict[str, str] | None = None,
     ) -> None:
         current = self.pods[f"{pod.namespace}/{pod.name}"]
         if current["metadata"]["uid"] != pod.uid or current["spec"].get("schedulingGates") != list(
             pod.gates
         ):
             raise ApiException(status=422, reason="test failed")
-        self.release_pod(pod.namespace, pod.name, "", affinity, remaining_gates)
+        self.release_pod(
+            pod.namespace, pod.name, "", affinity, remaining_gates, annotations=annotations
+        )
 
     def delete_job_pods(self, namespace: str, job_name: str, label: str = JOB_LABEL) -> None:
         for pod in list(self.pods.values()):

@@ -420,3 +420,21 @@ def test_a_degraded_node_whose_health_detail_cannot_be_read_is_kept_and_reported
         ("n1", "topology.tpfabric.io/fabric-health", False)
     ]
     assert "100000 characters" in told[0].message
+
+
+def test_a_release_adds_the_plans_annotations_key_by_key_or_as_a_map_to_a_pod_without_any() -> None:
+    pod = PodRecord.from_object(a_worker("llama", 0))
+    core = PatchingCore()
+    notes = {"tpfabric.io/rails": "0=0x00000000000000aa", "tpfabric.io/plan-level": "leaf"}
+    a_writer(core=core).release_known_pod(pod, None, [], annotations=notes)
+    ((_, _, ops),) = core.patches
+    assert ops[2:4] == [
+        {
+            "op": "add",
+            "path": "/metadata/annotations/tpfabric.io~1rails",
+            "value": notes["tpfabric.io/rails"],
+        },
+        {"op": "add", "path": "/metadata/annotations/tpfabric.io~1plan-level", "value": "leaf"},
+    ]
+    a_writer(core=core).release_pod("ns", "p", "7", None, [], annotations=notes, annotated=False)
+    assert {"op": "add", "path": "/metadata/annotations", "value": notes} in core.patches[-1][2]

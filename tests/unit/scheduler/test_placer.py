@@ -458,10 +458,14 @@ class LaggingWriter(RecordingWriter):
         self.calls = 0  # every API call a release makes (write attempts and reads)
 
     def release_known_pod(
-        self, pod: Any, affinity: dict[str, Any] | None, remaining_gates: list[dict[str, Any]]
+        self,
+        pod: Any,
+        affinity: dict[str, Any] | None,
+        remaining_gates: list[dict[str, Any]],
+        **annotations: Any,
     ) -> None:
         self.calls += 1
-        super().release_known_pod(pod, affinity, remaining_gates)
+        super().release_known_pod(pod, affinity, remaining_gates, **annotations)
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
         self.calls += 1
@@ -518,9 +522,9 @@ class _OrderedWriter(RecordingWriter):
             raise ApiException(status=500, reason="etcd timeout")
         super().patch_job_status(namespace, name, status, **guards)
 
-    def release_pod(self, namespace: str, name: str, *args: Any) -> None:
+    def release_pod(self, namespace: str, name: str, *args: Any, **kwargs: Any) -> None:
         self.order.append(("release", name.split("-worker-", maxsplit=1)[0]))
-        super().release_pod(namespace, name, *args)
+        super().release_pod(namespace, name, *args, **kwargs)
 
     def job_event(self, job: Any, kind: str, reason: str, message: str) -> None:
         self.order.append(("event", job.name))

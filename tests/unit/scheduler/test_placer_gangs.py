@@ -11,6 +11,13 @@ from placer_world import RecordingWriter, a_node, a_worker, gang, placement, two
 
 from tpfabric_core import labels
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_core.rail_ports import (
+    PLAN_LEVEL_ANNOTATION,
+    RAIL_PORTS_ANNOTATION,
+    RAILS_ANNOTATION,
+    format_rail_ports,
+    parse_rail_ports,
+)
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.extender import worker_view
 from tpfabric_scheduler.placement_status import replanning_placement
@@ -528,3 +535,69 @@ def test_a_gang_record_in_a_namespace_that_has_not_opted_in_is_never_planned(wor
     placer.run_cycle()
     assert gang_placement(writer, "vllm-0")["state"] == "Planned"
     assert sorted(writer.released) == ["vllm-0-0", "vllm-0-1"]
+
+
+def test_a_gang_whose_pods_ask_no_rdma_is_planned_on_nodes_without_any(world: Any) -> None:
+    """The demand is what the pods ask: a record's ``spec.rdma`` (which an older CRD defaulted
+    to 8 devices) adds no RDMA device the pods do not ask for."""
+    store, writer, placer, _ = world
+    for name in two_leaves(store, per_leaf=2):
+        with store.lock:
+            node = a_node(name, name.split("-n")[0])
+            del node["status"]["allocatable"]["rdma/ib"]  # a TCP-only GPU pool
+            store.upsert_node(node)
+    record = a_gang_record("tcp", 2)
+    record["spec"]["rdma"] = {"resourceName": "rdma/ib", "count": 8}  # as the old CRD filled it
+    writer.add_job(record)
+    for rank in range(2):
+        pod = gang_pod("tcp", rank)
+        del pod["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"]
+        writer.add_pod(pod)
+    placer.run_cycle()
+    assert gang_placement(writer, "tcp")["state"] == "Planned"
+    assert sorted(writer.released) == ["tcp-0", "tcp-1"]
+
+
+def rail_mapped_node(name: str, leaf: str) -> dict[str, Any]:
+    """A DGX node labelled from a dump: two rails, each with its port GUID."""
+    node = a_node(name, leaf)
+    node["metadata"]["labels"].update({labels.rail_key(0): "ib5", labels.rail_key(1): "ib6"})
+    guid = sum(map(ord, name))
+    node["metadata"]["annotations"] = {
+        RAIL_PORTS_ANNOTATION: format_rail_ports({0: f"{guid:016x}", 1: f"{guid + 1:016x}"})
+    }
+    return node
+
+
+def test_released_pods_are_told_their_rails_by_port_guid_and_the_plans_level(world: Any) -> None:
+    store, writer, placer, _ = world
+    for leaf in ("leaf-a", "leaf-b"):
+        for i in range(2):
+            with store.lock:
+                store.upsert_node(rail_mapped_node(f"{leaf}-n{i}", leaf))
+    add_gang(writer, "rails", 2)
+    placer.run_cycle()
+    plan = gang_placement(writer, "rails")
+    assert plan["state"] == "Planned"
+    for rank in range(2):
+        pod = writer.pods[f"ns/rails-{rank}"]
+        node = store.nodes[plan["nodes"][rank]]
+        ports, _ = parse_rail_ports(
+            rail_mapped_node(node.name, "x")["metadata"]["annotations"][RAIL_PORTS_ANNOTATION]
+        )
+        annotations = pod["metadata"]["annotations"]
+        assert annotations[RAILS_ANNOTATION] == ",".join(f"{r}=0x{g}" for r, g in ports.items())
+        assert annotations[PLAN_LEVEL_ANNOTATION] == "leaf"
+
+
+def test_a_pod_on_a_node_without_a_rail_map_gets_its_rails_by_index(world: Any) -> None:
+    store, writer, placer, _ = world
+    for name in two_leaves(store, per_leaf=2):
+        with store.lock:
+            node = a_node(name, name.split("-n")[0])
+            node["metadata"]["labels"].update({labels.rail_key(i): f"r{i}" for i in range(8)})
+            store.upsert_node(node)
+    add_gang(writer, "bare", 2)
+    placer.run_cycle()
+    annotations = writer.pods["ns/bare-0"]["metadata"]["annotations"]
+    assert annotations[RAILS_ANNOTATION] == "0,1,2,3,4,5,6,7"
