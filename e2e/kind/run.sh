@@ -403,14 +403,23 @@ check_wiring() {
     || die "$pod: the main container does not see rdma-init's report"
   [[ ${report:-0} -gt 0 ]] || die "$pod: rdma-init's report is empty"
   # Where the operator also mounts it as the system-wide NCCL config, it must be the same file.
-  if kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.spec.containers[0].volumeMounts[*].mountPath}' \
-      | tr ' ' '\n' | grep -qx /etc/nccl.conf; then
+  local mounts
+  mounts=$(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.spec.containers[0].volumeMounts[*].mountPath}')
+  if tr ' ' '\n' <<<"$mounts" | grep -qx /etc/nccl.conf; then
     [[ $(kubectl -n "$JOB_NAMESPACE" exec "$pod" -c worker -- cat /etc/nccl.conf) == "$conf" ]] \
       || die "$pod: /etc/nccl.conf in the main container is not the nccl.conf rdma-init wrote"
   fi
   echo "$pod: the main container sees nccl.conf and the report ($report bytes)" >&2
-  kubectl -n "$JOB_NAMESPACE" logs "$pod" -c worker | grep -q '^NCCL_IB_HCA=' \
-    || die "$pod: the main container's own output lacks the NCCL config it read at start"
+  # read whole before grep: `logs | grep -q` fails under pipefail when grep's early exit cuts
+  # kubectl off with SIGPIPE; a container just started may not have flushed its output yet
+  local output=""
+  for _ in $(seq 10); do
+    output=$(kubectl -n "$JOB_NAMESPACE" logs "$pod" -c worker)
+    grep -q '^NCCL_IB_HCA=' <<<"$output" && break
+    sleep 1
+  done
+  grep -q '^NCCL_IB_HCA=' <<<"$output" \
+    || die "$pod: the main container's own output lacks the NCCL config it read at start:"$'\n'"$output"
 }
 
 log "checking rdma-init and what the main container sees"
