@@ -12,6 +12,7 @@ from rich.table import Table
 from tpfabric_cli.bench import app as bench_app
 from tpfabric_cli.errors import user_errors
 from tpfabric_cli.explain import explain_command
+from tpfabric_cli.queue import queue_command
 from tpfabric_cli.topology import app as topology_app
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric_description import (
@@ -270,3 +271,4 @@ def demo(
 
 
 app.command("explain")(explain_command)
+app.command("queue")(queue_command)

@@ -63,6 +63,7 @@ from tpfabric_core.errors import InputError
 from tpfabric_core.gangs import not_opted_in
 from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig
 from tpfabric_core.placement.planner import describe_nodes, plan_gang
+from tpfabric_core.placement.queue_order import queue_order
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import GangPlan, Unschedulable
 from tpfabric_core.placement.snapshot import CapacitySnapshot
@@ -303,7 +304,7 @@ class GangPlacer:
                     near=near_target(store, job, self._topology_now(store)),
                 )
             )
-        work.sort(key=lambda w: (-w.priority, w.job.created, w.job.key))
+        work.sort(key=lambda w: queue_order(w.priority, w.job.created, w.job.key))
         return work
 
     def _note_not_opted_in(self, job: JobRecord) -> None:
