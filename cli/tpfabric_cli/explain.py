@@ -718,6 +718,7 @@ def explain_command(
     if picture is not None:
         picture_format(picture)  # a wrong suffix fails before any cluster read
     obj, pods = read_subject(kubeconfig, namespace, name, kind)
+    nodes: Discovery | None
     if picture is not None:  # the picture is of the whole fabric: every node is read
         nodes = discover(Sources(cluster=True, kubeconfig=kubeconfig))
     else:
