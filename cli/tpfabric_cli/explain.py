@@ -66,8 +66,8 @@ __all__ = [
     "job_nodes",
     "owner_words",
     "picture_format",
-    "print_uncropped",
     "print_explanation",
+    "print_uncropped",
     "read_job_nodes",
     "read_subject",
 ]

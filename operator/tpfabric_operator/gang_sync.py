@@ -47,7 +47,7 @@ from tpfabric_core.labels import HEALTH
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision, rdma_condition
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_kube.malformed import MalformedObjects, event_writer
-from tpfabric_operator import fabric_health, leadership, serving
+from tpfabric_operator import fabric_health, gang_waits, leadership, serving
 from tpfabric_operator.gang_admission import default_levels
 from tpfabric_operator.gang_pods import GangPods, GangSyncer
 from tpfabric_operator.gang_records import (
@@ -68,13 +68,18 @@ from tpfabric_operator.gang_records import (
     record_status,
     too_large_problem,
 )
-from tpfabric_operator.settings import GANG_IDLE_SECONDS, GANG_SYNC_SECONDS
+from tpfabric_operator.settings import (
+    GANG_IDLE_SECONDS,
+    GANG_SHORT_NOTICE_SECONDS,
+    GANG_SYNC_SECONDS,
+)
 
 __all__ = ["sync_gang"]
 
 log = logging.getLogger("tpfabric.operator.gangs")
 SYNC_SECONDS = GANG_SYNC_SECONDS
 IDLE_SECONDS = GANG_IDLE_SECONDS
+SHORT_NOTICE_SECONDS = GANG_SHORT_NOTICE_SECONDS
 SETTINGS = GangSettings(levels=default_levels(), max_size=1024)
 _NOT_FOUND = 404
 _CONFLICT = 409
@@ -440,6 +445,7 @@ def _serving(
             + (f" (not ready: {', '.join(sorted(not_ready)[:3])})" if not_ready else ""),
         )
     ]
+    conditions.append(gang_waits.pods_created(pods, size))  # a gang short of pods says so
     transport = rdma_condition(p.rdma for p in pods)
     if transport is not None:  # the RDMA the pods got (the gang webhook's decision), and why
         conditions.append(transport)
@@ -497,6 +503,11 @@ def _serving(
             conditions.append(serving.condition("Moving", move.now, "DegradedLink", move.message))
     now = rfc3339(time.time())
     merged = serving.merge_conditions(conditions, stored.get("conditions") or [], now)
+    notice = gang_waits.short_notice(merged, member.gang, time.time(), SHORT_NOTICE_SECONDS)
+    if notice is not None:
+        _tell_pods(
+            core, member.namespace, member.gang, pods, reason=gang_waits.SHORT_REASON, words=notice
+        )
     return _Serving(merged, settled=not on_degraded and not surge)
 
 

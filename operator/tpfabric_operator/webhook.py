@@ -95,9 +95,9 @@ def _outcome(answer: dict[str, object]) -> str:
     response = answer.get("response")
     if not isinstance(response, dict):
         return "unchanged"
-    if "patch" in response:
-        return "wired"
-    return "warned" if response.get("warnings") else "unchanged"
+    if response.get("warnings"):  # admitted unwired (only marked with its problems)
+        return "warned"
+    return "wired" if "patch" in response else "unchanged"
 
 
 def make_app(settings: WebhookSettings, metrics: WebhookMetrics) -> web.Application:

@@ -15,13 +15,15 @@ def test_ranked_pods_name_the_missing_ranks() -> None:
     assert short is not None
     assert (short.present, short.missing, short.missing_ranks) == (3, 1, (2,))
     assert short.words("LeaderWorkerSet vllm").startswith(
-        "3 of 4 pods exist; missing rank 2: the gang waits until LeaderWorkerSet vllm creates the rest"
+        "3 of 4 pods exist; missing rank 2: the gang waits until LeaderWorkerSet vllm creates "
+        "the rest"
     )
 
 
 def test_pods_ranked_by_creation_say_their_ranks_come_once_whole() -> None:
     short = shortfall([None, None, None], 4)
-    assert short is not None and short.missing_ranks is None
+    assert short is not None
+    assert short.missing_ranks is None
     assert "1 missing (ranks follow the order of creation" in short.words()
     assert "the gang waits for the rest" in short.words()
 
