@@ -175,6 +175,7 @@ def crds_generate(
 @cluster_app.command("up")
 @user_errors
 def cluster_up(
+    *,
     name: NameOption = "tpfabric",
     fabric: Annotated[
         Path | None, typer.Option(help="Fabric description YAML (see examples/fabrics/).")
@@ -186,8 +187,18 @@ def cluster_up(
         Path | None, typer.Option(help="KubeSchedulerConfiguration for kube-scheduler.")
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for health.")] = 120.0,
+    gangs: Annotated[
+        bool,
+        typer.Option(
+            "--gangs",
+            help="Also run tpfabric (placer and scheduler, operator, gang webhook) and the "
+            "LeaderWorkerSet and JobSet controllers: `kubectl apply -f examples/gangs/` runs "
+            "(needs `tpfabric toolchain build --controllers`).",
+        ),
+    ] = False,
 ) -> None:
-    """Start etcd, kube-apiserver, controller-manager, scheduler and kwok; create fake nodes."""
+    """Start etcd, kube-apiserver, controller-manager, scheduler and kwok; create fake nodes;
+    with --gangs, tpfabric and the controllers of other gangs too."""
     from tpfabric_localcluster.cluster import LocalCluster, api_client  # noqa: PLC0415
     from tpfabric_localcluster.nodes import apply_fake_nodes, wait_ready  # noqa: PLC0415
 
@@ -205,6 +216,18 @@ def cluster_up(
             cluster.down()
             raise
         console.print(f"{len(names)} fake GPU nodes Ready ({description.name})")
+    if gangs:
+        from tpfabric_localcluster.gangs_stack import start_gangs  # noqa: PLC0415
+
+        try:
+            start_gangs(cluster)
+        except BaseException:
+            cluster.down()
+            raise
+        console.print(
+            "tpfabric (placer, scheduler, operator, gang webhook) and the LeaderWorkerSet and "
+            "JobSet controllers run: kubectl apply -f examples/gangs/"
+        )
     console.print(f"export KUBECONFIG={cluster.kubeconfig}")
 
 
