@@ -14,6 +14,7 @@ from tpfabric_cli.errors import user_errors
 from tpfabric_cli.explain import explain_command
 from tpfabric_cli.queue import queue_command
 from tpfabric_cli.topology import app as topology_app
+from tpfabric_cli.uninstall import uninstall_cleanup_command
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric_description import (
     FabricDescription,
@@ -295,3 +296,4 @@ def demo(
 
 app.command("explain")(explain_command)
 app.command("queue")(queue_command)
+app.command("uninstall-cleanup")(uninstall_cleanup_command)

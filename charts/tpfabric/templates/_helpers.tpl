@@ -227,3 +227,11 @@ variables.new{{ .field | title }}.filter(k, !(k in variables.old{{ .field | titl
 - name: changedAnnotations
   expression: {{ include "tpfabric.cel.changedKeys" (dict "field" "annotations") | quote }}
 {{- end }}
+
+{{/* Annotations of the uninstall cleanup's objects (a post-delete hook, weight .): made just
+before the Job, deleted once it succeeded, or before the next one. */}}
+{{- define "tpfabric.uninstallHook" -}}
+helm.sh/hook: post-delete
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}
