@@ -69,7 +69,6 @@ from tpfabric_core.api.placement import (
     meaning_changed,
     partner_waiting,
     planned,
-    prepare_drop,
     read_placement,
     surge,
     waiting,
@@ -498,13 +497,17 @@ class GangPlacer:
         if room is not None:
             log.info("job %s: %s", job.key, room.message)
 
-    def suspended_with_plan(self, store: ClusterStore | None = None) -> list[JobRecord]:
-        """Return suspended jobs that still carry a placement (to be dropped)."""
+    def suspended_with_plan(
+        self, store: ClusterStore | None = None
+    ) -> list[tuple[JobRecord, StoredPlacement]]:
+        """Return suspended jobs that still carry a placement (to be dropped), each with it."""
         store = store or self.store
         return [
-            job
+            (job, placement)
             for job in store.jobs.values()
-            if job.job is not None and job.job.spec.suspend and store.placement_of(job).present
+            if job.job is not None
+            and job.job.spec.suspend
+            and (placement := store.placement_of(job)).present
         ]
 
     # -- one cycle ---------------------------------------------------------------------------
@@ -543,8 +546,8 @@ class GangPlacer:
         returning = returning_nodes(view, topology, now) if needed else {}
         del view
         uplinks = self._rings.uplink_load(topology, rings) if needed else None
-        for job in suspended:
-            self._drop_suspended(job)
+        for job, placement in suspended:
+            self._drop_suspended(job, placement)
         for job in unfinished:
             self._binds.finish_replan(job, now)
         for job, members in unrecorded:
@@ -627,15 +630,10 @@ class GangPlacer:
             return self._release_checked(item, cycle)
         return self._binds.watch_binding(item, cycle)
 
-    def _drop_suspended(self, job: JobRecord) -> None:
+    def _drop_suspended(self, job: JobRecord, placement: StoredPlacement) -> None:
         try:
             # a suspended job has no pods; resuming plans the gang afresh
-            self._writes.fence()
-            drop = prepare_drop(NO_PLACEMENT)
-            assert drop.patch is not None
-            self.writer.patch_job_status(job.namespace, job.name, drop.patch, plural=job.plural)
-            with self.store.lock:
-                self.store.record_plan(job, None)
+            self._writes.drop(job, placement)
         except NotLeadingError:
             return
         except ApiException as err:

@@ -23,7 +23,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from tpfabric_core.api.placement import StoredPlacement, prepare_write
+from tpfabric_core.api.placement import StoredPlacement, prepare_drop, prepare_write
 from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
 from tpfabric_core.placement.topology import LevelSpec
 from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION, pod_rails
@@ -190,7 +190,7 @@ class WritePipeline:
         :func:`~tpfabric_core.api.placement.prepare_write`) and record ``event`` (if any);
         return the placement as written."""
         write = prepare_write(previous, placement, now=self.clock(), term=self.term)
-        if write.patch is not None:
+        if write.send:
             self.fence()
             self.writer.patch_job_status(
                 job.namespace,
@@ -206,6 +206,17 @@ class WritePipeline:
         if event:
             self.event(job, event, written)
         return written
+
+    def drop(self, job: JobRecord, previous: StoredPlacement) -> None:
+        """Remove ``previous``, the placement of ``job``, while it is still the one stored (the
+        same compare-and-swap test and fence as every other placement write)."""
+        drop = prepare_drop(previous)
+        self.fence()
+        self.writer.patch_job_status(
+            job.namespace, job.name, drop.patch, uid=job.uid, tests=[drop.test], plural=job.plural
+        )
+        with self.store.lock:
+            self.store.record_plan(job, None)
 
     def delete_pods(self, pods: Iterable[PodRecord]) -> int:
         """Delete ``pods`` (those not being deleted already), each by name and uid: a pod made

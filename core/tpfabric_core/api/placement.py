@@ -505,10 +505,12 @@ class PlacementWrite:
 
     #: the placement as written, with what it carries over and its term
     placement: dict[str, Any]
-    #: the merge patch of ``status`` to send; None when the write would change no meaning
-    patch: dict[str, Any] | None
+    #: the patch of ``status`` that writes it
+    patch: dict[str, Any]
     #: the JSON patch ``test`` the write is sent behind: the placement it was computed from
     test: dict[str, Any]
+    #: whether the write is worth sending (False: it would change no meaning)
+    send: bool = True
 
     @property
     def written(self) -> StoredPlacement:
@@ -533,17 +535,13 @@ def prepare_write(
     if "previousNodes" not in written and written.get("state") != PLANNED:
         written["previousNodes"] = list(previous.last_nodes) or None
     written["term"] = term
-    patch = None
-    if meaning_changed(previous, written) or written.get("state") == PLANNED:
-        patch = {"placement": dict(written)}
-        labels = written.get("domainLabels")
-        if isinstance(labels, dict):
-            stale = previous.domain_labels
-            patch["placement"]["domainLabels"] = {
-                **dict.fromkeys(k for k in stale if k not in labels),
-                **labels,
-            }
-    return PlacementWrite(written, patch, _computed_from(previous))
+    patch = dict(written)
+    labels = written.get("domainLabels")
+    if isinstance(labels, dict):
+        stale = previous.domain_labels
+        patch["domainLabels"] = {**dict.fromkeys(k for k in stale if k not in labels), **labels}
+    send = meaning_changed(previous, written) or written.get("state") == PLANNED
+    return PlacementWrite(written, {"placement": patch}, _computed_from(previous), send)
 
 
 def prepare_drop(previous: StoredPlacement) -> PlacementWrite:

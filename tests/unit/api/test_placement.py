@@ -302,12 +302,12 @@ def test_a_write_is_sent_when_its_meaning_changes_and_a_plan_always() -> None:
     waiting = status.waiting(a_wait(1), NOW)
     before = prepare_write(NO_PLACEMENT, waiting, now=NOW, term=1).written
     later = status.waiting(a_wait(1), NOW)  # the same words a minute later
-    assert prepare_write(before, later, now=NOW + 60, term=1).patch is None
+    assert not prepare_write(before, later, now=NOW + 60, term=1).send
     reworded = status.waiting(a_wait(1), NOW, "no leaf has room; blocked")
-    assert prepare_write(before, reworded, now=NOW, term=1).patch is not None
+    assert prepare_write(before, reworded, now=NOW, term=1).send
     plan = status.planned(a_plan(), NOW)
     planned = prepare_write(NO_PLACEMENT, plan, now=NOW, term=1).written
-    assert prepare_write(planned, plan, now=NOW, term=1).patch is not None
+    assert prepare_write(planned, plan, now=NOW, term=1).send
 
 
 @pytest.mark.parametrize(
@@ -337,7 +337,6 @@ def test_times_hops_and_terms_do_not_change_a_placement_s_meaning() -> None:
 def test_a_new_domain_s_labels_delete_the_old_ones() -> None:
     before = stored(state="Planned", domainLabels={SPINE: "s1", "rack": "r1"}, term=1)
     write = prepare_write(before, status.planned(a_plan(), NOW), now=NOW, term=1)
-    assert write.patch is not None
     assert write.patch["placement"]["domainLabels"] == {"rack": None, SPINE: "s1", LEAF: "l1"}
     assert write.placement["domainLabels"] == {SPINE: "s1", LEAF: "l1"}
 
@@ -345,4 +344,5 @@ def test_a_new_domain_s_labels_delete_the_old_ones() -> None:
 def test_dropping_a_placement_tests_the_one_it_drops() -> None:
     drop = status.prepare_drop(stored(state="Planned", term=7))
     assert drop.patch == {"placement": None}
+    assert drop.send
     assert drop.test == {"op": "test", "path": "/status/placement/term", "value": 7}

@@ -60,3 +60,23 @@ def test_a_plan_write_is_refused_once_a_newer_term_wrote_the_placement(world: An
     old.run_cycle()  # would drop its own (old) plan: the API server refuses the write
     assert placement(writer, "job") == newer
     assert writer.deleted == [], "a refused plan write deletes no pods"
+
+
+def test_a_suspended_job_s_plan_is_dropped_only_while_it_is_the_plan_the_cycle_read(
+    world: Any,
+) -> None:
+    store, writer, _, clock = world
+    two_leaves(store)
+    gang(writer, "job", 2)
+    old = GangPlacer(store, writer, Metrics(), clock=clock, term=4)  # type: ignore[arg-type]
+    old.run_cycle()
+    assert placement(writer, "job")["term"] == 4
+    # the job was suspended (the old leader's watch shows it), then resumed and planned afresh
+    # by a new leader (term 5), which the old leader's watch has not delivered yet
+    writer.jobs["ns/job"]["spec"]["suspend"] = True
+    writer.add_job(writer.jobs["ns/job"])
+    resumed = {**placement(writer, "job"), "term": 5, "nodes": ["leaf-b-n0", "leaf-b-n1"]}
+    writer.jobs["ns/job"]["spec"]["suspend"] = False
+    writer.jobs["ns/job"]["status"]["placement"] = resumed
+    old.run_cycle()  # would drop the suspended job's plan: the API server refuses the write
+    assert placement(writer, "job") == resumed
