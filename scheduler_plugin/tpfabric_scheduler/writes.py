@@ -8,7 +8,8 @@ no longer leads in its term writes nothing (``NotLeadingError``), and a placemen
 while the job still holds the one the write was computed from. Errors are logged, never raised
 into the cycle.
 
-This module decides nothing: what to write, and when, is the placer's and its policies'.
+This module is the placer's I/O and decides nothing: what to write, and when, is the policies'
+(:mod:`tpfabric_scheduler.policy`), applied by :mod:`tpfabric_scheduler.apply`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION, po
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.store import GANG_GATE, GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
-from tpfabric_scheduler.work import PlacementWork
 
 __all__ = ["NotLeadingError", "WritePipeline"]
 
@@ -256,6 +256,18 @@ class WritePipeline:
         self.fence()
         self.writer.job_event(job, kind, event, placement.message)
 
+    def tell(self, job: JobRecord, pods: Iterable[PodRecord], words: str) -> None:
+        """Post one ``GangWaiting`` Event on each of ``pods`` in ``words``, on the cycle's pool
+        (``kubectl describe pod`` then says why the pod waits, not only ``SchedulingGated``)."""
+        told = list(pods)
+
+        def tell() -> None:
+            for pod in told:
+                self.fence()
+                self.writer.pod_event(pod, "GangWaiting", words)
+
+        self.persist(job, tell)
+
     def plan_annotations(
         self, placement: StoredPlacement, pods: list[PodRecord]
     ) -> dict[str, dict[str, str]]:
@@ -282,9 +294,7 @@ class WritePipeline:
                 result[pod.uid] = notes
         return result
 
-    def release(
-        self, item: PlacementWork, placement: StoredPlacement, pods: list[PodRecord]
-    ) -> None:
+    def release(self, job: JobRecord, placement: StoredPlacement, pods: list[PodRecord]) -> None:
         """Constrain every gated pod to the planned domain (every level's label), tell it its
         rails and plan level (annotations) and ungate it."""
         expressions = plan_expressions(placement, self.levels) or []
@@ -334,4 +344,4 @@ class WritePipeline:
         # persisted): one by one, a 256-worker gang waits 256 round trips before kube-scheduler
         # sees its last worker
         self._together(release, pods)
-        log.info("job %s: released %d worker pod(s)", item.job.key, len(pods))
+        log.info("job %s: released %d worker pod(s)", job.key, len(pods))

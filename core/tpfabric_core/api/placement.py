@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ConfigDict, PrivateAttr, ValidationError
 
-from tpfabric_core.api.models import HealthyRoom, Placement
+from tpfabric_core.api.models import HealthyRoom, Placement, RefusedNode
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 
@@ -200,15 +200,19 @@ class StoredPlacement(Placement):
             return None
         return {key: self.domain}
 
-    def refusals(self, now: float) -> list[dict[str, str]]:
+    def live_refusals(self, now: float) -> list[RefusedNode]:
         """Return the refusals of kube-scheduler's own filters (``refusedNodes``) that have not
-        expired at ``now`` (:data:`REFUSAL_SECONDS`), as written."""
+        expired at ``now`` (:data:`REFUSAL_SECONDS`)."""
         kept = []
         for item in self.refused_nodes:
             since = parse_rfc3339(item.since)
             if since is not None and now - since < REFUSAL_SECONDS and item.node:
-                kept.append(refusal(item.node, item.reason, item.since))
+                kept.append(item)
         return kept
+
+    def refusals(self, now: float) -> list[dict[str, str]]:
+        """Return the live refusals (:meth:`live_refusals`) as written."""
+        return [refusal(r.node, r.reason, r.since) for r in self.live_refusals(now)]
 
     def with_waiting_since(self, since: float) -> StoredPlacement:
         """Return this placement as if its gang had waited since ``since`` (read, never

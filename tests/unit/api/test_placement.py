@@ -152,7 +152,9 @@ def test_released_reads_the_last_release_else_the_plan() -> None:
 def test_a_refusal_lasts_refusal_seconds() -> None:
     fresh = status.refusal("n1", "pod affinity", rfc3339(NOW - REFUSAL_SECONDS + 1))
     old = status.refusal("n2", "volume", rfc3339(NOW - REFUSAL_SECONDS))
-    assert stored(refusedNodes=[fresh, old]).refusals(NOW) == [fresh]
+    placement = stored(refusedNodes=[fresh, old])
+    assert placement.refusals(NOW) == [fresh]
+    assert [r.node for r in placement.live_refusals(NOW)] == ["n1"]
 
 
 def test_a_wait_read_again_keeps_everything_but_its_first_wait() -> None:

@@ -21,7 +21,7 @@ from tpfabric_core.rail_ports import (
 )
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.extender import worker_view
-from tpfabric_scheduler.placer import RETURN_GRACE_SECONDS
+from tpfabric_scheduler.policy.returning import RETURN_GRACE_SECONDS
 from tpfabric_scheduler.protocol import parse_extender_args
 from tpfabric_scheduler.store import GANG_GATE
 

@@ -8,7 +8,7 @@ from typing import Any
 from placer_world import RecordingWriter, two_leaves
 from test_placer_gangs import _occupy, a_gang_record, gang_placement, gang_pod
 
-from tpfabric_scheduler.near import PREFERRED_WAIT_SECONDS
+from tpfabric_scheduler.policy.near import PREFERRED_WAIT_SECONDS
 
 
 def add(
