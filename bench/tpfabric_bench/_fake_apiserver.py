@@ -36,11 +36,18 @@ from typing import Any
 import orjson
 
 from tpfabric_core import labels
-from tpfabric_core.api import GROUP, VERSION, DomainReason, Placement
+from tpfabric_core.api import (
+    GANG_GATE,
+    GROUP,
+    JOB_LABEL,
+    SCHEDULER_NAME,
+    VERSION,
+    WORKER_INDEX_LABEL,
+    DomainReason,
+    Placement,
+)
 from tpfabric_core.api.placement import PLANNED, WAITING, stored_status
 from tpfabric_core.fabric_description import FabricDescription, uniform_fabric
-from tpfabric_scheduler.config import SCHEDULER_NAME
-from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
 __all__ = [
     "JOB_WORKERS",

@@ -31,7 +31,8 @@ from tpfabric_core.placement.cost import (
 )
 from tpfabric_core.placement.snapshot import CapacitySnapshot, NodeState, Taint, TaintEffect
 from tpfabric_core.placement.topology import ClusterTopology
-from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord
+from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_scheduler.store import ClusterStore, JobRecord
 
 __all__ = [
     "PlannedRing",

@@ -39,19 +39,14 @@ import weakref
 from dataclasses import dataclass
 
 from tpfabric_core import labels
+from tpfabric_core.api import JOB_LABEL, WORKER_INDEX_LABEL
 from tpfabric_core.api.placement import NO_PLACEMENT, StoredPlacement
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
+from tpfabric_core.pod_wiring import GPU_RESOURCE
 from tpfabric_scheduler.capacity import rank_demands
 from tpfabric_scheduler.protocol import MAX_SCORE, ExtenderArgs, FilterResult
-from tpfabric_scheduler.store import (
-    GPU_RESOURCE,
-    JOB_LABEL,
-    WORKER_INDEX_LABEL,
-    ClusterStore,
-    JobRecord,
-    gang_key,
-)
+from tpfabric_scheduler.store import ClusterStore, JobRecord, gang_key
 
 __all__ = [
     "DomainPath",

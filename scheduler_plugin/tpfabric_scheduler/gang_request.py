@@ -16,7 +16,8 @@ from tpfabric_core.api.gang import Gang
 from tpfabric_core.placement.pod_fit import node_matcher
 from tpfabric_core.placement.request import GangRequest, TopologyPolicy
 from tpfabric_core.placement.snapshot import TaintEffect, Toleration
-from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
+from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
 
 __all__ = [
     "EligibleNodes",

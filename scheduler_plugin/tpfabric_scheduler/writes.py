@@ -24,13 +24,15 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from tpfabric_core.api import GANG_GATE
 from tpfabric_core.api.placement import StoredPlacement, prepare_drop, prepare_write
 from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
 from tpfabric_core.placement.topology import LevelSpec
+from tpfabric_core.pod_wiring import GPU_RESOURCE
 from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION, pod_rails
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
-from tpfabric_scheduler.store import GANG_GATE, GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
+from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
 
 __all__ = ["NotLeadingError", "WritePipeline"]
 

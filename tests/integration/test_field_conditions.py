@@ -19,12 +19,11 @@ from kubernetes import client
 
 from control_plane_fixtures import clear_jobs_and_pods, wait_for
 from tpfabric_core import labels
-from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api import GANG_GATE, GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LABEL
 from tpfabric_core.fabric_description import uniform_fabric
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.nodes import delete_nodes, fake_node_manifest, wait_ready
 from tpfabric_localcluster.tpfabric import EXTENDER, SCHEDULER_NAME, start_extender
-from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
 _TEMPLATE = uniform_fabric(1, nodes_per_leaf=1, leaves_per_spine=1, spines_per_block=1)
 POOL = "dedicated"

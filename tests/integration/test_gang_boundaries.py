@@ -33,9 +33,8 @@ from control_plane_fixtures import (
     worker_pod,
 )
 from tpfabric_core import labels
-from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api import GANG_GATE, GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_scheduler.store import GANG_GATE
 
 FABRIC = two_leaves_of_four("boundaries", "bnd", rails=8)
 HOLD_GATE = "example.com/hold"

@@ -36,11 +36,12 @@ from tpfabric_core.placement.results import GangPlan, Unschedulable
 from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_core.placement.steering import plan_expressions, widen_affinity
 from tpfabric_core.placement.topology import ClusterTopology
+from tpfabric_core.pod_wiring import GPU_RESOURCE
 from tpfabric_scheduler.gang_request import EligibleNodes, gang_request
 from tpfabric_scheduler.intent import PlacementIntent
 from tpfabric_scheduler.plan_inputs import plan_on
 from tpfabric_scheduler.policy.refusals import refused_nodes
-from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
+from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
 from tpfabric_scheduler.work import Cycle, PlacerMemory, Rules
 
 __all__ = [

@@ -18,10 +18,11 @@ from tpfabric_core.placement.replacement import replan_ranks
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import CollectiveCost, GangPlan, ReplacementOptions
 from tpfabric_core.placement.topology import CLUSTER_LEVEL, ClusterTopology
+from tpfabric_core.pod_wiring import GPU_RESOURCE
 from tpfabric_scheduler.facts import gone_ranks, in_flight, running
 from tpfabric_scheduler.intent import PlacementIntent
 from tpfabric_scheduler.policy.drop import drop_whole
-from tpfabric_scheduler.store import GPU_RESOURCE, PodRecord
+from tpfabric_scheduler.store import PodRecord
 from tpfabric_scheduler.work import Cycle, PlacementWork, PlacerMemory, Rules, gang_request_of
 
 __all__ = ["Mend", "replace_gone", "replace_ranks"]

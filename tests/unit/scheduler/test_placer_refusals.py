@@ -9,8 +9,8 @@ from typing import Any
 
 from placer_world import NOW, a_worker, half_node_gang, make_workers, placement, two_leaves
 
+from tpfabric_core.api import JOB_LABEL
 from tpfabric_core.timestamps import rfc3339
-from tpfabric_scheduler.store import JOB_LABEL
 
 PORTS_REFUSED = (
     "0/8 nodes are available: 1 node(s) didn't match pod anti-affinity rules, 7 node(s) didn't "
