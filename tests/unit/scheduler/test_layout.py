@@ -40,6 +40,13 @@ def test_every_policy_module_has_its_test_file(policy: str) -> None:
     assert (TESTS / f"test_{policy}.py").exists(), f"tests/unit/scheduler/policy/test_{policy}.py"
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_how_it_works_links_every_policy_module(policy: str) -> None:
+    doc = (ROOT / "docs" / "how-it-works.md").read_text()
+    link = f"../scheduler_plugin/tpfabric_scheduler/policy/{policy}.py"
+    assert f"]({link})" in doc, f"docs/how-it-works.md links no guarantee to {link}"
+
+
 def test_no_policy_imports_the_api_client_or_the_writer() -> None:
     for path in (PACKAGE / "policy").glob("*.py"):
         source = path.read_text()
