@@ -1,4 +1,4 @@
-"""A LeaderWorkerSet burst: the same groups without and with tpfabric, in one run (issue 34).
+"""A LeaderWorkerSet burst: the same groups without and with tpfabric, in one run.
 
 ``tpfabric bench gangs [--nodes 1000] [--groups 100] [--size 8] [--sets 1] [--timeout 900]
 [--json FILE]``

@@ -4,7 +4,7 @@ A worker whose planned node passed kube-scheduler's own filters gets that node a
 filter: each worker index lands where the plan's rank order wants it, and with one feasible node
 kube-scheduler skips scoring and the prioritize call. That matters for a gang that spans the
 cluster: a worker of a 256-worker gang on 1,000 nodes had every free node of the cluster scored,
-by kube-scheduler's plugins and by prioritize, 24 ms of kube-scheduler CPU a worker (issue 15).
+by kube-scheduler's plugins and by prioritize, 24 ms of kube-scheduler CPU a worker.
 That answer names no reasons for the other nodes: kube-scheduler shows them only when no node is
 feasible, and ~1,000 worded reasons a worker were encoded here and decoded there for nothing.
 Otherwise (the planned node is gone, cordoned or taken) the worker is kept inside its job's

@@ -3,7 +3,7 @@
 One fabric of kwok nodes that a real cluster would have: two spine groups whose leaves share
 names (``l1``/``l2`` under both ``su1`` and ``su2``), nodes without topology labels (autoscaled,
 a new rack), a dedicated pool behind a node label and a taint, and a leaf of small-CPU nodes.
-Each test is a regression test of one rule of issue 11 and fails on the placer before it.
+Each test holds the placer to one rule of such a cluster.
 """
 
 from __future__ import annotations

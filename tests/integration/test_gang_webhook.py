@@ -1,4 +1,4 @@
-"""The gang webhook with a real kube-apiserver calling it (issue 34, its first part): pods of gangs
+"""The gang webhook with a real kube-apiserver calling it: pods of gangs
 other controllers make are gated for tpfabric's scheduler and wired for RDMA at creation; every
 other pod passes untouched, also while the webhook is down.
 

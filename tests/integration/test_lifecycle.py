@@ -1,5 +1,5 @@
 """The job lifecycle on the local control plane: success, deadlines, TTL, gang restarts, evidence,
-restart accounting, stuck pods, suspend/resume and API errors (issue 13, one test per defect).
+restart accounting, stuck pods, suspend/resume and API errors (one test per rule).
 
 kwok runs the pods; a test ends a worker the way a kubelet would, by writing its pod status
 (``phase`` Succeeded or Failed with container states), since kwok's fake containers never exit.
@@ -177,8 +177,8 @@ def test_one_failed_worker_restarts_the_gang_and_keeps_the_failed_pod(tpj: Tpj) 
 def test_the_status_follows_the_workers_at_once_not_at_the_next_tick(tpj: Tpj) -> None:
     """The last worker ready makes the job Running, a failed worker is charged, and a worker
     finishing first is recorded, all without a tick: the operator's pod watch wakes the job's
-    reconcile (issue 15: a 256-worker gang showed Running 1.9 s after its pods, 100 jobs up to
-    11 s). The operator ticks every 60 s here (the first tick 60 s after a job appears), so
+    reconcile (a big gang shows Running as its last pod is ready, not at the next tick). The
+    operator ticks every 60 s here (the first tick 60 s after a job appears), so
     everything checked before that is the wake's doing."""
     cluster = tpj.cluster
     cluster.stop_component(OPERATOR)

@@ -1,4 +1,4 @@
-"""Gangs the operator makes next to the rest of the cluster (issue 31), on the local control
+"""Gangs the operator makes next to the rest of the cluster, on the local control
 plane: real kube-apiserver, kube-controller-manager, kube-scheduler (tpfabric's profile with the
 extender), kwok nodes, the real placer/extender and the operator process.
 

@@ -1,4 +1,4 @@
-"""A busy cluster does not make the placer re-plan every waiting gang (issue 31, item 5): a pod
+"""A busy cluster does not make the placer re-plan every waiting gang: a pod
 binding or another gang's new plan never lets a waiting gang fit, so only capacity that may have
 grown (a bound pod gone or finished, a node changed, a plan dropped) or a change of the gang's own
 pods plans it again; and a relist never holds the store's lock while it parses."""

@@ -1,4 +1,4 @@
-"""A deposed placer writes nothing (issue 31, item 6): every write checks that the placer still
+"""A deposed placer writes nothing: every write checks that the placer still
 leads in its term, and a plan write is refused by the API server unless the placement it was
 computed from (its term) is still there."""
 

@@ -1,4 +1,4 @@
-"""Head-of-line holds and the wait clock (issue 31, items 1 and 4).
+"""Head-of-line holds and the wait clock.
 
 Only a gang that could fit in its domain once running work ends holds that domain; a gang that
 can never fit as asked holds nothing and says so; a gang kept out by a hold is told which job

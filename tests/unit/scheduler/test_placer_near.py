@@ -1,4 +1,4 @@
-"""A gang placed near another (``spec.near``, issue 35): decode near prefill, at a level, as
+"""A gang placed near another (``spec.near``): decode near prefill, at a level, as
 required or preferred, with the reason in its plan."""
 
 from __future__ import annotations

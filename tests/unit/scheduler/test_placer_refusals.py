@@ -1,4 +1,4 @@
-"""Plans kube-scheduler can bind (issue 31, item 3): the placer models the cheap filters that
+"""Plans kube-scheduler can bind: the placer models the cheap filters that
 limit a gang to one worker per node (host ports, required pod anti-affinity within the gang) and
 remembers the nodes kube-scheduler's own filters refused, so a plan it cannot bind is not
 rebuilt identically after every bind bound."""
