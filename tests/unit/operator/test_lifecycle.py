@@ -60,7 +60,7 @@ def test_pods_of_an_older_job_with_the_same_name_are_deleted_and_block_creation(
 
 
 def test_pods_no_job_owns_are_neither_adopted_nor_deleted_and_block_creation() -> None:
-    # left by `kubectl delete --cascade=orphan`: they are the user's now
+    # issue 31, item 14: left by `kubectl delete --cascade=orphan`; they are the user's now
     orphans = gang("Running", "Running")
     intent = decide(a_job(workers=2), [], Memory(), now=NOW, foreign=orphans)
     assert (intent.create, intent.delete, intent.keep) == ([], [], [])
@@ -201,8 +201,8 @@ def test_a_job_that_may_not_restart_fails_on_the_first_loss() -> None:
 
 
 def test_a_pod_stuck_terminating_is_never_deleted_again_and_blocks_the_next_attempt() -> None:
-    # its containers may still run on a kubelet that does not answer: force-deleting it would
-    # start the next attempt beside them
+    # issue 31, item 16: its containers may still run on a kubelet that does not answer; the
+    # old rule force-deleted it, and the next attempt started beside them
     stuck = replace(pod(1), deleting=True, delete_deadline=NOW - STUCK_AFTER_SECONDS - 1)
     fresh = replace(pod(2), deleting=True, delete_deadline=NOW - 1)
     memory = replace(RUNNING, attempt=1, restarting=frozenset({0, 1, 2}), last_failure=NOW - 60)
@@ -328,7 +328,8 @@ def test_an_ignored_failure_is_not_restarted_and_counts_as_finished() -> None:
 
 
 def test_one_incident_is_one_restart_for_either_strategy() -> None:
-    # a node taking two workers with it is one incident, one restart, under both strategies
+    # issue 31, item 17: ReplaceWorker charged one restart per lost worker, RecreateGang one per
+    # incident; a node taking two workers with it is one incident under both
     elastic = {"launcher": {"rendezvous": "c10d"}}
     for strategy in ("RecreateGang", "ReplaceWorker"):
         job = a_job(workers=4, failurePolicy={"restartStrategy": strategy}, **elastic)

@@ -1,4 +1,4 @@
-"""One job's reconciles against a recording stand-in of the API server and the pod cache.
+"""One job's reconciles against a recording stand-in of the API server and the pod cache (issue 31).
 
 The stand-in keeps pods by name and the job's placement as the API server has it; the job's body
 is kopf's view, which the test moves forward by applying each reconcile's status patch. Pure
@@ -79,7 +79,7 @@ class Cluster:
         return dict(self.placement)
 
     def read_placement_state(self, namespace: str, name: str) -> str | None:
-        return self.placement.get("state")  # a read the reconcile must not need
+        return self.placement.get("state")  # what the code before issue 31 read
 
     def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         return list(self.pods.values())

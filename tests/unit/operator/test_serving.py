@@ -1,4 +1,4 @@
-"""What a serving group's record says and when a degraded group is moved. Pure."""
+"""What a serving group's record says and when a degraded group is moved (issue 35). Pure."""
 
 from __future__ import annotations
 
