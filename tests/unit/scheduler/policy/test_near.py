@@ -30,18 +30,21 @@ def asked(store: ClusterStore) -> GangRequest:
     return gang_request_of(work_of(store, "decode"))
 
 
-def nowhere(request: GangRequest) -> Unschedulable:
-    return Unschedulable(request.name, "tpfabric", "leaf", (), "no room")
+class Nowhere:
+    """An engine that finds room nowhere and notes the nodes each request allowed."""
+
+    def __init__(self) -> None:
+        self.seen: list[frozenset[str] | None] = []
+
+    def __call__(self, request: GangRequest) -> Unschedulable:
+        self.seen.append(request.eligible_nodes)
+        return Unschedulable(request.name, "tpfabric", "leaf", (), "no room")
 
 
 def test_a_gang_is_planned_inside_its_partner_s_domains() -> None:
     request = asked(ClusterStore())
-    seen: list[frozenset[str] | None] = []
-
-    def plan(req: GangRequest) -> Unschedulable:
-        seen.append(req.eligible_nodes)
-        return nowhere(req)
-
+    plan = Nowhere()
+    seen = plan.seen
     plan_near(plan, request, near("required"))
     assert seen == [PARTNER_NODES], "required: there or nowhere"
     seen.clear()
@@ -55,15 +58,9 @@ def test_a_gang_is_planned_inside_its_partner_s_domains() -> None:
 
 
 def test_a_gang_whose_partner_is_not_placed_is_planned_as_asked() -> None:
-    request = asked(ClusterStore())
-    seen: list[frozenset[str] | None] = []
-
-    def plan(req: GangRequest) -> Unschedulable:
-        seen.append(req.eligible_nodes)
-        return nowhere(req)
-
-    plan_near(plan, request, near("preferred", nodes=None))
-    assert seen == [None]
+    plan = Nowhere()
+    plan_near(plan, asked(ClusterStore()), near("preferred", nodes=None))
+    assert plan.seen == [None]
 
 
 def test_a_gang_waiting_for_its_partner_says_so_once() -> None:
