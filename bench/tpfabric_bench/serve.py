@@ -1,4 +1,4 @@
-"""A client that measures what users of a served model feel (issue 35, item 5).
+"""A client that measures what users of a served model feel.
 
 ``tpfabric bench serve --endpoint URL --model NAME [--compare URL2 [--compare-model NAME2]]
 [--requests 64] [--concurrency 8] [--max-tokens 256] [--prompt TEXT] [--json FILE]``

@@ -6,7 +6,7 @@ AdmissionReviews over one keep-alive HTTPS connection, as the API server's webho
 pods of LeaderWorkerSet groups (wired: the answer carries a JSON patch), pods that name no gang
 (passed untouched) and pods with a bad gang label (a warning). It reports, per kind and for all,
 the round trip from the request's first byte to the answer's last (p50, p99, max), and the
-webhook's own histogram from ``/metrics``. The target of issue 34 is p99 <= 10 ms.
+webhook's own histogram from ``/metrics``. The target is p99 <= 10 ms.
 
 It measures; it never asserts.
 """

@@ -5,7 +5,7 @@ link files, one :class:`~tpfabric_core.fabric.link_judge.LinkJudge` observation,
 writes only when the publication changed (none on a quiet fabric). The clock is injected.
 
 Which ports are judged is decided once, at start, by the rule the RDMA init container pairs GPUs
-with (:mod:`tpfabric_core.fabric.compute_rails`): the ports of the NICs on a GPU's PCIe switch,
+with (:mod:`tpfabric_rdma_init.compute_rails`): the ports of the NICs on a GPU's PCIe switch,
 never a storage/frontend NIC, a BlueField DPU, an SR-IOV VF or the uncabled port of a dual-port
 card. Their rails are the fabric's (:func:`numbered_rails`): the node's rail map
 (``topology.tpfabric.io/rail-ports``, rail -> port GUID, written from a dump) numbers each port
@@ -28,12 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tpfabric_core.fabric.compute_rails import (
-    compute_nic_roles,
-    matches_override,
-    pair_gpus_with_hcas,
-    uncabled_ports,
-)
 from tpfabric_core.fabric.link_judge import (
     LinkJudge,
     LinkJudgeConfig,
@@ -52,6 +46,12 @@ from tpfabric_fabric_agent.link_read import (
     read_ports,
 )
 from tpfabric_fabric_agent.metrics import AgentMetrics
+from tpfabric_rdma_init.compute_rails import (
+    compute_nic_roles,
+    matches_override,
+    pair_gpus_with_hcas,
+    uncabled_ports,
+)
 
 __all__ = [
     "AgentSettings",

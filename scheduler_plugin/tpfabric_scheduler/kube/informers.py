@@ -1,5 +1,4 @@
-"""The scheduler plugin's one adapter to the API server: list+watch feeds and the few writes the
-placer makes (job status, pod affinity, gate removal).
+"""List+watch feeds of the store, one informer loop per watched kind.
 
 Each watched kind runs an informer loop in its own thread: list, then watch from the list's
 resourceVersion with bookmarks; a closed stream re-watches from the last version; ``410 Gone`` or
@@ -8,25 +7,22 @@ applied under the store's lock. Nothing here decides anything.
 
 A list is read in pages of ``LIST_PAGE_SIZE`` (``limit``/``continue``: one consistent snapshot of
 the API server). Each page's objects are cut down to the fields the store's records read
-(:func:`slim_pod`, :func:`slim_node`, :func:`slim_job`) before the next page is fetched, so at most
-one page of raw objects (and its response body) is alive at a time, and the store is replaced in
-one step, under its lock, once the last page has arrived: a 50,000-pod cluster never holds 50,000
-raw pod dicts, and the lock is never held across a network call.
+(:mod:`.slim`) before the next page is fetched, so at most one page of raw objects (and its
+response body) is alive at a time, and the store is replaced in one step, under its lock, once
+the last page has arrived: a 50,000-pod cluster never holds 50,000 raw pod dicts, and the lock is
+never held across a network call.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import gc
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
@@ -42,6 +38,7 @@ from tpfabric_kube.list_watch import (
     list_pages,
 )
 from tpfabric_kube.malformed import SKIPPED, MalformedObjects, event_writer
+from tpfabric_scheduler.kube.slim import slim_job, slim_node, slim_pod
 from tpfabric_scheduler.store import (
     ClusterStore,
     JobRecord,
@@ -59,12 +56,8 @@ __all__ = [
     "POD_PAGE_SIZE",
     "Informer",
     "InformerKind",
-    "KubeWriter",
     "informer_kinds",
     "list_pages",
-    "slim_job",
-    "slim_node",
-    "slim_pod",
     "start_informers",
 ]
 
@@ -72,81 +65,6 @@ log = logging.getLogger("tpfabric.scheduler.kube")
 #: pods listed per page: parsing a page holds the interpreter for its whole length (about
 #: 0.25 ms a 7 KB pod on a slow core), and the extender answers kube-scheduler meanwhile
 POD_PAGE_SIZE = 25
-JSON_PATCH = "application/json-patch+json"
-_UNPROCESSABLE = 422
-
-#: annotations nothing of ours reads that can be as large as the object itself
-_BULKY_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
-_POD_SPEC_BULK = frozenset({"volumes", "ephemeralContainers"})
-_POD_STATUS_BULK = frozenset(
-    {"containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses", "conditions"}
-)
-_NODE_STATUS_BULK = frozenset({"images", "volumesInUse", "volumesAttached"})
-
-
-def _slim_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    slim = {k: v for k, v in meta.items() if k != "managedFields"}
-    annotations = slim.get("annotations")
-    if annotations and any(a in annotations for a in _BULKY_ANNOTATIONS):
-        slim["annotations"] = {k: v for k, v in annotations.items() if k not in _BULKY_ANNOTATIONS}
-    return slim
-
-
-def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
-    """Return ``obj`` without the bulk no pod record reads (managed fields, volumes, env, ...).
-
-    Metadata, the scheduling fields of the spec and the status phase stay whole; of each
-    container only its name, resources and (init containers) restart policy.
-    """
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    slim_spec = {k: v for k, v in spec.items() if k not in _POD_SPEC_BULK}
-    for key in ("containers", "initContainers"):
-        if key in spec:
-            # restartPolicy marks a sidecar (an init container that keeps running): it changes
-            # the pod's requests (kube-scheduler's arithmetic in pod_fit.pod_requests)
-            slim_spec[key] = [
-                {
-                    "name": c.get("name"),
-                    "resources": c.get("resources") or {},
-                    **({"restartPolicy": c["restartPolicy"]} if c.get("restartPolicy") else {}),
-                    # host ports are a filter of their own (NodePorts)
-                    **(
-                        {"ports": [p for p in c["ports"] if p.get("hostPort")]}
-                        if any(p.get("hostPort") for p in c.get("ports") or [])
-                        else {}
-                    ),
-                }
-                for c in spec[key] or []
-            ]
-    slim_status = {k: v for k, v in status.items() if k not in _POD_STATUS_BULK}
-    unscheduled = [
-        c
-        for c in status.get("conditions") or []
-        if c.get("type") == "PodScheduled" and c.get("status") == "False"
-    ]
-    if unscheduled:  # why kube-scheduler could not bind it: pending pods only, few
-        slim_status["conditions"] = unscheduled
-    return {
-        "metadata": _slim_meta(obj.get("metadata") or {}),
-        "spec": slim_spec,
-        "status": slim_status,
-    }
-
-
-def slim_node(obj: dict[str, Any]) -> dict[str, Any]:
-    """Return ``obj`` without the bulk no node record reads (managed fields, images, ...)."""
-    status = obj.get("status") or {}
-    return {
-        "metadata": _slim_meta(obj.get("metadata") or {}),
-        "spec": obj.get("spec") or {},
-        "status": {k: v for k, v in status.items() if k not in _NODE_STATUS_BULK},
-    }
-
-
-def slim_job(obj: dict[str, Any]) -> dict[str, Any]:
-    """Return ``obj`` without its managed fields (jobs are few; spec and status stay whole)."""
-    return {**obj, "metadata": _slim_meta(obj.get("metadata") or {})}
 
 
 @dataclass
@@ -472,217 +390,3 @@ def _gang_namespaces_call(
         store.gang_namespaces = frozenset()
         return {}
     return {"namespaces": list_namespaces}
-
-
-def _pointer(key: str) -> str:
-    """Return ``key`` as one JSON pointer (RFC 6901) segment."""
-    return key.replace("~", "~0").replace("/", "~1")
-
-
-class KubeWriter:
-    """The writes of the placer, each one API call."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-
-    def patch_job_status(
-        self,
-        namespace: str,
-        name: str,
-        status: dict[str, Any],
-        *,
-        uid: str | None = None,
-        tests: list[dict[str, Any]] | None = None,
-        plural: str = PLURAL,
-    ) -> None:
-        """Write ``status`` into the job's status subresource; None values remove keys.
-
-        ``plural``: the record's resource (a Gang's ``gangs``).
-
-        Without ``uid``: a merge patch (nested maps merge). With ``uid``: only this incarnation
-        of the job is written, and each top-level key of ``status`` is replaced whole (no stale
-        keys of an earlier placement survive). A merge patch cannot do that: the status
-        subresource ignores ``metadata.uid`` in a patch (checked against kube-apiserver 1.37), so
-        this is a JSON patch led by a ``test`` of the uid; the API server refuses it (422) when a
-        job of the same name was created since. ``tests``: more JSON patch ``test`` ops that must
-        hold (the placer's fence: the placement it computed from is still there). A job without
-        any status yet gets it whole, guarded by a ``test`` that it still has none.
-        """
-        if not uid:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, plural, name, {"status": status}
-            )
-            return
-        same_job: dict[str, Any] = {"op": "test", "path": "/metadata/uid", "value": uid}
-        ops = [same_job, *(tests or [])] + [
-            {"op": "add", "path": f"/status/{_pointer(key)}", "value": value}
-            for key, value in status.items()
-        ]
-        try:
-            self._json_patch_status(namespace, name, ops, plural)
-        except ApiException as err:
-            if err.status != _UNPROCESSABLE:
-                raise
-            # another job, or no /status to add into: the first status, if it still has none
-            first: list[dict[str, Any]] = [
-                same_job,
-                {"op": "test", "path": "/status", "value": None},
-                {"op": "add", "path": "/status", "value": status},
-            ]
-            self._json_patch_status(namespace, name, first, plural)
-
-    def _json_patch_status(
-        self, namespace: str, name: str, ops: list[dict[str, Any]], plural: str
-    ) -> None:
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, plural, name, ops, _content_type=JSON_PATCH
-        )
-
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        """Delete the pod, only its incarnation ``uid`` (a delete precondition; the chart's
-        admission policy refuses this account a delete that names none); one already gone, or
-        made again under that name, is fine."""
-        try:
-            self.core.delete_namespaced_pod(name, namespace, body={"preconditions": {"uid": uid}})
-        except ApiException as err:
-            if err.status not in {404, 409}:  # 409: the uid precondition, a newer pod
-                raise
-
-    def job_event(self, job: JobRecord, kind: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event on the job (best effort: a lost event is only a lost note)."""
-        involved = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": job.kind,
-            "name": job.name,
-            "namespace": job.namespace,
-            "uid": job.uid,
-        }
-        self._event(involved, kind, reason, message)
-
-    def pod_event(self, pod: PodRecord, reason: str, message: str) -> None:
-        """Record a Normal Event on a worker pod (best effort, as :meth:`job_event`):
-        ``kubectl describe pod`` shows it under Events."""
-        involved = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": pod.name,
-            "namespace": pod.namespace,
-            "uid": pod.uid,
-        }
-        self._event(involved, "Normal", reason, message)
-
-    def _event(self, involved: dict[str, str], kind: str, reason: str, message: str) -> None:
-        """Create a core/v1 Event about ``involved``; a refusal is logged, never raised."""
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        namespace, name = involved["namespace"], involved["name"]
-        body = {
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": involved,
-            "type": kind,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": "tpfabric-placer"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            self.core.create_namespaced_event(namespace, body, _preload_content=False).read()
-        except ApiException as err:
-            log.warning(
-                "event for %s %s/%s not recorded: %s", involved["kind"], namespace, name, err.reason
-            )
-
-    def read_job(self, namespace: str, name: str) -> dict[str, Any]:
-        """Return the job as stored now (for a consistent read before writing a plan)."""
-        result: dict[str, Any] = self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name
-        )
-        return result
-
-    def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        """Return the pod as stored now."""
-        response = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
-        result: dict[str, Any] = orjson.loads(response.data)
-        return result
-
-    def release_pod(
-        self,
-        namespace: str,
-        name: str,
-        resource_version: str,
-        affinity: dict[str, Any] | None,
-        remaining_gates: list[dict[str, Any]],
-        *,
-        annotations: Mapping[str, str] | None = None,
-        annotated: bool = True,
-    ) -> None:
-        """Set the gated pod's (narrowed) affinity, write the plan's ``annotations`` (its rails,
-        its plan level) and drop our gate, in one JSON patch; ``annotated``: whether the pod has
-        annotations already (as read).
-
-        The ``test`` op makes it optimistic: if the pod changed since it was read, the API
-        server refuses the patch (409/422) and nothing is half-applied.
-        """
-        ops: list[dict[str, Any]] = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
-            *_annotation_ops(annotations or {}, annotated=annotated),
-        ]
-        if affinity is not None:  # None: a cluster-wide plan narrows nothing
-            ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
-        ops.append({"op": "add", "path": "/spec/schedulingGates", "value": remaining_gates})
-        # the answer is not read into a client model (a burst releases thousands of pods)
-        self.core.patch_namespaced_pod(name, namespace, ops, _preload_content=False).read()
-
-    def release_known_pod(
-        self,
-        pod: PodRecord,
-        affinity: dict[str, Any] | None,
-        remaining_gates: list[dict[str, Any]],
-        *,
-        annotations: Mapping[str, str] | None = None,
-    ) -> None:
-        """Release ``pod`` as the store knows it, in one write and without reading it first;
-        ``annotations`` (the plan's rails and level) are added to the ones it has.
-
-        ``test`` ops make it exact: the patch applies only to that pod (uid) with exactly the
-        gates and affinity the store holds; anything else is refused (422) and nothing changes,
-        and the caller falls back to :meth:`read_pod` + :meth:`release_pod` (so does a pod
-        without any annotation, which a key cannot be added to).
-        """
-        ops: list[dict[str, Any]] = [
-            {"op": "test", "path": "/metadata/uid", "value": pod.uid},
-            {"op": "test", "path": "/spec/schedulingGates", "value": list(pod.gates)},
-            *_annotation_ops(annotations or {}, annotated=True),
-        ]
-        before = pod.scheduling.get("affinity")
-        if before is not None:
-            ops.append({"op": "test", "path": "/spec/affinity", "value": before})
-        if affinity is not None:
-            ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
-        ops.append({"op": "add", "path": "/spec/schedulingGates", "value": remaining_gates})
-        self.core.patch_namespaced_pod(pod.name, pod.namespace, ops, _preload_content=False).read()
-
-    @staticmethod
-    def wait_synced(informers: list[Informer], timeout: float) -> bool:
-        """Return whether every informer listed once within ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in informers)
-
-
-def _annotation_ops(annotations: Mapping[str, str], *, annotated: bool) -> list[dict[str, Any]]:
-    """Return the JSON patch ops that add ``annotations``: one per key to a pod that has
-    annotations (``/`` escaped as ``~1``), else the whole map."""
-    if not annotations:
-        return []
-    if not annotated:
-        return [{"op": "add", "path": "/metadata/annotations", "value": dict(annotations)}]
-    return [
-        {
-            "op": "add",
-            "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1"),
-            "value": value,
-        }
-        for key, value in annotations.items()
-    ]

@@ -14,18 +14,34 @@ namespace.
 - ``preferred``: there when it fits, else where the topology request alone puts it. While a
   target gang exists but none is placed yet, the gang waits for it up to 30 s.
 
-Read from one view of the store; nothing here writes. Pure but for the store it reads.
+While a gang waits for its partner, its status and its pods say so (``WaitingForPartner``);
+once planned, its ``status.placement.near`` says how the plan stands to the partner. Read from
+one view of the store; nothing here writes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from tpfabric_core.api.gang import Gang
+from tpfabric_core.api.placement import meaning_changed, partner_waiting
+from tpfabric_core.placement.request import GangRequest
+from tpfabric_core.placement.results import GangPlan, Unschedulable
 from tpfabric_core.placement.topology import ClusterTopology
+from tpfabric_scheduler.intent import PlacementIntent
+from tpfabric_scheduler.policy.waiting import announce
 from tpfabric_scheduler.store import ClusterStore, JobRecord
+from tpfabric_scheduler.work import PlacementWork, PlacerMemory
 
-__all__ = ["PREFERRED_WAIT_SECONDS", "NearTarget", "near_target"]
+__all__ = [
+    "PREFERRED_WAIT_SECONDS",
+    "NearTarget",
+    "domain_at",
+    "near_target",
+    "plan_near",
+    "wait_for_partner",
+]
 
 #: how long a gang that prefers to be near another waits for that one (which exists) to be placed
 PREFERRED_WAIT_SECONDS = 30.0
@@ -123,11 +139,7 @@ def near_target(
     partners = [r for r in store.jobs.values() if _is_target(r, job, near.target)]
     placed: set[str] = set()
     for record in partners:
-        nodes = (
-            set(record.planned_nodes)
-            if store.placement_of(record).get("state") == "Planned"
-            else set()
-        )
+        nodes = set(record.planned_nodes) if store.placement_of(record).planned else set()
         nodes.update(
             p.node
             for p in store.workers.get(record.key, {}).values()
@@ -153,3 +165,48 @@ def near_target(
     )
     shown = tuple(sorted({domains[d].name for d in wanted}))
     return NearTarget(near.target, near.level, near.mode, allowed, shown, names, goes_first)
+
+
+def plan_near(
+    plan: Callable[[GangRequest], GangPlan | Unschedulable],
+    request: GangRequest,
+    near: NearTarget | None,
+) -> GangPlan | Unschedulable:
+    """Return ``plan`` of the gang inside its ``near`` partner's domains when it asks for that
+    (then, when ``preferred`` and nothing fits there, as its topology request alone puts it)."""
+    if near is None or near.nodes is None:
+        return plan(request)
+    eligible = near.nodes if request.eligible_nodes is None else request.eligible_nodes & near.nodes
+    result = plan(replace(request, eligible_nodes=eligible))
+    if isinstance(result, Unschedulable) and near.mode == "preferred":
+        return plan(request)
+    return result
+
+
+def domain_at(plan: GangPlan, level: str, topology: ClusterTopology) -> str | None:
+    """Return the name of the domain of ``level`` that holds the plan's first node."""
+    if not plan.nodes_by_rank:
+        return None
+    try:
+        return topology.domain_of(plan.nodes_by_rank[0], level).name
+    except (ValueError, KeyError):
+        return None
+
+
+def wait_for_partner(
+    item: PlacementWork, near: NearTarget, since: float, memory: PlacerMemory
+) -> PlacementIntent:
+    """Return why a gang that must be near another waits: that one is not placed yet (written
+    when its meaning changes)."""
+    found = ", ".join(near.partners) or "no gang of that name in the namespace yet"
+    how = (
+        f"it must be in the same {near.level} (near, required"
+        if near.mode == "required"
+        else f"up to {PREFERRED_WAIT_SECONDS:g} s, to be in the same {near.level} (near, preferred"
+    )
+    message = f"waits for {near.target!r} to be placed: {how}; found: {found})"
+    placement = partner_waiting(message, since)
+    if not meaning_changed(item.placement, placement):
+        return PlacementIntent(item.job, item.placement, placed=False)
+    first = not item.placement.waiting
+    return announce(item, placement, "WaitingForPartner" if first else "", message, memory)
