@@ -80,7 +80,7 @@ from tpfabric_bench._operator_tables import (
 from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
 from tpfabric_core.fabric_description import FabricDescription, uniform_fabric
 from tpfabric_core.timestamps import parse_rfc3339
-from tpfabric_operator.children import JOB_LABEL, worker_pod
+from tpfabric_operator.jobs.children import JOB_LABEL, worker_pod
 from tpfabric_scheduler.config import scheduler_configuration
 
 __all__ = ["JobShape", "job_manifest", "job_mix", "main", "plain_pods", "run_operator"]

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # importing registers the handlers (the jobs' and the gang records')
     from tpfabric_operator import gang_sync, handlers, leadership  # noqa: PLC0415, F401
-    from tpfabric_operator.reconcile import reconcile_every_job  # noqa: PLC0415
+    from tpfabric_operator.jobs.reconcile import reconcile_every_job  # noqa: PLC0415
 
     # the jobs' state, made here for the Lease's election and handed to kopf's memo
     state = handlers.new_state()

@@ -51,7 +51,7 @@ from tpfabric_core.fabric.restart_rule import RestartWeighing, slowdown_of, weig
 from tpfabric_core.labels import HEALTH, PREFIX
 from tpfabric_kube.malformed import MalformedObjects
 from tpfabric_operator import leadership
-from tpfabric_operator.job_state import WorkerPod
+from tpfabric_operator.jobs.job_state import WorkerPod
 from tpfabric_operator.settings import (
     DEGRADED_LINK_BANDWIDTH,
     EXPECTED_REPAIR_SECONDS,

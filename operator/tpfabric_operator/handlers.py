@@ -23,13 +23,13 @@ from tpfabric_core.rail_ports import node_rails
 from tpfabric_core.rdma_default import NodeOffer
 from tpfabric_kube.list_watch import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_S
 from tpfabric_operator import leadership
-from tpfabric_operator.born_released import placement_state
-from tpfabric_operator.children import JOB_LABEL
-from tpfabric_operator.kube import KubeAdapter, extended_resources
+from tpfabric_operator.jobs.born_released import placement_state
+from tpfabric_operator.jobs.children import JOB_LABEL
+from tpfabric_operator.jobs.kube import KubeAdapter, extended_resources
+from tpfabric_operator.jobs.operator_state import OperatorState
+from tpfabric_operator.jobs.pod_cache import owner_uid
+from tpfabric_operator.jobs.reconcile import JobPods, reconcile, reconcile_woken
 from tpfabric_operator.kueue_sync import release_on_delete
-from tpfabric_operator.operator_state import OperatorState
-from tpfabric_operator.pod_cache import owner_uid
-from tpfabric_operator.reconcile import JobPods, reconcile, reconcile_woken
 from tpfabric_operator.settings import HANDLER_THREADS, RECONCILE_SECONDS
 
 __all__ = ["adapter", "new_state"]

@@ -35,8 +35,8 @@ import kopf
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.timestamps import rfc3339
-from tpfabric_operator.job_state import Memory, WorkerPod
-from tpfabric_operator.kube import KubeAdapter
+from tpfabric_operator.jobs.job_state import Memory, WorkerPod
+from tpfabric_operator.jobs.kube import KubeAdapter
 from tpfabric_operator.kueue_podsets import PodSetInfo, admitted_pod_set, flavor_names
 from tpfabric_operator.queueing import (
     QUEUE_LABEL,

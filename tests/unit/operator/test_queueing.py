@@ -5,7 +5,7 @@ from typing import Any
 from tpfabric_core import labels
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.rdma_default import NodeOffer
-from tpfabric_operator.children import worker_pod, worker_rdma
+from tpfabric_operator.jobs.children import worker_pod, worker_rdma
 from tpfabric_operator.queueing import (
     MAX_EXEC_TIME_LABEL,
     PRIORITY_CLASS_LABEL,

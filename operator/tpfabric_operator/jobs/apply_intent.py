@@ -23,14 +23,14 @@ from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.rdma_default import NodeOffer, RdmaDecision
-from tpfabric_operator.born_released import create_gang
-from tpfabric_operator.children import headless_service, worker_pod
-from tpfabric_operator.create_backoff import partial_gang
-from tpfabric_operator.job_state import Intent, Memory, WorkerPod
-from tpfabric_operator.kube import KubeAdapter
+from tpfabric_operator.jobs.born_released import create_gang
+from tpfabric_operator.jobs.children import headless_service, worker_pod
+from tpfabric_operator.jobs.create_backoff import partial_gang
+from tpfabric_operator.jobs.job_state import Intent, Memory, WorkerPod
+from tpfabric_operator.jobs.kube import KubeAdapter
+from tpfabric_operator.jobs.operator_state import OperatorState
+from tpfabric_operator.jobs.pod_cache import owner_uid
 from tpfabric_operator.kueue_podsets import PodSetInfo
-from tpfabric_operator.operator_state import OperatorState
-from tpfabric_operator.pod_cache import owner_uid
 from tpfabric_operator.settings import CREATE_CONCURRENCY, FABRIC_PROFILE, INIT_IMAGE
 
 __all__ = ["apply_intent", "create_pods", "ensure_service", "node_offers"]

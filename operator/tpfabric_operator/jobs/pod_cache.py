@@ -7,7 +7,7 @@ behind the API server, and a job showed ``Running`` that much after its pods did
 measured with ``tpfabric bench operator``). This cache reads the same pods (server-side
 filtered by the attempt label every worker keeps, kept failed ones included) with ``orjson`` in
 its own thread and keeps only what a reconcile reads: per job, its workers as
-:class:`~tpfabric_operator.job_state.WorkerPod` and its kept failed pods.
+:class:`~tpfabric_operator.jobs.job_state.WorkerPod` and its kept failed pods.
 
 ``synced`` is set after the first list; a reconcile waits for it (a restarted operator must
 never act on an empty view: it would create a second set of pods).
@@ -41,13 +41,13 @@ from tpfabric_kube.list_watch import (
     list_pages,
 )
 from tpfabric_kube.malformed import SKIPPED, MalformedObjects, event_writer
-from tpfabric_operator.children import (
+from tpfabric_operator.jobs.children import (
     ATTEMPT_LABEL,
     FAILED_WORKER_LABEL,
     JOB_LABEL,
     WORKER_INDEX_LABEL,
 )
-from tpfabric_operator.job_state import WorkerPod
+from tpfabric_operator.jobs.job_state import WorkerPod
 
 __all__ = ["Grouped", "PodCache", "PodWatch", "owner_uid", "shows_at_once", "worker_of"]
 

@@ -30,14 +30,14 @@ from collections.abc import Mapping, Sequence
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.pod_wiring import GPU_RESOURCE
-from tpfabric_operator.failure_policy import (
+from tpfabric_operator.jobs.failure_policy import (
     incident,
     kept_as_evidence,
     loss_of,
     losses,
     rule_action,
 )
-from tpfabric_operator.job_state import Failure, Intent, Memory, WorkerPod, to_stop
+from tpfabric_operator.jobs.job_state import Failure, Intent, Memory, WorkerPod, to_stop
 
 __all__ = ["decide", "honour_problem"]
 

@@ -6,7 +6,7 @@ from typing import Any
 from tpfabric_core import labels
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, parse_decision
-from tpfabric_operator.children import (
+from tpfabric_operator.jobs.children import (
     GANG_GATE,
     SCHEDULER_NAME,
     headless_service,

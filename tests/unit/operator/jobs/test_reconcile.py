@@ -15,11 +15,12 @@ import kopf
 import pytest
 from kubernetes.client.rest import ApiException
 
-from tpfabric_operator import handlers, reconcile
-from tpfabric_operator.born_released import PlanWaits
-from tpfabric_operator.children import GANG_GATE
-from tpfabric_operator.operator_state import OperatorState
-from tpfabric_operator.pod_cache import worker_of
+from tpfabric_operator import handlers
+from tpfabric_operator.jobs import reconcile
+from tpfabric_operator.jobs.born_released import PlanWaits
+from tpfabric_operator.jobs.children import GANG_GATE
+from tpfabric_operator.jobs.operator_state import OperatorState
+from tpfabric_operator.jobs.pod_cache import worker_of
 
 UID = "uid-1"
 T0 = 1_700_000_000.0

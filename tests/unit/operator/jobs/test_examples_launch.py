@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tpfabric_core.api import TensorParallelJob
-from tpfabric_operator.children import worker_pod
+from tpfabric_operator.jobs.children import worker_pod
 from tpj_examples import valid_jobs
 
 #: torchrun flags that have no default a multi-node job can use

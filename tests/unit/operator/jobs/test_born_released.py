@@ -8,8 +8,8 @@ from test_children import a_job
 
 from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION
 from tpfabric_core.rdma_default import NodeOffer
-from tpfabric_operator.born_released import PlanWaits, born_released
-from tpfabric_operator.children import GANG_GATE, worker_pod
+from tpfabric_operator.jobs.born_released import PlanWaits, born_released
+from tpfabric_operator.jobs.children import GANG_GATE, worker_pod
 
 
 def test_a_wait_begins_runs_for_its_time_and_ends() -> None:

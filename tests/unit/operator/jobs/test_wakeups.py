@@ -6,7 +6,7 @@ import threading
 
 from driven_clock import Clock
 
-from tpfabric_operator.wakeups import Waker
+from tpfabric_operator.jobs.wakeups import Waker
 
 
 def _waker(answers: dict[str, list[bool]], clock: Clock) -> tuple[Waker[str], list[str]]:

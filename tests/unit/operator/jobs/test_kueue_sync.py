@@ -15,7 +15,7 @@ from test_lifecycle import a_job, pod
 
 from tpfabric_core.placement.pod_fit import label_selector
 from tpfabric_operator import kueue_sync
-from tpfabric_operator.job_state import Memory, WorkerPod
+from tpfabric_operator.jobs.job_state import Memory, WorkerPod
 from tpfabric_operator.kueue_sync import KueueView, sync
 from tpfabric_operator.queueing import (
     QUEUE_LABEL,

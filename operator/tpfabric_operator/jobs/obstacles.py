@@ -18,7 +18,7 @@ Nothing here talks to the API server.
 
 from __future__ import annotations
 
-from tpfabric_operator.job_state import WorkerPod
+from tpfabric_operator.jobs.job_state import WorkerPod
 
 __all__ = ["STUCK_AFTER_SECONDS", "not_owned_message", "stuck_message", "stuck_terminating"]
 

@@ -12,19 +12,20 @@ from driven_clock import Clock
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import TensorParallelJob
-from tpfabric_operator import apply_intent, handlers, reconcile
-from tpfabric_operator.apply_intent import CREATE_CONCURRENCY, ensure_service
-from tpfabric_operator.born_released import PlanWaits
-from tpfabric_operator.children import GANG_GATE, worker_pod
-from tpfabric_operator.kube import extended_resources
-from tpfabric_operator.operator_state import (
+from tpfabric_operator import handlers
+from tpfabric_operator.jobs import apply_intent, reconcile
+from tpfabric_operator.jobs.apply_intent import CREATE_CONCURRENCY, ensure_service
+from tpfabric_operator.jobs.born_released import PlanWaits
+from tpfabric_operator.jobs.children import GANG_GATE, worker_pod
+from tpfabric_operator.jobs.kube import extended_resources
+from tpfabric_operator.jobs.operator_state import (
     SERVICE_MEMORY_SECONDS,
     STALE_BODY_SECONDS,
     OperatorState,
     Serial,
     ServicesMade,
 )
-from tpfabric_operator.pod_cache import worker_of
+from tpfabric_operator.jobs.pod_cache import worker_of
 
 
 def state_with(kube: Any = None, **parts: Any) -> OperatorState:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.rdma_default import RDMA_CONDITION, RdmaDecision, rdma_condition
-from tpfabric_operator.job_state import WorkerPod
+from tpfabric_operator.jobs.job_state import WorkerPod
 
 __all__ = ["Outcome", "job_status"]
 

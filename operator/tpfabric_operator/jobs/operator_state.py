@@ -25,17 +25,17 @@ from typing import Any
 
 import kopf
 
-from tpfabric_operator.born_released import PlanWaits
-from tpfabric_operator.create_backoff import CreateBackoff
-from tpfabric_operator.kube import KubeAdapter
-from tpfabric_operator.pod_cache import JobKey, PodCache
+from tpfabric_operator.jobs.born_released import PlanWaits
+from tpfabric_operator.jobs.create_backoff import CreateBackoff
+from tpfabric_operator.jobs.kube import KubeAdapter
+from tpfabric_operator.jobs.pod_cache import JobKey, PodCache
+from tpfabric_operator.jobs.wakeups import Waker
 from tpfabric_operator.settings import (
     CREATE_CONCURRENCY,
     PLAN_DEFER_SECONDS,
     PLAN_WAIT_SECONDS,
     RECONCILE_SECONDS,
 )
-from tpfabric_operator.wakeups import Waker
 
 __all__ = [
     "SERVICE_MEMORY_SECONDS",

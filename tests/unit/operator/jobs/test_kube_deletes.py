@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tpfabric_operator.kube import KubeAdapter
+from tpfabric_operator.jobs.kube import KubeAdapter
 
 
 def an_adapter(answer: int | None) -> tuple[KubeAdapter, mock.Mock]:

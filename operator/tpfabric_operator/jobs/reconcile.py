@@ -37,17 +37,17 @@ from tpfabric_core.fabric_description import pydantic_error_path
 from tpfabric_core.rdma_default import RdmaDecision
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 from tpfabric_operator import fabric_health, leadership
-from tpfabric_operator.apply_intent import apply_intent, node_offers
-from tpfabric_operator.born_released import placement_state
-from tpfabric_operator.children import worker_pod, worker_rdma
-from tpfabric_operator.decide import decide, honour_problem
-from tpfabric_operator.job_state import Intent, Memory, WorkerPod
-from tpfabric_operator.job_status import Outcome, job_status
+from tpfabric_operator.jobs.apply_intent import apply_intent, node_offers
+from tpfabric_operator.jobs.born_released import placement_state
+from tpfabric_operator.jobs.children import worker_pod, worker_rdma
+from tpfabric_operator.jobs.decide import decide, honour_problem
+from tpfabric_operator.jobs.job_state import Intent, Memory, WorkerPod
+from tpfabric_operator.jobs.job_status import Outcome, job_status
+from tpfabric_operator.jobs.obstacles import not_owned_message, stuck_message, stuck_terminating
+from tpfabric_operator.jobs.operator_state import OperatorState
+from tpfabric_operator.jobs.pod_cache import JobKey, worker_of
 from tpfabric_operator.kueue_sync import KueueView
 from tpfabric_operator.kueue_sync import sync as kueue_sync
-from tpfabric_operator.obstacles import not_owned_message, stuck_message, stuck_terminating
-from tpfabric_operator.operator_state import OperatorState
-from tpfabric_operator.pod_cache import JobKey, worker_of
 from tpfabric_operator.queueing import QUEUE_NAME_REQUIRED, Admission
 from tpfabric_operator.settings import FABRIC_PROFILE, INIT_IMAGE, RDMA_RESOURCE
 

@@ -4,13 +4,13 @@ from dataclasses import replace
 from typing import Any
 
 from tpfabric_core.api import TensorParallelJob
-from tpfabric_operator.children import WORKER_INDEX_LABEL
-from tpfabric_operator.decide import decide, honour_problem
-from tpfabric_operator.failure_policy import rule_action
-from tpfabric_operator.job_state import Failure, Memory, WorkerPod
-from tpfabric_operator.job_status import Outcome, job_status
-from tpfabric_operator.obstacles import STUCK_AFTER_SECONDS, stuck_message, stuck_terminating
-from tpfabric_operator.pod_cache import worker_of
+from tpfabric_operator.jobs.children import WORKER_INDEX_LABEL
+from tpfabric_operator.jobs.decide import decide, honour_problem
+from tpfabric_operator.jobs.failure_policy import rule_action
+from tpfabric_operator.jobs.job_state import Failure, Memory, WorkerPod
+from tpfabric_operator.jobs.job_status import Outcome, job_status
+from tpfabric_operator.jobs.obstacles import STUCK_AFTER_SECONDS, stuck_message, stuck_terminating
+from tpfabric_operator.jobs.pod_cache import worker_of
 
 NOW = 1_000_000.0
 RUNNING = Memory(created_before=True)

@@ -6,14 +6,14 @@ from typing import Any
 
 import orjson
 
-from tpfabric_operator.children import (
+from tpfabric_operator.jobs.children import (
     ATTEMPT_LABEL,
     FAILED_WORKER_LABEL,
     JOB_LABEL,
     WORKER_INDEX_LABEL,
 )
-from tpfabric_operator.job_state import WorkerPod
-from tpfabric_operator.pod_cache import PodCache, entry_of, keyed_entry, shows_at_once
+from tpfabric_operator.jobs.job_state import WorkerPod
+from tpfabric_operator.jobs.pod_cache import PodCache, entry_of, keyed_entry, shows_at_once
 
 
 def pod(

@@ -12,7 +12,6 @@ from prometheus_client import REGISTRY
 from test_lifecycle import NOW, RUNNING, a_job, gang
 
 from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, RailDetail
-from tpfabric_operator.decide import decide
 from tpfabric_operator.fabric_health import (
     DegradedNode,
     RankOnDegradedNode,
@@ -24,8 +23,9 @@ from tpfabric_operator.fabric_health import (
     straggler_message,
     workers_to_move,
 )
-from tpfabric_operator.job_state import Intent, Memory
-from tpfabric_operator.job_status import Outcome, job_status
+from tpfabric_operator.jobs.decide import decide
+from tpfabric_operator.jobs.job_state import Intent, Memory
+from tpfabric_operator.jobs.job_status import Outcome, job_status
 
 REASON = "symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)"
 #: the placer's answer: room for the whole gang off n1 and n2 (status.placement.healthyRoom)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Literal
 
 from tpfabric_core.api import FailureRule, TensorParallelJob
-from tpfabric_operator.job_state import Failure, Intent, Memory, WorkerPod, to_stop
+from tpfabric_operator.jobs.job_state import Failure, Intent, Memory, WorkerPod, to_stop
 
 __all__ = [
     "KUBELET_REJECTED",

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from kubernetes import client
 
-from tpfabric_operator.kube import KubeAdapter
+from tpfabric_operator.jobs.kube import KubeAdapter
 
 
 class _Server(ThreadingHTTPServer):

@@ -15,7 +15,7 @@ from kubernetes.client.rest import ApiException
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LABEL
 from tpfabric_core.input_limits import whole_number
 from tpfabric_kube.request_timeouts import with_default_timeout
-from tpfabric_operator.children import FAILED_WORKER_LABEL, service_name
+from tpfabric_operator.jobs.children import FAILED_WORKER_LABEL, service_name
 from tpfabric_operator.queueing import (
     QUEUE_LABEL,
     WORKLOAD_GROUP,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.timestamps import rfc3339
-from tpfabric_operator.job_state import Memory, WorkerPod
+from tpfabric_operator.jobs.job_state import Memory, WorkerPod
 
 __all__ = [
     "BASE_SECONDS",
