@@ -1,6 +1,6 @@
 """kopf handlers of TensorParallelJob: create, resume, update, delete, a short reconcile timer,
 and the indexes the reconcile reads. The wiring only: what a handler does is
-:func:`.reconcile.reconcile` (or :func:`.kueue_sync.release_on_delete`).
+:func:`.reconcile.reconcile` (or :func:`.jobs.kueue.quota.release_on_delete`).
 
 The operator's state between reconciles is one :class:`.operator_state.OperatorState`, made by
 the startup handler (or by ``__main__``, which hands it to ``kopf.run(memo=...)``) and kept in
@@ -26,10 +26,10 @@ from tpfabric_operator import leadership
 from tpfabric_operator.jobs.born_released import placement_state
 from tpfabric_operator.jobs.children import JOB_LABEL
 from tpfabric_operator.jobs.kube import KubeAdapter, extended_resources
+from tpfabric_operator.jobs.kueue.quota import release_on_delete
 from tpfabric_operator.jobs.operator_state import OperatorState
 from tpfabric_operator.jobs.pod_cache import owner_uid
 from tpfabric_operator.jobs.reconcile import JobPods, reconcile, reconcile_woken
-from tpfabric_operator.kueue_sync import release_on_delete
 from tpfabric_operator.settings import HANDLER_THREADS, RECONCILE_SECONDS
 
 __all__ = ["adapter", "new_state"]

@@ -28,8 +28,8 @@ from tpfabric_core.placement.topology import ClusterTopology
 from tpfabric_operator import gang_sync, serving
 from tpfabric_operator.gang_records import jobset_layout, pod_group_gang
 from tpfabric_operator.jobs.born_released import placement_state
+from tpfabric_operator.jobs.kueue.admission import admission_of
 from tpfabric_operator.jobs.pod_cache import entry_of
-from tpfabric_operator.queueing import admission_of
 from tpfabric_scheduler.protocol import BadRequestError, parse_extender_args
 from tpfabric_scheduler.store import ClusterStore, JobRecord, NodeRecord, PodRecord
 

@@ -28,9 +28,9 @@ from tpfabric_operator.jobs.children import headless_service, worker_pod
 from tpfabric_operator.jobs.create_backoff import partial_gang
 from tpfabric_operator.jobs.job_state import Intent, Memory, WorkerPod
 from tpfabric_operator.jobs.kube import KubeAdapter
+from tpfabric_operator.jobs.kueue.podsets import PodSetInfo
 from tpfabric_operator.jobs.operator_state import OperatorState
 from tpfabric_operator.jobs.pod_cache import owner_uid
-from tpfabric_operator.kueue_podsets import PodSetInfo
 from tpfabric_operator.settings import CREATE_CONCURRENCY, FABRIC_PROFILE, INIT_IMAGE
 
 __all__ = ["apply_intent", "create_pods", "ensure_service", "node_offers"]

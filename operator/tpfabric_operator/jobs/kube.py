@@ -16,7 +16,7 @@ from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LA
 from tpfabric_core.input_limits import whole_number
 from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_operator.jobs.children import FAILED_WORKER_LABEL, service_name
-from tpfabric_operator.queueing import (
+from tpfabric_operator.jobs.kueue.workload import (
     QUEUE_LABEL,
     WORKLOAD_GROUP,
     WORKLOAD_PLURAL,

@@ -43,12 +43,12 @@ from tpfabric_operator.jobs.children import worker_pod, worker_rdma
 from tpfabric_operator.jobs.decide import decide, honour_problem
 from tpfabric_operator.jobs.job_state import Intent, Memory, WorkerPod
 from tpfabric_operator.jobs.job_status import Outcome, job_status
+from tpfabric_operator.jobs.kueue.admission import QUEUE_NAME_REQUIRED, Admission
+from tpfabric_operator.jobs.kueue.sync import KueueView
+from tpfabric_operator.jobs.kueue.sync import sync as kueue_sync
 from tpfabric_operator.jobs.obstacles import not_owned_message, stuck_message, stuck_terminating
 from tpfabric_operator.jobs.operator_state import OperatorState
 from tpfabric_operator.jobs.pod_cache import JobKey, worker_of
-from tpfabric_operator.kueue_sync import KueueView
-from tpfabric_operator.kueue_sync import sync as kueue_sync
-from tpfabric_operator.queueing import QUEUE_NAME_REQUIRED, Admission
 from tpfabric_operator.settings import FABRIC_PROFILE, INIT_IMAGE, RDMA_RESOURCE
 
 __all__ = ["JobPods", "reconcile", "reconcile_every_job", "reconcile_woken"]

@@ -14,15 +14,11 @@ import pytest
 from test_lifecycle import a_job, pod
 
 from tpfabric_core.placement.pod_fit import label_selector
-from tpfabric_operator import kueue_sync
 from tpfabric_operator.jobs.job_state import Memory, WorkerPod
-from tpfabric_operator.kueue_sync import KueueView, sync
-from tpfabric_operator.queueing import (
-    QUEUE_LABEL,
-    RESOURCE_IN_USE,
-    QueueRequirement,
-    workload_name,
-)
+from tpfabric_operator.jobs.kueue import sync as kueue_sync
+from tpfabric_operator.jobs.kueue.sync import KueueView, sync
+from tpfabric_operator.jobs.kueue.workload import QUEUE_LABEL, RESOURCE_IN_USE, workload_name
+from tpfabric_operator.settings import QueueRequirement
 
 pytestmark = pytest.mark.unit
 

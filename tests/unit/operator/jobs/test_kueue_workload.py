@@ -6,21 +6,23 @@ from tpfabric_core import labels
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.rdma_default import NodeOffer
 from tpfabric_operator.jobs.children import worker_pod, worker_rdma
-from tpfabric_operator.queueing import (
+from tpfabric_operator.jobs.kueue.admission import (
+    admission_of,
+    finished_status,
+    pods_ready_condition,
+    reclaimable_status,
+    requeued_status,
+    with_condition,
+)
+from tpfabric_operator.jobs.kueue.workload import (
     MAX_EXEC_TIME_LABEL,
     PRIORITY_CLASS_LABEL,
     QUEUE_LABEL,
     RESOURCE_IN_USE,
     Priority,
-    admission_of,
-    finished_status,
     out_of_step,
-    pods_ready_condition,
     priority_source,
-    reclaimable_status,
-    requeued_status,
     version_problem,
-    with_condition,
     workload_for,
     workload_name,
 )

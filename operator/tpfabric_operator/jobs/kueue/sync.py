@@ -5,8 +5,9 @@
 ``manageJobsWithoutQueueName`` requires one (the chart mirrors Kueue's Configuration: the job
 is held suspended, condition ``Admitted`` and Event ``QueueNameRequired``, until it is given a
 queue). It returns the job as Kueue's verdict wants it (suspended or not), the verdict, and,
-for an admitted job, what the admission adds to the workers (:mod:`.kueue_podsets`). The
-decisions are :mod:`.queueing`'s; this module reads and writes.
+for an admitted job, what the admission adds to the workers (:mod:`.podsets`). The
+decisions are :mod:`.workload`'s and :mod:`.admission`'s; this module and :mod:`.quota`, which
+keeps the Workload told what the job does, read and write.
 
 Writes, as Kueue's own job reconciler makes them, and only when something changed (an idle
 job costs one GET of its Workload per tick, and no write):
@@ -19,7 +20,7 @@ job costs one GET of its Workload per tick, and no write):
   eviction (once per eviction), Finished;
 - the finalizer removed once the pods are gone: after the job finished, after its Workload
   was deleted, when the job leaves Kueue (queue label removed), or when the job is deleted
-  (:func:`release_on_delete`).
+  (:func:`.quota.release_on_delete`).
 """
 
 from __future__ import annotations
@@ -31,36 +32,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import kopf
-
 from tpfabric_core.api import TensorParallelJob
-from tpfabric_core.timestamps import rfc3339
 from tpfabric_operator.jobs.job_state import Memory, WorkerPod
 from tpfabric_operator.jobs.kube import KubeAdapter
-from tpfabric_operator.kueue_podsets import PodSetInfo, admitted_pod_set, flavor_names
-from tpfabric_operator.queueing import (
-    QUEUE_LABEL,
-    RESOURCE_IN_USE,
+from tpfabric_operator.jobs.kueue.admission import (
     Admission,
-    Priority,
-    QueueRequirement,
     admission_of,
-    finished_status,
+    queue_name_required,
+    was_queued,
+)
+from tpfabric_operator.jobs.kueue.podsets import PodSetInfo, admitted_pod_set, flavor_names
+from tpfabric_operator.jobs.kueue.quota import finish, holding_pods, release, report
+from tpfabric_operator.jobs.kueue.workload import (
+    QUEUE_LABEL,
+    Priority,
     has_quota_reservation,
     out_of_step,
-    pods_ready_condition,
     priority_source,
-    queue_name_required,
-    reclaimable_status,
-    requeued_status,
     version_problem,
-    with_condition,
     workload_for,
     workload_name,
 )
-from tpfabric_operator.settings import KUEUE_QUEUE_REQUIREMENT
+from tpfabric_operator.settings import KUEUE_QUEUE_REQUIREMENT, QueueRequirement
 
-__all__ = ["KueueView", "release_on_delete", "sync", "was_queued"]
+__all__ = ["KueueView", "sync"]
 
 log = logging.getLogger("tpfabric.operator")
 
@@ -154,26 +149,6 @@ def _queue_required(kube: KubeAdapter, namespace: str, requirement: QueueRequire
     return bool(_recent.get(("queue-required", namespace), ask))
 
 
-def was_queued(job_labels: dict[str, Any], status: dict[str, Any]) -> bool:
-    """Return whether Kueue has a say on the job: it has the queue label, or its status still
-    shows Kueue's verdict (the label was removed: its Workload must go)."""
-    if job_labels.get(QUEUE_LABEL):
-        return True
-    return any(c.get("type") == "Admitted" for c in status.get("conditions") or [])
-
-
-def _holding(owned: list[WorkerPod]) -> list[WorkerPod]:
-    return [p for p in owned if p.phase not in ("Succeeded", "Failed")]
-
-
-def _release(kube: KubeAdapter, workload: dict[str, Any], *, delete: bool) -> None:
-    """Drop the finalizer (the pods are gone) and, with ``delete``, the Workload."""
-    if RESOURCE_IN_USE in (workload["metadata"].get("finalizers") or []):
-        kube.remove_workload_finalizer(workload, RESOURCE_IN_USE)
-    if delete and not workload["metadata"].get("deletionTimestamp"):
-        kube.delete_workload(workload["metadata"]["namespace"], workload["metadata"]["name"])
-
-
 def _priority(kube: KubeAdapter, job: TensorParallelJob) -> Priority | str | None:
     """Return the job's priority, or why it cannot be read (the class is missing)."""
     source = priority_source(job)
@@ -222,7 +197,7 @@ def sync(  # noqa: PLR0911, PLR0912 - Kueue's reconcile, read top to bottom
         reason = "KueueNotInstalled" if "not installed" in problem else "KueueVersionUnsupported"
         return _suspend_as(kube, job, meta, Admission(False, False, False, reason, problem))
     workload = kube.workload(namespace, workload_name(name, uid))
-    holding = _holding(owned)
+    holding = holding_pods(owned)
     if not queue:
         return KueueView(job, _leave(kube, workload, holding, f"{namespace}/{name}"))
     tas_levels = _recent.get(
@@ -249,11 +224,11 @@ def sync(  # noqa: PLR0911, PLR0912 - Kueue's reconcile, read top to bottom
         workload = kube.create_workload(wanted)
         log.info("job %s/%s: Workload %s created", namespace, name, wanted["metadata"]["name"])
     if terminal:
-        _finish(kube, workload, memory, holding, now)
+        finish(kube, workload, memory, holding, now)
         return KueueView(job, admission_of(workload, queue))
     if workload["metadata"].get("deletionTimestamp"):
         if not holding:
-            _release(kube, workload, delete=False)
+            release(kube, workload, delete=False)
         words = "its Workload is being deleted; a new one follows once it is gone"
         return _suspend_as(kube, job, meta, Admission(False, False, False, "Queued", words))
     differs = out_of_step(workload, wanted)
@@ -265,13 +240,13 @@ def sync(  # noqa: PLR0911, PLR0912 - Kueue's reconcile, read top to bottom
             workload = kube.workload(namespace, workload_name(name, uid)) or workload
         else:
             if not holding:
-                _release(kube, workload, delete=True)
+                release(kube, workload, delete=True)
             words = f"{differs}: a new Workload replaces the old one once the job's pods are gone"
             log.info("job %s/%s: %s", namespace, name, words)
             return _suspend_as(kube, job, meta, Admission(False, False, False, "Queued", words))
     admission = admission_of(workload, queue)
     view = _suspend_as(kube, job, meta, admission)
-    _report(kube, workload, admission, job=view.job, owned=owned, memory=memory, now=now)
+    report(kube, workload, admission, job=view.job, owned=owned, memory=memory, now=now)
     if not admission.hold:
         view.pod_set = _pod_set_of(kube, workload, job)
     return view
@@ -295,7 +270,7 @@ def _wait_for_a_queue(
         _recent.get(("versions",), kube.kueue_versions)
     ):
         workload = kube.workload(namespace, workload_name(name, str(meta["uid"])))
-        _leave(kube, workload, _holding(owned), f"{namespace}/{name}")
+        _leave(kube, workload, holding_pods(owned), f"{namespace}/{name}")
     return _suspend_as(kube, job, meta, queue_name_required(name))
 
 
@@ -317,7 +292,7 @@ def _leave(
             f"{len(holding)} pod(s) are gone"
         )
         return Admission(True, False, False, "LeavingQueue", words)
-    _release(kube, workload, delete=True)
+    release(kube, workload, delete=True)
     log.info("job %s: queue label removed; its Workload is deleted", job)
     return None
 
@@ -335,72 +310,6 @@ def _suspend_as(
     return KueueView(job, admission)
 
 
-def _finish(
-    kube: KubeAdapter,
-    workload: dict[str, Any],
-    memory: Memory,
-    holding: list[WorkerPod],
-    now: float,
-) -> None:
-    """Mark the finished job's Workload Finished (once), then drop its finalizer once no pod of
-    the job holds what its quota counted."""
-    if not admission_of(workload, "").finished:
-        kube.replace_workload_status(
-            workload,
-            finished_status(
-                workload,
-                succeeded=memory.phase == "Succeeded",
-                message=f"TensorParallelJob {memory.phase}",
-                now=rfc3339(now),
-            ),
-        )
-        return
-    if not holding:
-        _release(kube, workload, delete=False)
-
-
-def _ready(job: TensorParallelJob, owned: list[WorkerPod], memory: Memory) -> bool:
-    """Return whether every worker of the gang is ready (or finished), as Kueue's
-    ``PodsReady`` means it."""
-    done = {p.index for p in owned if not p.deleting and p.phase == "Succeeded"} | memory.succeeded
-    ready = {p.index for p in owned if not p.deleting and p.phase == "Running" and p.ready}
-    return not memory.restarting and set(range(job.spec.workers)) <= done | ready
-
-
-def _report(
-    kube: KubeAdapter,
-    workload: dict[str, Any],
-    admission: Admission,
-    *,
-    job: TensorParallelJob,
-    owned: list[WorkerPod],
-    memory: Memory,
-    now: float,
-) -> None:
-    """Tell Kueue what the job does, in one status write when anything changed: the requeue
-    after an eviction (once the pods are gone), ``PodsReady`` and reclaimable pods."""
-    current = workload
-    changed = False
-    if admission.evicted and not _holding(owned):
-        requeued = requeued_status(current, now=rfc3339(now))
-        if requeued is not None:
-            current, changed = {**current, "status": requeued}, True
-    condition = pods_ready_condition(
-        current, ready=not job.spec.suspend and _ready(job, owned, memory)
-    )
-    if condition is not None:
-        current, changed = (
-            {**current, "status": with_condition(current, condition, now=rfc3339(now))},
-            True,
-        )
-    if not admission.hold:
-        reclaimable = reclaimable_status(current, len(memory.succeeded))
-        if reclaimable is not None:
-            current, changed = {**current, "status": reclaimable}, True
-    if changed:
-        kube.replace_workload_status(workload, current["status"])
-
-
 def _pod_set_of(
     kube: KubeAdapter, workload: dict[str, Any], job: TensorParallelJob
 ) -> Callable[[], PodSetInfo]:
@@ -416,33 +325,3 @@ def _pod_set_of(
         return memo[0]
 
     return read
-
-
-def release_on_delete(
-    kube: KubeAdapter, meta: dict[str, Any], status: dict[str, Any], owned: list[WorkerPod]
-) -> None:
-    """Keep a deleted job's quota until its pods are gone, then let its Workload go.
-
-    Called by the operator's deletion handler: the job waits (kopf's finalizer) while its
-    workers terminate; they are deleted here (the garbage collector would delete them only
-    after the job is gone); once none is left, the Workload's ``resource-in-use`` finalizer is
-    removed and the garbage collector deletes it with the job. Raises ``kopf.TemporaryError``
-    while pods remain.
-    """
-    if not was_queued(dict(meta.get("labels") or {}), status):
-        return
-    namespace, name, uid = meta["namespace"], meta["name"], str(meta["uid"])
-    workload = kube.workload(namespace, workload_name(name, uid))
-    if workload is None or RESOURCE_IN_USE not in (workload["metadata"].get("finalizers") or []):
-        return
-    remaining = _holding(owned)
-    if remaining:
-        for pod in remaining:
-            if not pod.deleting:
-                kube.delete_pod(namespace, pod.name, pod.uid)
-        raise kopf.TemporaryError(
-            f"{len(remaining)} worker pod(s) still terminating: the Workload keeps its quota "
-            "until they are gone",
-            delay=2,
-        )
-    kube.remove_workload_finalizer(workload, RESOURCE_IN_USE)

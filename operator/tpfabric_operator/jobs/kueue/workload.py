@@ -1,4 +1,4 @@
-"""Kueue admission of a TensorParallelJob, as Kueue's external-framework contract has it: pure.
+"""A TensorParallelJob's Kueue ``Workload``, as Kueue's external-framework contract has it: pure.
 
 A job labelled ``kueue.x-k8s.io/queue-name`` is one Kueue ``Workload`` with one pod set of
 ``workers`` pods. The operator keeps such a job suspended (no pods, so no plan and no reservation
@@ -9,18 +9,18 @@ requeues it. A finished job marks its workload Finished, which returns its quota
 plain-pod groups: those gate pods that already exist, and the gang placer would plan (and reserve
 nodes for) a gang that has no quota yet.
 
-What Kueue's own job reconciler (``jobframework``, v0.17) does for its built-in jobs is done here
-for ours, decision by decision: the ``PodsReady`` condition, the priority, the
-``resource-in-use`` finalizer, the maximum execution time, reclaimable pods, and a Workload kept
-in step with its job (queue name, demand). What an admission decides for the pods (flavors,
-admission checks' pod-set updates, a TAS topology assignment) is :mod:`.kueue_podsets`.
+This module makes the Workload (its name, pod set, priority, maximum execution time) and says
+whether the one that exists is still the job's (:func:`out_of_step`). Kueue's verdict on it and
+what the job tells Kueue back (``PodsReady``, reclaimable pods, the requeue, Finished) are
+:mod:`.admission`'s; what an admission adds to the pods (flavors, admission checks' pod-set
+updates, a TAS topology assignment) is :mod:`.podsets`'s.
 
 Nothing here talks to the API server: manifests and decisions only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,26 +32,17 @@ __all__ = [
     "MAX_EXEC_TIME_LABEL",
     "PRIORITY_CLASS_LABEL",
     "QUEUE_LABEL",
-    "QUEUE_NAME_REQUIRED",
     "RESOURCE_IN_USE",
     "SUPPORTED_VERSIONS",
     "WORKLOAD_GROUP",
     "WORKLOAD_PLURAL",
     "WORKLOAD_VERSION",
-    "Admission",
     "Priority",
-    "QueueRequirement",
-    "admission_of",
-    "finished_status",
     "has_quota_reservation",
     "out_of_step",
-    "pods_ready_condition",
     "priority_source",
-    "queue_name_required",
-    "reclaimable_status",
-    "requeued_status",
     "version_problem",
-    "with_condition",
+    "workload_conditions",
     "workload_for",
     "workload_name",
 ]
@@ -76,47 +67,6 @@ WORKLOAD_VERSION = "v1beta2"
 SUPPORTED_VERSIONS = (WORKLOAD_VERSION,)
 WORKLOAD_PLURAL = "workloads"
 POD_SET = "workers"
-#: eviction reasons after which Kueue's job reconciler marks the workload Requeued at once
-_REQUEUED_AT_ONCE = ("Preempted", "NodeFailures")
-
-
-#: the reason a job is held for want of a queue label (Kueue's manageJobsWithoutQueueName)
-QUEUE_NAME_REQUIRED = "QueueNameRequired"
-
-
-def _every_namespace(_labels: Mapping[str, str]) -> bool:
-    return True
-
-
-@dataclass(frozen=True, slots=True)
-class QueueRequirement:
-    """Whether a job must name a queue, as Kueue's Configuration says: with
-    ``manageJobsWithoutQueueName`` (``without_queue_name``), Kueue suspends a job of its
-    integrations that has no queue label, in the namespaces its ``managedJobsNamespaceSelector``
-    selects (``namespaces``, a test of a namespace's labels), and never admits it: it runs only
-    once it names a LocalQueue. Kueue's default selector leaves out ``kube-system`` and Kueue's
-    own namespace. Jobs that have a queue label are Kueue's wherever they are."""
-
-    without_queue_name: bool = False
-    namespaces: Callable[[Mapping[str, str]], bool] = _every_namespace
-
-    def applies(self, namespace_labels: Mapping[str, str]) -> bool:
-        """Return whether a job without a queue label in a namespace labelled so must wait."""
-        return self.without_queue_name and self.namespaces(namespace_labels)
-
-
-def queue_name_required(name: str) -> Admission:
-    """Return the verdict on job ``name`` that has no queue label where Kueue requires one."""
-    return Admission(
-        False,
-        False,
-        False,
-        QUEUE_NAME_REQUIRED,
-        "Kueue manages the jobs of this namespace that name no queue "
-        "(manageJobsWithoutQueueName): the job waits suspended until it names a LocalQueue: "
-        f"kubectl label tpj {name} {QUEUE_LABEL}=<local-queue> (kubectl get localqueues lists "
-        "them)",
-    )
 
 
 def workload_name(job: str, uid: str) -> str:
@@ -323,183 +273,12 @@ def out_of_step(workload: Mapping[str, Any], wanted: Mapping[str, Any]) -> str |
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """Where Kueue stands on a job's Workload."""
-
-    admitted: bool
-    evicted: bool
-    finished: bool
-    reason: str
-    message: str
-
-    @property
-    def hold(self) -> bool:
-        """Return whether the job must keep no pods (not admitted, or evicted)."""
-        return not self.admitted or self.evicted
-
-
-def _conditions(workload: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def workload_conditions(workload: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Return the Workload's status conditions by type."""
     return {str(c.get("type")): c for c in (workload.get("status") or {}).get("conditions") or []}
 
 
 def has_quota_reservation(workload: Mapping[str, Any]) -> bool:
     """Return whether the workload holds quota (``QuotaReserved`` True), as Kueue's
     ``HasQuotaReservation`` reads it."""
-    return _conditions(workload).get("QuotaReserved", {}).get("status") == "True"
-
-
-def admission_of(workload: dict[str, Any] | None, queue: str) -> Admission:
-    """Return Kueue's verdict on ``workload`` (None: not created yet)."""
-    if workload is None:
-        return Admission(False, False, False, "Queued", f"waiting for LocalQueue {queue}")
-    conditions = _conditions(workload)
-
-    def true(kind: str) -> bool:
-        return conditions.get(kind, {}).get("status") == "True"
-
-    finished = true("Finished")
-    evicted_at = str(conditions.get("Evicted", {}).get("lastTransitionTime") or "")
-    reserved_at = str(conditions.get("QuotaReserved", {}).get("lastTransitionTime") or "")
-    # an eviction is over once quota was reserved again after it
-    if true("Evicted") and not (true("QuotaReserved") and reserved_at > evicted_at):
-        evicted = conditions["Evicted"]
-        why = str(evicted.get("message") or evicted.get("reason") or "evicted")
-        return Admission(true("Admitted"), True, finished, "Evicted", f"Kueue evicted it: {why}")
-    if true("Admitted"):
-        queue_of = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
-        return Admission(True, False, finished, "Admitted", f"admitted by ClusterQueue {queue_of}")
-    pending = conditions.get("QuotaReserved", {})
-    message = str(pending.get("message") or f"waiting in LocalQueue {queue}")
-    return Admission(False, False, finished, "Queued", message)
-
-
-def _set_condition(
-    status: dict[str, Any], workload: Mapping[str, Any], condition: dict[str, Any], now: str
-) -> None:
-    """Set ``condition`` in ``status`` as ``meta.SetStatusCondition`` does: its transition time
-    moves only when its status changes."""
-    conditions = [dict(c) for c in status.get("conditions") or []]
-    shown = next((c for c in conditions if c.get("type") == condition["type"]), None)
-    new = {
-        **condition,
-        "observedGeneration": workload.get("metadata", {}).get("generation", 0),
-        "lastTransitionTime": now,
-    }
-    if shown is not None and shown.get("status") == condition["status"]:
-        new["lastTransitionTime"] = shown.get("lastTransitionTime") or now
-    status["conditions"] = [c for c in conditions if c is not shown] + [new]
-
-
-def requeued_status(workload: dict[str, Any], *, now: str) -> dict[str, Any] | None:
-    """Return the Workload status after its evicted job stopped: no reservation, so requeued;
-    None when its reservation is already released (one write per eviction).
-
-    As Kueue's job reconciler: ``Requeued`` (True at once after a preemption or node failures,
-    else False until Kueue's backoff ends), ``QuotaReserved`` False (``Pending``), no
-    ``admission``, ``Admitted`` False.
-    """
-    if not has_quota_reservation(workload) and not (workload.get("status") or {}).get("admission"):
-        return None
-    status = dict(workload.get("status") or {})
-    evicted = _conditions(workload).get("Evicted", {})
-    reason = str(evicted.get("reason") or "Evicted")
-    message = str(evicted.get("message") or "the job's pods are gone after its eviction")
-    _set_condition(
-        status,
-        workload,
-        {
-            "type": "Requeued",
-            "status": "True" if reason in _REQUEUED_AT_ONCE else "False",
-            "reason": reason,
-            "message": message,
-        },
-        now,
-    )
-    status.pop("admission", None)
-    for kind, why in (("QuotaReserved", "Pending"), ("Admitted", "NoReservation")):
-        _set_condition(
-            status,
-            workload,
-            {"type": kind, "status": "False", "reason": why, "message": message},
-            now,
-        )
-    return status
-
-
-def pods_ready_condition(workload: Mapping[str, Any], *, ready: bool) -> dict[str, str] | None:
-    """Return the ``PodsReady`` condition the workload must show now (type, status, reason,
-    message), or None when it shows it already.
-
-    Kueue's ``generatePodsReadyCondition``: not admitted, WaitForStart; every worker ready (or
-    finished), Started (Recovered after a recovery); a gang that was ready and is no longer,
-    WaitForRecovery until it is. With ``waitForPodsReady`` on, a workload that does not reach
-    True in time is evicted by Kueue; one that never shows the condition would be too.
-    """
-    conditions = _conditions(workload)
-    shown = conditions.get("PodsReady")
-    admitted = conditions.get("Admitted", {}).get("status") == "True"
-    if not admitted:
-        wanted = ("False", "WaitForStart", "Not all pods are ready or succeeded")
-    elif ready:
-        recovering = shown is not None and shown.get("reason") in ("WaitForRecovery", "Recovered")
-        wanted = (
-            "True",
-            "Recovered" if recovering else "Started",
-            "All pods reached readiness and the workload is running",
-        )
-    elif shown is not None and (
-        shown.get("status") == "True" or shown.get("reason") == "WaitForRecovery"
-    ):
-        wanted = ("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery")
-    else:
-        wanted = ("False", "WaitForStart", "Not all pods are ready or succeeded")
-    if shown is not None and (shown.get("status"), shown.get("reason")) == wanted[:2]:
-        return None
-    status, reason, message = wanted
-    return {"type": "PodsReady", "status": status, "reason": reason, "message": message}
-
-
-def with_condition(
-    workload: dict[str, Any], condition: dict[str, str], *, now: str
-) -> dict[str, Any]:
-    """Return the workload's status with ``condition`` set."""
-    status = dict(workload.get("status") or {})
-    _set_condition(status, workload, dict(condition), now)
-    return status
-
-
-def reclaimable_status(workload: dict[str, Any], finished_workers: int) -> dict[str, Any] | None:
-    """Return the workload's status reporting ``finished_workers`` reclaimable pods (workers
-    that succeeded and will not run again: their quota can serve others), or None when it
-    says so already. Kueue never lets the count go down while quota is reserved, so a lower
-    count is left as it is."""
-    status = dict(workload.get("status") or {})
-    shown = {
-        str(p.get("name")): int(p.get("count") or 0) for p in status.get("reclaimablePods") or []
-    }
-    if finished_workers <= shown.get(POD_SET, 0):
-        return None
-    others = [p for p in status.get("reclaimablePods") or [] if p.get("name") != POD_SET]
-    status["reclaimablePods"] = [*others, {"name": POD_SET, "count": finished_workers}]
-    return status
-
-
-def finished_status(
-    workload: dict[str, Any], *, succeeded: bool, message: str, now: str
-) -> dict[str, Any]:
-    """Return the Workload status of a finished job (Kueue then gives its quota back)."""
-    status = dict(workload.get("status") or {})
-    kept = [c for c in status.get("conditions") or [] if c.get("type") != "Finished"]
-    kept.append(
-        {
-            "type": "Finished",
-            "status": "True",
-            "reason": "Succeeded" if succeeded else "Failed",
-            "message": message or ("the job succeeded" if succeeded else "the job failed"),
-            "lastTransitionTime": now,
-            "observedGeneration": workload.get("metadata", {}).get("generation", 0),
-        }
-    )
-    status["conditions"] = kept
-    return status
+    return workload_conditions(workload).get("QuotaReserved", {}).get("status") == "True"

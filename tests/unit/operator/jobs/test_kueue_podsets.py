@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpfabric_operator.kueue_podsets import admitted_pod_set, flavor_names, topology_domains
+from tpfabric_operator.jobs.kueue.podsets import admitted_pod_set, flavor_names, topology_domains
 
 LEAF = "topology.tpfabric.io/leaf"
 HOST = "kubernetes.io/hostname"
