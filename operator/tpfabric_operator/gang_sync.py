@@ -48,7 +48,6 @@ from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision, rdma_con
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_kube.malformed import MalformedObjects, event_writer
 from tpfabric_operator import fabric_health, leadership, serving
-from tpfabric_operator.gang_admission import default_levels
 from tpfabric_operator.gang_pods import GangPods, GangSyncer
 from tpfabric_operator.gang_records import (
     JOBSET_API,
@@ -69,6 +68,7 @@ from tpfabric_operator.gang_records import (
     too_large_problem,
 )
 from tpfabric_operator.settings import GANG_IDLE_SECONDS, GANG_SYNC_SECONDS
+from tpfabric_operator.webhook.admission import default_levels
 
 __all__ = ["sync_gang"]
 

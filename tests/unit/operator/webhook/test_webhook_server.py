@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import generate_latest
 from test_gang_admission import GANG, SETTINGS, pod, review
 
-from tpfabric_operator.webhook import MAX_BODY, WebhookMetrics, make_app
+from tpfabric_operator.webhook.server import MAX_BODY, WebhookMetrics, make_app
 
 Client = TestClient[Any, Any]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tpfabric_operator.webhook import main, parse_args
+from tpfabric_operator.webhook.__main__ import main, parse_args
 
 BASE = ["--cert-dir=/tmp/none", "--init-image=rdma-init:1"]
 

@@ -11,7 +11,7 @@ from cryptography import x509
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tpfabric_operator.webhook_certs import (
+from tpfabric_operator.webhook.certs import (
     CertKeeper,
     issue_ca,
     issue_serving,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpfabric_core.rdma_default import NodeOffer
-from tpfabric_operator.node_offers import NodeOffers
+from tpfabric_operator.webhook.node_offers import NodeOffers
 
 
 def node(name: str, rdma: str = "8", heartbeat: str = "t0") -> dict[str, Any]:

@@ -14,7 +14,7 @@ from tpfabric_core import labels
 from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, parse_decision
-from tpfabric_operator.gang_admission import (
+from tpfabric_operator.webhook.admission import (
     RDMA_COUNT_ANNOTATION,
     BadReviewError,
     WebhookSettings,
@@ -289,7 +289,7 @@ def test_a_gang_pod_gets_the_fabric_profile_and_the_fabric_env() -> None:
 def test_the_webhook_refuses_a_bad_fabric_profile_at_start_naming_the_field(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from tpfabric_operator.webhook import parse_args  # noqa: PLC0415
+    from tpfabric_operator.webhook.__main__ import parse_args  # noqa: PLC0415
 
     bad = '{"linkLayer": "roce", "roce": {"trafficClass": 300}}'
     with pytest.raises(SystemExit):
