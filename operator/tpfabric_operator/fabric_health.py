@@ -1,24 +1,15 @@
-"""Live fabric health in the operator: which ranks run on degraded nodes, and suspect switches.
+"""Live fabric health in the operator: the nodes labelled degraded, and suspect rail switches.
 
 The fabric agent on every node publishes ``topology.tpfabric.io/health`` and, per rail, the
 ``topology.tpfabric.io/fabric-health`` annotation (:mod:`tpfabric_core.fabric.link_publish`).
-The kopf index :func:`degraded_nodes` keeps the nodes labelled ``degraded`` (kopf drops a node
-from it as soon as the label says otherwise), so a job's reconcile finds its ranks on degraded
-nodes with a dict lookup per worker, never a list call.
+The kopf index of the nodes labelled ``degraded`` (registered by :mod:`.handlers`, each entry
+made by :func:`degraded_nodes`; kopf drops a node from it as soon as the label says otherwise)
+is read by both halves of the operator with a dict lookup per pod, never a list call:
 
-- :func:`ranks_on_degraded_nodes` and :func:`straggler_message` are pure: the reconcile turns
-  them into the job's ``Degraded`` condition, a Warning Event (``DegradedLink``) and, with
-  ``spec.topology.onDegradedLink: restart-elsewhere``, the workers to move
-  (:func:`workers_to_move`) that ``decide.decide`` restarts through the failure policy; with
-  ``restart-when-it-pays``, only when :func:`restart_weighing` finds running slow costs more than
-  the restart (:mod:`tpfabric_core.fabric.restart_rule`, the rule the simulator measures).
-  Either restarts a job only into healthy room the placer found for the whole gang
-  (``status.placement.healthyRoom``, :mod:`tpfabric_scheduler.healthy_room`): without it a
-  restart would stop a job that runs slow for one that waits, or land it back on the node. A
-  job is restarted away from a set of degraded nodes once: the nodes it left are kept in its
-  status (``movedOffNodes``, pruned as they heal, so an operator restart forgets nothing), and a
-  job put back on them anyway (the room was taken meanwhile, ``avoidDegraded: penalize`` or
-  ``ignore``) keeps running there instead of restarting again and again.
+- :func:`on_degraded_nodes` finds the ranks of a gang (a TensorParallelJob's,
+  :mod:`.jobs.degraded_links`; a Gang record's, :mod:`.gangs.serving`) on degraded nodes, and
+  :func:`straggler_message` says so; :func:`room_elsewhere` reads the placer's answer
+  (``status.placement.healthyRoom``) to whether the whole gang has room off them.
 - :func:`report_suspect_switches` runs on node events: when at least
   :data:`SUSPECT_MIN_NODES` nodes under one rail leaf switch are degraded on that rail at once,
   the switch is reported (a Warning Event ``SuspectRailSwitch`` on each of those nodes, and a
@@ -37,7 +28,6 @@ from typing import Any
 
 import kopf
 
-from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.fabric.link_publish import (
     CONDITION_TYPE,
     DETAIL_ANNOTATION,
@@ -47,33 +37,21 @@ from tpfabric_core.fabric.link_publish import (
     read_detail,
     suspect_rail_switches,
 )
-from tpfabric_core.fabric.restart_rule import RestartWeighing, slowdown_of, weigh_restart
-from tpfabric_core.labels import HEALTH, PREFIX
+from tpfabric_core.labels import PREFIX
 from tpfabric_kube.malformed import MalformedObjects
 from tpfabric_operator import leadership
-from tpfabric_operator.jobs.job_state import WorkerPod
-from tpfabric_operator.settings import (
-    DEGRADED_LINK_BANDWIDTH,
-    EXPECTED_REPAIR_SECONDS,
-    SUSPECT_SWITCH_NODES,
-)
+from tpfabric_operator.settings import SUSPECT_SWITCH_NODES
 
 __all__ = [
     "SUSPECT_MIN_NODES",
-    "DegradedLinks",
     "DegradedNode",
     "RankOnDegradedNode",
-    "degraded_condition_words",
-    "degraded_links",
     "degraded_nodes",
+    "lookup",
     "on_degraded_nodes",
-    "ranks_on_degraded_nodes",
     "report_suspect_switches",
-    "restart_weighing",
     "room_elsewhere",
-    "still_degraded",
     "straggler_message",
-    "workers_to_move",
 ]
 
 log = logging.getLogger("tpfabric.operator")
@@ -114,7 +92,6 @@ class RankOnDegradedNode:
 _unreadable_details = MalformedObjects("tpfabric-operator")
 
 
-@kopf.index("nodes", labels={HEALTH: "degraded"})
 def degraded_nodes(
     *,
     name: str,
@@ -143,7 +120,9 @@ def degraded_nodes(
     return {name: DegradedNode(name, uid or "", reasons, rails, rail_labels)}
 
 
-def _lookup(index: Mapping[str, Iterable[DegradedNode]], node: str) -> DegradedNode | None:
+def lookup(index: Mapping[str, Iterable[DegradedNode]], node: str) -> DegradedNode | None:
+    """Return what the index keeps of ``node`` (None: not degraded, or the index changed under
+    the read)."""
     try:
         return next(iter(index.get(node, ())), None)
     except RuntimeError:  # the index changed under the read: the next reconcile looks again
@@ -158,18 +137,10 @@ def on_degraded_nodes(
     TensorParallelJob (:func:`ranks_on_degraded_nodes`) and of a gang record alike."""
     found = []
     for rank, name in placed:
-        node = _lookup(index, name) if name is not None else None
+        node = lookup(index, name) if name is not None else None
         if node is not None and name is not None:
             found.append(RankOnDegradedNode(rank, name, node.reasons, bandwidth_kept(node.rails)))
     return sorted(found, key=lambda r: (r.rank is None, r.rank or 0, r.node))
-
-
-def ranks_on_degraded_nodes(
-    pods: Iterable[WorkerPod], index: Mapping[str, Iterable[DegradedNode]]
-) -> list[RankOnDegradedNode]:
-    """Return the ranks of the job's running (or starting) workers that sit on degraded nodes,
-    by rank."""
-    return on_degraded_nodes(((p.index, p.node) for p in pods if p.active), index)
 
 
 def straggler_message(ranks: list[RankOnDegradedNode]) -> str:
@@ -180,115 +151,6 @@ def straggler_message(ranks: list[RankOnDegradedNode]) -> str:
         for r in ranks
     ]
     return "straggler risk: " + " | ".join(parts)
-
-
-def degraded_condition_words(
-    job: TensorParallelJob, ranks: list[RankOnDegradedNode], weighing: str
-) -> str:
-    """Return the ``Degraded`` condition's and the ``DegradedLink`` Event's words: the straggler
-    message, then the restart weighing when there is one ("" when nothing is to be said)."""
-    if not ranks or job.spec.topology.on_degraded_link == "ignore":
-        return ""
-    words = straggler_message(ranks)
-    return f"{words}; {weighing}" if weighing else words
-
-
-def still_degraded(
-    moved_off: Iterable[str] | None, index: Mapping[str, Iterable[DegradedNode]]
-) -> frozenset[str]:
-    """Return the nodes of a job's ``status.movedOffNodes`` that are still degraded (a node
-    that healed is forgotten: should it degrade again, the job is judged afresh)."""
-    return frozenset(n for n in moved_off or () if isinstance(n, str) and _lookup(index, n))
-
-
-@dataclass(frozen=True, slots=True)
-class DegradedLinks:
-    """What a job's reconcile makes of the degraded nodes under it (:func:`degraded_links`)."""
-
-    #: its ranks on degraded nodes
-    ranks: list[RankOnDegradedNode]
-    #: the still-degraded nodes it was restarted away from before (``status.movedOffNodes``)
-    moved_off: frozenset[str]
-    #: the workers to restart elsewhere, with why
-    move: dict[int, str]
-    #: the Degraded condition's and the DegradedLink Event's words ("": nothing to say)
-    words: str
-
-    def moved_off_after(self, failure_reason: str | None) -> frozenset[str]:
-        """Return ``status.movedOffNodes`` once the reconcile's intent is known: the nodes the
-        moved workers leave are added when it restarts them (its incident is ``DegradedLink``)."""
-        if failure_reason != "DegradedLink":
-            return self.moved_off
-        return self.moved_off | {r.node for r in self.ranks if r.rank in self.move}
-
-
-def degraded_links(
-    job: TensorParallelJob,
-    pods: Iterable[WorkerPod],
-    index: Mapping[str, Iterable[DegradedNode]],
-    status: Mapping[str, Any],
-    placement: Mapping[str, Any],
-) -> DegradedLinks:
-    """Return the job's ranks on degraded nodes, the workers to move and what to say of them."""
-    ranks = ranks_on_degraded_nodes(pods, index)
-    moved_off = still_degraded(status.get("movedOffNodes"), index)
-    move, weighing = workers_to_move(
-        job, ranks, moved_off=moved_off, room=placement.get("healthyRoom")
-    )
-    return DegradedLinks(ranks, moved_off, move, degraded_condition_words(job, ranks, weighing))
-
-
-def workers_to_move(
-    job: TensorParallelJob,
-    ranks: list[RankOnDegradedNode],
-    *,
-    moved_off: frozenset[str] = frozenset(),
-    room: Mapping[str, Any] | None = None,
-    expected_repair_s: float = EXPECTED_REPAIR_SECONDS,
-    unmeasured_bandwidth: float = DEGRADED_LINK_BANDWIDTH,
-) -> tuple[dict[int, str], str]:
-    """Return ``({worker: why}, words)``: the workers to restart elsewhere, and why the job
-    restarts or keeps running (with ``restart-when-it-pays`` the weighing, else "").
-
-    ``restart-elsewhere`` moves every rank on a degraded node. ``restart-when-it-pays`` weighs
-    (:func:`restart_weighing`) and moves them only when the restart pays. Either moves them
-    only into room: ``room`` is the placer's ``status.placement.healthyRoom``, whether the whole
-    gang has a plan off its degraded nodes now (:func:`room_elsewhere`). Neither moves a job
-    whose degraded nodes are all among ``moved_off``, the still-degraded nodes it was restarted
-    away from before: the room it was restarted into was gone by then and it was put back on
-    them, and restarting again would likely land it there again.
-    """
-    policy = job.spec.topology.on_degraded_link
-    if not ranks or policy not in ("restart-elsewhere", "restart-when-it-pays"):
-        return {}, ""
-    if all(r.node in moved_off for r in ranks):
-        back = sorted({r.node for r in ranks})
-        return {}, (
-            f"kept running: restarted once away from {', '.join(back)}, it was placed back (no "
-            "healthy room elsewhere); it is not restarted again while "
-            + ("that node stays" if len(back) == 1 else "those nodes stay")
-            + " degraded"
-        )
-    words = ""
-    if policy == "restart-when-it-pays":
-        weighing = restart_weighing(
-            job,
-            ranks,
-            expected_repair_s=expected_repair_s,
-            unmeasured_bandwidth=unmeasured_bandwidth,
-        )
-        words = weighing.words
-        if not weighing.pays:
-            return {}, words
-    blocked = room_elsewhere(room, ranks)
-    if blocked:
-        return {}, f"{words}; kept running: {blocked}" if words else f"kept running: {blocked}"
-    moving = f"{words}; moving it elsewhere" if words else "moving it elsewhere"
-    return {
-        r.rank: f"node {r.node} is degraded ({'; '.join(r.reasons)}); {moving}"
-        for r in ranks
-        if r.rank is not None
-    }, words
 
 
 def room_elsewhere(room: Mapping[str, Any] | None, ranks: list[RankOnDegradedNode]) -> str:
@@ -302,37 +164,6 @@ def room_elsewhere(room: Mapping[str, Any] | None, ranks: list[RankOnDegradedNod
     return ""
 
 
-def restart_weighing(
-    job: TensorParallelJob,
-    ranks: list[RankOnDegradedNode],
-    *,
-    expected_repair_s: float,
-    unmeasured_bandwidth: float,
-) -> RestartWeighing:
-    """Return the weighing of restarting ``job`` away from the degraded nodes of ``ranks``.
-
-    The job runs at its slowest link: the least bandwidth any of its ranks' nodes keeps (the
-    fabric agent's measure; ``unmeasured_bandwidth`` where it has none). Its steps stretch by
-    :func:`slowdown_of` its declared inter-node share; the fault is expected to last
-    ``expected_repair_s`` (the same expectation at any moment: the operator keeps no clock per
-    fault, and a restarted operator decides the same); the work lost on a restart is half a
-    checkpoint interval, its expectation, because when the job last checkpointed is the job's,
-    not Kubernetes', to know; the job's remaining time is unknown, taken as longer than the
-    fault. Every input stays the same while the fault does, so the decision (and the condition
-    that shows it) does not flap between reconciles.
-    """
-    cost = job.spec.topology.restart_cost
-    if cost is None:  # the model's validator requires it with restart-when-it-pays
-        raise ValueError("restart-when-it-pays needs spec.topology.restartCost")
-    kept = min(r.bandwidth if r.bandwidth is not None else unmeasured_bandwidth for r in ranks)
-    return weigh_restart(
-        slowdown=slowdown_of(cost.inter_node_comm_share, kept),
-        redo_s=cost.checkpoint_interval_seconds / 2,
-        restore_s=cost.restore_seconds,
-        expected_fault_s=expected_repair_s,
-    )
-
-
 _reported: set[str] = set()
 _reported_lock = threading.Lock()
 
@@ -343,13 +174,13 @@ def _node_ref(node: DegradedNode) -> kopf.Body:
     )
 
 
-@kopf.on.event("nodes", labels={HEALTH: kopf.PRESENT})
-def report_suspect_switches(**kwargs: Any) -> None:
-    """Report the rail switches that became suspect (or stopped being) since the last event."""
-    degraded_nodes: kopf.Index[str, DegradedNode] = kwargs["degraded_nodes"]
+def report_suspect_switches(degraded_nodes: Mapping[str, Iterable[DegradedNode]]) -> None:
+    """Report the rail switches that became suspect (or stopped being) since the last event of a
+    node labelled with its fabric health (``degraded_nodes``: the index of
+    :func:`degraded_nodes`)."""
     nodes: dict[str, DegradedNode] = {}
     for name in list(degraded_nodes):
-        node = _lookup(degraded_nodes, name)
+        node = lookup(degraded_nodes, name)
         if node is not None:
             nodes[name] = node
     suspects = suspect_rail_switches(

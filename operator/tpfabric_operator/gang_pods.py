@@ -24,7 +24,7 @@ from kubernetes import client
 from tpfabric_core.gangs import GANG_LABEL
 from tpfabric_kube.malformed import MalformedObjects
 from tpfabric_operator.gang_records import GangPod
-from tpfabric_operator.jobs.pod_cache import Grouped, PodWatch
+from tpfabric_operator.pod_watch import Grouped, PodWatch
 
 __all__ = ["GangKey", "GangPods", "GangSyncer"]
 

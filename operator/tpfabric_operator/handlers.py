@@ -19,10 +19,12 @@ from typing import Any
 import kopf
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.labels import HEALTH
 from tpfabric_core.rail_ports import node_rails
 from tpfabric_core.rdma_default import NodeOffer
 from tpfabric_kube.list_watch import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_S
-from tpfabric_operator import leadership
+from tpfabric_operator import fabric_health, leadership
+from tpfabric_operator.fabric_health import DegradedNode
 from tpfabric_operator.jobs.born_released import placement_state
 from tpfabric_operator.jobs.children import JOB_LABEL
 from tpfabric_operator.jobs.kube import KubeAdapter, extended_resources
@@ -70,6 +72,20 @@ def state_of(memo: kopf.Memo) -> OperatorState:
     """Return the operator's state from kopf's memo (put there by :func:`configure`)."""
     state: OperatorState = memo.state
     return state
+
+
+@kopf.index("nodes", labels={HEALTH: "degraded"})
+def degraded_nodes(**kwargs: Any) -> dict[str, DegradedNode]:
+    """Index the nodes labelled ``topology.tpfabric.io/health=degraded`` by name: what both
+    halves read of the nodes under their gangs (:func:`.fabric_health.degraded_nodes`)."""
+    return fabric_health.degraded_nodes(**kwargs)
+
+
+@kopf.on.event("nodes", labels={HEALTH: kopf.PRESENT})
+def report_suspect_switches(**kwargs: Any) -> None:
+    """Report the rail switches that became suspect, or stopped being, with this node's change."""
+    index: kopf.Index[str, DegradedNode] = kwargs["degraded_nodes"]
+    fabric_health.report_suspect_switches(index)
 
 
 @kopf.on.startup()

@@ -61,7 +61,7 @@ class Outcome:
     terminal_message: str = ""
     create_error: str | None = None  # why creating a child failed (WorkersCreated False)
     admitted: tuple[bool, str, str] | None = None  # (admitted, reason, message) by a queue
-    degraded_links: str = ""  # ranks on degraded nodes, in words (fabric_health)
+    degraded_links: str = ""  # ranks on degraded nodes, in words (degraded_links)
     stuck: str = ""  # pods stuck terminating, in words (:func:`stuck_message`)
     #: the gang existed whole before (``status.workersCreated``): a missing worker is lost, not
     #: still to come (a small gang's first worker is made a moment before the rest)

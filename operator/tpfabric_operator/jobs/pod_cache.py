@@ -21,26 +21,16 @@ for the tick, so that a gang coming up is not written once per worker.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-import orjson
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import KIND
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.timestamps import parse_rfc3339
-from tpfabric_kube.list_watch import (
-    WATCH_REQUEST_TIMEOUT,
-    WATCH_TIMEOUT_S,
-    list_and_watch,
-    list_pages,
-)
-from tpfabric_kube.malformed import SKIPPED, MalformedObjects, event_writer
 from tpfabric_operator.jobs.children import (
     ATTEMPT_LABEL,
     FAILED_WORKER_LABEL,
@@ -48,14 +38,13 @@ from tpfabric_operator.jobs.children import (
     WORKER_INDEX_LABEL,
 )
 from tpfabric_operator.jobs.job_state import WorkerPod
+from tpfabric_operator.pod_watch import Grouped, PodWatch, pod_key
 
-__all__ = ["Grouped", "PodCache", "PodWatch", "owner_uid", "shows_at_once", "worker_of"]
+__all__ = ["PodCache", "owner_uid", "shows_at_once", "worker_of"]
 
 log = logging.getLogger("tpfabric.operator.pods")
 
 JobKey = tuple[str, str]  # (namespace, job name)
-G = TypeVar("G")
-E = TypeVar("E")
 
 
 def owner_uid(meta: Mapping[str, Any]) -> str:
@@ -184,142 +173,7 @@ def entry_of(obj: Mapping[str, Any]) -> _Entry | None:
 
 def keyed_entry(obj: Mapping[str, Any]) -> tuple[str, _Entry | None]:
     """Return ("namespace/name", what a reconcile reads of it) for one listed pod."""
-    return _key(obj), entry_of(obj)
-
-
-class Grouped(Generic[G, E]):
-    """What a pod watch keeps: an entry per pod (``namespace/name``) and the pods of each group
-    (a job, a gang) that ``group_of`` names. Not locked: its owner holds its own lock."""
-
-    def __init__(self, group_of: Callable[[E], G]) -> None:
-        self._group_of = group_of
-        self.entries: dict[str, E] = {}
-        self.keys: dict[G, set[str]] = {}
-
-    def members(self, group: G) -> list[E]:
-        """Return the entries of ``group``."""
-        return [self.entries[k] for k in self.keys.get(group, ())]
-
-    def replace(self, entries: Iterable[tuple[str, E | None]]) -> None:
-        """Keep exactly ``entries`` (after a list); a None entry is a pod not kept."""
-        self.entries = {k: e for k, e in entries if e is not None}
-        self.keys = {}
-        for key, entry in self.entries.items():
-            self.keys.setdefault(self._group_of(entry), set()).add(key)
-
-    def put(self, key: str, entry: E | None) -> E | None:
-        """Keep ``entry`` for pod ``key`` (None: forget it); return the entry it replaced."""
-        old = self.entries.pop(key, None)
-        if old is not None:
-            members = self.keys.get(self._group_of(old))
-            if members is not None:
-                members.discard(key)
-                if not members:
-                    del self.keys[self._group_of(old)]
-        if entry is not None:
-            self.entries[key] = entry
-            self.keys.setdefault(self._group_of(entry), set()).add(key)
-        return old
-
-
-class PodWatch(threading.Thread):
-    """A list+watch of the pods one label selects, in a thread of its own, parsed with
-    ``orjson``: what each keeps of a pod, and what a change sets off, is the subclass's.
-
-    Each pod is read on its own: one the subclass cannot read is skipped (a watch event of it
-    forgets what was kept, as a list would) and reported to ``malformed``.
-    """
-
-    def __init__(
-        self,
-        core: client.CoreV1Api,
-        selector: str,
-        name: str,
-        malformed: MalformedObjects | None = None,
-    ) -> None:
-        super().__init__(name=name, daemon=True)
-        self.core = core
-        self.selector = selector
-        self.malformed = malformed or MalformedObjects(
-            "tpfabric-operator", notify=event_writer(core)
-        )
-        self.synced = threading.Event()
-        self._stop = threading.Event()
-
-    def stop(self) -> None:
-        """Ask the loop to end (at the latest when the current watch ends)."""
-        self._stop.set()
-
-    # -- what a subclass keeps ------------------------------------------------------------------
-
-    def _call(self, **kwargs: Any) -> Any:
-        """List (with ``watch=True``: watch) what is kept; a subclass may watch other objects."""
-        return self.core.list_pod_for_all_namespaces(label_selector=self.selector, **kwargs)
-
-    def _slim(self, obj: Mapping[str, Any]) -> tuple[str, Any]:
-        """Return ("namespace/name", what is kept of the listed pod ``obj``)."""
-        raise NotImplementedError
-
-    def _replace(self, entries: list[tuple[str, Any]]) -> None:
-        """Replace everything kept with ``entries`` (after a list)."""
-        raise NotImplementedError
-
-    def _event(self, key: str, obj: Mapping[str, Any] | None) -> None:
-        """Keep (or with ``None`` forget) one pod that a watch event brought."""
-        raise NotImplementedError
-
-    # -- keeping it current -----------------------------------------------------------------------
-
-    def _list(self) -> str:
-        # each page is cut down to what is kept before the next one is fetched
-        entries, version = list_pages(self._call, self._slim, malformed=self.malformed, kind="Pod")
-        self._replace(entries)
-        self.synced.set()
-        return version
-
-    def _events(self, version: str) -> Iterator[dict[str, Any]]:
-        response = self._call(
-            watch=True,
-            resource_version=version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_TIMEOUT_S,
-            _preload_content=False,
-            _request_timeout=WATCH_REQUEST_TIMEOUT,
-        )
-        try:
-            pending = b""
-            for chunk in response.stream(65536, decode_content=False):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield orjson.loads(line)
-                if self._stop.is_set():
-                    return
-        finally:
-            response.release_conn()
-
-    def _watch_from(self, version: str) -> str:
-        for event in self._events(version):
-            kind = event.get("type")
-            obj = event.get("object") or {}
-            if kind == "ERROR":
-                code = int(obj.get("code") or 0)
-                raise ApiException(status=code, reason=str(obj.get("message") or "watch error"))
-            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-            if kind == "BOOKMARK":
-                continue
-            key = _key(obj)  # a pod that cannot be read is forgotten, as a list leaves it out
-            if (
-                kind == "DELETED"
-                or self.malformed.parse("Pod", functools.partial(self._event, key), obj) is SKIPPED
-            ):
-                self._event(key, None)
-        return version
-
-    def run(self) -> None:
-        """Loop until stopped: list, watch, list again after an expired version or an error."""
-        list_and_watch(self._list, self._watch_from, self._stop, what=self.name, log=log)
+    return pod_key(obj), entry_of(obj)
 
 
 class PodCache(PodWatch):
@@ -382,8 +236,3 @@ class PodCache(PodWatch):
     def _replace(self, entries: list[tuple[str, Any]]) -> None:
         with self._lock:
             self._pods.replace(entries)
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"

@@ -36,11 +36,12 @@ from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.fabric_description import pydantic_error_path
 from tpfabric_core.rdma_default import RdmaDecision
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
-from tpfabric_operator import fabric_health, leadership
+from tpfabric_operator import leadership
 from tpfabric_operator.jobs.apply_intent import apply_intent, node_offers
 from tpfabric_operator.jobs.born_released import placement_state
 from tpfabric_operator.jobs.children import worker_pod, worker_rdma
 from tpfabric_operator.jobs.decide import decide, honour_problem
+from tpfabric_operator.jobs.degraded_links import degraded_links
 from tpfabric_operator.jobs.job_state import Intent, Memory, WorkerPod
 from tpfabric_operator.jobs.job_status import Outcome, job_status
 from tpfabric_operator.jobs.kueue.admission import QUEUE_NAME_REQUIRED, Admission
@@ -280,9 +281,7 @@ def _reconcile(
         problem = honour_problem(
             job, [o.resources for o in node_offers(indexes).values()], RDMA_RESOURCE
         )
-    links = fabric_health.degraded_links(
-        job, owned, indexes.get("degraded_nodes", {}), status, placement
-    )
+    links = degraded_links(job, owned, indexes.get("degraded_nodes", {}), status, placement)
     intent = decide(
         job,
         owned,
@@ -466,7 +465,7 @@ def _write_status(
     wanted["restartingWorkers"] = sorted(restarting) if not terminal else []
     wanted["succeededWorkers"] = sorted(intent.succeeded)
     # the degraded nodes the job was restarted away from (and that have not healed): it is not
-    # restarted again while it runs only on them (fabric_health.workers_to_move); None drops it
+    # restarted again while it runs only on them (degraded_links.workers_to_move); None drops it
     wanted["movedOffNodes"] = sorted(moved_off) if moved_off and not terminal else None
     outcome = Outcome(
         restarts=restarts,

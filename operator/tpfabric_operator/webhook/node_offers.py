@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from kubernetes import client
 
 from tpfabric_core.rdma_default import NodeOffer
-from tpfabric_operator.jobs.pod_cache import PodWatch
+from tpfabric_operator.pod_watch import PodWatch
 
 __all__ = ["NodeOffers"]
 
