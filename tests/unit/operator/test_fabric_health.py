@@ -10,12 +10,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, RailDetail
-from tpfabric_operator.fabric_health import (
-    DegradedNode,
-    degraded_nodes,
-    on_degraded_nodes,
-    straggler_message,
-)
+from tpfabric_operator.fabric_health import DegradedNode, on_degraded_nodes, straggler_message
+from tpfabric_operator.node_health import degraded_nodes
 
 REASON = "symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)"
 

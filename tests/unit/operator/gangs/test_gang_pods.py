@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from tpfabric_operator.gang_pods import GangKey, GangPods, GangSyncer
-from tpfabric_operator.gang_sync import _gang_pod
+from tpfabric_operator.gangs.pods import GangKey, GangPods, GangSyncer, gang_pod
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +31,7 @@ def pod(name: str, gang: str, *, deleting: bool = False) -> dict[str, Any]:
 
 def watched() -> tuple[GangPods, list[GangKey]]:
     changed: list[GangKey] = []
-    return GangPods(None, _gang_pod, changed.append), changed  # type: ignore[arg-type]
+    return GangPods(None, gang_pod, changed.append), changed  # type: ignore[arg-type]
 
 
 def test_a_list_keeps_each_gangs_pods_and_marks_every_gang() -> None:

@@ -21,17 +21,73 @@ from typing import Any
 
 from kubernetes import client
 
-from tpfabric_core.gangs import GANG_LABEL
+from tpfabric_core.api import GANG_GATE
+from tpfabric_core.gangs import GANG_LABEL, gang_of
+from tpfabric_core.input_limits import whole_number
+from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision
 from tpfabric_kube.malformed import MalformedObjects
-from tpfabric_operator.gang_records import GangPod
+from tpfabric_operator.gangs.owners import GANG_SETTINGS
+from tpfabric_operator.gangs.records import GangPod
 from tpfabric_operator.pod_watch import Grouped, PodWatch
 
-__all__ = ["GangKey", "GangPods", "GangSyncer"]
+__all__ = ["GangKey", "GangPods", "GangSyncer", "gang_pod", "pod_gpus"]
 
 log = logging.getLogger("tpfabric.operator.gangs")
 
 GangKey = tuple[str, str]  # (namespace, gang record name)
 _Entry = tuple[GangKey, GangPod | None]
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> int:
+    """Return the GPUs a pod's containers take (the largest limit: the gang's unit)."""
+    best = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
+            resources.get("requests") or {}
+        ).get(GPU_RESOURCE)
+        best = max(best, whole_number(str(amount or "0")) or 0)
+    return best
+
+
+def gang_pod(pod: Mapping[str, Any]) -> GangPod | None:
+    """Return what the operator keeps of a listed or watched gang pod (None: not a live gang
+    pod: terminating, finished, or its labels name no gang)."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    member = gang_of(meta, GANG_SETTINGS, spec=pod.get("spec") or {})
+    if member is None:
+        return None
+    conditions = status.get("conditions") or []
+    controller = next(
+        (
+            f"{ref.get('kind')}/{ref.get('name')}"
+            for ref in meta.get("ownerReferences") or []
+            if ref.get("controller")
+        ),
+        "",
+    )
+    return GangPod(
+        name=str(meta.get("name")),
+        member=member,
+        created=str(meta.get("creationTimestamp") or ""),
+        labels=meta.get("labels") or {},
+        phase=str(status.get("phase") or "Pending"),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+        gpus=pod_gpus(pod),
+        gated=any(
+            g.get("name") == GANG_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or []
+        ),
+        controller=controller,
+        node=(pod.get("spec") or {}).get("nodeName") or None,
+        uid=str(meta.get("uid") or ""),
+        rdma=parse_decision((meta.get("annotations") or {}).get(RDMA_ANNOTATION)),
+    )
 
 
 def _gang_key(obj: Mapping[str, Any]) -> GangKey | None:

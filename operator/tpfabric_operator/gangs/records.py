@@ -1,16 +1,18 @@
 """The Gang records of gangs other controllers make: what each record says. Pure.
 
 The gang webhook labels a gang's pods (``tpfabric.io/gang``, and ``tpfabric.io/rank`` where the
-rank is known at creation); the operator keeps one Gang record per gang (:mod:`.gang_sync`), and
+rank is known at creation); the operator keeps one Gang record per gang (:mod:`.sync`), and
 the placer plans the record as it plans a TensorParallelJob. This module decides, from the
-gang's pods as they are:
+gang's pods as they are (who owns the gang and how large it is: :mod:`.owners`):
 
 - the record: its size, each pod's GPUs, the topology request, the owner reference that lets
   garbage collection remove it with its owner (:func:`record_manifest`);
 - the ranks still to write, once every pod exists: pods without a rank take the free ranks in
   their owner's order (a JobSet's job index then completion index), then by creation
   (:func:`ranks_to_write`);
-- the status the operator writes beside the placer's ``placement`` (:func:`record_status`).
+- the status the operator writes beside the placer's ``placement`` (:func:`record_status`);
+- what is wrong with the pods themselves: two owners claiming one name (:func:`owners_problem`),
+  a pod group split over namespaces (:func:`elsewhere_problem`).
 """
 
 from __future__ import annotations
@@ -20,40 +22,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpfabric_core.api import API_VERSION
-from tpfabric_core.api.gang import GANG_KIND, MAX_GANG_WORKERS
+from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.gangs import (
     GANG_NAME_LABEL,
-    JOBSET_EXCLUSIVE,
     JOBSET_JOB_INDEX,
     JOBSET_REPLICATED_JOB,
     KUEUE_POD_GROUP,
     RANK_LABEL,
     GangMember,
-    TopologyAsk,
 )
 from tpfabric_core.input_limits import whole_number
-from tpfabric_core.pod_wiring import GPU_RESOURCE
 from tpfabric_core.rdma_default import RdmaDecision
 
 __all__ = [
     "GangPod",
     "OwnerRef",
     "elsewhere_problem",
-    "jobset_layout",
     "owners_problem",
-    "pod_group_gang",
     "ranks_to_write",
     "record_manifest",
     "record_status",
-    "too_large_problem",
 ]
-
-LWS_API = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
-#: the upstream Workload API's PodGroup: beta in Kubernetes 1.37, alpha (v1alpha3) before
-PODGROUP_GROUP = "scheduling.k8s.io"
-PODGROUP_PLURAL = "podgroups"
-PODGROUP_VERSIONS = ("v1beta1", "v1alpha3")
-JOBSET_API = ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,79 +82,6 @@ class OwnerRef:
     uid: str
 
 
-def pod_gpus(pod: Mapping[str, Any]) -> int:
-    """Return the GPUs a pod's containers take (the largest limit: the gang's unit)."""
-    best = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
-            resources.get("requests") or {}
-        ).get(GPU_RESOURCE)
-        best = max(best, whole_number(str(amount or "0")) or 0)
-    return best
-
-
-def _count(value: object) -> int:
-    """Return a replicated Job's ``replicas`` or ``parallelism`` (1 when unset, 0 or unreadable)."""
-    return whole_number(value) or 1
-
-
-def jobset_layout(jobset: Mapping[str, Any], replicated_job: str | None) -> dict[str, int] | None:
-    """Return, for a JobSet's gang, each child Job's first rank by ``<replicatedJob>/<index>``
-    and the gang's size under ``""`` (None when the JobSet does not say).
-
-    The whole JobSet (``replicated_job`` None): its replicated Jobs in order, each Job's pods
-    after the previous Job's. One child Job (per-Job placement): the Job's own pods.
-
-    A gang of more than :data:`MAX_GANG_WORKERS` pods is given by its size alone (``{"": size}``,
-    counted, not laid out): no Gang record holds it (:func:`too_large_problem` says so), and a
-    ``replicas`` of 2^31 is never walked Job by Job.
-    """
-    jobs = [
-        (
-            str(replicated.get("name") or ""),
-            _count(replicated.get("replicas")),
-            _count((((replicated.get("template") or {}).get("spec")) or {}).get("parallelism")),
-        )
-        for replicated in (jobset.get("spec") or {}).get("replicatedJobs") or []
-        if isinstance(replicated, Mapping)
-    ]
-    if replicated_job is not None:
-        name, _, index_text = replicated_job.rpartition("/")
-        index = whole_number(index_text)
-        if index is None or str(index) != index_text:
-            return None
-        for job_name, replicas, parallelism in jobs:
-            if job_name == name and index < replicas:
-                return {"": parallelism, replicated_job: 0}
-        return None
-    if not jobs:
-        return None
-    size = sum(replicas * parallelism for _, replicas, parallelism in jobs)
-    if size > MAX_GANG_WORKERS:
-        return {"": size}
-    layout: dict[str, int] = {}
-    offset = 0
-    for job_name, replicas, parallelism in jobs:
-        for index in range(replicas):
-            layout[f"{job_name}/{index}"] = offset
-            offset += parallelism
-    layout[""] = offset
-    return layout
-
-
-def too_large_problem(kind: str, owner: str, size: int) -> str:
-    """Return why a gang of ``size`` pods (more than :data:`MAX_GANG_WORKERS`) gets no record."""
-    words = (
-        f"the {kind} {owner!r} makes a gang of {size} pods; a Gang record holds at most "
-        f"{MAX_GANG_WORKERS}: make its gangs smaller (fewer replicas, a smaller size or "
-        "parallelism)"
-    )
-    if kind == "JobSet":
-        words += f", or place each of its Jobs as a gang of its own ({JOBSET_EXCLUSIVE})"
-    return words
-
-
 def _jobset_job(pod: GangPod) -> str:
     return f"{pod.labels.get(JOBSET_REPLICATED_JOB, '')}/{pod.labels.get(JOBSET_JOB_INDEX, '')}"
 
@@ -196,40 +112,6 @@ def ranks_to_write(
     for pod, rank in zip(missing, free, strict=False):
         result[pod.name] = rank
     return result
-
-
-def pod_group_gang(
-    pod_group: Mapping[str, Any], levels: Mapping[str, str]
-) -> tuple[int | None, TopologyAsk | None, list[str]]:
-    """Return what a ``scheduling.k8s.io`` PodGroup says of its gang: the size (its gang
-    policy's ``minCount``), the topology it asks for (its first topology constraint's node label
-    key, mapped onto the level with that key: required) and what is wrong, each naming the field.
-    """
-    spec = pod_group.get("spec") or {}
-    name = str((pod_group.get("metadata") or {}).get("name") or "")
-    problems = []
-    gang = (spec.get("schedulingPolicy") or {}).get("gang") or {}
-    size = gang.get("minCount")
-    if not isinstance(size, int) or size < 1:
-        problems.append(
-            f"spec.schedulingPolicy.gang.minCount: the PodGroup {name!r} has no gang policy "
-            "with a size; tpfabric places gangs (give it schedulingPolicy.gang.minCount)"
-        )
-        size = None
-    topology = None
-    constraints = (spec.get("schedulingConstraints") or {}).get("topology") or []
-    if constraints:
-        key = str((constraints[0] or {}).get("key") or "")
-        level = {label: level for level, label in levels.items()}.get(key)
-        if level is None:
-            known = ", ".join(sorted(levels.values())) or "none"
-            problems.append(
-                f"spec.schedulingConstraints.topology[0].key: no level has the node label "
-                f"{key!r} (keys: {known})"
-            )
-        else:
-            topology = TopologyAsk(level=level, mode="required", source="PodGroup")
-    return size, topology, problems
 
 
 def _name_label(pod: GangPod) -> str:

@@ -9,7 +9,7 @@ import pytest
 
 from tpfabric_core import labels
 from tpfabric_core.gangs import GangSettings, Near, gang_of
-from tpfabric_operator.serving import (
+from tpfabric_operator.gangs.serving import (
     LwsView,
     Unready,
     group_ready,

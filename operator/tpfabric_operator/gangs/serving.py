@@ -1,7 +1,8 @@
 """Serving groups through their life: readiness, degraded links, rollouts. Pure.
 
 A LeaderWorkerSet group serves for weeks and is rolled; its Gang record shows, beside the
-placer's plan, what a person running the fleet asks of it (issue 35):
+placer's plan, what a person running the fleet asks of it (:func:`record_life` decides them all
+in one sync):
 
 - **Ready**: True only when every pod of the group exists and is Ready (the leader and each
   worker), as LWS itself counts a group ready (``getReplicaStates``: the leader pod and the
@@ -31,10 +32,16 @@ from typing import Any
 
 from tpfabric_core.gangs import LWS_GROUP_INDEX, ON_DEGRADED_ANNOTATION
 from tpfabric_core.input_limits import whole_number
+from tpfabric_core.rdma_default import rdma_condition
+from tpfabric_core.timestamps import rfc3339
+from tpfabric_operator.fabric_health import RankOnDegradedNode, room_elsewhere, straggler_message
+from tpfabric_operator.gangs.records import GangPod
 
 __all__ = [
     "LwsView",
     "Move",
+    "Moving",
+    "RecordLife",
     "Unready",
     "condition",
     "group_ready",
@@ -42,6 +49,7 @@ __all__ = [
     "merge_conditions",
     "move_decision",
     "others_unready",
+    "record_life",
     "surge_message",
 ]
 
@@ -183,12 +191,11 @@ def move_decision(
     """Return what to do with a group on a degraded node (None: nothing to say).
 
     ``others_unready``: the LWS's other groups that are not ready now (:func:`others_unready`);
-    ``moving``: the group of
-    the same LWS being moved now (None when none); ``placed_back``: the degraded nodes this
-    group was placed on again after its last move (no healthy domain had room for it then);
-    ``no_room``: why the placer has no healthy room for the group elsewhere now ("" when it
-    found some: :func:`.fabric_health.room_elsewhere`), so a move would leave the group
-    waiting for room instead of serving slowly.
+    ``moving``: the group of the same LWS being moved now (None when none); ``placed_back``: the
+    degraded nodes this group was placed on again after its last move (no healthy domain had
+    room for it then); ``no_room``: why the placer has no healthy room for the group elsewhere
+    now ("" when it found some: :func:`tpfabric_operator.fabric_health.room_elsewhere`), so a
+    move would leave the group waiting for room instead of serving slowly.
     """
     if not degraded or view is None or view.on_degraded_link != "restart-elsewhere":
         return None
@@ -250,3 +257,124 @@ def merge_conditions(
         )
         merged.append({**item, "lastTransitionTime": since or now})
     return merged
+
+
+@dataclass(frozen=True, slots=True)
+class Moving:
+    """A group of a LeaderWorkerSet being moved off a degraded node (one per LWS at a time):
+    since when (monotonic seconds), and the uids of the pods it had then (the move is over once
+    the group is ready with none of them)."""
+
+    group: str
+    since: float
+    uids: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordLife:
+    """What a Gang record's conditions say after one sync, and what becomes of its moves."""
+
+    #: Ready, RDMA, Degraded, Surge, Moving: each with its transition time
+    conditions: list[dict[str, Any]]
+    #: no change of the group's life can come without an event of its own (no degraded node
+    #: under it, whose recovery is no event of the gang's; not a surge group)
+    settled: bool
+    #: the move of this group is over (made again, or timed out): its LWS may move another
+    move_over: bool = False
+    #: the degraded nodes the group was placed back on after its last move (None: none kept)
+    placed_back: frozenset[str] | None = None
+    #: the leader pod to delete to move the group now (None: no move now)
+    move_leader: GangPod | None = None
+
+
+def record_life(
+    first: GangPod,
+    pods: Sequence[GangPod],
+    size: int,
+    stored: Mapping[str, Any],
+    *,
+    degraded: list[RankOnDegradedNode],
+    lws: LwsView | None,
+    unready: Unready,
+    moving: Moving | None,
+    placed_back: frozenset[str] | None,
+    now: float,
+    monotonic: float,
+) -> RecordLife:
+    """Return the record's conditions (Ready, Degraded, Surge, Moving) and whether to move a
+    degraded LWS group now.
+
+    ``stored``: the record's status as read; ``degraded``: its pods on degraded nodes; ``lws``:
+    what its LeaderWorkerSet says (None: not an LWS group, or the LWS is gone); ``unready``: that
+    LWS's other groups not ready now; ``moving``: the group of that LWS being moved;
+    ``placed_back``: what this group's last move left it on; ``now``: the wall clock,
+    ``monotonic``: the monotonic one (what ``moving.since`` counts in).
+    """
+    member = first.member
+    ready = group_ready([p.ready for p in pods], size)
+    not_ready = [p.name for p in pods if not p.ready]
+    conditions = [
+        condition(
+            "Ready",
+            ready,
+            "GroupReady" if ready else "PodsNotReady",
+            f"{sum(p.ready for p in pods)}/{size} pods ready"
+            + (f" (not ready: {', '.join(sorted(not_ready)[:3])})" if not_ready else ""),
+        )
+    ]
+    transport = rdma_condition(p.rdma for p in pods)
+    if transport is not None:  # the RDMA the pods got (the gang webhook's decision), and why
+        conditions.append(transport)
+    had_degraded = any(c.get("type") == "Degraded" for c in stored.get("conditions") or [])
+    if degraded or had_degraded:
+        conditions.append(
+            condition(
+                "Degraded",
+                bool(degraded),
+                "LinkDegraded" if degraded else "LinksHealthy",
+                straggler_message(degraded)
+                if degraded
+                else "no node under the group is degraded now",
+            )
+        )
+    index = group_index(first.labels) if lws is not None else None
+    waiting = ((stored.get("placement") or {}).get("state")) == "Waiting"
+    surge = surge_message(index, lws, waiting=waiting) if lws is not None else ""
+    if surge:
+        conditions.append(condition("Surge", True, "RollingUpdate", surge))
+    degraded_nodes = frozenset(r.node for r in degraded)
+    move_over = False
+    if moving is not None and moving.group == member.gang:
+        made_again = ready and not any(p.uid in moving.uids for p in pods)
+        if made_again or monotonic - moving.since > MOVE_SECONDS:
+            move_over, moving = True, None
+            if made_again and degraded_nodes:
+                placed_back = degraded_nodes
+    if placed_back not in (None, degraded_nodes):
+        placed_back = None  # other nodes went degraded (or recovered): judged afresh
+    leader = None
+    if lws is not None:
+        move = move_decision(
+            group=member.gang,
+            view=lws,
+            degraded=bool(degraded),
+            ready=ready,
+            others_unready=unready,
+            moving=moving.group if moving is not None else None,
+            placed_back=sorted(placed_back or ()),
+            no_room=room_elsewhere((stored.get("placement") or {}).get("healthyRoom"), degraded)
+            if degraded
+            else "",
+        )
+        if move is not None:
+            if move.now:
+                leader = next((p for p in pods if p.rank == 0), None)
+            conditions.append(condition("Moving", move.now, "DegradedLink", move.message))
+    merged = merge_conditions(conditions, stored.get("conditions") or [], rfc3339(now))
+    return RecordLife(
+        merged,
+        settled=not degraded and not surge,
+        move_over=move_over,
+        placed_back=placed_back,
+        move_leader=leader,
+    )

@@ -10,18 +10,16 @@ import pytest
 
 from tpfabric_core import labels
 from tpfabric_core.gangs import GangSettings, gang_of
-from tpfabric_operator.gang_records import (
+from tpfabric_operator.gangs.owners import jobset_layout, pod_group_gang, too_large_problem
+from tpfabric_operator.gangs.pods import pod_gpus
+from tpfabric_operator.gangs.records import (
     GangPod,
     OwnerRef,
     elsewhere_problem,
-    jobset_layout,
     owners_problem,
-    pod_gpus,
-    pod_group_gang,
     ranks_to_write,
     record_manifest,
     record_status,
-    too_large_problem,
 )
 
 pytestmark = pytest.mark.unit
