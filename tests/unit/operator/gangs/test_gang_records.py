@@ -3,15 +3,13 @@ status."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
 from tpfabric_core import labels
 from tpfabric_core.gangs import GangSettings, gang_of
-from tpfabric_operator.gangs.owners import jobset_layout, pod_group_gang, too_large_problem
-from tpfabric_operator.gangs.pods import pod_gpus
+from tpfabric_operator.gangs.owners import jobset_layout
 from tpfabric_operator.gangs.records import (
     GangPod,
     OwnerRef,
@@ -81,52 +79,6 @@ def test_a_jobsets_ranks_follow_its_jobs_in_order_then_the_completion_index() ->
     assert ranks["train-1-3"] == 8
 
 
-def test_one_child_job_is_a_gang_of_its_parallelism() -> None:
-    assert jobset_layout(JOBSET, "workers/1") == {"": 4, "workers/1": 0}
-    assert jobset_layout(JOBSET, "workers/7") is None
-
-
-INT32_MAX = 2**31 - 1
-
-
-def test_a_jobset_whose_gang_no_record_can_hold_is_counted_not_walked_job_by_job() -> None:
-    huge = {
-        "spec": {
-            "replicatedJobs": [
-                {"name": "workers", "replicas": INT32_MAX, "template": {"spec": {"parallelism": 8}}}
-            ]
-        }
-    }
-    started = time.monotonic()
-    assert jobset_layout(huge, None) == {"": INT32_MAX * 8}
-    assert jobset_layout(huge, f"workers/{INT32_MAX - 1}") == {"": 8, f"workers/{INT32_MAX - 1}": 0}
-    assert jobset_layout(huge, f"workers/{INT32_MAX}") is None
-    assert time.monotonic() - started < 0.5, "walked the JobSet's Jobs one by one"
-    words = too_large_problem("JobSet", "train", INT32_MAX * 8)
-    assert f"makes a gang of {INT32_MAX * 8} pods; a Gang record holds at most 1024" in words
-    assert "alpha.jobset.sigs.k8s.io/exclusive-topology" in words
-
-
-def test_a_jobset_of_exactly_the_largest_gang_is_laid_out() -> None:
-    jobset = {
-        "spec": {
-            "replicatedJobs": [
-                {"name": "w", "replicas": 128, "template": {"spec": {"parallelism": 8}}}
-            ]
-        }
-    }
-    layout = jobset_layout(jobset, None)
-    assert layout is not None
-    assert layout[""] == 1024
-    assert layout["w/127"] == 1016
-
-
-def test_a_child_job_index_is_matched_as_the_jobset_spells_it() -> None:
-    assert jobset_layout(JOBSET, "workers/01") is None
-    assert jobset_layout(JOBSET, "workers/ 1") is None
-    assert jobset_layout(JOBSET, "workers/-1") is None
-
-
 def test_the_record_is_owned_by_the_gangs_owner_and_asks_the_chart_default_when_silent() -> None:
     owner = OwnerRef("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "vllm", "uid-1")
     record = record_manifest(plain("a", "t"), 3, owner)
@@ -165,15 +117,6 @@ def test_the_status_says_pending_waiting_placed_running_and_names_two_pods_of_on
     assert "ranks [0] are held by more than one pod" in status["problems"][0]
 
 
-def test_a_pods_gpus_are_its_largest_containers() -> None:
-    pod = {
-        "spec": {
-            "containers": [{"resources": {"limits": {"nvidia.com/gpu": "4"}}}, {"name": "side"}]
-        }
-    }
-    assert pod_gpus(pod) == 4
-
-
 def test_pods_of_two_owners_claiming_one_group_name_are_named_as_the_problem() -> None:
     pods = [
         plain("a-0", "2026-12-04T10:00:00Z", controller="Job/a"),
@@ -203,35 +146,3 @@ def test_a_group_short_of_pods_here_with_a_namesake_elsewhere_says_so_naming_no_
     assert "team-b" not in problem  # another tenant's namespace is not this one's business
     assert elsewhere_problem(pods, 3, []) is None, "no namesake: it only waits for its pods"
     assert elsewhere_problem([*pods, plain("a-2", "t")], 3, ["team-b"]) is None, "whole here"
-
-
-def test_a_pod_group_gives_its_gang_size_and_its_topology_constraint_as_a_level() -> None:
-    group = {
-        "metadata": {"name": "llama-pg"},
-        "spec": {
-            "schedulingPolicy": {"gang": {"minCount": 4}},
-            "schedulingConstraints": {"topology": [{"key": labels.LEAF}]},
-        },
-    }
-    size, ask, problems = pod_group_gang(group, SETTINGS.levels)
-    assert size == 4
-    assert ask is not None
-    assert (ask.level, ask.mode) == ("leaf", "required")
-    assert problems == []
-
-
-def test_a_pod_group_without_a_gang_policy_or_with_an_unknown_key_is_named() -> None:
-    group = {
-        "metadata": {"name": "basic"},
-        "spec": {
-            "schedulingPolicy": {"basic": {}},
-            "schedulingConstraints": {"topology": [{"key": "example.com/rack"}]},
-        },
-    }
-    size, ask, problems = pod_group_gang(group, SETTINGS.levels)
-    assert size is None
-    assert ask is None
-    assert problems[0].startswith("spec.schedulingPolicy.gang.minCount: the PodGroup 'basic'")
-    assert problems[1].startswith(
-        "spec.schedulingConstraints.topology[0].key: no level has the node label 'example.com/rack'"
-    )

@@ -1,4 +1,4 @@
-"""What a serving group's record says and when a degraded group is moved (issue 35). Pure."""
+"""What a serving group's record says and when a degraded group is moved. Pure."""
 
 from __future__ import annotations
 
@@ -6,17 +6,24 @@ import time
 from typing import Any
 
 import pytest
+from gang_world import T0, lws_pod, pods_of
 
 from tpfabric_core import labels
 from tpfabric_core.gangs import GangSettings, Near, gang_of
+from tpfabric_operator.fabric_health import RankOnDegradedNode
+from tpfabric_operator.gangs.records import GangPod
 from tpfabric_operator.gangs.serving import (
+    MOVE_SECONDS,
     LwsView,
+    Moving,
+    RecordLife,
     Unready,
     group_ready,
     lws_view,
     merge_conditions,
     move_decision,
     others_unready,
+    record_life,
     surge_message,
 )
 
@@ -172,3 +179,72 @@ def test_an_lws_of_two_billion_replicas_is_counted_not_walked() -> None:
     unready = others_unready(view, {0: ("chat-0", True)}, own=5)
     assert time.monotonic() - started < 0.5, "walked the LWS's groups one by one"
     assert unready == Unready(2**31 - 3, ("chat-1", "chat-2", "chat-3"))
+
+
+def life(pods: list[GangPod], **kwargs: Any) -> RecordLife:
+    args: dict[str, Any] = {
+        "degraded": [],
+        "lws": VIEW,
+        "unready": Unready(0),
+        "moving": None,
+        "placed_back": None,
+        "now": T0,
+        "monotonic": 100.0,
+    }
+    return record_life(pods[0], pods, 2, kwargs.pop("stored", {}), **(args | kwargs))
+
+
+def chat_1(*, ready: bool = True) -> list[GangPod]:
+    return pods_of(
+        lws_pod("chat", 1, 0, ready=ready, node="n1"), lws_pod("chat", 1, 1, ready=ready, node="n2")
+    )
+
+
+ON_N1 = [RankOnDegradedNode(0, "n1", ("symbol errors",))]
+ROOM = {"placement": {"healthyRoom": {"found": True, "degradedNodes": ["n1"]}}}
+
+
+def by_type(result: RecordLife) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in result.conditions}
+
+
+def test_a_group_on_a_degraded_node_says_so_until_it_heals() -> None:
+    sick = life(chat_1(), degraded=ON_N1, lws=None)
+    assert (
+        by_type(sick)["Degraded"]["message"] == "straggler risk: rank 0 on node n1: symbol errors"
+    )
+    assert not sick.settled, "the node's recovery is no event of the gang's"
+    healed = life(chat_1(), lws=None, stored={"conditions": sick.conditions})
+    assert by_type(healed)["Degraded"]["reason"] == "LinksHealthy"
+    assert healed.settled
+    assert "Degraded" not in by_type(life(chat_1(), lws=None)), "never degraded: not named"
+
+
+def test_a_ready_degraded_group_that_asks_to_move_names_its_leader() -> None:
+    moved = life(chat_1(), degraded=ON_N1, stored=ROOM)
+    assert moved.move_leader is not None
+    assert moved.move_leader.name == "chat-1"
+    assert by_type(moved)["Moving"]["status"] == "True"
+    no_room = life(chat_1(), degraded=ON_N1)
+    assert no_room.move_leader is None
+    assert "not moved: the placer has not looked" in by_type(no_room)["Moving"]["message"]
+
+
+def test_a_move_is_over_after_move_seconds_even_if_the_group_never_came_back() -> None:
+    old = frozenset(p.uid for p in chat_1())
+    under_way = Moving("chat-1", 100.0, old)
+    assert not life(chat_1(ready=False), moving=under_way, monotonic=100.0 + MOVE_SECONDS).move_over
+    over = life(chat_1(ready=False), moving=under_way, monotonic=100.1 + MOVE_SECONDS)
+    assert over.move_over
+    assert over.placed_back is None
+    other = Moving("chat-0", 100.0, frozenset())
+    assert not life(chat_1(), moving=other, monotonic=10_000.0).move_over, "not this group's"
+
+
+def test_where_a_move_left_a_group_is_forgotten_once_its_degraded_nodes_change() -> None:
+    kept = life(chat_1(), degraded=ON_N1, stored=ROOM, placed_back=frozenset({"n1"}))
+    assert kept.placed_back == frozenset({"n1"})
+    assert kept.move_leader is None
+    on_n2 = [RankOnDegradedNode(1, "n2", ("link down",))]
+    changed = life(chat_1(), degraded=on_n2, placed_back=frozenset({"n1"}))
+    assert changed.placed_back is None
