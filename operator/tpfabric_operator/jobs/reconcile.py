@@ -1,12 +1,14 @@
 """The reconcile of one TensorParallelJob: read it, decide, carry the intent out, patch status.
 
-Every kopf handler of a job (:mod:`.handlers`) and the waker (:mod:`.wakeups`) run the same
-idempotent :func:`reconcile`: read the job, its worker pods and kept failed pods (from the pod
-cache, :mod:`.pod_cache`, a list+watch in its own thread) and its Service (a kopf index; never a
-list per call), ask :func:`.decide.decide` what to do, do it through the adapter, and patch the
-operator-owned status once. Names are deterministic, so a restarted operator finds its pods
-instead of making a second set. Owner references let the garbage collector remove pods and the
-Service when the job goes.
+Every kopf handler of a job (:mod:`tpfabric_operator.handlers`) and the waker (:mod:`.wakeups`)
+run the same idempotent :func:`reconcile`: read the job, its worker pods and kept failed pods
+(from the pod cache, :mod:`.pod_cache`, a list+watch in its own thread) and its Service (a kopf
+index; never a list per call), take Kueue's verdict (:mod:`.kueue.sync`) and the degraded nodes
+under it (:mod:`.degraded_links`), ask :func:`.decide.decide` what to do, do it
+(:func:`.apply_intent.apply_intent`), and patch the operator-owned status once
+(:func:`.status_patch.patch_status`, :func:`.job_status.job_status`). Names are deterministic,
+so a restarted operator finds its pods instead of making a second set. Owner references let
+the garbage collector remove pods and the Service when the job goes.
 
 Between ticks, a change of a job's workers that its status shows at once (a worker failed,
 finished or went away, the last one became ready) runs the job's reconcile right away, outside
@@ -34,7 +36,6 @@ from pydantic import ValidationError
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.fabric_description import pydantic_error_path
-from tpfabric_core.rdma_default import RdmaDecision
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 from tpfabric_operator import leadership
 from tpfabric_operator.jobs.apply_intent import apply_intent, node_offers
@@ -43,13 +44,13 @@ from tpfabric_operator.jobs.children import worker_pod, worker_rdma
 from tpfabric_operator.jobs.decide import decide, honour_problem
 from tpfabric_operator.jobs.degraded_links import degraded_links
 from tpfabric_operator.jobs.job_state import Intent, Memory, WorkerPod
-from tpfabric_operator.jobs.job_status import Outcome, job_status
-from tpfabric_operator.jobs.kueue.admission import QUEUE_NAME_REQUIRED, Admission
+from tpfabric_operator.jobs.kueue.admission import QUEUE_NAME_REQUIRED
 from tpfabric_operator.jobs.kueue.sync import KueueView
 from tpfabric_operator.jobs.kueue.sync import sync as kueue_sync
 from tpfabric_operator.jobs.obstacles import not_owned_message, stuck_message, stuck_terminating
 from tpfabric_operator.jobs.operator_state import OperatorState
 from tpfabric_operator.jobs.pod_cache import JobKey, worker_of
+from tpfabric_operator.jobs.status_patch import patch_status
 from tpfabric_operator.settings import FABRIC_PROFILE, INIT_IMAGE, RDMA_RESOURCE
 
 __all__ = ["JobPods", "reconcile", "reconcile_every_job", "reconcile_woken"]
@@ -322,7 +323,7 @@ def _reconcile(
     if pods_now.foreign and not create_error:
         create_error = not_owned_message(pods_now.foreign, name, namespace)
         state.warn(body, "PodNotOwned", create_error)
-    _write_status(
+    patch_status(
         state,
         body,
         patch,
@@ -380,119 +381,3 @@ def _kueue(
     if view.admission is not None and view.admission.reason == QUEUE_NAME_REQUIRED:
         state.warn(body, QUEUE_NAME_REQUIRED, view.admission.message)
     return view
-
-
-def _write_status(
-    state: OperatorState,
-    body: kopf.Body,
-    patch: kopf.Patch,
-    job: TensorParallelJob,
-    intent: Intent,
-    *,
-    memory: Memory,
-    owned: list[WorkerPod],
-    placement: Mapping[str, Any],
-    create_error: str | None,
-    admission: Admission | None,
-    now: float,
-    straggler: str = "",
-    stuck: str = "",
-    moved_off: frozenset[str] = frozenset(),
-    rdma: RdmaDecision | None = None,
-) -> None:
-    status = dict(body.get("status") or {})
-    spec = job.spec
-    wanted: dict[str, Any] = {}
-    terminal = memory.phase if memory.phase in ("Succeeded", "Failed") else None
-    conditions = {str(c.get("type")): dict(c) for c in status.get("conditions") or []}
-    shown: dict[str, Any] = conditions.get(terminal or "", {})
-    terminal_reason = str(shown.get("reason") or "")
-    terminal_message = str(shown.get("message") or "")
-    restarts = memory.restarts + intent.charged
-    if intent.failure is not None:
-        failure = intent.failure
-        wanted["lastFailureTime"] = rfc3339(now)
-        wanted["lastFailure"] = {
-            "worker": failure.worker,
-            "reason": failure.reason,
-            "message": failure.message,
-            "exitCode": failure.exit_code,
-            "pod": failure.pod,
-            "time": rfc3339(now),
-        }
-        if not intent.fail:
-            state.warn(
-                body,
-                "WorkerFailed",
-                f"worker {failure.worker} {failure.reason}: {failure.message}; restarting "
-                + ("the gang" if spec.failure_policy.restart_strategy == "RecreateGang" else "it")
-                + f" ({restarts}/{spec.failure_policy.max_restarts} restarts charged)",
-            )
-    if not terminal and intent.fail:
-        terminal, terminal_reason, terminal_message = "Failed", intent.fail_reason, intent.fail
-        state.warn(body, "JobFailed", intent.fail)
-    elif not terminal and intent.succeed:
-        terminal, terminal_reason = "Succeeded", "SuccessPolicyMet"
-        terminal_message = intent.succeed
-        kopf.info(body, reason="JobSucceeded", message=intent.succeed)
-    if terminal and not status.get("completionTime"):
-        wanted["completionTime"] = rfc3339(now)
-    restarting = set(intent.restarting) - set(intent.create)
-    if intent.create and memory.restarting & set(intent.create):
-        kopf.info(
-            body,
-            reason="WorkersRestarted",
-            message=f"created attempt {intent.attempt} of worker(s) {sorted(intent.create)}",
-        )
-    kept = set(intent.keep) | set(intent.delete)
-    alive = [p for p in owned if p.name not in kept]
-    present = {p.index for p in alive if not p.deleting} | set(intent.create)
-    if spec.suspend:
-        wanted["workersCreated"] = False  # the placer drops the plan of a suspended job
-        wanted["startTime"] = None  # the deadline counts running time, as a Job's does
-    elif not terminal and present | intent.succeeded >= set(range(spec.workers)):
-        wanted["workersCreated"] = True
-        if intent.create and not memory.created_before and not memory.replanning:
-            # once, when the gang is whole (a small gang's first worker comes a moment earlier)
-            kopf.info(
-                body,
-                reason="WorkersCreated",
-                message=f"the gang's {spec.workers} worker pods are created",
-            )
-    if intent.create and not status.get("startTime") and not spec.suspend:
-        wanted["startTime"] = rfc3339(now)
-    wanted["attempt"] = intent.attempt
-    wanted["restartingWorkers"] = sorted(restarting) if not terminal else []
-    wanted["succeededWorkers"] = sorted(intent.succeeded)
-    # the degraded nodes the job was restarted away from (and that have not healed): it is not
-    # restarted again while it runs only on them (degraded_links.workers_to_move); None drops it
-    wanted["movedOffNodes"] = sorted(moved_off) if moved_off and not terminal else None
-    outcome = Outcome(
-        restarts=restarts,
-        restarting=frozenset(restarting) if not terminal else frozenset(),
-        terminal=terminal,  # type: ignore[arg-type]  # narrowed to the two terminal phases
-        terminal_reason=terminal_reason,
-        terminal_message=terminal_message,
-        create_error=create_error,
-        degraded_links=straggler,
-        stuck=stuck,
-        created_before=memory.created_before,
-        rdma=rdma,
-        admitted=(
-            None
-            if admission is None
-            else (admission.admitted and not admission.evicted, admission.reason, admission.message)
-        ),
-    )
-    wanted |= job_status(
-        job,
-        alive,
-        placement=dict(placement),
-        previous_conditions=list(status.get("conditions") or []),
-        outcome=outcome,
-        generation=int(body.meta.get("generation") or 0),
-        now=now,
-    )
-    for key, value in wanted.items():  # an unchanged job costs no API call
-        if status.get(key) != value and not (value is None and key not in status):
-            patch.status[key] = value
