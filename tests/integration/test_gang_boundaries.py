@@ -1,4 +1,4 @@
-"""Gangs made by another controller next to the rest of the cluster (issue 31), on the local
+"""Gangs made by another controller next to the rest of the cluster, on the local
 control plane: real kube-apiserver, kube-controller-manager and kube-scheduler (tpfabric's
 profile with the extender), kwok nodes and the real placer/extender process. No operator runs in
 this module: the tests make each TensorParallelJob's worker pods themselves, as another

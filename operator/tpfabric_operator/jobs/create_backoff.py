@@ -2,7 +2,8 @@
 
 A refusal (403: ResourceQuota, PodSecurity; 422: an invalid template) usually holds for every pod
 of the gang and for a while: posting the whole gang again at every reconcile cost a 64-worker
-job refused by PodSecurity 128 POSTs in two reconciles. So (issue 31):
+job refused by PodSecurity 128 POSTs in two reconciles. A refused gang must cost the API server
+little and hold no quota others could use, so:
 
 - a creation round stops at the first refusal: no pod is posted after it (only creations already
   in flight finish; ``apply_intent.create_pods``);

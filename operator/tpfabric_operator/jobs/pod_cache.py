@@ -1,12 +1,12 @@
 """The operator's view of its own worker pods: one list+watch in a thread of its own.
 
-kopf's pod watch parsed every event of every worker pod (full objects, managed fields and all)
-with the standard ``json`` module on the event loop that also runs every job's handlers and
-timers. In a burst of 100 jobs (1,100 pods, about six events each) that loop fell 12 to 30 s
-behind the API server, and a job showed ``Running`` that much after its pods did (issue 15,
-measured with ``tpfabric bench operator``). This cache reads the same pods (server-side
-filtered by the attempt label every worker keeps, kept failed ones included) with ``orjson`` in
-its own thread and keeps only what a reconcile reads: per job, its workers as
+kopf's pod watch parsed every event of every worker pod (full objects, managed fields and all) with
+the standard ``json`` module on the event loop that also runs every job's handlers and timers. In a
+burst of 100 jobs (1,100 pods, about six events each) that loop fell 12 to 30 s behind the API
+server, and a job showed ``Running`` that much after its pods did (measured with ``tpfabric bench
+operator``): a job's status must follow its pods within moments. This cache reads the same pods
+(server-side filtered by the attempt label every worker keeps, kept failed ones included) with
+``orjson`` in its own thread and keeps only what a reconcile reads: per job, its workers as
 :class:`~tpfabric_operator.jobs.job_state.WorkerPod` and its kept failed pods.
 
 ``synced`` is set after the first list; a reconcile waits for it (a restarted operator must

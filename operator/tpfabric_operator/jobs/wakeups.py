@@ -5,7 +5,8 @@ kopf runs a job's reconcile when the job changes and on a timer (every ``RECONCI
 its last worker became ready, and a failed worker was charged up to a tick late. In a burst the
 ticks also wait for kopf's few handler threads, which reconciles creating pods hold: the last
 stage of ``tpfabric bench operator`` (all workers Running → job Running) took 1.9 s for a
-256-worker gang and up to 11 s at p90 over 100 jobs (issue 15).
+256-worker gang and up to 11 s at p90 over 100 jobs. A job's status must follow its workers
+within moments, in a burst too.
 
 The pod cache calls :meth:`Waker.wake` for the changes a job's status shows at once
 (``pod_cache.shows_at_once``); the waker runs that job's reconcile on a small pool of its own:

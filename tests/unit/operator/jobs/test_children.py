@@ -100,7 +100,7 @@ def test_an_elastic_rendezvous_names_the_c10d_endpoint_and_no_node_rank() -> Non
 
 
 def test_each_attempt_has_a_rendezvous_of_its_own_and_a_replacement_joins_the_running_one() -> None:
-    # issue 31, item 16: a new attempt must never join the rendezvous of an older one whose
+    # a new attempt must never join the rendezvous of an older one whose
     # containers may still run; a ReplaceWorker replacement must join the running workers'
     job = a_job(launcher={"rendezvous": "c10d"})
     job.metadata["uid"] = "0123456789abcdef"

@@ -163,13 +163,14 @@ def test_a_gangs_pods_are_created_concurrently_in_order_and_a_409_is_ours_only_i
     assert len(outcomes) == 40
     assert outcomes[3] == (True, None)  # an earlier reconcile's pod of this job
     assert outcomes[4] == (False, None)  # an older job's pod of the same name
-    assert outcomes[5] == (False, None)  # nobody's (issue 31, item 14: never adopted)
+    assert outcomes[5] == (False, None)  # nobody's: never adopted
     assert all(ok for k, (ok, _) in enumerate(outcomes) if k not in (4, 5))
     assert 1 < pods.most_in_flight <= CREATE_CONCURRENCY
 
 
 def test_no_pod_is_posted_after_the_first_refusal() -> None:
-    # issue 31, item 11: a 64-worker job refused by PodSecurity was posted whole every reconcile
+    # a refused gang is not posted again whole: a 64-worker job refused by PodSecurity cost 128
+    # POSTs in two reconciles when it was
     manifests = [{"metadata": {"name": f"w-{k}", "namespace": "ns"}} for k in range(64)]
     pods = _Pods(existing={}, refuse={f"w-{k}" for k in range(64)})
     outcomes = _create_pods(pods, manifests, "uid-1")

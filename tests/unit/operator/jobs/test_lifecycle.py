@@ -60,7 +60,7 @@ def test_pods_of_an_older_job_with_the_same_name_are_deleted_and_block_creation(
 
 
 def test_pods_no_job_owns_are_neither_adopted_nor_deleted_and_block_creation() -> None:
-    # issue 31, item 14: left by `kubectl delete --cascade=orphan`; they are the user's now
+    # left by `kubectl delete --cascade=orphan`; they are the user's now
     orphans = gang("Running", "Running")
     intent = decide(a_job(workers=2), [], Memory(), now=NOW, foreign=orphans)
     assert (intent.create, intent.delete, intent.keep) == ([], [], [])
@@ -201,7 +201,7 @@ def test_a_job_that_may_not_restart_fails_on_the_first_loss() -> None:
 
 
 def test_a_pod_stuck_terminating_is_never_deleted_again_and_blocks_the_next_attempt() -> None:
-    # issue 31, item 16: its containers may still run on a kubelet that does not answer; the
+    # never force-deleted: its containers may still run on a kubelet that does not answer; the
     # old rule force-deleted it, and the next attempt started beside them
     stuck = replace(pod(1), deleting=True, delete_deadline=NOW - STUCK_AFTER_SECONDS - 1)
     fresh = replace(pod(2), deleting=True, delete_deadline=NOW - 1)
@@ -328,8 +328,8 @@ def test_an_ignored_failure_is_not_restarted_and_counts_as_finished() -> None:
 
 
 def test_one_incident_is_one_restart_for_either_strategy() -> None:
-    # issue 31, item 17: ReplaceWorker charged one restart per lost worker, RecreateGang one per
-    # incident; a node taking two workers with it is one incident under both
+    # one restart per incident under either strategy: a node taking two workers with it is one
+    # incident under both, not one per lost worker
     elastic = {"launcher": {"rendezvous": "c10d"}}
     for strategy in ("RecreateGang", "ReplaceWorker"):
         job = a_job(workers=4, failurePolicy={"restartStrategy": strategy}, **elastic)

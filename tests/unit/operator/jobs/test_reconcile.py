@@ -1,4 +1,5 @@
-"""One job's reconciles against a recording stand-in of the API server and the pod cache (issue 31).
+"""One job's reconciles against a recording stand-in of the API server and the pod cache: what a
+reconcile reads before it charges a loss, and what it writes.
 
 The stand-in keeps pods by name and the job's placement as the API server has it; the job's body
 is kopf's view, which the test moves forward by applying each reconcile's status patch. Pure
@@ -80,7 +81,7 @@ class Cluster:
         return dict(self.placement)
 
     def read_placement_state(self, namespace: str, name: str) -> str | None:
-        return self.placement.get("state")  # what the code before issue 31 read
+        return self.placement.get("state")  # kopf's view, which may lag the API server
 
     def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         return list(self.pods.values())
