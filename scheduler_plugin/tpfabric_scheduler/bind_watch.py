@@ -17,18 +17,25 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api.gang import GANG_KIND
+from tpfabric_core.api.placement import (
+    StoredPlacement,
+    create_refused,
+    finished,
+    ranks_moved,
+    refusal,
+    replanning,
+    status_attempt,
+)
 from tpfabric_core.placement.replacement import replan_ranks
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import CollectiveCost, GangPlan, ReplacementOptions
 from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_core.placement.topology import CLUSTER_LEVEL, ClusterTopology
-from tpfabric_scheduler.gang_request import refusals
-from tpfabric_scheduler.placement_status import parse_rfc3339, replanning_placement, rfc3339
+from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
 from tpfabric_scheduler.work import Cycle, PlacementWork, gang_request_of, plan_nodes
 from tpfabric_scheduler.writes import NotLeadingError, WritePipeline
@@ -36,7 +43,6 @@ from tpfabric_scheduler.writes import NotLeadingError, WritePipeline
 __all__ = [
     "BIND_TIMEOUT_SECONDS",
     "BindWatch",
-    "create_refused",
     "first_wait",
     "fits_reserved",
     "gone_ranks",
@@ -81,9 +87,9 @@ class BindWatch:
         replanning = set()
         for key, job in store.jobs.items():
             pods = store.workers.get(key, {}).values()
-            state = store.placement_of(job).get("state")
-            if state != "Replanning" and not (
-                job.kind == GANG_KIND and state != "Planned" and self._orphans(pods)
+            placement = store.placement_of(job)
+            if not placement.replanning and not (
+                job.kind == GANG_KIND and not placement.planned and self._orphans(pods)
             ):
                 continue
             replanning.add(job.uid)
@@ -143,7 +149,7 @@ class BindWatch:
         nodes = plan_nodes(item)
         if gone_ranks(nodes, cycle.snapshot.topology):
             return self._replace_gone(item, cycle, nodes)
-        refused = create_refused(item.job)
+        refused = create_refused(item.job.raw_status)
         if released is None or not (refused or self.bind_check_due(released, now)):
             return True
         with self.store.lock:  # what is bound now, not at the start of the cycle
@@ -184,7 +190,7 @@ class BindWatch:
         # bind there was refused by one of its own filters (pod affinity, ports, volumes...)
         said = {p.worker_index: p.unschedulable for p in members if p.unschedulable}
         turned_down = [
-            {"node": nodes[r], "reason": said[r][:300], "since": rfc3339(now)}
+            refusal(nodes[r], said[r][:300], rfc3339(now))
             for r in unbound
             if r not in taken and r < len(nodes) and r in said
         ]
@@ -221,7 +227,7 @@ class BindWatch:
             for p in item.members
             if p.worker_index in gone and p.node is None and not p.terminal and not p.deleting
         ]
-        replaced = dict(item.placement.get("replacedRanks") or {})
+        replaced = dict(item.placement.replaced_ranks)
         if self.replace_ranks(item, cycle, moves, nodes, replaced) is not None:
             return True
         if not running(item.members, topology):  # replace_ranks drops a plan that runs
@@ -253,9 +259,8 @@ class BindWatch:
         """
         job = item.job
         since = first_wait(item) if keep_wait else None
-        placement = replanning_placement(why, now, since)
-        if refused:
-            placement["refusedNodes"] = [*refusals(item.placement, now), *refused]
+        every = [*item.placement.refusals(now), *refused] if refused else None
+        placement = replanning(why, now, since, every)
         self.writes.write(job, item.placement, placement, "GangReplanning")
         # the gang's deletes go out together (a 32-worker gang must not take 32 round trips in
         # a row to drop), each by uid
@@ -281,7 +286,7 @@ class BindWatch:
         moves: list[PodRecord],
         nodes: list[str],
         replaced: dict[str, str],
-    ) -> dict[str, Any] | None:
+    ) -> StoredPlacement | None:
         """Return the plan with new nodes for ``moves`` (persisted), or None when none fit.
 
         ``replan_ranks`` keeps every other rank where it is and looks only inside the planned
@@ -318,18 +323,8 @@ class BindWatch:
             if rank in uids:
                 replaced[str(rank)] = uids[rank]
             notes.append(f"rank {rank} -> {answer.nodes_by_rank[rank]}")
-        updated = {
-            **placement,
-            "nodes": list(answer.nodes_by_rank),
-            "hops": answer.hops,
-            "modelledAllreduceUs": round(answer.cost.best_s * 1e6, 3),
-            "replacedRanks": replaced,
-            "releasedAt": rfc3339(self.clock()),
-            "message": f"{placement.get('message', '')}".split(" [replaced:")[0]
-            + f" [replaced: {', '.join(notes)}]",
-        }
-        self.writes.write(job, placement, updated, "WorkerReplanned")
-        return updated
+        updated = ranks_moved(placement, answer, replaced, notes, self.clock())
+        return self.writes.write(job, placement, updated, "WorkerReplanned")
 
 
 def fits_reserved(snapshot: CapacitySnapshot, node: str) -> bool:
@@ -360,7 +355,7 @@ def released_at(item: PlacementWork) -> float | None:
     A gang is planned once its first worker exists and the rest are released as the operator
     creates them, so the newest worker's creation counts as a release too.
     """
-    released = parse_rfc3339(item.placement.get("releasedAt") or item.placement.get("plannedAt"))
+    released = item.placement.released_time
     if released is None:
         return None
     # creationTimestamps are RFC 3339 in UTC: the newest sorts last as text
@@ -368,22 +363,8 @@ def released_at(item: PlacementWork) -> float | None:
     return released if newest is None else max(released, newest)
 
 
-def create_refused(job: JobRecord) -> str:
-    """Return why the API server refused to create a worker of ``job`` (its ``WorkersCreated``
-    condition, ``False`` with reason ``CreateFailed``: a quota, an admission policy), or ""."""
-    for condition in job.raw_status.get("conditions") or []:
-        if (
-            isinstance(condition, dict)
-            and condition.get("type") == "WorkersCreated"
-            and condition.get("status") == "False"
-            and condition.get("reason") == "CreateFailed"
-        ):
-            return str(condition.get("message") or "CreateFailed")
-    return ""
-
-
 def missing_ranks(
-    job: JobRecord, placement: Mapping[str, Any], members: Iterable[PodRecord]
+    job: JobRecord, placement: StoredPlacement, members: Iterable[PodRecord]
 ) -> list[int]:
     """Return the ranks of a planned gang that have no worker pod of the plan's own attempt yet.
 
@@ -391,13 +372,11 @@ def missing_ranks(
     an incident the operator replaces workers after a backoff and their ranks are missing on
     purpose. A finished job, or a plan persisted without its attempt, has none.
     """
-    plan_attempt = placement.get("attempt")
-    if job.job is None or not isinstance(plan_attempt, int):
+    plan_attempt = placement.attempt
+    if job.job is None or plan_attempt is None:
         return []
     status = job.raw_status
-    if status.get("phase") in ("Succeeded", "Failed") or int(status.get("attempt") or 0) != (
-        plan_attempt
-    ):
+    if finished(status) or status_attempt(status) != plan_attempt:
         return []
     present = {p.worker_index for p in members}
     return [rank for rank in range(job.job.spec.workers) if rank not in present]
@@ -406,16 +385,15 @@ def missing_ranks(
 def first_wait(item: PlacementWork) -> float | None:
     """Return when ``item``'s gang first waited for its plan, while the gang is still in the
     attempt the plan was made for (None after a restart: a new attempt waits afresh)."""
-    plan_attempt = item.placement.get("attempt")
-    attempt = item.job.raw_status.get("attempt")
-    if isinstance(plan_attempt, int) and int(attempt or 0) != plan_attempt:
+    plan_attempt = item.placement.attempt
+    if plan_attempt is not None and status_attempt(item.job.raw_status) != plan_attempt:
         return None
     if any(
-        p.attempt is not None and isinstance(plan_attempt, int) and p.attempt > plan_attempt
+        p.attempt is not None and plan_attempt is not None and p.attempt > plan_attempt
         for p in item.members
     ):
         return None
-    return parse_rfc3339(item.placement.get("waitingSince"))
+    return item.placement.waiting_since_time
 
 
 def gone_ranks(nodes: Iterable[str], topology: ClusterTopology) -> set[int]:
@@ -450,11 +428,12 @@ def _others(item: PlacementWork, ranks: set[int]) -> set[int]:
 
 
 def _plan_of(
-    placement: dict[str, Any], nodes: list[str], request: GangRequest, topology: ClusterTopology
+    placement: StoredPlacement, nodes: list[str], request: GangRequest, topology: ClusterTopology
 ) -> GangPlan:
     """Return the persisted plan as the engine's GangPlan (for ``replan_ranks``)."""
-    level = str(placement.get("level") or CLUSTER_LEVEL)
-    labels = placement.get("domainLabels") or {}
+    level = placement.level or CLUSTER_LEVEL
+    keys = {spec.name: spec.label_key for spec in topology.levels}
+    labels = placement.domain_labels_or_level(keys.get) or {}
     # the API server returns maps with sorted keys: the path follows the levels, top down
     path: tuple[str, ...] = ()
     for spec in topology.levels:
@@ -467,13 +446,13 @@ def _plan_of(
         job=request.name,
         policy="tpfabric",
         level=level,
-        domain=str(placement.get("domain") or CLUSTER_LEVEL),
+        domain=placement.domain or CLUSTER_LEVEL,
         domain_path=path,
         domain_labels=tuple((str(k), str(v)) for k, v in labels.items()),
         nodes_by_rank=tuple(nodes),
         gpus_per_worker=request.gpus_per_worker,
         rdma_per_worker=request.rdma_per_worker,
-        hops=int(placement.get("hops") or 0),
+        hops=placement.hops or 0,
         leaves_spanned=0,
         cost=CollectiveCost(0.0, 0.0, 0),
     )

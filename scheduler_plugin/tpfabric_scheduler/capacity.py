@@ -94,7 +94,7 @@ def planned_rings(store: ClusterStore) -> list[PlannedRing]:
     rings = []
     for _, job, placement in store.holding_plans():
         assert job.job is not None  # holding_plans yields valid jobs only
-        nodes = tuple(str(n) for n in placement.get("nodes") or [])
+        nodes = tuple(placement.nodes)
         if len(set(nodes)) > 1:
             rings.append((job.uid, nodes, job.job.spec.gpus_per_worker))
     return rings

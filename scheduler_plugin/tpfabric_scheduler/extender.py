@@ -39,9 +39,9 @@ import weakref
 from dataclasses import dataclass
 
 from tpfabric_core import labels
+from tpfabric_core.api.placement import NO_PLACEMENT, StoredPlacement
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
-from tpfabric_core.placement.topology import CLUSTER_LEVEL
 from tpfabric_scheduler.capacity import rank_demands
 from tpfabric_scheduler.protocol import MAX_SCORE, ExtenderArgs, FilterResult
 from tpfabric_scheduler.store import (
@@ -100,14 +100,10 @@ class WorkerView:
     other_ranks: dict[str, int]  # node -> rank, for the job's other ranks
 
 
-def _domain_path(placement: dict[str, object], level: str, domain: str) -> DomainPath:
+def _domain_path(placement: StoredPlacement) -> DomainPath:
     """Return the planned domain's label path: ``domainLabels``, else the level key (old plans)."""
-    domain_labels = placement.get("domainLabels")
-    if isinstance(domain_labels, dict) and domain_labels:
-        return tuple(sorted((str(k), str(v)) for k, v in domain_labels.items()))
-    if level == CLUSTER_LEVEL:
-        return ()
-    return ((labels.level_key(level), domain),)
+    domain_labels = placement.domain_labels_or_level(labels.level_key) or {}
+    return tuple(sorted(domain_labels.items()))
 
 
 def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
@@ -123,10 +119,10 @@ def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
         return None
     index = whole_number(index_text)
     job = store.jobs.get(key)
-    placement = store.placement_of(job) if job is not None else {}
-    nodes = [str(n) for n in placement.get("nodes") or []]
-    level = str(placement.get("level") or "")
-    domain = str(placement.get("domain") or "")
+    placement = store.placement_of(job) if job is not None else NO_PLACEMENT
+    nodes = placement.nodes
+    level = placement.level or ""
+    domain = placement.domain or ""
     planned = bool(level and domain and nodes)
     return WorkerView(
         job=job,
@@ -134,7 +130,7 @@ def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
         index=index,
         level=level if planned else None,
         domain=domain if planned else None,
-        domain_path=_domain_path(placement, level, domain) if planned else (),
+        domain_path=_domain_path(placement) if planned else (),
         planned_node=nodes[index] if index is not None and index < len(nodes) else None,
         other_ranks={n: r for r, n in enumerate(nodes) if r != index},
     )

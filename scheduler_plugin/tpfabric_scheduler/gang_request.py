@@ -13,17 +13,15 @@ from typing import Any, get_args
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.api.gang import Gang
+from tpfabric_core.api.placement import StoredPlacement
 from tpfabric_core.placement.pod_fit import node_matcher
 from tpfabric_core.placement.request import GangRequest, TopologyPolicy
 from tpfabric_core.placement.snapshot import TaintEffect, Toleration
-from tpfabric_core.timestamps import parse_rfc3339
 from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, PodRecord
 
 __all__ = [
-    "REFUSAL_SECONDS",
     "eligible_nodes",
     "gang_request",
-    "refusals",
     "refused_nodes",
     "tolerations_of",
 ]
@@ -47,24 +45,8 @@ def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
     return tuple(result)
 
 
-#: a refusal by kube-scheduler's own filters is remembered this long (what refused may change)
-REFUSAL_SECONDS = 600.0
-
-
-def refusals(placement: Mapping[str, Any], now: float) -> list[dict[str, str]]:
-    """Return the refusals ``placement`` records (``refusedNodes``) that have not expired."""
-    kept = []
-    for item in placement.get("refusedNodes") or []:
-        if not isinstance(item, Mapping):
-            continue
-        since = parse_rfc3339(item.get("since"))
-        if since is not None and now - since < REFUSAL_SECONDS and item.get("node"):
-            kept.append({str(k): str(v) for k, v in item.items()})
-    return kept
-
-
 def refused_nodes(
-    store: ClusterStore, placement: Mapping[str, Any], worker: PodRecord, now: float
+    store: ClusterStore, placement: StoredPlacement, worker: PodRecord, now: float
 ) -> frozenset[str]:
     """Return the nodes kube-scheduler's own filters refuse for a gang's worker now.
 
@@ -72,7 +54,7 @@ def refused_nodes(
     takes host ports, every node where a bound pod holds one of them (the NodePorts filter).
     Call with the store's lock held.
     """
-    nodes = {item["node"] for item in refusals(placement, now)}
+    nodes = {item["node"] for item in placement.refusals(now)}
     if worker.host_ports:
         nodes.update(
             node for node, ports in store.ports_used.items() if worker.host_ports & ports.keys()

@@ -19,17 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from tpfabric_core import labels
 from tpfabric_core.api.gang import GANG_KIND
+from tpfabric_core.api.models import HealthyRoom
+from tpfabric_core.api.placement import StoredPlacement, healthy_room
 from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig
 from tpfabric_core.placement.move_gain import MoveGain, move_gain
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.results import GangPlan, Unschedulable
 from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_core.placement.topology import ClusterTopology
-from tpfabric_scheduler.placement_status import rfc3339
 from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
 
 __all__ = [
@@ -59,7 +59,7 @@ class Mover:
     pods: tuple[PodRecord, ...]
     #: the nodes under its pods labelled degraded (empty: only a stale answer to clear)
     degraded: frozenset[str]
-    placement: dict[str, Any]
+    placement: StoredPlacement
     #: the engine's request for the whole gang (None with no degraded node)
     request: GangRequest | None
     #: the least rate its degraded nodes keep, as the fabric agent measured it (None: unmeasured)
@@ -69,7 +69,7 @@ class Mover:
 def movers(
     store: ClusterStore,
     degraded_nodes: frozenset[str],
-    request_of: Callable[[JobRecord, PodRecord, dict[str, Any]], GangRequest],
+    request_of: Callable[[JobRecord, PodRecord, StoredPlacement], GangRequest],
 ) -> list[Mover]:
     """Return the planned TensorParallelJobs with ``onDegradedLink`` restart-elsewhere or
     restart-when-it-pays, and the planned LeaderWorkerSet groups, whose whole gang is bound,
@@ -89,10 +89,9 @@ def movers(
         elif job.job.spec.topology.on_degraded_link not in RESTARTING:
             continue
         placement = store.placement_of(job)
-        if placement.get("state") != "Planned":
+        if not placement.planned:
             continue
-        planned = placement.get("nodes") or ()
-        if not placement.get("healthyRoom") and not any(n in degraded_nodes for n in planned):
+        if placement.healthy_room is None and not any(n in degraded_nodes for n in placement.nodes):
             continue
         pods = tuple(
             sorted(
@@ -103,7 +102,7 @@ def movers(
         if not pods or any(p.deleting or p.gated or p.node is None for p in pods):
             continue  # starting, restarting or leaving: nothing runs to be moved
         degraded = frozenset(str(p.node) for p in pods if p.node in degraded_nodes)
-        if not degraded and not placement.get("healthyRoom"):
+        if not degraded and placement.healthy_room is None:
             continue
         request = request_of(job, pods[0], placement) if degraded else None
         found.append(Mover(job, pods, degraded, placement, request, _kept(store, degraded)))
@@ -159,7 +158,7 @@ def gain_of(
     factor); None when where it runs is not known (a plan without nodes, a node gone from the
     topology)."""
     index_of = topology.index_of
-    here = [index_of.get(str(n)) for n in mover.placement.get("nodes") or ()]
+    here = [index_of.get(n) for n in mover.placement.nodes]
     there = [index_of.get(n) for n in plan.nodes_by_rank]
     if not here or None in here or None in there:
         return None
@@ -179,12 +178,12 @@ def answer(
     degraded: frozenset[str],
     now: float,
     gain: MoveGain | None = None,
-) -> dict[str, Any]:
+) -> HealthyRoom:
     """Return ``status.placement.healthyRoom`` for the check's ``result``: room is found only
     where the gang would run faster than where it runs (``gain``, when known)."""
     off = ", ".join(sorted(degraded))
+    found = False
     if isinstance(result, GangPlan) and gain is not None and not gain.faster:
-        found = False
         message = (
             f"no faster room for the whole gang: {result.level} '{result.domain}' has room off "
             f"{off}, but {gain.words}"
@@ -195,11 +194,5 @@ def answer(
         if gain is not None:
             message += f": {gain.words}"
     else:
-        found = False
         message = f"no healthy room for the whole gang: {result.summary}"
-    return {
-        "found": found,
-        "degradedNodes": sorted(degraded),
-        "message": message,
-        "since": rfc3339(now),
-    }
+    return healthy_room(found, degraded, message, now)

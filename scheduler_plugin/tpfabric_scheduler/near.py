@@ -123,11 +123,7 @@ def near_target(
     partners = [r for r in store.jobs.values() if _is_target(r, job, near.target)]
     placed: set[str] = set()
     for record in partners:
-        nodes = (
-            set(record.planned_nodes)
-            if store.placement_of(record).get("state") == "Planned"
-            else set()
-        )
+        nodes = set(record.planned_nodes) if store.placement_of(record).planned else set()
         nodes.update(
             p.node
             for p in store.workers.get(record.key, {}).values()

@@ -59,6 +59,23 @@ from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.api.gang import GANG_KIND
+from tpfabric_core.api.models import HealthyRoom
+from tpfabric_core.api.placement import (
+    NO_PLACEMENT,
+    StoredPlacement,
+    create_refused,
+    gang_problems,
+    invalid,
+    meaning_changed,
+    partner_waiting,
+    planned,
+    prepare_drop,
+    read_placement,
+    surge,
+    waiting,
+    waiting_message,
+    with_healthy_room,
+)
 from tpfabric_core.errors import InputError
 from tpfabric_core.gangs import not_opted_in
 from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig
@@ -68,11 +85,11 @@ from tpfabric_core.placement.results import GangPlan, Unschedulable
 from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_core.placement.steering import plan_expressions, widen_affinity
 from tpfabric_core.placement.topology import DEFAULT_LEVELS, ClusterTopology, LevelSpec
+from tpfabric_core.timestamps import parse_rfc3339
 from tpfabric_scheduler import healthy_room
 from tpfabric_scheduler.bind_watch import (
     BIND_TIMEOUT_SECONDS,
     BindWatch,
-    create_refused,
     first_wait,
     fits_reserved,
     gone_ranks,
@@ -91,15 +108,6 @@ from tpfabric_scheduler.gang_request import eligible_nodes, gang_request, refuse
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.near import PREFERRED_WAIT_SECONDS, NearTarget, near_target
-from tpfabric_scheduler.placement_status import (
-    changed,
-    invalid_placement,
-    parse_rfc3339,
-    partner_waiting_placement,
-    planned_placement,
-    rfc3339,
-    waiting_placement,
-)
 from tpfabric_scheduler.plan_inputs import RingFlows, typical_gang_gpus
 from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
 from tpfabric_scheduler.work import (
@@ -108,7 +116,6 @@ from tpfabric_scheduler.work import (
     PlacementWork,
     gang_request_of,
     plan_nodes,
-    previous_nodes,
 )
 from tpfabric_scheduler.writes import NotLeadingError, WritePipeline
 
@@ -264,7 +271,7 @@ class GangPlacer:
             gated = [p for p in live if p.gated and p.uid not in self._released]
             unbound = [p for p in live if p.node is None and not p.gated]
             placement = store.placement_of(job)
-            planned = placement.get("state") == "Planned"
+            planned = placement.planned
             if not members:
                 continue
             if (
@@ -278,7 +285,7 @@ class GangPlacer:
             if (
                 not planned
                 and len(gated) < job.job.spec.workers
-                and (create_refused(job) or _attempt_unknown(gated))
+                and (create_refused(job.raw_status) or _attempt_unknown(gated))
             ):
                 # plan once all workers exist: the API server refuses some (a quota), or the
                 # pods lack the attempt label (not made by this operator, or by one older than
@@ -287,7 +294,7 @@ class GangPlacer:
                 continue
             if job.kind == GANG_KIND and any(p.worker_index is None for p in live):
                 continue  # the operator writes a Gang's ranks once every pod of it exists
-            if job.kind == GANG_KIND and not planned and job.raw_status.get("problems"):
+            if job.kind == GANG_KIND and not planned and gang_problems(job.raw_status):
                 continue  # its record says what is wrong (two owners, one rank twice...)
             worker = (gated or live or members)[0]
             work.append(
@@ -330,7 +337,7 @@ class GangPlacer:
         store = store or self.store
         found = []
         for key, job in store.jobs.items():
-            if job.kind != GANG_KIND or job.job is None or store.placement_of(job):
+            if job.kind != GANG_KIND or job.job is None or store.placement_of(job).present:
                 continue
             if not store.gangs_allowed_in(job.namespace):
                 continue
@@ -364,9 +371,9 @@ class GangPlacer:
         except (InputError, ValueError) as err:
             log.warning("job %s: its running pods cannot be described: %s", job.key, err)
             return
-        placement = planned_placement(plan, self.clock())
+        placement = planned(plan, self.clock())
         try:
-            self._writes.write(job, {}, placement, "PlacementRecovered")
+            self._writes.write(job, NO_PLACEMENT, placement, "PlacementRecovered")
         except NotLeadingError:
             return
         except ApiException as err:
@@ -379,7 +386,7 @@ class GangPlacer:
         to be looked for (:mod:`.healthy_room`): new degraded nodes, or not looked at for
         RECHECK_SECONDS; and those whose answer is stale (no degraded node any more)."""
 
-        def request_of(job: JobRecord, worker: PodRecord, placement: dict[str, Any]) -> Any:
+        def request_of(job: JobRecord, worker: PodRecord, placement: StoredPlacement) -> Any:
             assert job.job is not None
             # the pods a restart makes ask what the running ones asked before their plan
             # narrowed them to its domain: the template, and what an admission added (Kueue's
@@ -402,7 +409,7 @@ class GangPlacer:
                 fresh,
                 self._eligible_of(store, job, fresh),
                 refused_nodes(store, placement, fresh, now),
-                previous=previous_nodes(placement),
+                previous=placement.last_nodes,
             )
 
         if self._degraded[0] != store.topology_generation:
@@ -433,18 +440,16 @@ class GangPlacer:
         frees is the queue's first (the benchmark: moving into room as it frees, ahead of the
         queue, made all jobs' mean JCT 19% worse on a lossy huge-jobs run).
         """
-        previous = mover.placement.get("healthyRoom") or None
-        again = isinstance(previous, dict) and previous.get("degradedNodes") == sorted(
-            mover.degraded
-        )
-        if again and previous.get("found") is True:  # type: ignore[union-attr]
+        previous = mover.placement.healthy_room
+        again = previous is not None and previous.degraded_nodes == sorted(mover.degraded)
+        if again and previous is not None and previous.found:
             return  # found: the operator restarts the job into it
-        room: dict[str, Any] | None = None
+        room: HealthyRoom | None = None
         if mover.degraded:
             if mover.request is None or cycle is None:
                 return
             room = self._room_now(mover, mover.request, cycle, queue_first=again and waiting > 0)
-            if room is None or (again and room["found"] is False):
+            if room is None or (again and not room.found):
                 return  # nothing to say, or the same answer: its words and time stay
         elif previous is None:
             return
@@ -457,7 +462,7 @@ class GangPlacer:
         cycle: Cycle,
         *,
         queue_first: bool,
-    ) -> dict[str, Any] | None:
+    ) -> HealthyRoom | None:
         """Return the answer for ``mover`` now (None: none to give: its request is invalid, or
         there is room but ``queue_first`` keeps it for the waiting gangs)."""
         now = self.clock()
@@ -481,17 +486,17 @@ class GangPlacer:
             gain = healthy_room.gain_of(cycle.snapshot.topology, mover, result, self.cost)
         return healthy_room.answer(result, mover.degraded, now, gain)
 
-    def _write_room(self, mover: healthy_room.Mover, room: dict[str, Any] | None) -> None:
+    def _write_room(self, mover: healthy_room.Mover, room: HealthyRoom | None) -> None:
         job = mover.job
         try:
-            self._writes.write(job, mover.placement, {**mover.placement, "healthyRoom": room}, "")
+            self._writes.write(job, mover.placement, with_healthy_room(mover.placement, room), "")
         except NotLeadingError:
             return
         except ApiException as err:
             log.warning("job %s: writing its healthy room failed: %s", job.key, err.reason)
             return
         if room is not None:
-            log.info("job %s: %s", job.key, room["message"])
+            log.info("job %s: %s", job.key, room.message)
 
     def suspended_with_plan(self, store: ClusterStore | None = None) -> list[JobRecord]:
         """Return suspended jobs that still carry a placement (to be dropped)."""
@@ -499,7 +504,7 @@ class GangPlacer:
         return [
             job
             for job in store.jobs.values()
-            if job.job is not None and job.job.spec.suspend and store.placement_of(job)
+            if job.job is not None and job.job.spec.suspend and store.placement_of(job).present
         ]
 
     # -- one cycle ---------------------------------------------------------------------------
@@ -626,9 +631,9 @@ class GangPlacer:
         try:
             # a suspended job has no pods; resuming plans the gang afresh
             self._writes.fence()
-            self.writer.patch_job_status(
-                job.namespace, job.name, {"placement": None}, plural=job.plural
-            )
+            drop = prepare_drop(NO_PLACEMENT)
+            assert drop.patch is not None
+            self.writer.patch_job_status(job.namespace, job.name, drop.patch, plural=job.plural)
             with self.store.lock:
                 self.store.record_plan(job, None)
         except NotLeadingError:
@@ -642,7 +647,7 @@ class GangPlacer:
         """Return True when the whole gang got a plan (persisted and released)."""
         job = item.job
         previous = item.placement
-        waiting_since = parse_rfc3339(previous.get("waitingSince")) or cycle.now
+        waiting_since = previous.waiting_since_time or cycle.now
         waited = max(0.0, cycle.now - waiting_since)
         if item.near is None and self._still_waiting(item, cycle.now, freed):
             # nothing it depends on changed since it last waited (a gang near another depends on
@@ -659,9 +664,7 @@ class GangPlacer:
             result = self._plan_near(cycle, item, request, waited)
             self.metrics.plan_seconds.observe(time.perf_counter() - started)
         except InputError as err:
-            self._writes.write(
-                job, previous, invalid_placement(f"{job.key}: {err}"), "InvalidTopology"
-            )
+            self._writes.write(job, previous, invalid(f"{job.key}: {err}"), "InvalidTopology")
             return False
         if isinstance(result, Unschedulable):
             return self._wait(
@@ -676,11 +679,14 @@ class GangPlacer:
         self._attempts.pop(job.uid, None)
         cycle.snapshot.allocate(result)
         attempts = [p.attempt for p in item.gated if p.attempt is not None]
-        placement = planned_placement(
-            result, self.clock(), max(attempts, default=None), waiting_since
+        placement = planned(
+            result,
+            self.clock(),
+            max(attempts, default=None),
+            waiting_since,
+            near=near.placed_words(self._domain_at(result, near.level)) if near else None,
         )
-        if near is not None:
-            placement["near"] = near.placed_words(self._domain_at(result, near.level))
+        plan_view = read_placement(placement)
         self.metrics.plans.labels("planned").inc()
         summary = result.explain().splitlines()[0]
 
@@ -690,10 +696,10 @@ class GangPlacer:
 
         def release() -> None:
             try:
-                self._writes.release(item, placement, item.gated)
+                self._writes.release(item, plan_view, item.gated)
             finally:
                 # the Event last: it is for people, and no worker of the gang waits for it
-                self._writes.event(job, "GangPlaced", placement)
+                self._writes.event(job, "GangPlaced", plan_view)
 
         self._writes.then_release(job, self._writes.persist(job, persist), release)
         return True
@@ -715,17 +721,18 @@ class GangPlacer:
         near = item.near
         # a surge group of a rolling update is extra, passing capacity: it never holds a domain
         # against the gangs behind it
-        hol = waited >= self.head_of_line_seconds and not _surge(job)
+        hol = waited >= self.head_of_line_seconds and not surge(job.raw_status)
         self.metrics.plans.labels("waiting").inc()
-        placement = waiting_placement(result, waiting_since)
+        message = waiting_message(result)
         if near is not None:
-            placement["message"] = near.waiting_words(placement["message"])
+            message = near.waiting_words(message)
         blocked = self._blocked_by_holds(cycle, request, waited)
         if blocked:
-            placement["message"] += f"; blocked: {blocked}"
+            message += f"; blocked: {blocked}"
         held = len(cycle.held_for_hol)
         if hol:
-            placement["message"] += self._hold_for_head_of_line(cycle, result, job, waiting_since)
+            message += self._hold_for_head_of_line(cycle, result, job, waiting_since)
+        placement = waiting(result, waiting_since, message)
         relax = result.relax_after_seconds
         self._attempts[job.uid] = _Attempt(
             freed,
@@ -737,14 +744,14 @@ class GangPlacer:
         # A job that already waits is rewritten at most every WAITING_REWRITE_SECONDS: in a
         # busy cluster its best domain's count changes with every pod, and rewriting every
         # waiting job every cycle would starve the plans of new gangs of API time.
-        first = previous.get("state") != "Waiting"
+        first = not previous.waiting
         last = self._waiting_written.get(job.uid, 0.0)
         due = first or self.clock() - last >= WAITING_REWRITE_SECONDS
-        if due and changed(previous, placement):
+        if due and meaning_changed(previous, placement):
             self._writes.write(job, previous, placement, "WaitingForCapacity" if first else "")
             self._waiting_written[job.uid] = self.clock()
             log.info("job %s waits: %s", job.key, result.summary)
-            self._tell_pods(item, placement)
+            self._tell_pods(item, message)
         return False
 
     def _plan_near(
@@ -795,16 +802,15 @@ class GangPlacer:
             else f"up to {PREFERRED_WAIT_SECONDS:g} s, to be in the same {near.level} "
             "(near, preferred"
         )
-        placement = partner_waiting_placement(
-            f"waits for {near.target!r} to be placed: {how}; found: {found})", since
-        )
-        if changed(item.placement, placement):
-            first = item.placement.get("state") != "Waiting"
+        message = f"waits for {near.target!r} to be placed: {how}; found: {found})"
+        placement = partner_waiting(message, since)
+        if meaning_changed(item.placement, placement):
+            first = not item.placement.waiting
             self._writes.write(job, item.placement, placement, "WaitingForPartner" if first else "")
-            self._tell_pods(item, placement)
+            self._tell_pods(item, message)
         return False
 
-    def _tell_pods(self, item: PlacementWork, placement: dict[str, Any]) -> None:
+    def _tell_pods(self, item: PlacementWork, message: str) -> None:
         """Post one ``GangWaiting`` Event on each gated worker not told yet, in the words of the
         job's ``status.placement``: ``kubectl describe pod`` then says why the pod waits, not
         only ``SchedulingGated``. Once per pod (a waiting gang's message changes with every
@@ -819,7 +825,7 @@ class GangPlacer:
         )
         words = (
             f"waits with its gang, {kind} {item.job.name} (kubectl describe {short} "
-            f"{item.job.name}): {placement.get('message', '')}"
+            f"{item.job.name}): {message}"
         )
 
         def tell() -> None:
@@ -904,13 +910,13 @@ class GangPlacer:
         job = item.job
         placement = item.placement
         nodes = plan_nodes(item)
-        planned_at = parse_rfc3339(placement.get("plannedAt"))
-        replaced = dict(placement.get("replacedRanks") or {})
-        plan_attempt = placement.get("attempt")
+        planned_at = placement.planned_at_time
+        replaced = dict(placement.replaced_ranks)
+        plan_attempt = placement.attempt
         bound = running(item.members, cycle.snapshot.topology)
         moves: list[PodRecord] = []
         held: list[PodRecord] = []  # a Gang's pods whose planned node an old pod still leaves
-        made_again = job.kind == GANG_KIND and not isinstance(plan_attempt, int)
+        made_again = job.kind == GANG_KIND and plan_attempt is None
         for pod in item.gated:
             rank = pod.worker_index
             if rank is None or rank >= len(nodes):
@@ -920,7 +926,7 @@ class GangPlacer:
                 if way != "release":
                     (held if way == "wait" else moves).append(pod)
                 continue
-            if isinstance(plan_attempt, int) and pod.attempt is not None:
+            if plan_attempt is not None and pod.attempt is not None:
                 # planned from the gang's first worker: the rest of its attempt is released onto
                 # the plan as the operator creates it; a later attempt's pod is a replacement
                 later = pod.attempt > plan_attempt
@@ -939,7 +945,7 @@ class GangPlacer:
             if updated is None:
                 # nothing of the gang runs yet and its domain has no room: plan it whole again
                 # (the same work, its refused nodes and its near target kept, with no plan)
-                again = {**placement, "waitingSince": rfc3339(first_wait(item) or cycle.now)}
+                again = placement.with_waiting_since(first_wait(item) or cycle.now)
                 return self._plan_gang(replace(item, placement=again, reservations=[]), cycle, -1)
             placement = updated
         if made_again and not held:
@@ -987,9 +993,9 @@ class GangPlacer:
         """
         attempt = self._attempts.get(item.job.uid)
         previous = item.placement
-        if attempt is None or previous.get("state") != "Waiting":
+        if attempt is None or not previous.waiting:
             return False
-        waiting_since = parse_rfc3339(previous.get("waitingSince")) or now
+        waiting_since = previous.waiting_since_time or now
         hol = max(0.0, now - waiting_since) >= self.head_of_line_seconds
         return (
             attempt.freed_generation == freed
@@ -1008,7 +1014,7 @@ class GangPlacer:
         ran. Past that (a pod stuck terminating) it is planned with what is free.
         """
         uid = item.job.uid
-        previous = set(previous_nodes(item.placement))
+        previous = set(item.placement.last_nodes)
         leaving = [
             p.name
             for p in item.members
@@ -1050,7 +1056,7 @@ class GangPlacer:
         released = released_at(item)  # without a time, watch_binding never looks
         if (
             released is not None
-            and create_refused(item.job)
+            and create_refused(item.job.raw_status)
             and missing_ranks(item.job, item.placement, item.members)
         ):
             return True  # a refused worker drops a plan made before the gang was whole
@@ -1068,25 +1074,17 @@ def returning_nodes(
     held: dict[int, tuple[str, str]] = {}
     for job in store.jobs.values():
         placement = store.placement_of(job)
-        if placement.get("state") not in ("Replanning", "Waiting"):
+        if not (placement.replanning or placement.waiting):
             continue
-        since = parse_rfc3339(placement.get("waitingSince"))
-        nodes = placement.get("previousNodes") or []
+        since = placement.waiting_since_time
+        nodes = placement.previous_nodes
         if since is None or not nodes or now - since >= RETURN_GRACE_SECONDS:
             continue
         for node in nodes:
-            index = topology.index_of.get(str(node))
+            index = topology.index_of.get(node)
             if index is not None:
                 held.setdefault(index, (job.created, job.key))
     return held
-
-
-def _surge(job: JobRecord) -> bool:
-    """Return whether the operator marks the record a surge group (condition ``Surge``)."""
-    return any(
-        isinstance(c, dict) and c.get("type") == "Surge" and c.get("status") == "True"
-        for c in job.raw_status.get("conditions") or []
-    )
 
 
 def _attempt_unknown(pods: Iterable[PodRecord]) -> bool:

@@ -9,7 +9,7 @@ Pure data: no I/O here.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,13 @@ from tpfabric_core.api import (
     TensorParallelJob,
 )
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL, Gang
+from tpfabric_core.api.placement import (
+    NO_PLACEMENT,
+    StoredPlacement,
+    finished,
+    placement_of_status,
+    read_placement,
+)
 from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, bandwidth_kept, read_detail
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
@@ -221,6 +228,8 @@ class JobRecord:
     raw_status: dict[str, Any] = field(default_factory=dict)
     created: str = ""  # metadata.creationTimestamp (RFC 3339 sorts as text)
     kind: str = KIND
+    #: ``status.placement`` as stored, read once per version of the object
+    placement: StoredPlacement = NO_PLACEMENT
 
     @property
     def key(self) -> str:
@@ -237,9 +246,7 @@ class JobRecord:
     @property
     def planned_nodes(self) -> list[str]:
         """Return the persisted node of each rank (empty when there is no plan)."""
-        placement = self.raw_status.get("placement") or {}
-        nodes = placement.get("nodes") or []
-        return [str(n) for n in nodes]
+        return self.placement.nodes
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> JobRecord:
@@ -247,8 +254,8 @@ class JobRecord:
         meta = obj["metadata"]
         kind = GANG_KIND if obj.get("kind") == GANG_KIND else KIND
         try:
-            # the spec decides what to plan; the status is read raw (a status this version does
-            # not know must never hide a job from the placer)
+            # the spec decides what to plan; the status is read tolerantly (a status this
+            # version does not know must never hide a job from the placer)
             body = {k: v for k, v in obj.items() if k != "status"}
             job: TensorParallelJob | Gang | None = (
                 Gang.model_validate(body)
@@ -258,6 +265,7 @@ class JobRecord:
             reason = ""
         except ValidationError as err:
             job, reason = None, str(err.errors()[0]["msg"])
+        status = dict(obj.get("status") or {})
         return cls(
             namespace=meta.get("namespace", "default"),
             name=meta["name"],
@@ -265,9 +273,10 @@ class JobRecord:
             generation=int(meta.get("generation") or 0),
             job=job,
             invalid_reason=reason,
-            raw_status=dict(obj.get("status") or {}),
+            raw_status=status,
             created=str(meta.get("creationTimestamp") or ""),
             kind=kind,
+            placement=placement_of_status(status),
         )
 
 
@@ -297,7 +306,7 @@ class ClusterStore:
         #: fit, so it is not re-planned for those (in a busy cluster, most changes)
         self.freed_generation = 0
         #: plans written by the placer that the job watch has not delivered yet: job uid -> plan
-        self.fresh_plans: dict[str, dict[str, Any]] = {}
+        self.fresh_plans: dict[str, StoredPlacement] = {}
         #: the namespaces that opted in to gangs of other controllers (``tpfabric.io/gangs=
         #: enabled``); None while they are not watched (every namespace counts as opted in)
         self.gang_namespaces: frozenset[str] | None = None
@@ -498,21 +507,24 @@ class ClusterStore:
 
     # -- plans -------------------------------------------------------------------------------
 
-    def record_plan(self, job: JobRecord, placement: dict[str, Any] | None) -> None:
+    def record_plan(
+        self, job: JobRecord, placement: StoredPlacement | Mapping[str, Any] | None
+    ) -> None:
         """Remember a placement just written for ``job`` until its watch event arrives.
 
         Keyed by the job's uid, so a job deleted and created again under the same name never
         sees the old job's plan. ``None`` records that the plan was dropped.
         """
-        self.fresh_plans[job.uid] = dict(placement) if placement else {}
+        fresh = read_placement(placement)
+        self.fresh_plans[job.uid] = fresh
         self.generation += 1
         self.capacity_generation += 1
-        if not placement or placement.get("state") != "Planned":
+        if not fresh.planned:
             self.freed_generation += 1
 
-    def placement_of(self, job: JobRecord) -> dict[str, Any]:
+    def placement_of(self, job: JobRecord) -> StoredPlacement:
         """Return the job's placement: the placer's fresh write if the watch lags, else stored."""
-        stored: dict[str, Any] = job.raw_status.get("placement") or {}
+        stored = job.placement
         fresh = self.fresh_plans.get(job.uid)
         if fresh is None:
             return stored
@@ -521,16 +533,16 @@ class ClusterStore:
             return stored
         return fresh
 
-    def holding_plans(self) -> Iterator[tuple[str, JobRecord, dict[str, Any]]]:
+    def holding_plans(self) -> Iterator[tuple[str, JobRecord, StoredPlacement]]:
         """Yield (key, job, placement) of every job whose plan holds nodes: valid, not
         suspended, not finished (a finished job holds nothing, whatever its plan says)."""
         for key, job in self.jobs.items():
             if job.job is None or job.job.spec.suspend:
                 continue
-            if job.raw_status.get("phase") in ("Succeeded", "Failed"):
+            if finished(job.raw_status):
                 continue
             placement = self.placement_of(job)
-            if placement.get("state") == "Planned":
+            if placement.planned:
                 yield key, job, placement
 
     def reservations(self) -> dict[str, tuple[tuple[str, int], ...]]:
@@ -554,9 +566,9 @@ class ClusterStore:
                 for pod in self.workers.get(key, {}).values()
                 if pod.node is not None or pod.terminal
             }
-            for rank, node in enumerate(placement.get("nodes") or []):
+            for rank, node in enumerate(placement.nodes):
                 if rank not in settled:
-                    held.setdefault(str(node), []).append((key, rank))
+                    held.setdefault(node, []).append((key, rank))
         frozen = {node: tuple(holders) for node, holders in held.items()}
         self._reservations = (self.capacity_generation, frozen)
         return frozen
@@ -660,7 +672,7 @@ def _frees(old: PodRecord, new: PodRecord) -> bool:
 
 def _holds(job: JobRecord) -> bool:
     """Return whether the job's stored plan holds nodes."""
-    return (job.raw_status.get("placement") or {}).get("state") == "Planned"
+    return job.placement.planned
 
 
 def _placement_facts(pod: PodRecord) -> tuple[object, ...]:
@@ -678,13 +690,13 @@ def _placement_facts(pod: PodRecord) -> tuple[object, ...]:
 
 def _job_facts(job: JobRecord) -> tuple[object, ...]:
     """Return what of a job matters to planning: its spec and plan, not other status."""
-    placement = job.raw_status.get("placement") or {}
+    placement = job.placement
     spec = job.job.spec.model_dump() if job.job is not None else job.invalid_reason
-    return (job.uid, job.generation, spec, placement.get("state"), placement.get("nodes"))
+    return (job.uid, job.generation, spec, placement.state, placement.nodes)
 
 
-def _same_plan(stored: dict[str, Any], fresh: dict[str, Any]) -> bool:
+def _same_plan(stored: StoredPlacement, fresh: StoredPlacement) -> bool:
     """Return whether the stored placement is the fresh one (or a later write of the placer)."""
-    if not fresh:
-        return not stored or stored.get("state") != "Planned"
-    return stored.get("state") == fresh.get("state") and stored.get("nodes") == fresh.get("nodes")
+    if not fresh.present:
+        return not stored.planned
+    return stored.state == fresh.state and stored.nodes == fresh.nodes

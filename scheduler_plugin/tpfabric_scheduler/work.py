@@ -5,20 +5,19 @@ Plain data read from one view of the store; nothing here writes or talks to the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from tpfabric_core.api.placement import StoredPlacement
 from tpfabric_core.placement.cost import UplinkLoad
 from tpfabric_core.placement.request import GangRequest
 from tpfabric_core.placement.snapshot import CapacitySnapshot
+from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.capacity import Reservation
 from tpfabric_scheduler.gang_request import gang_request
 from tpfabric_scheduler.near import NearTarget
-from tpfabric_scheduler.placement_status import rfc3339
 from tpfabric_scheduler.store import JobRecord, PodRecord
 
-__all__ = ["Cycle", "Hold", "PlacementWork", "gang_request_of", "plan_nodes", "previous_nodes"]
+__all__ = ["Cycle", "Hold", "PlacementWork", "gang_request_of", "plan_nodes"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class PlacementWork:
     job: JobRecord
     members: list[PodRecord]
     gated: list[PodRecord]
-    placement: dict[str, Any]
+    placement: StoredPlacement
     reservations: list[Reservation]
     eligible: frozenset[str] | None
     priority: int
@@ -40,7 +39,7 @@ class PlacementWork:
     @property
     def planned(self) -> bool:
         """Return whether the job has a plan (persisted or just written)."""
-        return self.placement.get("state") == "Planned"
+        return self.placement.planned
 
 
 @dataclass(frozen=True)
@@ -86,16 +85,10 @@ def gang_request_of(item: PlacementWork) -> GangRequest:
         worker,
         item.eligible,
         item.refused,
-        previous=previous_nodes(item.placement),
+        previous=item.placement.last_nodes,
     )
 
 
 def plan_nodes(item: PlacementWork) -> list[str]:
     """Return the planned node of each rank of ``item`` (empty without a plan)."""
-    return [str(n) for n in item.placement.get("nodes") or []]
-
-
-def previous_nodes(placement: Mapping[str, Any]) -> tuple[str, ...]:
-    """Return the nodes of the gang's plan, or of its last plan while it has none."""
-    nodes = placement.get("nodes") or placement.get("previousNodes") or ()
-    return tuple(str(n) for n in nodes if n)
+    return list(item.placement.nodes)

@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ConfigDict, PrivateAttr, ValidationError
 
-from tpfabric_core.api.models import Placement
+from tpfabric_core.api.models import HealthyRoom, Placement
 from tpfabric_core.input_limits import whole_number
-from tpfabric_core.placement.topology import CLUSTER_LEVEL
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 
 if TYPE_CHECKING:
@@ -63,6 +62,7 @@ __all__ = [
     "refusal",
     "replanning",
     "status_attempt",
+    "stored_status",
     "surge",
     "waiting",
     "waiting_message",
@@ -91,6 +91,9 @@ MAX_REASONS: Final = 5
 #: (another tenant's pod, a volume) may change
 REFUSAL_SECONDS: Final = 600.0
 
+#: the level of a plan over the whole cluster: the engine's ``CLUSTER_LEVEL``, named again here
+#: so that reading a status never imports the engine (a test holds the two equal)
+CLUSTER_LEVEL: Final = "cluster"
 #: what a write compares to decide whether the stored placement's meaning changes (a time alone,
 #: a plan's hops or its term never do)
 _MEANING: Final = (
@@ -363,6 +366,13 @@ def planned(
     return placement
 
 
+def stored_status(placement: Placement) -> dict[str, Any]:
+    """Return the status field a whole ``placement``, typed, is stored as (camelCase keys,
+    fields at their defaults left out): what a fake API server or a benchmark's fixture
+    serves."""
+    return {"placement": placement.model_dump(by_alias=True, exclude_defaults=True)}
+
+
 def _unplanned(state: str, message: str, **fields: Any) -> dict[str, Any]:
     """Return a placement without a plan: every plan field cleared (a merge patch removes them)."""
     return {
@@ -466,20 +476,17 @@ def ranks_moved(
     }
 
 
-def healthy_room(found: bool, degraded: Iterable[str], message: str, now: float) -> dict[str, Any]:
+def healthy_room(found: bool, degraded: Iterable[str], message: str, now: float) -> HealthyRoom:
     """Return ``healthyRoom``: whether the running gang has room off its ``degraded`` nodes,
     why, and since when."""
-    return {
-        "found": found,
-        "degradedNodes": sorted(degraded),
-        "message": message,
-        "since": rfc3339(now),
-    }
+    return HealthyRoom(
+        found=found, degraded_nodes=sorted(degraded), message=message, since=rfc3339(now)
+    )
 
 
-def with_healthy_room(previous: StoredPlacement, room: Mapping[str, Any] | None) -> dict[str, Any]:
+def with_healthy_room(previous: StoredPlacement, room: HealthyRoom | None) -> dict[str, Any]:
     """Return ``previous`` with its ``healthyRoom`` answer replaced (None clears it)."""
-    return {**previous.raw, "healthyRoom": room}
+    return {**previous.raw, "healthyRoom": room.model_dump(by_alias=True) if room else None}
 
 
 # -- the rules of every write ---------------------------------------------------------------

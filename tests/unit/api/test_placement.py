@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tpfabric_core import labels
+from tpfabric_core.api import Placement
 from tpfabric_core.api import placement as status
 from tpfabric_core.api.placement import (
     MAX_REASONS,
@@ -17,6 +18,7 @@ from tpfabric_core.api.placement import (
     prepare_write,
     read_placement,
 )
+from tpfabric_core.placement import topology
 from tpfabric_core.placement.results import (
     CollectiveCost,
     DomainShortfall,
@@ -124,6 +126,10 @@ def test_the_domain_is_read_by_every_level_label_else_by_the_level_of_an_older_p
     assert stored(level="rack", domain="r1").domain_labels_or_level(key_of) is None
     assert stored(level="leaf").domain_labels_or_level(key_of) is None
     assert stored(level="cluster", domain="cluster").domain_labels_or_level(key_of) == {}
+
+
+def test_the_cluster_level_is_the_engine_s() -> None:
+    assert status.CLUSTER_LEVEL == topology.CLUSTER_LEVEL
 
 
 def test_the_plan_level_is_node_on_one_node_else_the_level_else_cluster() -> None:
@@ -242,15 +248,24 @@ def test_moved_ranks_say_their_moves_once_in_the_message() -> None:
 
 def test_a_healthy_room_answer_replaces_the_old_one() -> None:
     room = status.healthy_room(True, {"n2", "n1"}, "leaf 'l2' has room", NOW)
-    assert room == {
+    written = {
         "found": True,
         "degradedNodes": ["n1", "n2"],
         "message": "leaf 'l2' has room",
         "since": rfc3339(NOW),
     }
-    before = stored(state="Planned", nodes=["n1"], healthyRoom={**room, "found": False})
-    assert status.with_healthy_room(before, room)["healthyRoom"] == room
-    assert status.with_healthy_room(before, None)["nodes"] == ["n1"]
+    before = stored(state="Planned", nodes=["n1"], healthyRoom={**written, "found": False})
+    assert status.with_healthy_room(before, room)["healthyRoom"] == written
+    cleared = status.with_healthy_room(before, None)
+    assert (cleared["healthyRoom"], cleared["nodes"]) == (None, ["n1"])
+
+
+def test_a_whole_typed_placement_is_stored_in_camel_case_without_its_defaults() -> None:
+    typed = Placement(state="Planned", level="leaf", domain="l1", nodes=["n1"], hops=1)
+    stored_status = status.stored_status(typed)
+    form = {"state": "Planned", "level": "leaf", "domain": "l1", "nodes": ["n1"], "hops": 1}
+    assert stored_status == {"placement": form}
+    assert status.placement_of_status(stored_status).nodes == ["n1"]
 
 
 # -- every write: what it carries, when it is sent, what it tests -----------------------------

@@ -9,7 +9,7 @@ from typing import Any
 from builders import a_job, a_node, a_worker
 from kubernetes.client.rest import ApiException
 
-from tpfabric_scheduler.placement_status import rfc3339
+from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.store import JOB_LABEL, ClusterStore
 
 __all__ = [

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from placer_world import NOW, a_worker, gang, make_workers, placement, two_leaves
 
-from tpfabric_scheduler.placement_status import rfc3339
+from tpfabric_core.timestamps import rfc3339
 
 
 def _busy(store: Any, *nodes: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from placer_world import NOW, a_worker, half_node_gang, make_workers, placement, two_leaves
 
-from tpfabric_scheduler.placement_status import rfc3339
+from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.store import JOB_LABEL
 
 PORTS_REFUSED = (
