@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tpfabric_core.api.models import HealthyRoom
 from tpfabric_core.fabric.link_publish import (
     CONDITION_TYPE,
     DETAIL_ANNOTATION,
@@ -116,12 +117,13 @@ def straggler_message(ranks: list[RankOnDegradedNode]) -> str:
     return "straggler risk: " + " | ".join(parts)
 
 
-def room_elsewhere(room: Mapping[str, Any] | None, ranks: list[RankOnDegradedNode]) -> str:
+def room_elsewhere(room: HealthyRoom | None, ranks: list[RankOnDegradedNode]) -> str:
     """Return why the job cannot move off the degraded nodes of ``ranks`` now ("" when it can):
-    the placer's answer (``healthyRoom``) must be for those nodes and have found room."""
+    the placer's answer (``status.placement.healthyRoom``, read typed) must be for those nodes
+    and have found room."""
     nodes = {r.node for r in ranks}
-    if not isinstance(room, Mapping) or not nodes <= set(room.get("degradedNodes") or ()):
+    if room is None or not nodes <= set(room.degraded_nodes):
         return "the placer has not looked for healthy room elsewhere yet"
-    if room.get("found") is not True:
-        return str(room.get("message") or "no healthy room for the whole gang")
+    if not room.found:
+        return room.message or "no healthy room for the whole gang"
     return ""

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpfabric_core.api.placement import placement_of_status
 from tpfabric_core.gangs import not_opted_in
 from tpfabric_operator.fabric_health import RankOnDegradedNode
 from tpfabric_operator.gangs.owners import Identity, record_size
@@ -144,7 +145,7 @@ def sync_intent(
     )
     ranks = ranks_to_write(pods, size, identity.layout) if not problems else {}
     stored = record.get("status") or {}
-    status = record_status(pods, size, stored.get("placement") or {}, problems)
+    status = record_status(pods, size, placement_of_status(stored), problems)
     life = record_life(
         identity.first,
         pods,

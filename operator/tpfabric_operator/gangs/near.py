@@ -13,6 +13,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from tpfabric_core.api.placement import placement_of_status
+
 __all__ = ["NearBy", "near_line"]
 
 
@@ -21,8 +23,8 @@ def near_line(name: str, body: Mapping[str, Any] | None) -> tuple[str, str]:
     record shows of it ("" while it has no plan that says where)."""
     near = ((body or {}).get("spec") or {}).get("near") or {}
     target = str(near.get("target") or "")
-    placement = ((body or {}).get("status") or {}).get("placement") or {}
-    words = str(placement.get("near") or "") if placement.get("state") == "Planned" else ""
+    placement = placement_of_status((body or {}).get("status"))
+    words = (placement.near or "") if placement.planned else ""
     return target, f"{name}: {words}" if words else ""
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from tpfabric_core.api import API_VERSION
 from tpfabric_core.api.gang import GANG_KIND
+from tpfabric_core.api.placement import StoredPlacement, read_placement, with_gang_problems
 from tpfabric_core.gangs import (
     GANG_NAME_LABEL,
     JOBSET_JOB_INDEX,
@@ -213,24 +214,29 @@ def record_manifest(
 
 
 def record_status(
-    pods: Sequence[GangPod], size: int, placement: Mapping[str, Any], problems: Sequence[str]
+    pods: Sequence[GangPod],
+    size: int,
+    placement: StoredPlacement | Mapping[str, Any],
+    problems: Sequence[str],
 ) -> dict[str, Any]:
-    """Return what the operator writes into a record's status (the placer owns ``placement``)."""
+    """Return what the operator writes into a record's status (the placer owns ``placement``,
+    read here typed)."""
     ready = sum(1 for p in pods if p.ready)
     ranks = [p.rank for p in pods if p.rank is not None]
     problems = list(problems)
     if len(set(ranks)) < len(ranks):
         twice = sorted({r for r in ranks if ranks.count(r) > 1})
         problems.append(f"{RANK_LABEL}: ranks {twice} are held by more than one pod")
-    state = placement.get("state")
     if problems:
         phase = "Invalid"
     elif len(pods) >= size and all(p.phase == "Running" for p in pods):
         phase = "Running"
-    elif state == "Planned":
+    elif read_placement(placement).planned:
         phase = "Placed"
     elif len(pods) < size:
         phase = "Pending"
     else:
         phase = "Waiting"
-    return {"phase": phase, "ready": f"{ready}/{size}", "pods": len(pods), "problems": problems}
+    return with_gang_problems(
+        {"phase": phase, "ready": f"{ready}/{size}", "pods": len(pods)}, problems
+    )

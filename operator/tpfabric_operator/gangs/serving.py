@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpfabric_core.api.placement import SURGE, placement_of_status
 from tpfabric_core.gangs import LWS_GROUP_INDEX, ON_DEGRADED_ANNOTATION
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.rdma_default import rdma_condition
@@ -337,11 +338,11 @@ def record_life(
                 else "no node under the group is degraded now",
             )
         )
+    placement = placement_of_status(stored)
     index = group_index(first.labels) if lws is not None else None
-    waiting = ((stored.get("placement") or {}).get("state")) == "Waiting"
-    surge = surge_message(index, lws, waiting=waiting) if lws is not None else ""
+    surge = surge_message(index, lws, waiting=placement.waiting) if lws is not None else ""
     if surge:
-        conditions.append(condition("Surge", True, "RollingUpdate", surge))
+        conditions.append(condition(SURGE, True, "RollingUpdate", surge))
     degraded_nodes = frozenset(r.node for r in degraded)
     move_over = False
     if moving is not None and moving.group == member.gang:
@@ -362,9 +363,7 @@ def record_life(
             others_unready=unready,
             moving=moving.group if moving is not None else None,
             placed_back=sorted(placed_back or ()),
-            no_room=room_elsewhere((stored.get("placement") or {}).get("healthyRoom"), degraded)
-            if degraded
-            else "",
+            no_room=room_elsewhere(placement.healthy_room, degraded) if degraded else "",
         )
         if move is not None:
             if move.now:

@@ -22,6 +22,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.api.placement import CREATE_FAILED, StoredPlacement
 from tpfabric_core.rdma_default import NodeOffer, RdmaDecision
 from tpfabric_operator.jobs.born_released import create_gang
 from tpfabric_operator.jobs.children import headless_service, worker_pod
@@ -80,7 +81,7 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
     *,
     memory: Memory,
     owned: list[WorkerPod],
-    placement: Mapping[str, Any],
+    placement: StoredPlacement,
     indexes: Mapping[str, Any],
     now: float,
     pod_set: Callable[[], PodSetInfo] | None = None,
@@ -147,7 +148,7 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
         placement,
         whole_gang=whole,
         slow_start=streak is not None,
-        nodes=node_offers(indexes) if manifests and placement else None,  # rails to tell
+        nodes=node_offers(indexes) if manifests and placement.present else None,  # rails to tell
     )
     intent.create = [index for index, (ok, _) in zip(intent.create, outcomes, strict=True) if ok]
     if intent.create:
@@ -155,7 +156,7 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
     refusal = next((why for _, why in outcomes if why), None)
     if refusal is not None:
         error = state.create_backoff.refused(uid, refusal, now).message()
-        state.warn(body, "CreateFailed", refusal)
+        state.warn(body, CREATE_FAILED, refusal)
     elif manifests and all(ok for ok, _ in outcomes):
         state.create_backoff.done(uid)
     return error
@@ -240,7 +241,7 @@ def create_pods(
     state: OperatorState,
     manifests: list[dict[str, Any]],
     uid: str,
-    placement: Mapping[str, Any] | None = None,
+    placement: StoredPlacement | Mapping[str, Any] | None = None,
     *,
     whole_gang: bool = True,
     slow_start: bool = False,

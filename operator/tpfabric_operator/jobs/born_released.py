@@ -35,10 +35,18 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from tpfabric_core.api import ATTEMPT_LABEL, JOB_LABEL, WORKER_INDEX_LABEL
+from tpfabric_core.api.placement import (
+    INVALID,
+    PLANNED,
+    WAITING,
+    StoredPlacement,
+    placement_of_status,
+    read_placement,
+)
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
 from tpfabric_core.pod_wiring import GPU_RESOURCE
-from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION, plan_level, pod_rails
+from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION, pod_rails
 from tpfabric_core.rdma_default import NodeOffer
 
 __all__ = [
@@ -54,7 +62,7 @@ __all__ = [
 log = logging.getLogger("tpfabric.operator")
 
 #: placement states that end a wait: a plan, or the placer's word that none comes soon
-PLAN_ANSWERS = ("Planned", "Waiting", "Invalid")
+PLAN_ANSWERS = (PLANNED, WAITING, INVALID)
 #: how often a big gang's wait reads the job's placement from the API server
 PLAN_POLL_SECONDS = 0.05
 
@@ -68,7 +76,7 @@ class PlacementReader(Protocol):
 
     def read_placement(
         self, namespace: str, name: str, uid: str | None
-    ) -> Mapping[str, Any] | None: ...
+    ) -> StoredPlacement | None: ...
 
 
 class PlanWaits:
@@ -142,7 +150,7 @@ class PlanWaits:
 
 def born_released(
     manifest: dict[str, Any],
-    placement: Mapping[str, Any] | None,
+    placement: StoredPlacement | Mapping[str, Any] | None,
     nodes: Mapping[str, NodeOffer] | None = None,
 ) -> dict[str, Any] | None:
     """Return ``manifest`` released onto the gang's plan, or None when no plan covers it.
@@ -153,16 +161,17 @@ def born_released(
     on its planned node, from ``nodes``): one write instead of a create and a release patch. The
     extender still steers it to its rank's planned node.
     """
-    if not placement or placement.get("state") != "Planned":
+    plan = read_placement(placement)
+    if not plan.planned:
         return None
     labels = manifest["metadata"].get("labels") or {}
-    attempt = placement.get("attempt")
-    if not isinstance(attempt, int) or labels.get(ATTEMPT_LABEL) != str(attempt):
+    attempt = plan.attempt
+    if attempt is None or labels.get(ATTEMPT_LABEL) != str(attempt):
         return None
     index = whole_number(labels.get(WORKER_INDEX_LABEL))
-    if index is None or index >= len(placement.get("nodes") or []):
+    if index is None or index >= len(plan.nodes):
         return None
-    expressions = plan_expressions(placement)
+    expressions = plan_expressions(plan)
     if expressions is None:  # a plan without its domain's labels (an older placer)
         return None
     released = copy.deepcopy(manifest)
@@ -170,9 +179,9 @@ def born_released(
     if expressions:  # a cluster-wide plan narrows nothing
         spec["affinity"] = narrow_affinity(spec.get("affinity"), expressions)
     notes = released["metadata"].setdefault("annotations", {})
-    if level := plan_level(placement):
+    if level := plan.plan_level:
         notes[PLAN_LEVEL_ANNOTATION] = level
-    offer = (nodes or {}).get(str((placement.get("nodes") or [])[int(index)]))
+    offer = (nodes or {}).get(plan.nodes[index])
     if offer is not None:
         gpus = max((_gpus(c) for c in spec.get("containers") or []), default=0)
         rails = pod_rails(offer.rails, gpus, offer.resources.get(GPU_RESOURCE, 0))
@@ -192,19 +201,19 @@ def _gpus(container: Mapping[str, Any]) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def placement_state(status: Mapping[str, Any] | None) -> Any:
+def placement_state(status: Mapping[str, Any] | None) -> str | None:
     """Return ``status.placement.state`` of a job's ``status`` (None: none)."""
-    return ((status or {}).get("placement") or {}).get("state")
+    return placement_of_status(status).state
 
 
-def planned_for(placement: Mapping[str, Any], attempt: str) -> bool:
+def planned_for(placement: StoredPlacement, attempt: str) -> bool:
     """Return whether ``placement`` is the placer's plan for the gang's ``attempt``."""
-    return placement.get("state") == "Planned" and str(placement.get("attempt")) == attempt
+    return placement.planned and str(placement.attempt) == attempt
 
 
 def _wait_for_plan(
     kube: PlacementReader, namespace: str, name: str, uid: str, attempt: str, *, seconds: float
-) -> Mapping[str, Any] | None:
+) -> StoredPlacement | None:
     """Return the placer's plan of ``attempt`` once the API server has it, or None when none
     comes within ``seconds`` (read from the API server: kopf delivers no event of a job to the
     index while a handler of that job runs, and this runs inside one)."""
@@ -215,7 +224,7 @@ def _wait_for_plan(
             return None  # the job is gone
         if planned_for(placement, attempt):
             return placement
-        if placement.get("state") in ("Waiting", "Invalid") or time.monotonic() >= deadline:
+        if placement.state in (WAITING, INVALID) or time.monotonic() >= deadline:
             return None  # no plan soon: the rest is created gated, released when planned
         time.sleep(PLAN_POLL_SECONDS)
 
@@ -224,7 +233,7 @@ def create_gang(
     kube: PlacementReader,
     manifests: list[dict[str, Any]],
     uid: str,
-    placement: Mapping[str, Any] | None,
+    placement: StoredPlacement | Mapping[str, Any] | None,
     *,
     waits: PlanWaits,
     create: Callable[[dict[str, Any]], Outcome],
@@ -249,8 +258,8 @@ def create_gang(
     labels = meta.get("labels") or {}
     namespace, name = meta["namespace"], str(labels.get(JOB_LABEL, ""))
     attempt = str(labels.get(ATTEMPT_LABEL, ""))
-    plan = placement
-    state = (plan or {}).get("state")
+    plan = read_placement(placement) if placement is not None else None
+    state = plan.state if plan is not None else None
 
     def released(manifest: dict[str, Any]) -> Outcome:
         return create(born_released(manifest, plan, nodes) or manifest)
@@ -280,7 +289,7 @@ def create_gang(
                 log.info("job %s/%s: no plan yet; the rest is created gated", namespace, name)
     waits.end(key)
     first_done: list[Outcome] = []
-    if len(manifests) > batch and state != "Planned":
+    if len(manifests) > batch and state != PLANNED:
         first_done = [released(manifests[0])]
         if not first_done[0][0]:  # refused (or the name is taken): the round ends
             return first_done + [(False, None)] * (len(manifests) - 1)

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.api.models import HealthyRoom
+from tpfabric_core.api.placement import StoredPlacement, read_placement
 from tpfabric_core.fabric.restart_rule import RestartWeighing, slowdown_of, weigh_restart
 from tpfabric_operator.fabric_health import (
     DegradedNode,
@@ -99,13 +101,13 @@ def degraded_links(
     pods: Iterable[WorkerPod],
     index: Mapping[str, Iterable[DegradedNode]],
     status: Mapping[str, Any],
-    placement: Mapping[str, Any],
+    placement: StoredPlacement | Mapping[str, Any],
 ) -> DegradedLinks:
     """Return the job's ranks on degraded nodes, the workers to move and what to say of them."""
     ranks = ranks_on_degraded_nodes(pods, index)
     moved_off = still_degraded(status.get("movedOffNodes"), index)
     move, weighing = workers_to_move(
-        job, ranks, moved_off=moved_off, room=placement.get("healthyRoom")
+        job, ranks, moved_off=moved_off, room=read_placement(placement).healthy_room
     )
     return DegradedLinks(ranks, moved_off, move, degraded_condition_words(job, ranks, weighing))
 
@@ -115,7 +117,7 @@ def workers_to_move(
     ranks: list[RankOnDegradedNode],
     *,
     moved_off: frozenset[str] = frozenset(),
-    room: Mapping[str, Any] | None = None,
+    room: HealthyRoom | None = None,
     expected_repair_s: float = EXPECTED_REPAIR_SECONDS,
     unmeasured_bandwidth: float = DEGRADED_LINK_BANDWIDTH,
 ) -> tuple[dict[int, str], str]:

@@ -9,10 +9,21 @@ condition keeps its ``lastTransitionTime`` while its status does not change. The
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.api.placement import (
+    CREATE_FAILED,
+    INVALID,
+    PLANNED,
+    REPLANNING,
+    WAITING,
+    WORKERS_CREATED,
+    StoredPlacement,
+    read_placement,
+)
 from tpfabric_core.rdma_default import RDMA_CONDITION, RdmaDecision, rdma_condition
 from tpfabric_operator.jobs.job_state import WorkerPod
 
@@ -75,7 +86,7 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
     job: TensorParallelJob,
     pods: list[WorkerPod],
     *,
-    placement: dict[str, Any],
+    placement: StoredPlacement | Mapping[str, Any],
     previous_conditions: list[dict[str, Any]],
     outcome: Outcome,
     generation: int,
@@ -89,7 +100,8 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
     ready = sum(1 for p in running if p.ready and p.phase == "Running")
     succeeded = {p.index for p in pods if p.phase == "Succeeded"}
     finished = sum(1 for i in range(total) if i in succeeded)
-    state = placement.get("state")
+    placement = read_placement(placement)
+    state = placement.state
     terminal = outcome.terminal
     phase: str
     if terminal:
@@ -100,9 +112,9 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
         phase = "Restarting"
     elif ready and ready + finished >= total:
         phase = "Running"  # a worker that finished first keeps the job Running
-    elif state in ("Waiting", "Replanning", "Invalid"):
+    elif state in (WAITING, REPLANNING, INVALID):
         phase = "Waiting"
-    elif state == "Planned":
+    elif state == PLANNED:
         phase = "Placed"
     else:
         phase = "Pending"
@@ -122,15 +134,15 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
             now=now,
         )
 
-    if state == "Planned":
-        placed = cond("Placed", True, "GangPlaced", str(placement.get("message") or "planned"))
-    elif state in ("Waiting", "Replanning", "Invalid"):
+    if state == PLANNED:
+        placed = cond("Placed", True, "GangPlaced", placement.message or "planned")
+    elif state in (WAITING, REPLANNING, INVALID):
         reason = {
-            "Waiting": "WaitingForCapacity",
-            "Replanning": "Replanning",
-            "Invalid": "InvalidTopology",
-        }[str(state)]
-        placed = cond("Placed", False, reason, str(placement.get("message") or "waiting"))
+            WAITING: "WaitingForCapacity",
+            REPLANNING: "Replanning",
+            INVALID: "InvalidTopology",
+        }[state]
+        placed = cond("Placed", False, reason, placement.message or "waiting")
     else:
         placed = cond(
             "Placed",
@@ -140,14 +152,14 @@ def job_status(  # noqa: PLR0912, PLR0915 - the facts a status is made of
             " worker exists, after the API server refused one)",
         )
     if outcome.create_error:
-        created = cond("WorkersCreated", False, "CreateFailed", outcome.create_error)
+        created = cond(WORKERS_CREATED, False, CREATE_FAILED, outcome.create_error)
     elif spec.suspend or terminal:
-        created = cond("WorkersCreated", False, "NoWorkers", "the job keeps no running workers")
+        created = cond(WORKERS_CREATED, False, "NoWorkers", "the job keeps no running workers")
     elif missing:
-        created = cond("WorkersCreated", False, "Creating", f"{total - missing}/{total} exist")
+        created = cond(WORKERS_CREATED, False, "Creating", f"{total - missing}/{total} exist")
     else:
         created = cond(
-            "WorkersCreated", True, "WorkersCreated", f"{total} worker pods and a headless Service"
+            WORKERS_CREATED, True, WORKERS_CREATED, f"{total} worker pods and a headless Service"
         )
     if spec.suspend:
         suspended = (

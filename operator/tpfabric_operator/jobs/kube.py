@@ -13,6 +13,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LABEL
+from tpfabric_core.api.placement import StoredPlacement, placement_of_status
 from tpfabric_core.input_limits import whole_number
 from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_operator.jobs.children import FAILED_WORKER_LABEL, service_name
@@ -361,9 +362,9 @@ class KubeAdapter:
 
     def read_placement(
         self, namespace: str, name: str, uid: str | None = None
-    ) -> dict[str, Any] | None:
-        """Return the job's ``status.placement`` as the API server has it now (None: the job, or
-        the job of that ``uid``, is gone)."""
+    ) -> StoredPlacement | None:
+        """Return the job's ``status.placement`` as the API server has it now, read typed (None:
+        the job, or the job of that ``uid``, is gone)."""
         try:
             job = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
         except ApiException as err:
@@ -372,7 +373,7 @@ class KubeAdapter:
             raise
         if uid is not None and job["metadata"].get("uid") != uid:
             return None
-        return dict((job.get("status") or {}).get("placement") or {})
+        return placement_of_status(job.get("status"))
 
 
 def extended_resources(allocatable: Mapping[str, Any]) -> dict[str, int]:

@@ -35,6 +35,7 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.api.placement import placement_of_status
 from tpfabric_core.fabric_description import pydantic_error_path
 from tpfabric_core.timestamps import parse_rfc3339, rfc3339
 from tpfabric_operator import leadership
@@ -244,8 +245,8 @@ def _reconcile(
         )
         return
     pods_now = JobPods(uid, state.pods.workers((namespace, name)))
-    placement = dict(status.get("placement") or {})
-    replanning = placement.get("state") == "Replanning"
+    placement = placement_of_status(status)
+    replanning = placement.replanning
     memory = _memory(status, replanning)
     terminal = memory.phase in ("Succeeded", "Failed")
     expected = set(range(job.spec.workers)) - memory.succeeded - memory.restarting
@@ -269,7 +270,7 @@ def _reconcile(
         seen = state.kube.read_placement(namespace, name, uid)
         if seen is None:
             return  # the job is gone
-        placement, replanning = seen, seen.get("state") == "Replanning"
+        placement, replanning = seen, seen.replanning
         memory = _memory(status, replanning)
         pods_now = JobPods(uid, _listed_workers(state, namespace, name))
     owned = pods_now.owned

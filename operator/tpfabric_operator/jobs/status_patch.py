@@ -11,12 +11,12 @@ patch; kopf (or a woken reconcile, :mod:`.reconcile`) writes it once. The placer
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.api.placement import WORKERS_CREATED, StoredPlacement
 from tpfabric_core.rdma_default import RdmaDecision
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_operator.jobs.job_state import Intent, Memory, WorkerPod
@@ -36,7 +36,7 @@ def patch_status(
     *,
     memory: Memory,
     owned: list[WorkerPod],
-    placement: Mapping[str, Any],
+    placement: StoredPlacement,
     create_error: str | None,
     admission: Admission | None,
     now: float,
@@ -108,7 +108,7 @@ def patch_status(
             # once, when the gang is whole (a small gang's first worker comes a moment earlier)
             kopf.info(
                 body,
-                reason="WorkersCreated",
+                reason=WORKERS_CREATED,
                 message=f"the gang's {spec.workers} worker pods are created",
             )
     if intent.create and not status.get("startTime") and not spec.suspend:
@@ -139,7 +139,7 @@ def patch_status(
     wanted |= job_status(
         job,
         alive,
-        placement=dict(placement),
+        placement=placement,
         previous_conditions=list(status.get("conditions") or []),
         outcome=outcome,
         generation=int(body.meta.get("generation") or 0),

@@ -7,6 +7,8 @@ from typing import Any
 
 from test_lifecycle import NOW, RUNNING, a_job, gang
 
+from tpfabric_core.api.models import HealthyRoom
+from tpfabric_core.api.placement import read_placement
 from tpfabric_core.fabric.link_publish import RailDetail
 from tpfabric_operator.fabric_health import DegradedNode, RankOnDegradedNode, straggler_message
 from tpfabric_operator.jobs.decide import decide
@@ -20,8 +22,15 @@ from tpfabric_operator.jobs.job_state import Intent, Memory
 from tpfabric_operator.jobs.job_status import Outcome, job_status
 
 REASON = "symbol errors 1,200/min on mlx5_3 port 1 (limit 24/min)"
-#: the placer's answer: room for the whole gang off n1 and n2 (status.placement.healthyRoom)
-ROOM = {"found": True, "degradedNodes": ["n1", "n2"], "message": "leaf 'l2' has room"}
+
+
+def answer(**stored: Any) -> HealthyRoom | None:
+    """Return the placer's answer as stored (``status.placement.healthyRoom``), read typed."""
+    return read_placement({"healthyRoom": stored}).healthy_room
+
+
+#: the placer's answer: room for the whole gang off n1 and n2
+ROOM = answer(found=True, degradedNodes=["n1", "n2"], message="leaf 'l2' has room")
 
 
 def sick(name: str) -> DegradedNode:
@@ -72,13 +81,13 @@ def test_a_job_moves_only_into_room_the_placer_found_for_its_degraded_nodes() ->
         "kept running: the placer has not looked for healthy room elsewhere yet",
     )
     # an answer for other nodes is no answer for these
-    other = {**ROOM, "degradedNodes": ["n7"]}
+    other = answer(found=True, degradedNodes=["n7"], message="leaf 'l2' has room")
     assert workers_to_move(job, ranks, room=other)[0] == {}
-    none = {
-        "found": False,
-        "degradedNodes": ["n1"],
-        "message": "no healthy room for the whole gang: leaf l2 has 3 of 4 nodes free",
-    }
+    none = answer(
+        found=False,
+        degradedNodes=["n1"],
+        message="no healthy room for the whole gang: leaf l2 has 3 of 4 nodes free",
+    )
     assert workers_to_move(job, ranks, room=none) == (
         {},
         "kept running: no healthy room for the whole gang: leaf l2 has 3 of 4 nodes free",

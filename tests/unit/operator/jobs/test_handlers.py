@@ -12,6 +12,7 @@ from driven_clock import Clock
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import TensorParallelJob
+from tpfabric_core.api.placement import StoredPlacement, read_placement
 from tpfabric_operator import handlers
 from tpfabric_operator.jobs import apply_intent, reconcile
 from tpfabric_operator.jobs.apply_intent import CREATE_CONCURRENCY, ensure_service
@@ -220,19 +221,21 @@ class _Recorder:
             self.created.append(manifest)
         return True
 
-    def read_placement(self, namespace: str, name: str, uid: str | None) -> dict[str, Any]:
+    def read_placement(self, namespace: str, name: str, uid: str | None) -> StoredPlacement:
         assert (namespace, name, uid) == ("ns", "big", "uid-1")
         assert self.created, "read only once the first worker exists"
         self.reads += 1
         if self.plan_after is None or self.reads <= self.plan_after:
-            return {}
-        return {
-            "state": "Planned",
-            "attempt": 0,
-            "level": "leaf",
-            "domainLabels": {"leaf": "l1"},
-            "nodes": [f"n{i}" for i in range(40)],
-        }
+            return read_placement({})
+        return read_placement(
+            {
+                "state": "Planned",
+                "attempt": 0,
+                "level": "leaf",
+                "domainLabels": {"leaf": "l1"},
+                "nodes": [f"n{i}" for i in range(40)],
+            }
+        )
 
 
 def test_a_big_gangs_first_worker_waits_for_the_plan_and_the_rest_is_born_released() -> None:

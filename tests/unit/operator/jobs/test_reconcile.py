@@ -16,6 +16,7 @@ import kopf
 import pytest
 from kubernetes.client.rest import ApiException
 
+from tpfabric_core.api.placement import StoredPlacement, placement_of_status
 from tpfabric_operator import handlers
 from tpfabric_operator.jobs import reconcile
 from tpfabric_operator.jobs.born_released import PlanWaits
@@ -77,11 +78,8 @@ class Cluster:
     def keep_failed_pod(self, namespace: str, name: str, job: str) -> None:
         raise AssertionError("no failed pod here")
 
-    def read_placement(self, namespace: str, name: str, uid: str | None = None) -> dict[str, Any]:
-        return dict(self.placement)
-
-    def read_placement_state(self, namespace: str, name: str) -> str | None:
-        return self.placement.get("state")  # kopf's view, which may lag the API server
+    def read_placement(self, namespace: str, name: str, uid: str | None = None) -> StoredPlacement:
+        return placement_of_status({"placement": self.placement})
 
     def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         return list(self.pods.values())
