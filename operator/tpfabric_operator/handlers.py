@@ -251,7 +251,8 @@ def on_job_change(*, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwar
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
 def on_job_delete(*, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Keep a deleted queued job's Kueue quota until its workers are gone (``kueue_sync``)."""
+    """Keep a deleted queued job's Kueue quota until its workers are gone
+    (:func:`.jobs.kueue.quota.release_on_delete`)."""
     if not leadership.leading():
         raise kopf.TemporaryError("not leading: the leader releases the job", delay=5)
     meta = dict(body.meta)

@@ -89,7 +89,7 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
 ) -> str | None:
     """Carry out ``intent``; return why creating a child failed, if it did.
 
-    ``pod_set``: what a Kueue admission adds to every worker (:mod:`.kueue_podsets`); ``rdma``:
+    ``pod_set``: what a Kueue admission adds to every worker (:mod:`.kueue.podsets`); ``rdma``:
     the workers' RDMA devices (:func:`.children.worker_rdma`).
 
     ``placement``: the job's ``status.placement`` as this reconcile read it (the only view of it

@@ -358,7 +358,7 @@ def _kueue(
     now: float,
     indexes: Mapping[str, Any],
 ) -> KueueView:
-    """Return the job as Kueue's verdict wants it (:mod:`.kueue_sync`); a job that must name a
+    """Return the job as Kueue's verdict wants it (:mod:`.kueue.sync`); a job that must name a
     queue is told so (Event ``QueueNameRequired``, beside its ``Admitted`` condition)."""
     namespace, name = body.meta["namespace"], body.meta["name"]
     view = kueue_sync(

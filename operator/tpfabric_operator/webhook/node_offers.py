@@ -2,12 +2,12 @@
 
 The webhook gives a gang pod that names no RDMA devices what the nodes that could hold it offer
 (:mod:`tpfabric_core.rdma_default`). It answers in milliseconds and never lists the cluster per
-admission: a thread keeps every node's :class:`~tpfabric_core.rdma_default.NodeOffer` (its
-labels and allocatable extended resources) from one list and a watch, as the operator's pod
-cache does (:class:`.pod_cache.PodWatch`). A node's status changes often (heartbeats,
+admission: a thread keeps every node's :class:`~tpfabric_core.rdma_default.NodeOffer` (its labels
+and allocatable extended resources) from one list and a watch, as the operator's pod cache does
+(:class:`tpfabric_operator.pod_watch.PodWatch`). A node's status changes often (heartbeats,
 conditions) while what it offers rarely does: the view's ``generation`` moves only when an offer
-changes, and :meth:`NodeOffers.remember` keeps a decision per generation, so a burst of pods
-of one shape costs one pass over the nodes.
+changes, and :meth:`NodeOffers.remember` keeps a decision per generation, so a burst of pods of one
+shape costs one pass over the nodes.
 
 A node object that cannot be read is left out (and logged once), never fatal to the watch.
 """
