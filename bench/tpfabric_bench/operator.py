@@ -81,7 +81,7 @@ from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
 from tpfabric_core.api.placement import placement_of_status
 from tpfabric_core.fabric_description import FabricDescription, uniform_fabric
 from tpfabric_core.timestamps import parse_rfc3339
-from tpfabric_operator.children import JOB_LABEL, worker_pod
+from tpfabric_operator.jobs.children import JOB_LABEL, worker_pod
 from tpfabric_scheduler.kube_scheduler_config import scheduler_configuration
 
 __all__ = ["JobShape", "job_manifest", "job_mix", "main", "plain_pods", "run_operator"]

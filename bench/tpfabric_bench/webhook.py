@@ -31,8 +31,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tpfabric_operator.webhook import command_line
-from tpfabric_operator.webhook_certs import issue_ca, issue_serving
+from tpfabric_operator.webhook.__main__ import command_line
+from tpfabric_operator.webhook.certs import issue_ca, issue_serving
 
 __all__ = ["main", "run"]
 

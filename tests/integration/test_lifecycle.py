@@ -21,7 +21,7 @@ from test_operator import Tpj, operator, small_job, tpj
 from control_plane_fixtures import run_kubectl, wait_for
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
-from tpfabric_operator.children import (
+from tpfabric_operator.jobs.children import (
     ATTEMPT_LABEL,
     FAILED_WORKER_LABEL,
     JOB_LABEL,

@@ -25,11 +25,12 @@ from tpfabric_core.fabric_description import parse_fabric_description
 from tpfabric_core.hostlist import HostlistError, expand_hostlist
 from tpfabric_core.input_limits import bounded_json, whole_number
 from tpfabric_core.placement.topology import ClusterTopology
-from tpfabric_operator import gang_sync, serving
-from tpfabric_operator.born_released import placement_state
-from tpfabric_operator.gang_records import jobset_layout, pod_group_gang
-from tpfabric_operator.pod_cache import entry_of
-from tpfabric_operator.queueing import admission_of
+from tpfabric_operator.gangs import serving
+from tpfabric_operator.gangs.owners import jobset_layout, pod_group_gang
+from tpfabric_operator.gangs.pods import gang_pod
+from tpfabric_operator.jobs.born_released import placement_state
+from tpfabric_operator.jobs.kueue.admission import admission_of
+from tpfabric_operator.jobs.pod_cache import entry_of
 from tpfabric_scheduler.protocol import BadRequestError, parse_extender_args
 from tpfabric_scheduler.store import ClusterStore, JobRecord, NodeRecord, PodRecord
 
@@ -113,7 +114,7 @@ def test_the_operators_pod_readers_take_any_labels(
         "status": {"phase": phase},
     }
     entry_of(pod)
-    gang_sync._gang_pod(pod)
+    gang_pod(pod)
     serving.group_index(labels_)
 
 

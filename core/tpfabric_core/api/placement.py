@@ -66,6 +66,7 @@ __all__ = [
     "surge",
     "waiting",
     "waiting_message",
+    "with_gang_problems",
     "with_healthy_room",
 ]
 
@@ -303,6 +304,12 @@ def surge(status: Mapping[str, Any]) -> bool:
         isinstance(c, Mapping) and c.get("type") == SURGE and c.get("status") == "True"
         for c in status.get("conditions") or []
     )
+
+
+def with_gang_problems(status: Mapping[str, Any], problems: Iterable[str]) -> dict[str, Any]:
+    """Return ``status`` (the part of a Gang record's status the operator writes) with what the
+    operator found wrong with the record's pods, as :func:`gang_problems` reads it."""
+    return {**status, "problems": list(problems)}
 
 
 def gang_problems(status: Mapping[str, Any]) -> tuple[str, ...]:

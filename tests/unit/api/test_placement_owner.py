@@ -35,8 +35,6 @@ PRODUCT = (
 #: where string keys of ``status.placement`` may still be read, and why
 ALLOWED = {
     "core/tpfabric_core/api/placement.py": "the owner: the one reader and writer",
-    "operator/tpfabric_operator/": "its reads move onto the owner in the operator's own half of "
-    "the carve; this entry goes once they have",
 }
 
 #: keys only status.placement has, and the operator's condition words the placer reads
