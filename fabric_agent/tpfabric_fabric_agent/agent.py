@@ -232,7 +232,7 @@ class FabricAgent:
     def read(self) -> NodeSample:
         """Return what sysfs shows now (fabric HCAs' ports, their PCIe links and the GPUs')."""
         root = self.settings.sys_root
-        ports = tuple(read_ports(root, self.ports, self._netdevs))
+        ports = tuple(read_ports(root, self.ports, self._netdevs, self._guids))
         pcie = (
             tuple(read_pcie_links(root, list(self.rails), self.gpus, self._slots))
             if self.settings.judge.check_pcie
