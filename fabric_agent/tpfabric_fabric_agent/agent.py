@@ -1,8 +1,10 @@
 """The agent's loop: every interval read the node's sysfs, judge it, publish what changed.
 
 One :meth:`FabricAgent.step` is a read of ``ports x (4 + counters)`` small files plus the PCIe
-link files, one :class:`~tpfabric_core.fabric.link_judge.LinkJudge` observation, and API
-writes only when the publication changed (none on a quiet fabric). The clock is injected.
+link files, one :class:`~tpfabric_core.fabric.link_judge.LinkJudge` observation, one
+:class:`~tpfabric_core.fabric.link_timeline.TimelineRecorder` observation (the bursts the node's
+``topology.tpfabric.io/link-timeline`` annotation keeps for ``tpfabric diagnose``), and API
+writes only when the publication changed (none on a quiet fabric). The clocks are injected.
 
 Which ports are judged is decided once, at start, by the rule the RDMA init container pairs GPUs
 with (:mod:`tpfabric_core.fabric.compute_rails`): the ports of the NICs on a GPU's PCIe switch,
@@ -24,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -41,6 +43,7 @@ from tpfabric_core.fabric.link_judge import (
     NodeVerdict,
 )
 from tpfabric_core.fabric.link_publish import FabricPublication, publication_of
+from tpfabric_core.fabric.link_timeline import TimelineConfig, TimelineRecorder
 from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION, parse_rail_ports
 from tpfabric_fabric_agent.link_read import (
     SysfsNic,
@@ -85,6 +88,8 @@ class AgentSettings:
     judge: LinkJudgeConfig = field(default_factory=LinkJudgeConfig)
     #: this node's compute NICs by PCI address or node GUID, in rail order (the node override)
     compute_nics: tuple[str, ...] = ()
+    #: how much of the link timeline the node's annotation keeps
+    timeline: TimelineConfig = field(default_factory=TimelineConfig)
 
 
 def fabric_ports(
@@ -188,14 +193,20 @@ class FabricAgent:
         metrics: AgentMetrics | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         rail_map: Callable[[], str | None] | None = None,
     ) -> None:
         """``rail_map``: the node's ``topology.tpfabric.io/rail-ports`` as last read (the
-        publisher's view of its node); None: no map, rails in GPU order."""
+        publisher's view of its node); None: no map, rails in GPU order. ``clock`` times the
+        judge's windows, ``wall`` (Unix seconds) the timeline's bursts."""
         self.settings = settings
         self.publisher = publisher
         self.metrics = metrics or AgentMetrics()
         self._clock = clock
+        self._wall = wall
+        self.timeline = TimelineRecorder(
+            settings.node, settings.interval_seconds, settings.timeline
+        )
         self.ports = fabric_ports(settings.sys_root, settings.hcas, settings.compute_nics)
         names = dict.fromkeys(hca for hca, _ in self.ports)
         self.rails = {name: rail for rail, name in enumerate(names)}
@@ -241,11 +252,14 @@ class FabricAgent:
         return NodeSample(self._clock(), ports, pcie)
 
     def step(self) -> NodeVerdict:
-        """Read, judge, record metrics and publish once; return the verdict."""
+        """Read, judge, record metrics and the timeline, and publish once; return the verdict."""
         self.renumber()
-        verdict = self.judge.observe(self.read())
-        self.metrics.record(verdict)
-        self.publisher.publish(publication_of(verdict))
+        sample = self.read()
+        verdict = self.judge.observe(sample)
+        self.timeline.observe(self._wall(), sample.ports, self.rails)
+        self.metrics.record(verdict, sample.ports, self.rails)
+        publication = replace(publication_of(verdict), timeline=self.timeline.annotation())
+        self.publisher.publish(publication)
         self.last = verdict
         return verdict
 

@@ -27,7 +27,9 @@ The fabric agent publishes, per node, three things, and writes them only when th
   when empty. ``bandwidth`` is the fraction of the expected rate that a port up below it keeps
   (:attr:`.PortVerdict.bandwidth`, rounded to 3 decimals; of a rail with several such ports, the
   smallest): how much slower the rail moves data. Absent when no port of the rail is up below
-  the expected rate (a rail that is ok, down, or degraded only by errors or width).
+  the expected rate (a rail that is ok, down, or degraded only by errors or width);
+- the annotation ``topology.tpfabric.io/link-timeline``: the recent bursts of each port's
+  counters (:mod:`.link_timeline`), rewritten only when a burst opens or closes.
 
 :func:`suspect_rail_switches` reads the same data back for many nodes and names the rail leaf
 switches that several nodes blame at once. Pure functions; the agent and the operator do the I/O.
@@ -42,6 +44,7 @@ from typing import Any
 
 from tpfabric_core import labels
 from tpfabric_core.fabric.link_judge import NodeVerdict
+from tpfabric_core.fabric.link_timeline import TIMELINE_ANNOTATION
 from tpfabric_core.input_limits import bounded_json, whole_number
 
 __all__ = [
@@ -73,6 +76,8 @@ class FabricPublication:
     message: str
     label: str | None  # topology.tpfabric.io/health value; None leaves the label alone
     annotation: str
+    #: the ``topology.tpfabric.io/link-timeline`` text; None leaves the annotation alone
+    timeline: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,13 +195,19 @@ def metadata_patch(
     current_labels: Mapping[str, str],
     current_annotations: Mapping[str, str],
 ) -> dict[str, Any] | None:
-    """Return the node metadata merge patch (health label, detail annotation), or None when the
-    node already carries both."""
+    """Return the node metadata merge patch (health label, detail and timeline annotations), or
+    None when the node already carries them."""
     patch: dict[str, Any] = {}
     if publication.label is not None and current_labels.get(labels.HEALTH) != publication.label:
         patch["labels"] = {labels.HEALTH: publication.label}
+    annotations = {}
     if current_annotations.get(DETAIL_ANNOTATION) != publication.annotation:
-        patch["annotations"] = {DETAIL_ANNOTATION: publication.annotation}
+        annotations[DETAIL_ANNOTATION] = publication.annotation
+    timeline = publication.timeline
+    if timeline is not None and current_annotations.get(TIMELINE_ANNOTATION) != timeline:
+        annotations[TIMELINE_ANNOTATION] = timeline
+    if annotations:
+        patch["annotations"] = annotations
     return {"metadata": patch} if patch else None
 
 
