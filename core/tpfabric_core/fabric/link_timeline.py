@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tpfabric_core import labels
 from tpfabric_core.fabric.link_judge import counter_delta
@@ -109,9 +109,22 @@ class TimelineConfig(BaseModel):
     )
     floors: dict[str, float] = Field(
         default_factory=lambda: dict(DEFAULT_FLOORS),
-        description="per-second rise a counter must exceed to make a burst, by sysfs name "
-        "(absent: 0, any rise)",
+        description="per-second rise a counter must exceed to make a burst, by sysfs name; "
+        "an entry overrides that counter's default (DEFAULT_FLOORS; others: 0, any rise)",
     )
+
+    @field_validator("floors")
+    @classmethod
+    def _over_the_defaults(cls, floors: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(floors) - set(WATCHED_COUNTERS))
+        if unknown:
+            raise ValueError(
+                f"no counter named {', '.join(unknown)}; name one of {', '.join(WATCHED_COUNTERS)}"
+            )
+        negative = sorted(name for name, floor in floors.items() if not floor >= 0)
+        if negative:
+            raise ValueError(f"floor of {', '.join(negative)} below 0; give 0 (any rise) or more")
+        return {**DEFAULT_FLOORS, **floors}
 
 
 @dataclass(frozen=True, slots=True)

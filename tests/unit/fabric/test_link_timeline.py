@@ -61,7 +61,8 @@ def test_an_open_burst_is_published_as_open_and_grows_without_a_write() -> None:
     recorder = TimelineRecorder("dgx-07", 10.0)
     run(recorder, [0, 400, 800, 1200])
     (burst,) = recorder.timeline().ports[0].bursts
-    assert burst.open and burst.events == 400  # as written when it opened
+    assert burst.open
+    assert burst.events == 400
     assert json.loads(recorder.annotation())["ports"][0]["bursts"][0][-1] == 1
 
 
@@ -127,7 +128,8 @@ def test_the_text_stays_under_its_cap_by_dropping_the_oldest_bursts() -> None:
     text = format_timeline(timeline, max_characters=2048)
     assert len(text) <= 2048
     parsed, problem = read_timeline(text)
-    assert problem == "" and parsed is not None
+    assert problem == ""
+    assert parsed is not None
     kept = parsed.ports[0].bursts
     assert kept[-1] == bursts[-1]
     assert parsed.since == kept[0].start - 90  # the end of the newest burst dropped
@@ -139,7 +141,9 @@ def test_the_annotation_round_trips() -> None:
     parsed, problem = read_timeline(recorder.annotation())
     assert problem == ""
     assert parsed == recorder.timeline()
-    assert parsed is not None and parsed.node == "dgx-07" and parsed.since == T0
+    assert parsed is not None
+    assert parsed.node == "dgx-07"
+    assert parsed.since == T0
 
 
 @pytest.mark.parametrize(
@@ -154,7 +158,8 @@ def test_the_annotation_round_trips() -> None:
 def test_an_unreadable_annotation_says_why(text: str, words: str) -> None:
     parsed, problem = read_timeline(text)
     assert parsed is None
-    assert words in problem and TIMELINE_ANNOTATION in problem
+    assert words in problem
+    assert TIMELINE_ANNOTATION in problem
 
 
 def test_unreadable_bursts_are_left_out_and_counted() -> None:
@@ -170,7 +175,8 @@ def test_unreadable_bursts_are_left_out_and_counted() -> None:
         }
     )  # fmt: skip
     parsed, problem = read_timeline(text)
-    assert parsed is not None and len(parsed.ports[0].bursts) == 1
+    assert parsed is not None
+    assert len(parsed.ports[0].bursts) == 1
     assert (
         problem == f"{TIMELINE_ANNOTATION}: 1 unreadable port entry, 3 unreadable bursts left out"
     )
@@ -227,3 +233,19 @@ def test_every_watched_counter_has_a_width() -> None:
     from tpfabric_core.fabric.link_judge import COUNTER_BITS  # noqa: PLC0415
 
     assert set(WATCHED_COUNTERS) <= set(COUNTER_BITS)
+
+
+def test_a_floor_given_overrides_only_its_counters_default() -> None:
+    config = TimelineConfig(floors={"port_xmit_wait": 5e6, "packet_seq_err": 2.0})
+    assert config.floors["port_xmit_wait"] == 5e6
+    assert config.floors["packet_seq_err"] == 2.0
+    assert config.floors["np_cnp_sent"] == 1000.0
+
+
+@pytest.mark.parametrize(
+    ("floors", "words"),
+    [({"made_up": 1.0}, "no counter named made_up"), ({"np_cnp_sent": -1.0}, "below 0")],
+)
+def test_a_bad_floor_is_refused_naming_it(floors: dict[str, float], words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        TimelineConfig(floors=floors)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tpfabric_core.fabric.link_judge import LinkJudgeConfig
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE
 from tpfabric_core.fabric.link_timeline import TIMELINE_ANNOTATION, read_timeline
@@ -53,10 +55,12 @@ def test_periodic_retransmission_bursts_land_in_the_nodes_timeline_at_their_time
     sysfs, agent, node, clock = agent_on(tmp_path)
     war_story(sysfs, agent, clock)
     timeline, problem = read_timeline(node.annotations[TIMELINE_ANNOTATION])
-    assert problem == "" and timeline is not None
+    assert problem == ""
+    assert timeline is not None
     assert timeline.since == T0
     sick = timeline.port(guid=sysfs.port_guid("mlx5_2"))
-    assert sick is not None and (sick.hca, sick.rail) == ("mlx5_2", 2)
+    assert sick is not None
+    assert (sick.hca, sick.rail) == ("mlx5_2", 2)
     assert [(b.counter, b.start - T0, b.end - T0, b.events) for b in sick.bursts] == [
         ("packet_seq_err", 80.0, 90.0, 400),
         ("packet_seq_err", 260.0, 270.0, 400),
@@ -64,7 +68,8 @@ def test_periodic_retransmission_bursts_land_in_the_nodes_timeline_at_their_time
         ("packet_seq_err", 620.0, 630.0, 400),
     ]
     quiet = [p for p in timeline.ports if p.hca != "mlx5_2"]
-    assert len(quiet) == 3 and all(p.bursts == () and p.unread == () for p in quiet)
+    assert len(quiet) == 3
+    assert all(p.bursts == () and p.unread == () for p in quiet)
 
 
 def test_the_node_is_degraded_for_the_retransmissions_while_the_bursts_come(tmp_path: Path) -> None:
@@ -93,7 +98,7 @@ def test_counters_the_driver_does_not_expose_are_unknown_in_the_timeline_and_the
     tmp_path: Path,
 ) -> None:
     older = ("rnr_nak_retry_err", "local_ack_timeout_err", "packet_seq_err", "out_of_sequence")
-    sysfs, agent, node, clock = agent_on(tmp_path, hw_counters=older)
+    _sysfs, agent, node, _clock = agent_on(tmp_path, hw_counters=older)
     agent.step()
     timeline, _ = read_timeline(node.annotations[TIMELINE_ANNOTATION])
     assert timeline is not None
@@ -125,3 +130,16 @@ def test_raw_counters_go_out_under_node_exporters_names_with_a_rail_join(tmp_pat
     assert metrics.get_sample_value("node_infiniband_port_transmit_wait_total", labels) == 123
     info = {**labels, "rail": "1", "port_guid": sysfs.port_guid("mlx5_1")}
     assert metrics.get_sample_value("tpfabric_fabric_port_info", info) == 1
+
+
+def test_the_config_file_sets_the_timeline_and_a_bad_field_is_named(tmp_path: Path) -> None:
+    from tpfabric_fabric_agent.__main__ import build_parser, settings_from_args  # noqa: PLC0415
+
+    config = tmp_path / "judgement.yaml"
+    config.write_text("timeline:\n  keep_seconds: 600\n  max_characters: 8192\n")
+    args = build_parser().parse_args(["--node=n", f"--config={config}"])
+    timeline = settings_from_args(args).timeline
+    assert (timeline.keep_seconds, timeline.max_characters) == (600, 8192)
+    config.write_text("timeline:\n  floors: {made_up: 1}\n")
+    with pytest.raises(ValueError, match=r"judgement.yaml: timeline.floors: .*made_up"):
+        settings_from_args(build_parser().parse_args(["--node=n", f"--config={config}"]))
