@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -358,8 +358,9 @@ def _clocks(
             low, high = bound
             if max(abs(low), abs(high)) <= skew:
                 words.append(
-                    f"{trace_source}: its clock and its endpoint's agree within "
-                    f"{max(abs(low), abs(high)):.1f} s (HTTP Date headers)"
+                    f"{trace_source}: its clock and its endpoint's agree: the endpoint's is "
+                    f"{low:+.2f}…{high:+.2f} s off (HTTP Date headers), within the {skew:g} s "
+                    "allowed"
                 )
             else:
                 lined_up = False
@@ -553,12 +554,18 @@ def _trace_times(
     times.spikes = spikes = find_spikes(samples)
     if spikes is not None:
         ratio = f"{spikes.ratio:.1f}x" if spikes.ratio is not None else "-"
+        worst = (
+            f", worst {spikes.bucket:g} s from {_clock(spikes.worst[0])}: p99 "
+            f"{format_duration(spikes.worst[1])} ({spikes.worst_ratio:.1f}x the median)"
+            if spikes.worst is not None and spikes.worst_ratio is not None
+            else ""
+        )
         period = f", {spikes.period.words}" if spikes.period is not None else ""
         times.described.append(
             f"serve trace {source} ({trace.label}, {trace.endpoint}): {len(trace.requests)} "
             f"requests, inter-token latency median {format_duration(spikes.median)}, p99 "
-            f"{format_duration(spikes.p99)} (p99/median {ratio}), {len(spikes.spikes)} spikes "
-            f"over {format_duration(spikes.threshold)}{period}"
+            f"{format_duration(spikes.p99)} (p99/median {ratio}){worst}; {len(spikes.spikes)} "
+            f"spikes over {format_duration(spikes.threshold)}{period}"
         )
         if clocks.trace_lined_up:
             times.events = [(s.start, s.end) for s in spikes.spikes]
@@ -747,7 +754,7 @@ def _uplink_findings(clean: Sequence[RankPath], ranks: JobRanks, named: bool) ->
         degraded = [u for u in cable.uplinks if u.degraded]
         text = (
             f"ranks {', '.join(str(p.rank.rank) for p in group)} on {len(nodes)} nodes are slow "
-            f"and share {cable.leaf.words.rsplit(' port ', 1)[0]}, while their own links counted "
+            f"and share {replace(cable.leaf, port=None).words}, while their own links counted "
             f"no fault: the common part is that leaf's {len(uplinks)} uplinks (leaf ports "
             f"{_ranges(uplinks)}); tpfabric does not count switch ports: read them with "
             "perfquery or UFM"

@@ -32,6 +32,8 @@ __all__ = [
 
 #: a wait this many times the median is a spike
 SPIKE_FACTOR = 5.0
+#: waits a stretch needs for its own p99
+_MIN_BUCKET = 20
 _MIN_EVENTS_FOR_PERIOD = 3
 
 
@@ -77,6 +79,17 @@ class SpikeReport:
     threshold: float
     spikes: tuple[Spike, ...]
     period: Period | None
+    #: the worst short stretch: (its start, p99 of its waits), over buckets of ``bucket``
+    #: seconds with at least :data:`_MIN_BUCKET` waits (None when none has that many)
+    worst: tuple[float, float] | None = None
+    bucket: float = 10.0
+
+    @property
+    def worst_ratio(self) -> float | None:
+        """Return the worst stretch's p99 over the whole run's median."""
+        if self.worst is None or self.median <= 0:
+            return None
+        return self.worst[1] / self.median
 
     @property
     def ratio(self) -> float | None:
@@ -90,6 +103,16 @@ class SpikeReport:
             "median_ms": round(self.median * 1000, 3),
             "p99_ms": round(self.p99 * 1000, 3),
             "p99_over_median": round(self.ratio, 2) if self.ratio is not None else None,
+            "worst_stretch": None
+            if self.worst is None
+            else {
+                "start": round(self.worst[0], 3),
+                "seconds": self.bucket,
+                "p99_ms": round(self.worst[1] * 1000, 3),
+                "p99_over_median": round(self.worst_ratio, 2)
+                if self.worst_ratio is not None
+                else None,
+            },
             "spike_threshold_ms": round(self.threshold * 1000, 3),
             "spikes": [
                 {
@@ -136,11 +159,13 @@ def find_spikes(
     *,
     factor: float = SPIKE_FACTOR,
     merge_seconds: float | None = None,
+    bucket: float = 10.0,
 ) -> SpikeReport | None:
     """Return the spikes of ``samples`` (``(end, duration)``), None without samples.
 
     ``merge_seconds``: spikes closer than this are one event (default: one second, or twice
-    the median wait when that is longer)."""
+    the median wait when that is longer); ``bucket``: the stretch, in seconds, whose p99 is
+    reported for the worst one."""
     if not samples:
         return None
     waits = [duration for _, duration in samples]
@@ -160,7 +185,25 @@ def find_spikes(
         else:
             events.append(Spike(start, end, duration, 1))
     period = period_of([event.start for event in events])
-    return SpikeReport(len(waits), median, _p99(waits), threshold, tuple(events), period)
+    worst = _worst(samples, bucket)
+    return SpikeReport(
+        len(waits), median, _p99(waits), threshold, tuple(events), period, worst, bucket
+    )
+
+
+def _worst(samples: Sequence[tuple[float, float]], bucket: float) -> tuple[float, float] | None:
+    """Return (start, p99) of the stretch of ``bucket`` seconds whose waits' p99 is highest:
+    a tail that spikes for seconds every few minutes hides in a whole run's p99."""
+    origin = min(end for end, _ in samples)
+    buckets: dict[int, list[float]] = {}
+    for end, wait in samples:
+        buckets.setdefault(int((end - origin) // bucket), []).append(wait)
+    worst = max(
+        ((index, _p99(waits)) for index, waits in buckets.items() if len(waits) >= _MIN_BUCKET),
+        key=lambda item: item[1],
+        default=None,
+    )
+    return None if worst is None else (origin + worst[0] * bucket, worst[1])
 
 
 def period_of(starts: Sequence[float]) -> Period | None:
