@@ -17,6 +17,7 @@ from typing import Any
 from kubernetes import client, config
 
 from tpfabric_core.fabric.link_publish import (
+    AGENT_FIELD_MANAGER,
     CONDITION_TYPE,
     FabricPublication,
     condition_patch,
@@ -26,7 +27,7 @@ from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION
 
 __all__ = ["FIELD_MANAGER", "NodePublisher", "api_client"]
 
-FIELD_MANAGER = "tpfabric-fabric-agent"
+FIELD_MANAGER = AGENT_FIELD_MANAGER
 _TIMEOUT_S = 10
 log = logging.getLogger("tpfabric.fabric_agent")
 

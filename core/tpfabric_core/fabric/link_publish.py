@@ -48,6 +48,7 @@ from tpfabric_core.fabric.link_timeline import TIMELINE_ANNOTATION
 from tpfabric_core.input_limits import bounded_json, whole_number
 
 __all__ = [
+    "AGENT_FIELD_MANAGER",
     "CONDITION_TYPE",
     "DETAIL_ANNOTATION",
     "FabricPublication",
@@ -63,6 +64,9 @@ __all__ = [
 ]
 
 CONDITION_TYPE = "FabricHealthy"
+#: the field manager of the fabric agent's writes (``tpfabric diagnose`` finds its last write
+#: time in the node's managedFields by it)
+AGENT_FIELD_MANAGER = "tpfabric-fabric-agent"
 DETAIL_ANNOTATION = labels.PREFIX + "fabric-health"
 _MESSAGE_LIMIT = 1024
 
