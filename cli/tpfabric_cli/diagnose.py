@@ -229,13 +229,22 @@ def print_diagnosis(diagnosis: Diagnosis, console: Console) -> None:
     if not diagnosis.findings:
         console.print("no finding: no rank was looked at (no job-side input names a slow rank)")
     for finding in diagnosis.findings:
-        console.print(f"{_KIND_WORDS.get(finding.kind, finding.kind)}: {escape(finding.text)}")
-    named = {rank for finding in diagnosis.findings for rank in finding.ranks}
+        kind = _KIND_WORDS.get(finding.kind, finding.kind)
+        text = escape(finding.text)
+        if finding.text.startswith(finding.kind.replace("-", " ")):
+            console.print(f"{kind}{text[len(finding.kind):]}")  # the text names its kind
+        else:
+            console.print(f"{kind}: {text}")
     for path in diagnosis.paths:
         if path.why and not path.why[0].startswith("looked at:"):
             console.print(f"  rank {path.rank.rank}: {escape('; '.join(path.why))}")
-        elif path.rank.rank not in named:
-            console.print(f"  {escape(path.hops())}")
+    named = {rank for finding in diagnosis.findings for rank in finding.ranks}
+    rest = [p for p in diagnosis.paths if p.rank.rank not in named]
+    if rest:
+        console.print(
+            f"  the other {len(rest)} ranks' ports counted no burst in the window (--json gives "
+            "every rank's path)"
+        )
 
 
 # -- the command ---------------------------------------------------------------------------------

@@ -213,6 +213,7 @@ class FabricAgent:
         self.gpus = find_gpus(settings.sys_root) if settings.judge.check_pcie else []
         self.judge = LinkJudge(settings.judge, self.rails)
         self.last: NodeVerdict | None = None
+        self._judged: tuple[str | None, str] | None = None
         self._netdevs = port_netdevs(settings.sys_root, self.ports)
         self._slots: dict[str, tuple[float | None, int | None]] = {}
         self._guids = {
@@ -256,10 +257,15 @@ class FabricAgent:
         self.renumber()
         sample = self.read()
         verdict = self.judge.observe(sample)
-        self.timeline.observe(self._wall(), sample.ports, self.rails)
+        wall = self._wall()
+        changed = self.timeline.observe(wall, sample.ports, self.rails)
         self.metrics.record(verdict, sample.ports, self.rails)
-        publication = replace(publication_of(verdict), timeline=self.timeline.annotation())
-        self.publisher.publish(publication)
+        publication = publication_of(verdict)
+        judged = (publication.label, publication.annotation)
+        if judged != self._judged and not changed:
+            self.timeline.touch(wall)  # the metadata write carries the agent's clock
+        self._judged = judged
+        self.publisher.publish(replace(publication, timeline=self.timeline.annotation()))
         self.last = verdict
         return verdict
 

@@ -723,6 +723,10 @@ def _findings(paths: Sequence[RankPath], context: _Context) -> list[Finding]:
         if path.contract:
             words = f"{path.rank.words}: {path.contract}"
             findings.append(Finding("contract", words, (path.rank.rank,)))
+        if path.health.startswith("rail ") and not path.congestion:
+            # judged degraded or down without a burst in the window: a rate or width fall, a
+            # port down, or errors before the window the judge still holds against it
+            findings.append(Finding("link", f"{path.hops()}: {path.health}", (path.rank.rank,)))
     quiet = [p for p in clean if not p.congestion and not p.contract and "degraded" not in p.health
              and "down" not in p.health]  # fmt: skip
     unknown = [p for p in paths if not _covered(p)]

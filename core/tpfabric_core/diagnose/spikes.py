@@ -137,11 +137,11 @@ class SpikeReport:
 
 def format_duration(seconds: float) -> str:
     """Return ``180 ms``, ``2.9 s``, ``180 s`` or ``4.5 min``: two or three figures."""
-    if seconds < 1:
+    if seconds < 0.9995:
         return f"{seconds * 1000:.0f} ms"
-    if seconds < 10:
+    if seconds < 9.95:
         return f"{seconds:.1f} s"
-    if seconds < 240:
+    if seconds < 239.5:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.1f} min"
 

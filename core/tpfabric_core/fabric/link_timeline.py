@@ -257,6 +257,15 @@ class TimelineRecorder:
             self._text = self._render(wall)
         return changed
 
+    def touch(self, wall: float) -> None:
+        """Stamp the timeline ``at`` ``wall`` without a burst having changed: the agent does so
+        when it writes its node's metadata for another reason, so that ``at`` is always the
+        agent's clock at its last metadata write (which the API server records by its own
+        clock: how ``diagnose`` checks the agent's clock)."""
+        if self._since is not None:
+            self._at = wall
+            self._text = self._render(wall)
+
     def _step(self, state: _PortState, wall: float, counters: Mapping[str, int]) -> bool:
         """Advance one port by one sample; return whether a burst opened or closed."""
         changed = False

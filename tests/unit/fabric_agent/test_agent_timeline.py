@@ -143,3 +143,14 @@ def test_the_config_file_sets_the_timeline_and_a_bad_field_is_named(tmp_path: Pa
     config.write_text("timeline:\n  floors: {made_up: 1}\n")
     with pytest.raises(ValueError, match=r"judgement.yaml: timeline.floors: .*made_up"):
         settings_from_args(build_parser().parse_args(["--node=n", f"--config={config}"]))
+
+
+def test_every_metadata_write_stamps_the_timeline_with_the_agents_clock(tmp_path: Path) -> None:
+    sysfs, agent, node, clock = agent_on(tmp_path)
+    agent.step()
+    clock.now += INTERVAL
+    sysfs.set_rate("mlx5_1", 1, "200 Gb/sec (2X NDR)")  # degraded: no burst, a health write
+    agent.step()
+    timeline, _ = read_timeline(node.annotations[TIMELINE_ANNOTATION])
+    assert timeline is not None
+    assert timeline.at == clock.now
