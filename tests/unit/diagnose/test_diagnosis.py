@@ -163,7 +163,7 @@ def test_the_war_story_names_the_rank_its_port_its_switch_port_and_the_lined_up_
         "serve trace trace.json (serve, http://serve:8000/v1): 12 requests, inter-token latency "
         "median 20 ms, p99 20 ms (p99/median 1.0x), worst 10 s from "
     )
-    assert words.endswith("5 spikes over 100 ms, every 10.0 s")
+    assert words.endswith("5 spikes over 100 ms, every 10 s")
     (path,) = [p for p in diagnosis.paths if p.rank.rank == 3]
     assert path.cable is not None
     assert path.cable.leaf.port is not None
