@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from tpfabric_core.fabric.link_judge import LinkJudgeConfig
 from tpfabric_core.fabric.link_publish import FabricPublication, publication_of
 from tpfabric_core.fabric.link_timeline import TimelineConfig
+from tpfabric_core.fabric_profile import parse_fabric_profile
 from tpfabric_fabric_agent.agent import AgentSettings, FabricAgent
 from tpfabric_fabric_agent.kube import NodePublisher, api_client
 from tpfabric_fabric_agent.metrics import AgentMetrics
@@ -77,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recover-seconds", type=float, help="clean time before ok again")
     parser.add_argument("--expected-rate-gbps", type=float, help="the fabric's link rate")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-read the node")
+    parser.add_argument(
+        "--fabric-profile",
+        default=os.environ.get("TPFABRIC_FABRIC_PROFILE", ""),
+        help="the fabric's contract as JSON (the chart's fabric.profile; default "
+        "$TPFABRIC_FABRIC_PROFILE): on RoCE, each node's PFC, ECN and trust are checked against it",
+    )
     parser.add_argument("--kubeconfig", help="default: in-cluster service account")
     parser.add_argument("--once", action="store_true", help="print one verdict, publish nothing")
     parser.add_argument("--log-level", default=os.environ.get("TPFABRIC_LOG_LEVEL", "INFO"))
@@ -110,6 +117,7 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         judge=judge,
         compute_nics=compute_nics,
         timeline=timeline,
+        profile=parse_fabric_profile(args.fabric_profile, "--fabric-profile"),
     )
 
 

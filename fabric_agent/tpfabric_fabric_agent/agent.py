@@ -3,8 +3,11 @@
 One :meth:`FabricAgent.step` is a read of ``ports x (4 + counters)`` small files plus the PCIe
 link files, one :class:`~tpfabric_core.fabric.link_judge.LinkJudge` observation, one
 :class:`~tpfabric_core.fabric.link_timeline.TimelineRecorder` observation (the bursts the node's
-``topology.tpfabric.io/link-timeline`` annotation keeps for ``tpfabric diagnose``), and API
-writes only when the publication changed (none on a quiet fabric). The clocks are injected.
+``topology.tpfabric.io/link-timeline`` annotation keeps for ``tpfabric diagnose``), on a RoCE
+fabric whose profile declares a lossless priority a read of each port's ECN, trust and PFC
+(:mod:`.roce_qos`, judged by :mod:`tpfabric_core.fabric.roce_contract`: the node's
+``FabricContractMet`` condition), and API writes only when the publication changed (none on a
+quiet fabric). The clocks are injected.
 
 Which ports are judged is decided once, at start, by the rule the RDMA init container pairs GPUs
 with (:mod:`tpfabric_core.fabric.compute_rails`): the ports of the NICs on a GPU's PCIe switch,
@@ -44,6 +47,8 @@ from tpfabric_core.fabric.link_judge import (
 )
 from tpfabric_core.fabric.link_publish import FabricPublication, publication_of
 from tpfabric_core.fabric.link_timeline import TimelineConfig, TimelineRecorder
+from tpfabric_core.fabric.roce_contract import ContractVerdict, judge_contract
+from tpfabric_core.fabric_profile import FabricProfile
 from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION, parse_rail_ports
 from tpfabric_fabric_agent.link_read import (
     SysfsNic,
@@ -55,6 +60,7 @@ from tpfabric_fabric_agent.link_read import (
     read_ports,
 )
 from tpfabric_fabric_agent.metrics import AgentMetrics
+from tpfabric_fabric_agent.roce_qos import DcbNetlink, PfcReader, read_netdev_qos
 
 __all__ = [
     "AgentSettings",
@@ -90,6 +96,8 @@ class AgentSettings:
     compute_nics: tuple[str, ...] = ()
     #: how much of the link timeline the node's annotation keeps
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
+    #: the fabric's contract (the chart's fabric.profile): RoCE's lossless priority checked
+    profile: FabricProfile = field(default_factory=FabricProfile)
 
 
 def fabric_ports(
@@ -195,15 +203,18 @@ class FabricAgent:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         rail_map: Callable[[], str | None] | None = None,
+        pfc: PfcReader | None = None,
     ) -> None:
         """``rail_map``: the node's ``topology.tpfabric.io/rail-ports`` as last read (the
         publisher's view of its node); None: no map, rails in GPU order. ``clock`` times the
-        judge's windows, ``wall`` (Unix seconds) the timeline's bursts."""
+        judge's windows, ``wall`` (Unix seconds) the timeline's bursts. ``pfc``: how a RoCE
+        netdev's PFC priorities are read (default: DCB netlink)."""
         self.settings = settings
         self.publisher = publisher
         self.metrics = metrics or AgentMetrics()
         self._clock = clock
         self._wall = wall
+        self._pfc: PfcReader = pfc if pfc is not None else DcbNetlink()
         self.timeline = TimelineRecorder(
             settings.node, settings.interval_seconds, settings.timeline
         )
@@ -265,9 +276,26 @@ class FabricAgent:
         if judged != self._judged and not changed:
             self.timeline.touch(wall)  # the metadata write carries the agent's clock
         self._judged = judged
-        self.publisher.publish(replace(publication, timeline=self.timeline.annotation()))
+        self.publisher.publish(
+            replace(
+                publication, timeline=self.timeline.annotation(), contract=self.contract(sample)
+            )
+        )
         self.last = verdict
         return verdict
+
+    def contract(self, sample: NodeSample) -> ContractVerdict | None:
+        """Return the node's RoCE settings against the profile (None when it declares nothing
+        to check): ECN and trust of each RoCE fabric port's netdev from sysfs, PFC as ``pfc``
+        reads it."""
+        if self.settings.profile.link_layer != "roce":
+            return None
+        netdevs = [
+            read_netdev_qos(self._netdevs[(port.hca, port.port)], self._pfc)
+            for port in sample.ports
+            if port.link_layer == "Ethernet" and (port.hca, port.port) in self._netdevs
+        ]
+        return judge_contract(self.settings.profile, netdevs)
 
     def run(self, stop: threading.Event) -> None:
         """Step every interval until ``stop`` is set; a failed step is logged and retried."""

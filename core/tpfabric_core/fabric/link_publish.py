@@ -45,6 +45,7 @@ from typing import Any
 from tpfabric_core import labels
 from tpfabric_core.fabric.link_judge import NodeVerdict
 from tpfabric_core.fabric.link_timeline import TIMELINE_ANNOTATION
+from tpfabric_core.fabric.roce_contract import ContractVerdict
 from tpfabric_core.input_limits import bounded_json, whole_number
 
 __all__ = [
@@ -82,6 +83,8 @@ class FabricPublication:
     annotation: str
     #: the ``topology.tpfabric.io/link-timeline`` text; None leaves the annotation alone
     timeline: str | None = None
+    #: the node's ``FabricContractMet`` condition; None: the profile declares nothing to check
+    contract: ContractVerdict | None = None
 
 
 @dataclass(frozen=True, slots=True)
