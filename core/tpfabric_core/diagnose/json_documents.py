@@ -56,5 +56,7 @@ def json_documents(text: str, source: str, what: str) -> list[tuple[int, Any]]:
             ) from None
         except RecursionError:  # brackets nested thousands deep: no format of ours nests so
             raise InputError(f"{source}:{line}", "lists and objects nested too deep") from None
+        except ValueError as err:  # a number of thousands of digits (int()'s own limit)
+            raise InputError(f"{source}:{line}", f"not readable JSON ({err})") from None
         found.append((line, value))
         position = end
