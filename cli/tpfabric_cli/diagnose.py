@@ -232,7 +232,7 @@ def print_diagnosis(diagnosis: Diagnosis, console: Console) -> None:
         kind = _KIND_WORDS.get(finding.kind, finding.kind)
         text = escape(finding.text)
         if finding.text.startswith(finding.kind.replace("-", " ")):
-            console.print(f"{kind}{text[len(finding.kind):]}")  # the text names its kind
+            console.print(f"{kind}{text[len(finding.kind) :]}")  # the text names its kind
         else:
             console.print(f"{kind}: {text}")
     for path in diagnosis.paths:
