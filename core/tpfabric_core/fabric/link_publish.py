@@ -45,6 +45,7 @@ from typing import Any
 from tpfabric_core import labels
 from tpfabric_core.fabric.link_judge import NodeVerdict
 from tpfabric_core.fabric.link_timeline import TIMELINE_ANNOTATION
+from tpfabric_core.fabric.node_condition import condition_to_write, message_of
 from tpfabric_core.fabric.roce_contract import ContractVerdict
 from tpfabric_core.input_limits import bounded_json, whole_number
 
@@ -69,7 +70,6 @@ CONDITION_TYPE = "FabricHealthy"
 #: time in the node's managedFields by it)
 AGENT_FIELD_MANAGER = "tpfabric-fabric-agent"
 DETAIL_ANNOTATION = labels.PREFIX + "fabric-health"
-_MESSAGE_LIMIT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,16 +118,6 @@ class SuspectSwitch:
         )
 
 
-def _message(reasons: tuple[str, ...]) -> str:
-    text = ""
-    for index, reason in enumerate(reasons):
-        candidate = f"{text}; {reason}" if text else reason
-        if len(candidate) > _MESSAGE_LIMIT:
-            return f"{text}; ... (+{len(reasons) - index} more)"
-        text = candidate
-    return text
-
-
 def publication_of(verdict: NodeVerdict) -> FabricPublication:
     """Return what to publish for ``verdict``; the same verdict always gives the same text."""
     rails: dict[str, dict[str, Any]] = {}
@@ -167,7 +157,7 @@ def publication_of(verdict: NodeVerdict) -> FabricPublication:
     ports = {p.state for p in verdict.ports}
     reason = "LinkDown" if "down" in ports else "LinkDegraded" if "degraded" in ports else ""
     return FabricPublication(
-        "False", reason or "PcieDegraded", _message(verdict.reasons), "degraded", annotation
+        "False", reason or "PcieDegraded", message_of(verdict.reasons), "degraded", annotation
     )
 
 
@@ -176,25 +166,14 @@ def condition_patch(
 ) -> dict[str, Any] | None:
     """Return the ``FabricHealthy`` condition to write (strategic merge on ``type``), or None
     when ``current`` (the node's condition as read) already says the same."""
-    if current is not None and (
-        current.get("status"),
-        current.get("reason"),
-        current.get("message"),
-    ) == (publication.status, publication.reason, publication.message):
-        return None
-    since = (
-        current.get("lastTransitionTime")
-        if current is not None and current.get("status") == publication.status
-        else None
-    ) or now
-    return {
-        "type": CONDITION_TYPE,
-        "status": publication.status,
-        "reason": publication.reason,
-        "message": publication.message,
-        "lastTransitionTime": since,
-        "lastHeartbeatTime": now,
-    }
+    return condition_to_write(
+        CONDITION_TYPE,
+        status=publication.status,
+        reason=publication.reason,
+        message=publication.message,
+        current=current,
+        now=now,
+    )
 
 
 def metadata_patch(

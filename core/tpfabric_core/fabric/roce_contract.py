@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpfabric_core.fabric.node_condition import condition_to_write, message_of
 from tpfabric_core.fabric_profile import FabricProfile
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
 ]
 
 CONTRACT_CONDITION = "FabricContractMet"
-_MESSAGE_LIMIT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +65,6 @@ class ContractVerdict:
     message: str
     mismatches: tuple[str, ...] = ()
     unknowns: tuple[str, ...] = ()
-
-
-def _words(parts: Sequence[str]) -> str:
-    text = ""
-    for index, part in enumerate(parts):
-        candidate = f"{text}; {part}" if text else part
-        if len(candidate) > _MESSAGE_LIMIT:
-            return f"{text}; ... (+{len(parts) - index} more)"
-        text = candidate
-    return text
 
 
 def judge_contract(profile: FabricProfile, netdevs: Sequence[NetdevQos]) -> ContractVerdict | None:
@@ -105,11 +95,11 @@ def judge_contract(profile: FabricProfile, netdevs: Sequence[NetdevQos]) -> Cont
                 )
     if mismatches:
         return ContractVerdict(
-            "False", "SettingsMismatch", _words(mismatches), tuple(mismatches), tuple(unknowns)
+            "False", "SettingsMismatch", message_of(mismatches), tuple(mismatches), tuple(unknowns)
         )
     if unknowns:
         return ContractVerdict(
-            "Unknown", "SettingsUnreadable", _words(unknowns), (), tuple(unknowns)
+            "Unknown", "SettingsUnreadable", message_of(unknowns), (), tuple(unknowns)
         )
     checked = [f"PFC and ECN on priority {priority}"] if priority is not None else []
     if dscp is not None:
@@ -141,22 +131,11 @@ def contract_condition_patch(
 ) -> dict[str, Any] | None:
     """Return the ``FabricContractMet`` condition to write, or None when ``current`` (the node's
     condition as read) already says the same."""
-    if current is not None and (
-        current.get("status"),
-        current.get("reason"),
-        current.get("message"),
-    ) == (verdict.status, verdict.reason, verdict.message):
-        return None
-    since = (
-        current.get("lastTransitionTime")
-        if current is not None and current.get("status") == verdict.status
-        else None
-    ) or now
-    return {
-        "type": CONTRACT_CONDITION,
-        "status": verdict.status,
-        "reason": verdict.reason,
-        "message": verdict.message,
-        "lastTransitionTime": since,
-        "lastHeartbeatTime": now,
-    }
+    return condition_to_write(
+        CONTRACT_CONDITION,
+        status=verdict.status,
+        reason=verdict.reason,
+        message=verdict.message,
+        current=current,
+        now=now,
+    )
