@@ -17,6 +17,7 @@ from typing import Any
 from tpfabric_core.api import KIND
 from tpfabric_core.api.placement import StoredPlacement, finished, read_placement
 from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, bandwidth_kept, read_detail
+from tpfabric_core.fabric.roce_contract import CONTRACT_CONDITION
 from tpfabric_core.labels import HEALTH
 from tpfabric_core.placement.pod_fit import resource_amount
 from tpfabric_core.rail_ports import node_rails
@@ -55,6 +56,8 @@ class NodeRecord:
     """What placement needs of a node."""
 
     name: str
+    #: the node's labels; ``topology.tpfabric.io/health`` reads ``degraded`` too while its
+    #: ``FabricContractMet`` condition is False
     labels: dict[str, str]
     allocatable: dict[str, int]
     ready: bool
@@ -81,6 +84,10 @@ class NodeRecord:
                 continue  # a quantity we cannot read counts as absent (never a crash)
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         node_labels = dict(meta.get("labels") or {})
+        if conditions.get(CONTRACT_CONDITION) == "False":
+            # RoCE settings off the fabric's contract (PFC or ECN off on the lossless priority,
+            # trust pcp): as slow as a degraded link for a collective, so placed like one
+            node_labels[HEALTH] = "degraded"
         annotations = meta.get("annotations") or {}
         kept, problem = None, ""
         if node_labels.get(HEALTH) == "degraded":

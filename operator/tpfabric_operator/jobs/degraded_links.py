@@ -7,9 +7,9 @@ turns that into the job's ``Degraded`` condition, a Warning Event (``DegradedLin
 that :func:`.decide.decide` restarts through the failure policy; with ``restart-when-it-pays``,
 only when :func:`restart_weighing` finds running slow costs more than the restart
 (:mod:`tpfabric_core.fabric.restart_rule`, the rule the simulator measures). Either restarts a
-job only into healthy room the placer found for the whole gang
-(``status.placement.healthyRoom``, :mod:`tpfabric_scheduler.policy.healthy_room`): without it a restart
-would stop a job that runs slow for one that waits, or land it back on the node. A job is
+job only into healthy room the placer found for the whole gang (``status.placement.healthyRoom``,
+:mod:`tpfabric_scheduler.policy.healthy_room`): without it a restart would stop a job that
+runs slow for one that waits, or land it back on the node. A job is
 restarted away from a set of degraded nodes once: the nodes it left are kept in its status
 (``movedOffNodes``, pruned as they heal, so an operator restart forgets nothing), and a job put
 back on them anyway (the room was taken meanwhile, ``avoidDegraded: penalize`` or ``ignore``)

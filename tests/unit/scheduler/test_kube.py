@@ -439,3 +439,17 @@ def test_a_release_adds_the_plans_annotations_key_by_key_or_as_a_map_to_a_pod_wi
     ]
     a_writer(core=core).release_pod("ns", "p", "7", None, [], annotations=notes, annotated=False)
     assert {"op": "add", "path": "/metadata/annotations", "value": notes} in core.patches[-1][2]
+
+
+def test_a_node_off_the_fabrics_roce_contract_is_placed_like_a_degraded_one() -> None:
+    node = a_node("n1", "leaf-1")
+    node["status"]["conditions"].append(
+        {"type": "FabricContractMet", "status": "False", "reason": "SettingsMismatch",
+         "message": "PFC off on priority 3 on ens1f0np0"}
+    )  # fmt: skip
+    record = NodeRecord.from_object(node)
+    assert record.labels["topology.tpfabric.io/health"] == "degraded"
+    assert node["metadata"]["labels"]["topology.tpfabric.io/health"] == "ok"  # the object stays
+    for status in ("True", "Unknown"):  # unreadable settings are no mismatch
+        node["status"]["conditions"][-1]["status"] = status
+        assert NodeRecord.from_object(node).labels["topology.tpfabric.io/health"] == "ok"

@@ -170,6 +170,15 @@ def test_the_init_container_requests_the_pods_devices_and_runs_restricted() -> N
     }
 
 
+def test_the_init_containers_termination_message_is_its_pairing_file() -> None:
+    init = worker_pod(a_job(), "j", "ns", 0, "init:1")["spec"]["initContainers"][0]
+    # rdma-init writes its GPU -> HCA pairing there; File, never a log tail in its place
+    assert (init["terminationMessagePath"], init["terminationMessagePolicy"]) == (
+        "/dev/termination-log",
+        "File",
+    )
+
+
 def main_facts(pod: dict[str, Any]) -> dict[str, Any]:
     env = {e["name"]: e["value"] for e in pod["spec"]["initContainers"][0]["env"]}
     facts: dict[str, Any] = json.loads(env["TPFABRIC_MAIN_CONTAINER"])
