@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tpfabric_cli.bench import app as bench_app
+from tpfabric_cli.diagnose import diagnose_command
 from tpfabric_cli.errors import user_errors
 from tpfabric_cli.explain import explain_command
 from tpfabric_cli.queue import queue_command
@@ -296,4 +297,5 @@ def demo(
 
 app.command("explain")(explain_command)
 app.command("queue")(queue_command)
+app.command("diagnose")(diagnose_command)
 app.command("uninstall-cleanup")(uninstall_cleanup_command)

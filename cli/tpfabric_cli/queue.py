@@ -30,6 +30,7 @@ from rich.table import Table
 
 from tpfabric_cli.errors import user_errors
 from tpfabric_cli.explain import api_failure, context_namespace, owner_words, print_uncropped
+from tpfabric_core.api.placement import INVALID, gang_problems, placement_of_status
 from tpfabric_core.gang_shortfall import shortfall
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
@@ -73,7 +74,7 @@ class QueueEntry:
             "name": self.name,
             "priority": self.priority,
             "gpus": self.gpus,
-            "waitingSince": self.waiting_since,
+            "waitedSince": self.waiting_since,
             "waitedSeconds": round(self.waited_seconds),
             "state": self.state,
             "waitsFor": self.waits_for,
@@ -133,22 +134,22 @@ def _entry(
     gang = obj.get("kind") == "Gang"
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     status = obj.get("status") or {}
-    placement = status.get("placement") or {}
-    state = str(placement.get("state") or "")
+    placement = placement_of_status(status)
+    state = placement.state or ""
     phase = str(status.get("phase") or "")
-    if state == "Planned" or phase in _DONE:
+    if placement.planned or phase in _DONE:
         return None
     created = str(meta.get("creationTimestamp") or "")
-    since = str(placement.get("waitingSince") or created)
+    since = placement.waiting_since or created
     workers = whole_number(spec.get("workers")) or 0
     gpus = workers * (whole_number(spec.get("gpusPerWorker")) or 0)
     live = [pod for pod in members if _live(pod)]
     priority = max((int((p.get("spec") or {}).get("priority") or 0) for p in members), default=0)
-    message = str(placement.get("message") or "")
+    message = placement.message or ""
     if spec.get("suspend"):
         shown, words = "Suspended", "suspended (spec.suspend): not considered until it resumes"
-    elif state == "Invalid" or status.get("problems") or phase == "Invalid":
-        problems = "; ".join(str(p) for p in status.get("problems") or ())
+    elif state == INVALID or gang_problems(status) or phase == INVALID:
+        problems = "; ".join(gang_problems(status))
         shown, words = "Invalid", message or problems or "invalid"
     elif gang and (short := shortfall((_rank(p) for p in live), workers)) is not None:
         shown, words = "Pending", short.words(owner_words(spec.get("owner") or {}))

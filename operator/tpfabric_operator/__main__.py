@@ -101,9 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     import kopf  # noqa: PLC0415 - after KUBECONFIG is set: kopf logs in on start
 
-    # importing registers the handlers (the jobs', the gang records', the unwired gang pods')
-    from tpfabric_operator import gang_problems, gang_sync, handlers, leadership  # noqa: PLC0415, F401
-    from tpfabric_operator.reconcile import reconcile_every_job  # noqa: PLC0415
+    # importing registers every handler of the operator (the nodes', the gangs', the jobs')
+    from tpfabric_operator import handlers, leadership  # noqa: PLC0415
+    from tpfabric_operator.jobs.reconcile import reconcile_every_job  # noqa: PLC0415
 
     # the jobs' state, made here for the Lease's election and handed to kopf's memo
     state = handlers.new_state()

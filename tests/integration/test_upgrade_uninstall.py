@@ -62,7 +62,7 @@ from tpfabric_localcluster.tpfabric import (
     start_extender,
     start_operator,
 )
-from tpfabric_scheduler.config import scheduler_configuration
+from tpfabric_scheduler.kube_scheduler_config import scheduler_configuration
 
 pytestmark = pytest.mark.integration
 
