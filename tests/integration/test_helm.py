@@ -800,7 +800,11 @@ def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
     # the release's CRD serves TensorParallelJobs (deleting it unserved can stall: wait_serving)
     wait_serving(local_cluster)
 
-    removed = run_helm(helm_binary, helm_env, "uninstall", "tpf", "-n", namespace, kubeconfig)
+    # --no-hooks: this cluster has no node to run the cleanup hook's Job on (helm would wait for
+    # it); test_upgrade_uninstall.py runs the hook on nodes
+    removed = run_helm(
+        helm_binary, helm_env, "uninstall", "tpf", "-n", namespace, kubeconfig, "--no-hooks"
+    )
     assert removed.returncode == 0, removed.stderr
     wait_for(
         lambda: kubectl(
@@ -824,7 +828,9 @@ def test_helm_uninstall_keeps_the_crd_by_default(
         helm_binary, helm_env, "install", "tpk", str(CHART), "-n", namespace, kubeconfig
     )
     assert installed.returncode == 0, installed.stderr
-    removed = run_helm(helm_binary, helm_env, "uninstall", "tpk", "-n", namespace, kubeconfig)
+    removed = run_helm(  # no node runs the cleanup hook's Job here: test_upgrade_uninstall.py
+        helm_binary, helm_env, "uninstall", "tpk", "-n", namespace, kubeconfig, "--no-hooks"
+    )
     assert removed.returncode == 0, removed.stderr
     assert "tensorparalleljobs.tpfabric.io" in removed.stdout + removed.stderr  # "kept" notice
     assert _crd_exists(local_cluster)
