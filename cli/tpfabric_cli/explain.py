@@ -38,6 +38,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from tpfabric_cli.errors import user_errors
+from tpfabric_cli.options import KubeconfigOpt
 from tpfabric_cli.topology.node_health import NodeHealth
 from tpfabric_core import labels
 from tpfabric_core.api.placement import StoredPlacement, gang_problems, placement_of_status
@@ -684,14 +685,7 @@ def explain_command(
             help="tpj (TensorParallelJob) or gang (a Gang record); default: whichever exists.",
         ),
     ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            metavar="FILE",
-            help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
-        ),
-    ] = None,
+    kubeconfig: KubeconfigOpt = None,
     picture: Annotated[
         Path | None,
         typer.Option(

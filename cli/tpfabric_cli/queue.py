@@ -30,6 +30,7 @@ from rich.table import Table
 
 from tpfabric_cli.errors import user_errors
 from tpfabric_cli.explain import api_failure, context_namespace, owner_words, print_uncropped
+from tpfabric_cli.options import KubeconfigOpt
 from tpfabric_core.api.placement import INVALID, gang_problems, placement_of_status
 from tpfabric_core.gang_shortfall import shortfall
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
@@ -306,14 +307,7 @@ def queue_command(
             "--all-namespaces", "-A", help="Every namespace (needs list rights in all of them)."
         ),
     ] = False,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            metavar="FILE",
-            help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
-        ),
-    ] = None,
+    kubeconfig: KubeconfigOpt = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the same facts as JSON (for scripts).")
     ] = False,

@@ -34,7 +34,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -42,6 +41,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tpfabric_cli.errors import user_errors
+from tpfabric_cli.options import KubeconfigOpt
 from tpfabric_core import labels as topology
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE, DETAIL_ANNOTATION
 
@@ -402,14 +402,7 @@ def uninstall_cleanup_command(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Only say what would be removed.")
     ] = False,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            metavar="FILE",
-            help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
-        ),
-    ] = None,
+    kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """Remove what `helm uninstall` leaves: the components' Leases, kopf's finalizers on
     TensorParallelJobs, Gang records, pods that would wait for ever for tpfabric's scheduler,

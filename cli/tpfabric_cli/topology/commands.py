@@ -18,6 +18,7 @@ import yaml
 from rich.markup import escape
 
 from tpfabric_cli.errors import user_errors
+from tpfabric_cli.options import KubeconfigOpt
 from tpfabric_cli.topology.domains import domain_tree
 from tpfabric_cli.topology.kueue_levels import levels_command
 from tpfabric_cli.topology.labelling import plan_labels, print_plan
@@ -103,13 +104,6 @@ CountersOpt = Annotated[
 ClusterOpt = Annotated[
     bool, typer.Option("--cluster", help="Read the live nodes' topology.tpfabric.io/ labels.")
 ]
-KubeconfigOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--kubeconfig", metavar="FILE",
-        help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
-    ),
-]  # fmt: skip
 
 
 class OutputFormat(StrEnum):

@@ -12,6 +12,7 @@ import yaml
 from rich.markup import escape
 
 from tpfabric_cli.errors import user_errors
+from tpfabric_cli.options import KubeconfigOpt
 from tpfabric_cli.topology.rendering import err, out
 from tpfabric_core.errors import InputError
 from tpfabric_core.kueue_topology import KUEUE_GROUP, KueueLevels, levels_from_kueue_topology
@@ -101,14 +102,7 @@ def levels_command(
             "(a values file for the chart).",
         ),
     ] = "text",
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            metavar="FILE",
-            help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
-        ),
-    ] = None,
+    kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """Print tpfabric's topology levels (the chart's topology.levels) for a Kueue Topology: the
     same node labels, top level first, named leaf, spine, block from the bottom."""
