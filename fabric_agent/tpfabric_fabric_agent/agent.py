@@ -189,10 +189,17 @@ class FabricAgent:
         *,
         clock: Callable[[], float] = time.monotonic,
         rail_map: Callable[[], str | None] | None = None,
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
         """``rail_map``: the node's ``topology.tpfabric.io/rail-ports`` as last read (the
-        publisher's view of its node); None: no map, rails in GPU order."""
+        publisher's view of its node); None: no map, rails in GPU order. ``heartbeat``: called
+        after every step that read, judged and published (the agent's Lease, :mod:`.heartbeat`).
+        """
         self.settings = settings
+        self._heartbeat = heartbeat
+        #: clock time the loop last turned, and the last step that succeeded (the probes)
+        self.turned_at: float | None = None
+        self.succeeded_at: float | None = None
         self.publisher = publisher
         self.metrics = metrics or AgentMetrics()
         self._clock = clock
@@ -245,14 +252,18 @@ class FabricAgent:
         self.renumber()
         verdict = self.judge.observe(self.read())
         self.metrics.record(verdict)
+        self.metrics.read_done(self.settings.node)
         self.publisher.publish(publication_of(verdict))
+        if self._heartbeat is not None:
+            self._heartbeat()
         self.last = verdict
+        self.succeeded_at = self._clock()
         return verdict
 
     def run(self, stop: threading.Event) -> None:
         """Step every interval until ``stop`` is set; a failed step is logged and retried."""
         while not stop.is_set():
-            started = self._clock()
+            started = self.turned_at = self._clock()
             try:
                 self.step()
             except Exception:  # the agent outlives a bad read or an API hiccup

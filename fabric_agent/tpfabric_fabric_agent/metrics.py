@@ -3,6 +3,8 @@ several agents in one process)."""
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tpfabric_core.fabric.link_judge import NodeVerdict
@@ -53,7 +55,8 @@ class AgentMetrics:
         )
         self.api_writes = Counter(
             "tpfabric_fabric_agent_api_writes_total",
-            "PATCH requests the agent sent, by target (metadata, status).",
+            "Writes the agent sent, by target (metadata, status: PATCHes of its node; lease: "
+            "renewals of its heartbeat).",
             ["target"],
             registry=self.registry,
         )
@@ -63,6 +66,17 @@ class AgentMetrics:
             ["stage"],
             registry=self.registry,
         )
+
+        self.last_read = Gauge(
+            "tpfabric_fabric_agent_last_read_timestamp_seconds",
+            "When the agent last read and judged its node's links (Unix time).",
+            ["node"],
+            registry=self.registry,
+        )
+
+    def read_done(self, node: str) -> None:
+        """Note a read and judgement of ``node``'s links that succeeded, now."""
+        self.last_read.labels(node).set(time.time())
 
     def record(self, verdict: NodeVerdict) -> None:
         """Set the gauges from one verdict."""

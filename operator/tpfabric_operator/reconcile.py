@@ -46,6 +46,7 @@ from tpfabric_operator.job_status import Outcome, job_status
 from tpfabric_operator.kueue_sync import KueueView
 from tpfabric_operator.kueue_sync import sync as kueue_sync
 from tpfabric_operator.obstacles import not_owned_message, stuck_message, stuck_terminating
+from tpfabric_operator.operator_metrics import DEGRADED_MOVES
 from tpfabric_operator.operator_state import OperatorState
 from tpfabric_operator.pod_cache import JobKey, worker_of
 from tpfabric_operator.queueing import QUEUE_NAME_REQUIRED, Admission
@@ -341,6 +342,7 @@ def _reconcile(
         rdma=rdma,
     )
     if intent.failure is not None and intent.failure.reason == "DegradedLink" and not intent.fail:
+        DEGRADED_MOVES.labels(job.spec.topology.on_degraded_link).inc()
         # a move is written down first and its workers stopped by the next reconcile
         # (decide._move): run it once this patch is back, not at the next tick
         state.waker.wake((namespace, name))

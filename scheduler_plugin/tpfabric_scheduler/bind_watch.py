@@ -163,6 +163,9 @@ class BindWatch:
                 "start whole, so the plan is dropped and the gang is recreated and planned again"
             )
         if why:
+            self.writes.metrics.plans_dropped.labels(
+                "workers_refused" if refused else "workers_missing"
+            ).inc()
             self._replan_whole(replace(item, members=members), why, now, keep_wait=True)
             return False
         unbound = sorted(
@@ -201,6 +204,7 @@ class BindWatch:
             + "): the plan cannot be honoured; the gang is recreated and planned again"
             + (" without the refused node(s)" if turned_down else "")
         )
+        self.writes.metrics.plans_dropped.labels("node_taken" if taken else "bind_timeout").inc()
         self._replan_whole(
             replace(item, members=members), why, now, keep_wait=True, refused=turned_down
         )
@@ -226,6 +230,7 @@ class BindWatch:
             return True
         if not running(item.members, topology):  # replace_ranks drops a plan that runs
             gone_names = sorted(nodes[r] for r in gone)
+            self.writes.metrics.plans_dropped.labels("node_gone").inc()
             self._replan_whole(
                 item,
                 f"{item.job.key}: planned node(s) {gone_names} left the cluster and the planned "
@@ -305,6 +310,7 @@ class BindWatch:
             answer = ReplacementOptions(job.key, min(gone, default=0), "", "", "", (), why)
         if isinstance(answer, ReplacementOptions):
             if running(item.members, topology) or in_flight(item.members):
+                self.writes.metrics.plans_dropped.labels("no_room").inc()
                 self._replan_whole(item, answer.summary, cycle.now)
             else:
                 self._give_back(cycle, item, None if not moving else _others(item, moving))

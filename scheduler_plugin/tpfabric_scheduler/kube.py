@@ -32,6 +32,7 @@ from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL
+from tpfabric_core.fabric.agent_heartbeat import HEARTBEAT_LABEL, heartbeat_lease
 from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION
 from tpfabric_core.gangs import NAMESPACE_OPT_IN
 from tpfabric_kube.list_watch import (
@@ -177,7 +178,9 @@ def informer_kinds(
     malformed: MalformedObjects | None = None,
 ) -> list[InformerKind]:
     """Return the three kinds the store is fed with (``nodes``, ``pods``,
-    ``tensorparalleljobs``), listed by ``list_calls`` (the API client's, or a benchmark's).
+    ``tensorparalleljobs``), listed by ``list_calls`` (the API client's, or a benchmark's), and
+    those of ``list_calls`` that are optional: ``gangs``, ``namespaces`` (opted in to gangs),
+    ``leases`` (the fabric agents' heartbeats).
 
     ``malformed``: where a node field the record ignores is reported (the fabric-health
     annotation a node's record could not read).
@@ -240,6 +243,23 @@ def informer_kinds(
                 )
             ]
             if GANG_PLURAL in list_calls
+            else []
+        ),
+        *(
+            [
+                InformerKind(
+                    "leases",
+                    list_calls["leases"],
+                    heartbeat_lease,
+                    list,
+                    store.install_heartbeats,
+                    store.put_heartbeat,
+                    store.delete_heartbeat,
+                    namespaced=True,
+                    object_kind="Lease",
+                )
+            ]
+            if "leases" in list_calls
             else []
         ),
         *(
@@ -406,10 +426,15 @@ class Informer(threading.Thread):
 
 
 def start_informers(
-    api: client.ApiClient, store: ClusterStore, on_change: Callable[[], None]
+    api: client.ApiClient,
+    store: ClusterStore,
+    on_change: Callable[[], None],
+    *,
+    agent_namespace: str = "",
 ) -> list[Informer]:
-    """Start informers for nodes, pods, TensorParallelJobs and (where the CRD is installed)
-    Gangs; return them (already running)."""
+    """Start informers for nodes, pods, TensorParallelJobs, (where the CRD is installed) Gangs
+    and (with ``agent_namespace``) the fabric agents' heartbeat Leases; return them (already
+    running)."""
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
 
@@ -438,6 +463,15 @@ def start_informers(
             GROUP,
             "not installed" if err.status == 404 else "forbidden",
         )
+    if agent_namespace:
+        coordination = client.CoordinationV1Api(api)
+
+        def list_heartbeats(**kwargs: Any) -> Any:
+            return coordination.list_namespaced_lease(
+                agent_namespace, label_selector=HEARTBEAT_LABEL, **kwargs
+            )
+
+        calls["leases"] = list_heartbeats
     malformed = MalformedObjects("tpfabric-scheduler", notify=event_writer(core))
     if GANG_PLURAL in calls:
         calls.update(_gang_namespaces_call(core, store))
@@ -485,6 +519,7 @@ class KubeWriter:
     def __init__(self, api: client.ApiClient) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.coordination = client.CoordinationV1Api(api)
 
     def patch_job_status(
         self,
@@ -593,6 +628,30 @@ class KubeWriter:
             log.warning(
                 "event for %s %s/%s not recorded: %s", involved["kind"], namespace, name, err.reason
             )
+
+    def read_lease_renewal(self, namespace: str, name: str) -> str | None:
+        """Return a Lease's ``renewTime`` as the API server has it now (None: no Lease)."""
+        try:
+            response = self.coordination.read_namespaced_lease(
+                name, namespace, _preload_content=False
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        spec = orjson.loads(response.data).get("spec") or {}
+        renewed = spec.get("renewTime") or spec.get("acquireTime")
+        return str(renewed) if renewed else None
+
+    def patch_fabric_condition(self, node: str, condition: dict[str, Any]) -> None:
+        """Set ``node``'s ``FabricHealthy`` condition (a strategic merge on the condition's
+        type: every other condition stays as it is)."""
+        self.core.patch_node_status(
+            node,
+            {"status": {"conditions": [condition]}},
+            field_manager="tpfabric-placer",
+            _content_type="application/strategic-merge-patch+json",
+        )
 
     def read_job(self, namespace: str, name: str) -> dict[str, Any]:
         """Return the job as stored now (for a consistent read before writing a plan)."""

@@ -314,6 +314,7 @@ class GangPlacer:
         if len(self._not_opted_in) > 10_000:
             self._not_opted_in.clear()
         self._not_opted_in.add(job.uid)
+        self.metrics.plans_refused.labels("not_opted_in").inc()
         log.warning("gang %s: not planned: %s", job.key, not_opted_in(job.namespace))
 
     def unfinished_replans(self, now: float, store: ClusterStore | None = None) -> list[JobRecord]:

@@ -9,7 +9,8 @@ Pure data: no I/O here.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,13 @@ from tpfabric_core.api import (
     TensorParallelJob,
 )
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL, Gang
-from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, bandwidth_kept, read_detail
+from tpfabric_core.fabric.agent_heartbeat import HeartbeatLease, Heartbeats, node_of_lease
+from tpfabric_core.fabric.link_publish import (
+    CONDITION_TYPE,
+    DETAIL_ANNOTATION,
+    bandwidth_kept,
+    read_detail,
+)
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.labels import HEALTH
@@ -79,6 +86,8 @@ class NodeRecord:
     #: its rails in order, each with its port GUID where its rail map gives one (the pods'
     #: ``tpfabric.io/rails``); a map that cannot be used leaves the GUIDs out
     rails: tuple[tuple[int, str | None], ...] = ()
+    #: its ``FabricHealthy`` condition's status, reason and lastTransitionTime (empty: none)
+    fabric_condition: tuple[str, str, str] | tuple[()] = ()
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> NodeRecord:
@@ -91,6 +100,9 @@ class NodeRecord:
             except ValueError:
                 continue  # a quantity we cannot read counts as absent (never a crash)
         conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        fabric = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == CONDITION_TYPE), None
+        )
         node_labels = dict(meta.get("labels") or {})
         annotations = meta.get("annotations") or {}
         kept, problem = None, ""
@@ -111,6 +123,15 @@ class NodeRecord:
             kept=kept,
             detail_problem=problem,
             rails=rails,
+            fabric_condition=(
+                (
+                    str(fabric.get("status") or ""),
+                    str(fabric.get("reason") or ""),
+                    str(fabric.get("lastTransitionTime") or ""),
+                )
+                if fabric
+                else ()
+            ),
         )
 
 
@@ -303,6 +324,13 @@ class ClusterStore:
         self.gang_namespaces: frozenset[str] | None = None
         #: monotonic time the placer loop last finished a cycle (liveness); None before the first
         self.placer_heartbeat: float | None = None
+        #: the fabric agents' heartbeats (their Leases, as this process saw them renewed)
+        self.heartbeats = Heartbeats()
+        #: the nodes whose fabric agent is silent: their link health is unknown, and new plans
+        #: treat them as degraded (set by :mod:`.agent_silence`)
+        self.silent_nodes: frozenset[str] = frozenset()
+        #: the clock heartbeats are timed by (monotonic seconds)
+        self.clock: Callable[[], float] = time.monotonic
         self._reservations: tuple[int, dict[str, tuple[tuple[str, int], ...]]] = (-1, {})
 
     def view(self) -> ClusterStore:
@@ -324,6 +352,7 @@ class ClusterStore:
         copy.ports_used = dict(self.ports_used)
         copy.fresh_plans = dict(self.fresh_plans)
         copy.gang_namespaces = self.gang_namespaces
+        copy.silent_nodes = self.silent_nodes
         copy.topology_generation = self.topology_generation
         copy.generation = self.generation
         copy.capacity_generation = self.capacity_generation
@@ -355,6 +384,33 @@ class ClusterStore:
             self.capacity_generation += 1
             self.freed_generation += 1  # a domain changed shape: what could fit is asked again
             self.generation += 1
+
+    # -- fabric agents' heartbeats ---------------------------------------------------------
+
+    def install_heartbeats(self, leases: list[HeartbeatLease]) -> None:
+        """Replace every heartbeat (after a list of the agents' Leases)."""
+        self.heartbeats.replace(leases, self.clock())
+
+    def put_heartbeat(self, lease: HeartbeatLease) -> None:
+        """Note a heartbeat Lease as its watch delivered it."""
+        self.heartbeats.observe(lease, self.clock())
+
+    def delete_heartbeat(self, key: str) -> None:
+        """Forget the heartbeat of the Lease ``namespace/name`` (deleted)."""
+        node = node_of_lease(key.split("/", 1)[-1])
+        if node is not None:
+            self.heartbeats.forget(node)
+
+    def mark_silent(self, nodes: frozenset[str]) -> bool:
+        """Set the nodes whose agent is silent; return whether that changed (the snapshot's
+        health changes with it: what may fit is looked at again)."""
+        if nodes == self.silent_nodes:
+            return False
+        self.silent_nodes = nodes
+        self.capacity_generation += 1
+        self.freed_generation += 1
+        self.generation += 1
+        return True
 
     def replace_nodes(self, objs: list[dict[str, Any]]) -> None:
         """Replace every node (after a relist)."""

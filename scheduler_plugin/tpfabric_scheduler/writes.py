@@ -211,6 +211,7 @@ class WritePipeline:
             )
             with self.store.lock:
                 self.store.record_plan(job, placement)
+            self.metrics.placement_written(previous, placement, self.clock())
         if event:
             self.event(job, event, placement)
 
