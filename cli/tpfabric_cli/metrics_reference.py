@@ -47,9 +47,7 @@ def _scheduler() -> list[Collector]:
     from tpfabric_scheduler.store import ClusterStore  # noqa: PLC0415
     from tpfabric_scheduler.store_metrics import StoreMetrics  # noqa: PLC0415
 
-    metrics = Metrics()
-    metrics.registry.unregister(MALFORMED_OBJECTS)  # listed with every component's
-    return [metrics.registry, StoreMetrics(ClusterStore())]
+    return [Metrics().registry, StoreMetrics(ClusterStore())]
 
 
 def _operator() -> list[Collector]:

@@ -6,8 +6,9 @@ A JSON line always has ``time`` (RFC 3339, UTC, milliseconds), ``level``, ``logg
 ``extra`` convention of :func:`about`): ``kind``, ``namespace``, ``name``, and where they apply
 ``gang`` (the Gang record or TensorParallelJob a pod belongs to) and ``node``. kopf's own
 per-object lines (its ``k8s_ref``) are given the same ``kind``/``namespace``/``name``. A
-traceback is one field (``exc_info``) of its line, never lines of its own; Python's warnings
-and uncaught exceptions (of any thread) are logged, not printed. The JSON is made by a library
+traceback is one field (``exc_info``) of its line, never lines of its own; Python's warnings,
+uncaught exceptions (of any thread) and exceptions it ignores (a failing ``__del__``) are
+logged, not printed. The JSON is made by a library
 (python-json-logger, which kopf's own JSON mode uses), never by a format string, so any quote,
 newline or non-ASCII character in a message stays inside its string.
 
@@ -203,5 +204,15 @@ def configure_logging(component: str, level: str = "INFO", log_format: str = "js
             exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
         )
 
+    def unraisable(args: Any) -> None:  # sys.UnraisableHookArgs
+        error = args.exc_value
+        crash.error(
+            "%s: %s",
+            args.err_msg or "exception ignored",
+            error,
+            exc_info=(args.exc_type, error, args.exc_traceback) if error is not None else None,
+        )
+
     sys.excepthook = uncaught
     threading.excepthook = uncaught_in_thread
+    sys.unraisablehook = unraisable

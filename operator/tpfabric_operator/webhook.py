@@ -44,14 +44,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from tpfabric_core.api import SCHEDULER_NAME
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric_profile import init_argument, parse_fabric_profile
-from tpfabric_core.gangs import GangSettings
+from tpfabric_core.gangs import GANG_LABEL, GangSettings
 from tpfabric_kube.metrics_server import (
     add_metrics_flags,
     check_metrics_flags,
     start_metrics_server,
 )
 from tpfabric_kube.request_timeouts import with_default_timeout
-from tpfabric_kube.structured_logs import add_log_flags, configure_logging
+from tpfabric_kube.structured_logs import about, add_log_flags, configure_logging
 from tpfabric_operator.gang_admission import (
     BadReviewError,
     WebhookSettings,
@@ -101,6 +101,24 @@ def _outcome(answer: dict[str, object]) -> str:
     return "warned" if response.get("warnings") else "unchanged"
 
 
+def _pod_of(review: object) -> dict[str, Any]:
+    """Return the log fields of the pod an AdmissionReview is about (its namespace, its name or
+    generateName, the gang it names), as far as the review says."""
+    request = review.get("request") if isinstance(review, dict) else None
+    pod = request.get("object") if isinstance(request, dict) else None
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    if not isinstance(request, dict) or not isinstance(meta, dict):
+        return {}
+    found = meta.get("labels")
+    labels: dict[str, Any] = found if isinstance(found, dict) else {}
+    return about(
+        "Pod",
+        str(request.get("namespace") or meta.get("namespace") or "") or None,
+        str(meta.get("name") or meta.get("generateName") or "") or None,
+        gang=str(labels.get(GANG_LABEL)) if labels.get(GANG_LABEL) else None,
+    )
+
+
 def make_app(settings: WebhookSettings, metrics: WebhookMetrics) -> web.Application:
     """Return the aiohttp application of the webhook."""
 
@@ -120,7 +138,7 @@ def make_app(settings: WebhookSettings, metrics: WebhookMetrics) -> web.Applicat
             metrics.answers.labels("bad").inc()
             return web.Response(text=f"bad request: {err}", status=400)
         except Exception as err:  # never refuse a pod for our own fault
-            log.exception("admission failed; the pod is admitted unchanged")
+            log.exception("admission failed; the pod is admitted unchanged", extra=_pod_of(review))
             metrics.answers.labels("error").inc()
             uid = ((review.get("request") or {}).get("uid")) if isinstance(review, dict) else None
             if not uid:

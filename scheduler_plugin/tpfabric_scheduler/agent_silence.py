@@ -37,6 +37,7 @@ from tpfabric_core.fabric.agent_heartbeat import (
     silent_words,
 )
 from tpfabric_core.timestamps import rfc3339
+from tpfabric_kube.structured_logs import about
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.store import ClusterStore
 
@@ -121,10 +122,11 @@ class SilenceWatch:
                 node,
                 err.status,
                 err.reason,
+                extra=about("Node", name=node),
             )
             return
         self._said[node] = renewal
-        log.warning("node %s: %s", node, message)
+        log.warning("node %s: %s", node, message, extra=about("Node", name=node))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Check every CHECK_SECONDS until ``stop`` is set (the API calls off the loop)."""

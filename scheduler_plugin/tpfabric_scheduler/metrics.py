@@ -12,7 +12,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tpfabric_core.timestamps import parse_rfc3339
-from tpfabric_kube.malformed import MALFORMED_OBJECTS
 
 __all__ = ["DROP_REASONS", "GANG_WAIT_BUCKETS", "REFUSE_REASONS", "Metrics"]
 
@@ -38,10 +37,10 @@ class Metrics:
     """The metrics, on their own registry so tests can make several servers."""
 
     def __init__(self) -> None:
+        # the objects the informers could not read whole are counted in the process's default
+        # registry (tpfabric_malformed_objects_total), which the metrics port serves beside this
+        # one: registered here too, a scrape would carry that family twice
         self.registry = CollectorRegistry()
-        # the objects the informers could not read whole (counted in the process's default
-        # registry, served here too)
-        self.registry.register(MALFORMED_OBJECTS)
         self.request_seconds = Histogram(
             "tpfabric_extender_request_seconds",
             "Time to answer one extender request, by verb.",

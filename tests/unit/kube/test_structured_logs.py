@@ -28,10 +28,10 @@ from tpfabric_kube.structured_logs import (
 def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    hooks = sys.excepthook, threading.excepthook
+    hooks = sys.excepthook, threading.excepthook, sys.unraisablehook
     yield
     root.handlers[:], root.level = handlers, level
-    sys.excepthook, threading.excepthook = hooks
+    sys.excepthook, threading.excepthook, sys.unraisablehook = hooks
     logging.captureWarnings(False)
 
 
