@@ -3,7 +3,7 @@ renewed after every read of the node's links that succeeded, so that the placer 
 silent agent from a quiet fabric.
 
 One write per interval: a merge patch of ``renewTime``; the first beat (and a beat that finds
-the Lease gone) creates it, owned by the Node (it goes when the node goes). The Lease holds
+the Lease gone) creates it first, owned by the Node (it goes when the node goes). The Lease holds
 nothing else: the node's health stays in its condition and label.
 
 When a beat comes after a gap longer than half the Lease's duration (the agent hung, the API
@@ -72,22 +72,15 @@ class LeaseHeartbeat:
         """Renew the Lease (create it when missing); raise the API's error when it fails."""
         now = self._clock()
         renewed = _micro_time(self._wall())
-        if self._exists:
-            try:
-                self.coordination.patch_namespaced_lease(
-                    self.name,
-                    self.namespace,
-                    {"spec": {"renewTime": renewed, "holderIdentity": self.node}},
-                    field_manager=FIELD_MANAGER,
-                    _content_type=_MERGE_PATCH,
-                    _request_timeout=_TIMEOUT_S,
-                )
-            except ApiException as err:
-                if err.status != 404:
-                    raise
-                self._exists = False
         if not self._exists:
-            self._create(renewed)
+            self._create()
+        try:
+            self._renew(renewed)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            self._create()  # deleted meanwhile (by hand): made again
+            self._renew(renewed)
         self._count()
         lapsed = self._last is not None and now - self._last > self.grace_seconds / 2
         self._last = now
@@ -99,7 +92,29 @@ class LeaseHeartbeat:
             )
             self._on_lapse()
 
-    def _create(self, renewed: str) -> None:
+    def _renew(self, renewed: str) -> None:
+        """Patch the Lease's renewal (a merge patch the client sends as written: its typed
+        models would rewrite a MicroTime of a whole second without the microseconds the API
+        server requires)."""
+        self.coordination.patch_namespaced_lease(
+            self.name,
+            self.namespace,
+            {
+                "spec": {
+                    "renewTime": renewed,
+                    "holderIdentity": self.node,
+                    "leaseDurationSeconds": max(1, round(self.grace_seconds)),
+                }
+            },
+            field_manager=FIELD_MANAGER,
+            _content_type=_MERGE_PATCH,
+            _request_timeout=_TIMEOUT_S,
+            _preload_content=False,
+        ).read()
+
+    def _create(self) -> None:
+        """Create the Lease, owned by the node, without a time (the renewal that follows sets
+        it); one left by an earlier run of this agent is taken over as it is."""
         uid = self._node_uid()
         body = {
             "apiVersion": "coordination.k8s.io/v1",
@@ -117,8 +132,6 @@ class LeaseHeartbeat:
             "spec": {
                 "holderIdentity": self.node,
                 "leaseDurationSeconds": max(1, round(self.grace_seconds)),
-                "acquireTime": renewed,
-                "renewTime": renewed,
             },
         }
         try:
@@ -128,21 +141,6 @@ class LeaseHeartbeat:
         except ApiException as err:
             if err.status != 409:
                 raise
-            # there from an earlier run of this agent: renewed (and its duration set) in place
-            self.coordination.patch_namespaced_lease(
-                self.name,
-                self.namespace,
-                {
-                    "spec": {
-                        "renewTime": renewed,
-                        "holderIdentity": self.node,
-                        "leaseDurationSeconds": max(1, round(self.grace_seconds)),
-                    }
-                },
-                field_manager=FIELD_MANAGER,
-                _content_type=_MERGE_PATCH,
-                _request_timeout=_TIMEOUT_S,
-            )
         self._exists = True
 
     def _count(self) -> None:

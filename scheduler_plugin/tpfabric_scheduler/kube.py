@@ -471,7 +471,19 @@ def start_informers(
                 agent_namespace, label_selector=HEARTBEAT_LABEL, **kwargs
             )
 
-        calls["leases"] = list_heartbeats
+        try:
+            list_heartbeats(limit=1)
+            calls["leases"] = list_heartbeats
+        except ApiException as err:
+            if err.status != 403:
+                raise
+            log.warning(
+                "the fabric agents' heartbeats cannot be read (leases of namespace %s: "
+                "forbidden): a silent agent goes unnoticed and nodes are judged by their health "
+                "label alone; grant the scheduler's account get, list and watch on leases there "
+                "(the chart does with fabricAgent.enabled) and restart",
+                agent_namespace,
+            )
     malformed = MalformedObjects("tpfabric-scheduler", notify=event_writer(core))
     if GANG_PLURAL in calls:
         calls.update(_gang_namespaces_call(core, store))

@@ -89,7 +89,8 @@ class HeartbeatLease:
 
 def heartbeat_lease(obj: Mapping[str, Any]) -> HeartbeatLease:
     """Return the heartbeat of a Lease object (a dict as the API serves it); ValueError naming
-    the field when it is not a heartbeat Lease an agent wrote."""
+    the field when it is not a heartbeat Lease an agent wrote. A Lease not renewed yet has an
+    empty ``renew_time``."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     name = str(meta.get("name") or "")
@@ -101,9 +102,9 @@ def heartbeat_lease(obj: Mapping[str, Any]) -> HeartbeatLease:
         raise ValueError(
             f"spec.leaseDurationSeconds: expected a positive integer, got {duration!r}"
         )
-    renewed = spec.get("renewTime") or spec.get("acquireTime")
-    if not isinstance(renewed, str) or not renewed:
-        raise ValueError("spec.renewTime: absent; the agent writes it with every renewal")
+    # absent: created and not renewed yet (the agent creates it, then renews it); compared as
+    # text only, never read as a time
+    renewed = str(spec.get("renewTime") or spec.get("acquireTime") or "")
     return HeartbeatLease(node, renewed, float(duration))
 
 

@@ -3,6 +3,8 @@ read again after a gap, and the probes that restart a hung agent."""
 
 from __future__ import annotations
 
+import copy
+import io
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ class MemoryLeases:
 
     def __init__(self) -> None:
         self.leases: dict[str, dict[str, Any]] = {}
+        self.created: list[dict[str, Any]] = []
         self.calls: list[str] = []
 
     def create_namespaced_lease(self, namespace: str, body: dict[str, Any], **_: Any) -> None:
@@ -39,15 +42,17 @@ class MemoryLeases:
         name = body["metadata"]["name"]
         if name in self.leases:
             raise ApiException(status=409, reason="AlreadyExists")
+        self.created.append(copy.deepcopy(body))
         self.leases[name] = body
 
     def patch_namespaced_lease(
         self, name: str, namespace: str, body: dict[str, Any], **_: Any
-    ) -> None:
+    ) -> Any:
         self.calls.append("patch")
         if name not in self.leases:
             raise ApiException(status=404, reason="NotFound")
         self.leases[name]["spec"].update(body["spec"])
+        return io.BytesIO(b"{}")
 
 
 def heartbeat(
@@ -79,7 +84,10 @@ def test_the_first_beat_creates_the_lease_owned_by_the_node_and_later_beats_rene
     clock.now += 10
     beats.beat()
     assert lease["spec"]["renewTime"] != first
-    assert leases.calls == ["create", "patch"], "one write per beat"
+    assert leases.calls == ["create", "patch", "patch"], "one write per beat after the first"
+    assert "renewTime" not in leases.created[0]["spec"], (
+        "created without a time: the client's models would rewrite a whole second's MicroTime"
+    )
 
 
 def test_a_lease_left_by_an_earlier_run_or_deleted_meanwhile_is_taken_over() -> None:
@@ -91,7 +99,7 @@ def test_a_lease_left_by_an_earlier_run_or_deleted_meanwhile_is_taken_over() -> 
     assert leases.leases["fabric-agent-gpu-1"]["spec"]["leaseDurationSeconds"] == 40
     del leases.leases["fabric-agent-gpu-1"]
     beats.beat()
-    assert leases.calls[-2:] == ["patch", "create"]
+    assert leases.calls[-3:] == ["patch", "create", "patch"]
     assert "fabric-agent-gpu-1" in leases.leases
 
 
