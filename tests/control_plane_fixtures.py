@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api import GANG_GATE, GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LABEL
 from tpfabric_core.api.crd import crd_files, crd_name
 from tpfabric_core.fabric_description import FabricDescription, parse_fabric_description
 from tpfabric_localcluster.cluster import LocalCluster, api_client
@@ -43,7 +43,6 @@ from tpfabric_localcluster.tpfabric import (
     start_scheduling,
     unused_uid,
 )
-from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
 CRD_FILE = Path(__file__).parents[1] / "crds" / f"{crd_name()}.yaml"
 #: every CRD the chart installs (the generated files of crds/)

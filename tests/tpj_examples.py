@@ -2,12 +2,12 @@
 real API server with the generated CRD): both must accept the valid ones and reject the invalid
 ones on the same field.
 
-The invalid ones are every validation the models make (issue 31, item 12: the CRD accepted a
-failure rule the models refused, and the operator failed the running job): one case per
-constraint a field carries (bounds, patterns, lengths, list sizes, enums, key patterns),
-generated from the models' JSON schema (:func:`constraint_cases`), and cases for the models'
-own validators (:data:`INVALID_JOBS`, each validator named in :data:`VALIDATOR_CASES`, which a
-unit test holds complete)."""
+The invalid ones are every validation the models make (a rule the CRD accepts and the models
+refuse would fail a running job in the operator): one case per constraint a field carries
+(bounds, patterns, lengths, list sizes, enums, key patterns), generated from the models' JSON
+schema (:func:`constraint_cases`), and cases for the models' own validators
+(:data:`INVALID_JOBS`, each validator named in :data:`VALIDATOR_CASES`, which a unit test holds
+complete)."""
 
 from __future__ import annotations
 

@@ -36,10 +36,18 @@ from typing import Any
 import orjson
 
 from tpfabric_core import labels
-from tpfabric_core.api import GROUP, VERSION
+from tpfabric_core.api import (
+    GANG_GATE,
+    GROUP,
+    JOB_LABEL,
+    SCHEDULER_NAME,
+    VERSION,
+    WORKER_INDEX_LABEL,
+    DomainReason,
+    Placement,
+)
+from tpfabric_core.api.placement import PLANNED, WAITING, stored_status
 from tpfabric_core.fabric_description import FabricDescription, uniform_fabric
-from tpfabric_scheduler.config import SCHEDULER_NAME
-from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
 __all__ = [
     "JOB_WORKERS",
@@ -757,31 +765,31 @@ def api_job(shape: ClusterShape, job: int) -> dict[str, Any]:
     }
     created = _time(job)
     if state == "waiting":
-        placement: dict[str, Any] = {
-            "state": "Waiting",
-            "message": "no leaf has 8 free nodes with 8 GPUs",
-            "waitingSince": created,
-            "reasons": [
-                {"level": "leaf", "domain": "", "reason": f"0 of {len(shape.leaves)} leaves fit"}
+        placement = Placement(
+            state=WAITING,
+            message="no leaf has 8 free nodes with 8 GPUs",
+            waiting_since=created,
+            reasons=[
+                DomainReason(level="leaf", domain="", reason=f"0 of {len(shape.leaves)} leaves fit")
             ],
-        }
+        )
         phase = "Pending"
     else:
         leaf_label = shape.leaf_labels[shape.job_leaf(job)]
-        placement = {
-            "state": "Planned",
-            "message": f"planned on leaf {leaf_label}",
-            "level": "leaf",
-            "domain": leaf_label,
-            "domainLabels": {labels.LEAF: leaf_label},
-            "nodes": leaf,
-            "hops": 1,
-            "modelledAllreduceUs": 812.5,
-            "plannedAt": created,
-            "releasedAt": created,
-        }
+        placement = Placement(
+            state=PLANNED,
+            message=f"planned on leaf {leaf_label}",
+            level="leaf",
+            domain=leaf_label,
+            domain_labels={labels.LEAF: leaf_label},
+            nodes=leaf,
+            hops=1,
+            modelled_allreduce_us=812.5,
+            planned_at=created,
+            released_at=created,
+        )
         phase = {"probe": "Pending", "running": "Running"}.get(state, "Succeeded")
-    status = {"phase": phase, "placement": placement, "observedGeneration": 1}
+    status = {"phase": phase, **stored_status(placement), "observedGeneration": 1}
     meta = {
         "name": name,
         "namespace": namespace,

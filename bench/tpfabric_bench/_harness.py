@@ -518,7 +518,7 @@ def start_components(cluster: Any) -> int:
     extender's port."""
     from tpfabric_localcluster.tpfabric import TPFABRIC_SCHEDULER, start_operator  # noqa: PLC0415
     from tpfabric_operator.settings import RECONCILE_SECONDS  # noqa: PLC0415
-    from tpfabric_scheduler.config import scheduler_configuration  # noqa: PLC0415
+    from tpfabric_scheduler.kube_scheduler_config import scheduler_configuration  # noqa: PLC0415
 
     port = start_placer(cluster)
     cluster.start_scheduler(

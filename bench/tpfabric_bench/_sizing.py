@@ -30,7 +30,7 @@ from rich.table import Table
 from tpfabric_bench._fake_apiserver import ClusterShape, api_pod, as_submitted
 from tpfabric_bench._harness import local_cluster, start_placer, vm_hwm_mib, wait
 from tpfabric_core.fabric_description import uniform_fabric
-from tpfabric_scheduler.config import SCHEDULER_NAME, scheduler_configuration
+from tpfabric_scheduler.kube_scheduler_config import SCHEDULER_NAME, scheduler_configuration
 
 __all__ = ["run_sizing", "sizing_table"]
 

@@ -98,12 +98,21 @@ from tpfabric_bench._harness import (
 from tpfabric_bench._memory import run_memory
 from tpfabric_bench._relist import relist_table, run_relist
 from tpfabric_bench._sizing import run_sizing, sizing_table
-from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api import (
+    GANG_GATE,
+    GROUP,
+    JOB_LABEL,
+    PLURAL,
+    VERSION,
+    WORKER_INDEX_LABEL,
+    Placement,
+)
+from tpfabric_core.api.placement import PLANNED, stored_status
 from tpfabric_core.fabric_description import uniform_fabric
-from tpfabric_scheduler.config import SCHEDULER_NAME, scheduler_configuration
+from tpfabric_scheduler.kube_scheduler_config import SCHEDULER_NAME, scheduler_configuration
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.server import make_app
-from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL, ClusterStore
+from tpfabric_scheduler.store import ClusterStore
 
 __all__ = ["main", "run_cluster", "run_latency", "run_memory"]
 
@@ -218,15 +227,11 @@ def build_store(nodes: int) -> ClusterStore:
                 "topology": {"mode": "required", "level": "leaf"},
                 "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
             },
-            "status": {
-                "placement": {
-                    "state": "Planned",
-                    "level": "leaf",
-                    "domain": fabric.nodes[0].leaf,
-                    "nodes": planned,
-                    "hops": 1,
-                }
-            },
+            "status": stored_status(
+                Placement(
+                    state=PLANNED, level="leaf", domain=fabric.nodes[0].leaf, nodes=planned, hops=1
+                )
+            ),
         }
     )
     return store

@@ -14,7 +14,8 @@ every write the agent would send.
 - ``writes_per_hour_quiet``: writes in the last simulated hour of a quiet fabric (target zero:
   only the first publication writes);
 - ``writes_incident``: writes for one port whose symbol errors climb for 5 minutes and then stop
-  (degraded once, ok once after the hysteresis).
+  (degraded once, ok once after the hysteresis, and the link timeline's burst: opened with the
+  degraded write, cut once at its 300 s cap, closed when the errors stop).
 
 It measures; it never asserts.
 """
@@ -61,7 +62,7 @@ def _agent(
     clock, node = _Clock(), MemoryNode()
     publisher = NodePublisher("bench-node", node, clock=clock)
     settings = AgentSettings(node="bench-node", sys_root=root, interval_seconds=INTERVAL)
-    return sysfs, FabricAgent(settings, publisher, clock=clock), node, clock
+    return sysfs, FabricAgent(settings, publisher, clock=clock, wall=clock), node, clock
 
 
 def _steps(agent: FabricAgent, clock: _Clock, count: int) -> list[float]:

@@ -1,4 +1,4 @@
-"""A fleet: a serving LeaderWorkerSet rolls out while training gangs come and go (issue 35).
+"""A fleet: a serving LeaderWorkerSet rolls out while training gangs come and go.
 
 ``tpfabric bench fleet [--nodes 1000] [--groups 50] [--size 2] [--max-surge 2]
 [--max-unavailable 1] [--train-gangs 80] [--train-size 8] [--train-hold 10] [--timeout 900]
@@ -38,7 +38,7 @@ For a group that crossed a leaf, the JSON keeps the first sample that showed it 
 revision, node, leaf, spine and scheduler) and its Gang record (spec and status) after the
 rollout: the evidence a placement bug needs.
 
-Why these defaults: 50 groups x 2 nodes is issue 35's serving fleet (100 nodes, 10% of the
+Why these defaults: 50 groups x 2 nodes is a serving fleet of 100 nodes (10% of the
 cluster); maxSurge 2 / maxUnavailable 1 is a cautious serving rollout that still makes surge
 groups; 80 training gangs of 8 (one leaf each) take 640 nodes, so with the serving groups and
 their surge the cluster is ~74% full and a moved group has free nodes elsewhere to drift to --

@@ -1,4 +1,4 @@
-"""A LeaderWorkerSet burst: the same groups without and with tpfabric, in one run (issue 34).
+"""A LeaderWorkerSet burst: the same groups without and with tpfabric, in one run.
 
 ``tpfabric bench gangs [--nodes 1000] [--groups 100] [--size 8] [--sets 1] [--timeout 900]
 [--json FILE]``
@@ -67,6 +67,7 @@ from tpfabric_bench._operator_tables import scheduler_time_table, server_time_ta
 from tpfabric_bench.operator import Phase
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.api.models import GROUP, VERSION
+from tpfabric_core.api.placement import placement_of_status
 from tpfabric_core.fabric_description import uniform_fabric
 
 __all__ = [
@@ -381,9 +382,8 @@ def _gang_states(api: Any, namespace: str) -> dict[str, int]:
     records = client.CustomObjectsApi(api).list_namespaced_custom_object(
         GROUP, VERSION, namespace, GANG_PLURAL
     )["items"]
-    states = Counter(
-        str(((r.get("status") or {}).get("placement") or {}).get("state") or "none")
-        for r in records
+    states: Counter[str] = Counter(
+        placement_of_status(r.get("status")).state or "none" for r in records
     )
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace).items
     groups = {group_of(api.sanitize_for_serialization(pod)) for pod in pods} - {None}

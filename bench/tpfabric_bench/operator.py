@@ -78,10 +78,11 @@ from tpfabric_bench._operator_tables import (
     summary_table,
 )
 from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
+from tpfabric_core.api.placement import placement_of_status
 from tpfabric_core.fabric_description import FabricDescription, uniform_fabric
 from tpfabric_core.timestamps import parse_rfc3339
-from tpfabric_operator.children import JOB_LABEL, worker_pod
-from tpfabric_scheduler.config import scheduler_configuration
+from tpfabric_operator.jobs.children import JOB_LABEL, worker_pod
+from tpfabric_scheduler.kube_scheduler_config import scheduler_configuration
 
 __all__ = ["JobShape", "job_manifest", "job_mix", "main", "plain_pods", "run_operator"]
 
@@ -261,8 +262,8 @@ def _pod_unschedulable(pod: dict[str, Any]) -> bool:
 
 
 def _job_planned(job: dict[str, Any]) -> bool:
-    placement = (job.get("status") or {}).get("placement") or {}
-    return placement.get("state") in ("Planned", "Bound") or bool(placement.get("plannedAt"))
+    placement = placement_of_status(job.get("status"))
+    return placement.planned or bool(placement.planned_at)
 
 
 def _job_running(job: dict[str, Any]) -> bool:
@@ -276,14 +277,10 @@ def settled(job: dict[str, Any]) -> str | None:
     """
     status = job.get("status") or {}
     phase = status.get("phase")
-    placement = status.get("placement") or {}
+    placement = placement_of_status(status)
     if phase in ("Running", "Failed"):
         return str(phase)
-    if (
-        phase == "Waiting"
-        and placement.get("state") == "Waiting"
-        and (placement.get("message") or placement.get("reasons"))
-    ):
+    if phase == "Waiting" and placement.waiting and (placement.message or placement.reasons):
         return "Waiting"
     return None
 
@@ -614,7 +611,7 @@ def _gangs(
         },
         "last_worker_created_server_s": _server_span(objects, pod_objects),
         "waiting_messages": {
-            n: str(((j.get("status") or {}).get("placement") or {}).get("message", ""))[:160]
+            n: placement_of_status(j.get("status")).message[:160]
             for n, j in ((k.split("/", 1)[1], j) for k, j in objects.items())
             if final.get(n) == "Waiting"
         },

@@ -12,7 +12,7 @@ writes the generated trace as CSV (the format ``--trace FILE`` reads) and stops.
 the planner for 32-worker gangs on a 4,096-node fabric (``--scale-nodes 0`` skips it).
 
 ``--oversubscription 1,2,3`` (leaf->spine) and ``--core-oversubscription 4,7`` (block->core)
-sweep the fabric's uplink ratios (issue 38; the figures and their sources are in
+sweep the fabric's uplink ratios (the figures and their sources are in
 :mod:`tpfabric_bench.sim.constants`): the trace is replayed with every placer at every pair, one
 table per sweep point; the JSON holds every point under ``sweep`` (``--plot`` draws the last).
 Only the simulated fabric changes: every placer, tpfabric's planner included, is called as it

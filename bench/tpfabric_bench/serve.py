@@ -1,14 +1,20 @@
-"""A client that measures what users of a served model feel (issue 35, item 5).
+"""A client that measures what users of a served model feel.
 
 ``tpfabric bench serve --endpoint URL --model NAME [--compare URL2 [--compare-model NAME2]]
-[--requests 64] [--concurrency 8] [--max-tokens 256] [--prompt TEXT] [--json FILE]``
+[--requests 64] [--concurrency 8] [--max-tokens 256] [--prompt TEXT] [--json FILE]
+[--trace FILE]``
 
 Streams chat completions from any OpenAI-compatible endpoint (vLLM, SGLang, a hosted API) through
 the ``openai`` client (``AsyncOpenAI``, ``stream=True``), ``--concurrency`` requests in flight
 until ``--requests`` are done, and reports per endpoint the percentiles (p50/p95/p99) of time to
 first token, inter-token latency, time per output token, end-to-end latency and each request's
 decode rate, and the output tokens per second of the whole run (definitions in
-:mod:`tpfabric_bench.serve_stats`).
+:mod:`tpfabric_bench.serve_stats`), and its inter-token spikes: the p99/median ratio, the worst
+ten seconds' p99, the waits over five times the median with their times, and their period when
+they come on one (a network hiccup every few minutes shows as such).
+``--trace FILE`` keeps every chunk's arrival in Unix seconds and each response's HTTP ``Date``
+(:mod:`tpfabric_core.diagnose.serve_trace`): ``tpfabric diagnose --serve-trace FILE`` lines the
+spikes up with the links' counters.
 Output tokens are the server's ``usage.completion_tokens`` (asked for with ``stream_options``);
 a server that gives no usage has its content chunks counted instead, and the table says so.
 
@@ -31,10 +37,12 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +58,7 @@ from tpfabric_bench.serve_stats import (
     endpoint_summary,
     ratios,
 )
+from tpfabric_core.diagnose.serve_trace import TracedRequest, trace_document
 
 if TYPE_CHECKING:
     from openai import APIError, APIStatusError, AsyncOpenAI
@@ -143,12 +152,15 @@ async def stream_one(
     include_usage: bool = True,
     max_tokens: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    wall: Callable[[], float] = time.time,
 ) -> RequestResult:
     """Return what one streamed chat completion saw, its times read from ``clock`` as each chunk
-    arrives; the client library's errors propagate (the caller decides what they mean)."""
+    arrives (and dated by ``wall``, Unix seconds, read once at the send); the client library's
+    errors propagate (the caller decides what they mean)."""
     from openai import omit  # noqa: PLC0415
 
     sent = clock()
+    sent_at = wall()
     first: float | None = None
     last = sent
     gaps: list[float] = []
@@ -162,6 +174,9 @@ async def stream_one(
         stream_options={"include_usage": True} if include_usage else omit,
         extra_body={"ignore_eos": True} if load.ignore_eos else None,
     )
+    answered_at = sent_at + (clock() - sent)
+    date = _http_date(stream.response.headers.get("date"))
+    arrivals: list[float] = []
     async with stream:
         async for chunk in stream:
             now = clock()
@@ -174,9 +189,10 @@ async def stream_one(
                     gaps.append(now - last)
                 last = now
                 chunks += 1
+                arrivals.append(sent_at + (now - sent))
     end = clock()
     if first is None:
-        return RequestResult(error="no content", total_s=end - sent)
+        return RequestResult(error="no content", total_s=end - sent, sent_at=sent_at)
     return RequestResult(
         first_token_s=first - sent,
         last_token_s=last - sent,
@@ -184,7 +200,21 @@ async def stream_one(
         tokens=chunks if usage_tokens is None else usage_tokens,
         tokens_from_usage=usage_tokens is not None,
         chunk_gaps_s=tuple(gaps),
+        sent_at=sent_at,
+        answered_at=answered_at,
+        chunk_times=tuple(arrivals),
+        date=date,
     )
+
+
+def _http_date(value: str | None) -> float | None:
+    """Return an HTTP ``Date`` header in Unix seconds, None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 def _error_kind(err: Exception) -> str:
@@ -206,10 +236,11 @@ async def _measured(
     """Return one request's result, a failure of the client library counted as its kind."""
     from openai import OpenAIError  # noqa: PLC0415
 
+    sent_at = time.time()
     try:
         return await stream_one(client, target, load, include_usage=include_usage, clock=clock)
     except (OpenAIError, ValueError) as err:  # ValueError: a chunk that is not JSON
-        return RequestResult(error=_error_kind(err))
+        return RequestResult(error=_error_kind(err), sent_at=sent_at)
 
 
 # -- what the user must fix -----------------------------------------------------------------------
@@ -348,10 +379,11 @@ async def measure(
     load: Load,
     progress: Progress | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    kept: dict[str, list[RequestResult]] | None = None,
 ) -> list[dict[str, Any]]:
     """Return each target's summary (label, URL, model and :func:`endpoint_summary`), the
     targets probed first, then run one after the other; raise SetupError before any run when
-    one cannot be measured."""
+    one cannot be measured. ``kept``: each target's results by label, for a trace."""
     clients = [_client(target, load) for target in targets]
     try:
         usage = [await probe(c, t, load) for c, t in zip(clients, targets, strict=True)]
@@ -368,6 +400,8 @@ async def measure(
             results, wall = await _run(
                 client, target, load, include_usage=include_usage, done=done, clock=clock
             )
+            if kept is not None:
+                kept[target.label] = results
             summaries.append(
                 {"label": target.label, "url": target.url, "model": target.model}
                 | {"server_gives_usage": include_usage}
@@ -454,7 +488,41 @@ def results_table(
     if compared is not None:
         cells.append(times(compared["ratio"]["output_tokens_per_s"]))
     table.add_row("output tokens/s, all requests", *cells)
+    for words, cell in SPIKE_ROWS:
+        table.add_row(words, *(cell(s.get("itl_spikes")) for s in summaries))
     return table
+
+
+def _ratio_cell(spikes: dict[str, Any] | None) -> str:
+    ratio = (spikes or {}).get("p99_over_median")
+    return "-" if ratio is None else f"{ratio:.1f}x"
+
+
+def _worst_cell(spikes: dict[str, Any] | None) -> str:
+    worst = (spikes or {}).get("worst_stretch")
+    if not worst or worst.get("p99_over_median") is None:
+        return "-"
+    return f"{worst['p99_over_median']:.1f}x at {_hms(worst['start'])}"
+
+
+def _spikes_cell(spikes: dict[str, Any] | None) -> str:
+    if not spikes:
+        return "-"
+    found = len(spikes["spikes"])
+    period = f", {spikes['period_words']}" if spikes["periodic"] else ""
+    return f"{found}{period}" if found else "none"
+
+
+def _hms(when: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(when))
+
+
+#: the rows of the ITL spikes: (words, cell of an endpoint's ``itl_spikes``)
+SPIKE_ROWS: tuple[tuple[str, Callable[[dict[str, Any] | None], str]], ...] = (
+    ("inter-token latency p99 / median", _ratio_cell),
+    ("worst 10 s: inter-token p99 / median (UTC)", _worst_cell),
+    ("inter-token spikes (waits > 5x the median)", _spikes_cell),
+)
 
 
 def notes(summaries: Sequence[dict[str, Any]], compared: dict[str, Any] | None) -> list[str]:
@@ -471,6 +539,15 @@ def notes(summaries: Sequence[dict[str, Any]], compared: dict[str, Any] | None) 
             lines.append(
                 f"{s['label']}: where the server gave no usage, tokens are counted as "
                 "content chunks (one chunk may carry several tokens)"
+            )
+    for s in summaries:
+        spikes = (s.get("itl_spikes") or {}).get("spikes") or []
+        if spikes:
+            shown = ", ".join(f"{_hms(x['start'])} ({x['peak_ms']:.0f} ms)" for x in spikes[:6])
+            more = f" and {len(spikes) - 6} more" if len(spikes) > 6 else ""
+            lines.append(
+                f"{s['label']}: inter-token spikes at {shown}{more} (UTC; --trace FILE keeps "
+                "every chunk for tpfabric diagnose)"
             )
     if compared is not None:
         faster = compared["faster"]
@@ -542,13 +619,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(default: %(default)s)",
     )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        metavar="FILE",
+        help="write every chunk's arrival time (Unix seconds) and each response's HTTP Date, "
+        "for tpfabric diagnose --serve-trace",
+    )
     args = parser.parse_args(argv)
     if min(args.requests, args.concurrency, args.max_tokens) < 1 or args.timeout <= 0:
         parser.error("--requests, --concurrency and --max-tokens >= 1, --timeout > 0")
     if (args.compare_model or args.compare_api_key) and not args.compare:
         parser.error("--compare-model and --compare-api-key need --compare URL2")
-    if args.json is not None and not args.json.parent.is_dir():
-        parser.error(f"--json {args.json}: no folder {args.json.parent}")
+    for flag, path in (("--json", args.json), ("--trace", args.trace)):
+        if path is not None and not path.parent.is_dir():
+            parser.error(f"{flag} {path}: no folder {path.parent}")
     return args
 
 
@@ -597,9 +682,10 @@ def main(argv: list[str] | None = None) -> int:
         console=Console(stderr=True),
         refresh_per_second=2,  # its thread shares the interpreter with the streams it times
     )
+    kept: dict[str, list[RequestResult]] = {}
     try:
         with progress:
-            summaries = asyncio.run(measure(targets, load, progress))
+            summaries = asyncio.run(measure(targets, load, progress, kept=kept))
     except SetupError as err:
         print(f"tpfabric bench serve: {err}", file=sys.stderr)
         return 2
@@ -626,7 +712,30 @@ def main(argv: list[str] | None = None) -> int:
             "comparison": compared,
         }
         args.json.write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
+    if args.trace is not None:
+        document = trace_of(targets, kept)
+        args.trace.write_text(json.dumps(document, separators=(",", ":")) + "\n", encoding="utf-8")
     return 1 if any(s["ok"] == 0 for s in summaries) else 0
+
+
+def trace_of(targets: Sequence[Target], kept: dict[str, list[RequestResult]]) -> dict[str, Any]:
+    """Return the trace document of the measured ``targets``."""
+    return trace_document(
+        socket.gethostname(),
+        [
+            {
+                "label": target.label,
+                "endpoint": target.url,
+                "model": target.model,
+                "requests": [
+                    TracedRequest(r.sent_at or 0.0, r.answered_at, r.date, r.chunk_times, r.error)
+                    for r in kept.get(target.label, [])
+                    if r.sent_at is not None
+                ],
+            }
+            for target in targets
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@ a run, per endpoint and between two (pure: no I/O, no clock, no client library).
 
 A request's times are seconds from when it was sent, taken by the client as each chunk arrives:
 the first chunk with content (time to first token, TTFT), the gaps between content chunks
-(inter-token latency, ITL: a chunk may carry more than one token) and the last one. Its decode
+(inter-token latency, ITL: a chunk may carry more than one token) and the last one. Each chunk's
+arrival is kept in Unix seconds as well (``chunk_times``), so the run's spikes have dates: the
+ITL waits longer than five times their median, when they came and whether on a period
+(:mod:`tpfabric_core.diagnose.spikes`), and the p99 of the worst ten seconds. Its decode
 rate is ``(tokens - 1) / (last - first)``: the tokens after the first over the time they took to
 stream, what a reader of the answer feels as its speed; its inverse, time per output token
 (TPOT), is reported too, since the slow tail of a rate is its low percentiles, of TPOT its high.
@@ -17,10 +20,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpfabric_core.diagnose.spikes import find_spikes
+
 __all__ = [
     "QUANTILES",
     "RequestResult",
     "endpoint_summary",
+    "itl_spikes",
     "percentile",
     "percentiles",
     "ratios",
@@ -46,6 +52,12 @@ class RequestResult:
     #: True when ``tokens`` is the server's ``usage.completion_tokens``, else content chunks
     tokens_from_usage: bool = False
     chunk_gaps_s: tuple[float, ...] = field(default=())
+    #: Unix seconds (the client's clock): sent, response headers in, each content chunk in
+    sent_at: float | None = None
+    answered_at: float | None = None
+    chunk_times: tuple[float, ...] = field(default=())
+    #: the response's HTTP Date header in Unix seconds (the endpoint's clock), None if absent
+    date: float | None = None
 
     @property
     def decode_tokens_per_s(self) -> float | None:
@@ -126,7 +138,18 @@ def endpoint_summary(results: Iterable[RequestResult], wall_s: float) -> dict[st
         "tpot_ms": percentiles(per_token, 1000),
         "e2e_ms": percentiles([r.total_s for r in worked if r.total_s is not None], 1000),
         "decode_tokens_per_s": percentiles(rates, digits=1),
+        "itl_spikes": itl_spikes(worked),
     }
+
+
+def itl_spikes(results: Iterable[RequestResult]) -> dict[str, Any] | None:
+    """Return the ITL spikes of ``results`` as JSON (:class:`SpikeReport`), None without any
+    two chunks."""
+    samples = [
+        (b, b - a) for r in results for a, b in zip(r.chunk_times, r.chunk_times[1:], strict=False)
+    ]
+    report = find_spikes(samples)
+    return report.document() if report is not None else None
 
 
 #: the summary's percentile groups and its single figures that the ratio covers

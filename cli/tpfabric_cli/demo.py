@@ -36,6 +36,7 @@ from tpfabric_cli.placement_contrast import (
 )
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api.placement import placement_of_status
 from tpfabric_core.fabric_description import FabricDescription
 from tpfabric_core.hostlist import compress_hostlist
 from tpfabric_core.placement.topology import ClusterTopology
@@ -169,7 +170,7 @@ def _same_job_twice(
     _apply(api, job.manifest)
     placed = _placed_nodes(api, job.name, console)
     if len(placed) != job.workers:
-        message = (_job_status(api, job.name).get("placement") or {}).get("message")
+        message = placement_of_status(_job_status(api, job.name)).message
         raise RuntimeError(f"{job.name} was not placed in time: {message or 'no plan'}")
     ours = placement_facts("tpfabric", placed, topology, job.gpus)
     _print_contrast(console, job, rounds[0], ours)
@@ -271,11 +272,11 @@ def _placed_nodes(
         if status.get("phase") in {"Running", "Failed"}:
             break
         if status.get("phase") == "Waiting" and not told_waiting:
-            waiting = status.get("placement") or {}
-            console.print(f"[yellow]{name} waits[/]: {waiting.get('message')}")
+            waiting = placement_of_status(status)
+            console.print(f"[yellow]{name} waits[/]: {waiting.message or None}")
             told_waiting = True
         time.sleep(0.5)
-    return tuple((status.get("placement") or {}).get("nodes") or ())
+    return tuple(placement_of_status(status).nodes)
 
 
 def _print_contrast(
@@ -306,13 +307,13 @@ def _show_job(
     api: client.ApiClient, name: str, node_labels: dict[str, dict[str, str]], console: Console
 ) -> None:
     status = _job_status(api, name)
-    placement = status.get("placement") or {}
+    placement = placement_of_status(status)
     console.rule(f"TensorParallelJob {name}: {status.get('phase', '?')} {status.get('ready', '')}")
-    console.print(placement.get("message") or "no placement yet")
-    for reason in placement.get("reasons") or []:
-        console.print(f"  - {reason.get('reason')}")
+    console.print(placement.message or "no placement yet")
+    for reason in placement.reasons:
+        console.print(f"  - {reason.reason}")
     table = Table("rank", "node", "leaf", "spine", "rail-0 switch")
-    for rank, node in enumerate(placement.get("nodes") or []):
+    for rank, node in enumerate(placement.nodes):
         these = node_labels.get(node, {})
         table.add_row(
             str(rank),

@@ -37,6 +37,7 @@ from rich.table import Table
 from tpfabric_cli.errors import user_errors
 from tpfabric_cli.topology.node_health import NodeHealth
 from tpfabric_core import labels
+from tpfabric_core.api.placement import StoredPlacement, gang_problems, placement_of_status
 from tpfabric_core.errors import InputError
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.hostlist import compress_hostlist
@@ -157,8 +158,8 @@ class Explanation:
     phase: str | None
     ready: str | None
     workers: int | None
-    placement: Mapping[str, Any]
-    """``status.placement`` exactly as the placer wrote it (camelCase keys)."""
+    placement: StoredPlacement
+    """``status.placement`` as the placer wrote it (``--json`` prints it verbatim)."""
     ranks: tuple[RankRow, ...]
     owner: Mapping[str, Any] | None = None
     """A Gang's ``spec.owner`` (kind and name); None for a TensorParallelJob."""
@@ -199,7 +200,7 @@ class Explanation:
             document["problems"] = list(self.problems)
         document["degraded"] = self.degraded
         document["rdma"] = dict(self.rdma) if self.rdma is not None else None
-        document["placement"] = dict(self.placement)
+        document["placement"] = dict(self.placement.raw)
         document["ranks"] = [row.document() for row in self.ranks]
         return document
 
@@ -275,8 +276,8 @@ def explain_object(
     info = _kind_info(JobKind.GANG if is_gang else JobKind.TPJ)
     metadata, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     status = obj.get("status") or {}
-    placement: Mapping[str, Any] = status.get("placement") or {}
-    planned = [str(node) for node in placement.get("nodes") or ()]
+    placement = placement_of_status(status)
+    planned = placement.nodes
     by_rank: dict[int | None, list[tuple[str, Mapping[str, Any]]]] = {}
     for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
         rank, text = _rank_of(pod, info.rank_label)
@@ -303,7 +304,7 @@ def explain_object(
         placement=placement,
         ranks=tuple(rows),
         owner=(spec.get("owner") or {}) if is_gang else None,
-        problems=tuple(str(p) for p in status.get("problems") or ()) if is_gang else (),
+        problems=gang_problems(status) if is_gang else (),
         degraded=_degraded(status),
         rdma=_rdma(status),
     )
@@ -343,19 +344,19 @@ def _heading(explanation: Explanation) -> str:
     return " · ".join(parts)
 
 
-def _plan_facts(placement: Mapping[str, Any]) -> str:
+def _plan_facts(placement: StoredPlacement) -> str:
     """Return the plan's level, domain, hops and modelled all-reduce in one line ("" if none)."""
     from tpfabric_cli.placement_contrast import counted, format_seconds  # noqa: PLC0415
 
     facts = []
-    if placement.get("level"):
-        facts.append(f"level {placement['level']}")
-    if placement.get("domain"):
-        facts.append(f"domain {placement['domain']}")
-    if placement.get("hops") is not None:
-        facts.append(counted(int(placement["hops"]), "switch hop"))
-    if placement.get("modelledAllreduceUs") is not None:
-        seconds = float(placement["modelledAllreduceUs"]) / 1e6
+    if placement.level:
+        facts.append(f"level {placement.level}")
+    if placement.domain:
+        facts.append(f"domain {placement.domain}")
+    if placement.hops is not None:
+        facts.append(counted(placement.hops, "switch hop"))
+    if placement.modelled_allreduce_us is not None:
+        seconds = placement.modelled_allreduce_us / 1e6
         facts.append(f"all-reduce {format_seconds(seconds)} (modelled)")
     return " · ".join(facts)
 
@@ -393,27 +394,27 @@ def print_explanation(explanation: Explanation, console: Console) -> None:
     on, a Gang's problems, the rank table and the pods off their planned node."""
     console.print(_heading(explanation))
     placement = explanation.placement
-    state = placement.get("state")
-    if not placement:
+    if not placement.present:
         console.print("no placement yet: status.placement is empty")
     else:
-        console.print(f"placement [bold]{escape(str(state or '?'))}[/]: "
-                      f"{escape(str(placement.get('message') or ''))}")  # fmt: skip
+        console.print(f"placement [bold]{escape(placement.state or '?')}[/]: "
+                      f"{escape(placement.message)}")  # fmt: skip
     if facts := _plan_facts(placement):
         console.print(f"  {escape(facts)}")
-    if reasons := placement.get("reasons") or []:
-        console.print("why this domain:" if state == "Planned" else "why it waits:")
-        for reason in reasons:  # each names its domain itself
-            console.print(f"  - {escape(str(reason.get('reason') or ''))}")
-    if placement.get("waitingSince") and state != "Planned":  # a plan keeps its first wait
-        console.print(f"waiting since {escape(str(placement['waitingSince']))}")
-    if refused := placement.get("refusedNodes") or []:
+    if placement.reasons:
+        console.print("why this domain:" if placement.planned else "why it waits:")
+        for reason in placement.reasons:  # each names its domain itself
+            console.print(f"  - {escape(reason.reason)}")
+    if placement.waiting_since and not placement.planned:  # a plan keeps its first wait
+        console.print(f"waiting since {escape(placement.waiting_since)}")
+    if placement.refused_nodes:
         console.print("nodes kube-scheduler refused (left out of plans for 10 minutes):")
-        for node in refused:
-            console.print(f"  - {escape(str(node.get('node')))}: {escape(str(node.get('reason')))}"
-                          f" (since {escape(str(node.get('since')))})")  # fmt: skip
-    if previous := placement.get("previousNodes") or []:
-        console.print(f"nodes of the last plan: {escape(compress_hostlist(list(previous)))}")
+        for node in placement.refused_nodes:
+            console.print(f"  - {escape(node.node)}: {escape(node.reason)}"
+                          f" (since {escape(node.since)})")  # fmt: skip
+    if placement.previous_nodes:
+        previous = compress_hostlist(list(placement.previous_nodes))
+        console.print(f"nodes of the last plan: {escape(previous)}")
     if explanation.rdma is not None:
         rdma = explanation.rdma
         if rdma["status"] == "True":
@@ -448,7 +449,7 @@ def draw_explanation(explanation: Explanation, tree: DomainTree, path: Path) -> 
     from tpfabric_cli.fabric_picture import JobMarks, Panel, draw_fabric  # noqa: PLC0415
 
     placement = explanation.placement
-    caption = f"{placement.get('state') or 'no placement'}: {placement.get('message') or ''}"
+    caption = f"{placement.state or 'no placement'}: {placement.message}"
     facts = _plan_facts(placement)
     panel = Panel(
         caption + (f"\n{facts}" if facts else ""),

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tpfabric_cli.bench import app as bench_app
+from tpfabric_cli.diagnose import diagnose_command
 from tpfabric_cli.errors import user_errors
 from tpfabric_cli.explain import explain_command
 from tpfabric_cli.topology import app as topology_app
@@ -304,3 +305,4 @@ def demo(
 
 
 app.command("explain")(explain_command)
+app.command("diagnose")(diagnose_command)

@@ -51,13 +51,13 @@ def _scheduler() -> list[Collector]:
 
 
 def _operator() -> list[Collector]:
-    from tpfabric_operator.operator_metrics import REGISTRY  # noqa: PLC0415
+    from tpfabric_operator.jobs.metrics import REGISTRY  # noqa: PLC0415
 
     return [REGISTRY]
 
 
 def _webhook() -> list[Collector]:
-    from tpfabric_operator.webhook import WebhookMetrics  # noqa: PLC0415
+    from tpfabric_operator.webhook.server import WebhookMetrics  # noqa: PLC0415
 
     return [WebhookMetrics().registry]
 

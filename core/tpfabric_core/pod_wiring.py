@@ -33,6 +33,7 @@ __all__ = [
     "NCCL_VERSION_ANNOTATION",
     "PODINFO_MOUNT",
     "SHARED_MOUNT",
+    "TERMINATION_MESSAGE_PATH",
     "USER_NCCL_CONF",
     "RdmaWiring",
     "is_wired",
@@ -44,6 +45,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_MOUNT = "/tpfabric"
 PODINFO_MOUNT = "/etc/podinfo"
 INIT_CONTAINER = "rdma-init"
+#: where ``rdma-init`` writes its pairing summary (the kubelet's default path, named)
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 NCCL_LIBRARY_ANNOTATION = "tpfabric.io/nccl-library"
 CUDA_MAJOR_ANNOTATION = "tpfabric.io/cuda-major"
 #: The image's NCCL version (``2.27.3``), where the job knows it: rdma-init then writes the keys
@@ -197,6 +200,10 @@ def _init_container(wiring: RdmaWiring, main_facts: dict[str, Any]) -> dict[str,
         ],
         "resources": {"limits": limits},
         "securityContext": json.loads(json.dumps(INIT_SECURITY_CONTEXT)),
+        # the GPU -> HCA pairing, for `tpfabric diagnose` to read through the API (the kubelet
+        # keeps 4096 bytes of it); File: never the log's tail, which is not the summary
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "File",
         "volumeMounts": [
             {"name": _SHARED_VOLUME, "mountPath": SHARED_MOUNT},
             {"name": _PODINFO_VOLUME, "mountPath": PODINFO_MOUNT, "readOnly": True},

@@ -148,11 +148,9 @@ def pod_rails(
 
 def plan_level(placement: Mapping[str, Any]) -> str | None:
     """Return the level whose one domain holds the whole planned gang: ``node`` when it is on one
-    node, else the plan's level (``cluster`` when it spans the top); None without a plan."""
-    nodes = [node for node in placement.get("nodes") or () if node]
-    if not nodes:
-        return None
-    if len(set(nodes)) == 1:
-        return "node"
-    level = placement.get("level")
-    return str(level) if isinstance(level, str) and level else "cluster"
+    node, else the plan's level (``cluster`` when it spans the top); None without a plan (read
+    through :class:`~tpfabric_core.api.placement.StoredPlacement`)."""
+    # imported here: the fabric agent reads rail annotations only and never loads the API models
+    from tpfabric_core.api.placement import read_placement  # noqa: PLC0415
+
+    return read_placement(placement).plan_level

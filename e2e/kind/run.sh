@@ -393,6 +393,13 @@ check_wiring() {
   echo "$pod: tpfabric.io/rails=$rails, tpfabric.io/plan-level=$level" >&2
   code=$(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.status.initContainerStatuses[?(@.name=="rdma-init")].state.terminated.exitCode}')
   [[ $code == 0 ]] || die "$pod: rdma-init exit code '$code'"
+  # its pairing summary reaches the API as the init container's termination message (what
+  # tpfabric diagnose reads without exec rights): one line of JSON, its schema and outcome
+  local summary
+  summary=$(kubectl -n "$JOB_NAMESPACE" get "$pod" -o jsonpath='{.status.initContainerStatuses[?(@.name=="rdma-init")].state.terminated.message}')
+  "$PYTHON" -c 'import json, sys; s = json.loads(sys.argv[1]); assert s["v"] == 1 and s["outcome"], s' \
+    "$summary" || die "$pod: rdma-init's termination message is not its pairing summary: '$summary'"
+  echo "$pod: rdma-init's termination message: $summary" >&2
   echo "--- $pod: rdma-init (exit 0) log:" >&2
   kubectl -n "$JOB_NAMESPACE" logs "$pod" -c rdma-init | sed 's/^/    /' >&2
   # shellcheck disable=SC2016 # expanded in the container

@@ -20,7 +20,7 @@ from typing import Any
 from tpfabric_core.gangs import NAMESPACE_OPT_IN_LABEL
 from tpfabric_localcluster.cluster import LocalCluster, free_ports
 from tpfabric_localcluster.tpfabric import metrics_url
-from tpfabric_operator.webhook import command_line
+from tpfabric_operator.webhook.__main__ import command_line
 
 __all__ = [
     "GANG_WEBHOOK",

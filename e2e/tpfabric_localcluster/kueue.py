@@ -7,7 +7,7 @@ served with the API server's own serving certificate (SAN 127.0.0.1, issued by t
 and every ``caBundle`` is that CA. Only Kueue's own webhooks (its API objects and the CRD
 conversions) are installed: the job-framework webhooks (pods, batch Jobs) stay off, so Kueue
 touches nothing but what is queued through it. TensorParallelJobs are an external framework: the
-tpfabric operator makes their Workloads (``tpfabric_operator.queueing``).
+tpfabric operator makes their Workloads (``tpfabric_operator.jobs.kueue.workload``).
 """
 
 from __future__ import annotations

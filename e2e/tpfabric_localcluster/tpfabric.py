@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api.crd import gang_crd, tensor_parallel_job_crd
 from tpfabric_localcluster.cluster import LocalCluster, api_client, free_ports
-from tpfabric_scheduler.config import SCHEDULER_NAME, scheduler_configuration
+from tpfabric_scheduler.kube_scheduler_config import SCHEDULER_NAME, scheduler_configuration
 
 __all__ = [
     "EXTENDER",

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import TypeVar
 
 import yaml
 from kubernetes import client
@@ -28,6 +29,8 @@ from pydantic import ValidationError
 from tpfabric_core.fabric.agent_heartbeat import default_grace_seconds
 from tpfabric_core.fabric.link_judge import LinkJudgeConfig
 from tpfabric_core.fabric.link_publish import FabricPublication, publication_of
+from tpfabric_core.fabric.link_timeline import TimelineConfig
+from tpfabric_core.fabric_profile import parse_fabric_profile
 from tpfabric_fabric_agent.agent import AgentSettings, FabricAgent
 from tpfabric_fabric_agent.heartbeat import LeaseHeartbeat
 from tpfabric_fabric_agent.kube import NodePublisher, api_client
@@ -74,13 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="YAML/JSON file of judgement settings (window_seconds, recover_seconds, "
         "symbol_errors_per_hour, symbol_error_ber, counter_limits, expected_rate_gbps, "
-        "expected_width, rate_tolerance, check_pcie) and compute_nics: a list of PCI addresses "
-        "or node GUIDs, or a mapping of node name to such a list",
+        "expected_width, rate_tolerance, check_pcie), compute_nics: a list of PCI addresses "
+        "or node GUIDs, or a mapping of node name to such a list, and timeline: the link "
+        "timeline's keep_seconds, max_bursts_per_port, max_characters, max_open_seconds, floors",
     )
     parser.add_argument("--window-seconds", type=float, help="sliding window of the rates")
     parser.add_argument("--recover-seconds", type=float, help="clean time before ok again")
     parser.add_argument("--expected-rate-gbps", type=float, help="the fabric's link rate")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-read the node")
+    parser.add_argument(
+        "--fabric-profile",
+        default=os.environ.get("TPFABRIC_FABRIC_PROFILE", ""),
+        help="the fabric's contract as JSON (the chart's fabric.profile; default "
+        "$TPFABRIC_FABRIC_PROFILE): on RoCE, each node's PFC, ECN and trust are checked against it",
+    )
     parser.add_argument("--kubeconfig", help="default: in-cluster service account")
     parser.add_argument("--once", action="store_true", help="print one verdict, publish nothing")
     parser.add_argument(
@@ -111,17 +121,13 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
             raise ValueError(f"{args.config}: expected a mapping of judgement settings")
         data.update(loaded)
     compute_nics = _compute_nics(data.pop("compute_nics", None), args.node, args.config)
+    timeline = _validated(TimelineConfig, data.pop("timeline", None) or {}, args, "timeline.")
     if args.compute_nics:
         compute_nics = tuple(n.strip() for n in args.compute_nics.split(",") if n.strip())
     for key in ("window_seconds", "recover_seconds", "expected_rate_gbps"):
         if getattr(args, key) is not None:
             data[key] = getattr(args, key)
-    try:
-        judge = LinkJudgeConfig.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"{args.config or 'options'}: {where}: {first['msg']}") from err
+    judge = _validated(LinkJudgeConfig, data, args)
     return AgentSettings(
         node=args.node,
         sys_root=args.sys_root,
@@ -129,7 +135,24 @@ def settings_from_args(args: argparse.Namespace) -> AgentSettings:
         hcas=tuple(h for h in args.hcas.split(",") if h),
         judge=judge,
         compute_nics=compute_nics,
+        timeline=timeline,
+        profile=parse_fabric_profile(args.fabric_profile, "--fabric-profile"),
     )
+
+
+_Config = TypeVar("_Config", LinkJudgeConfig, TimelineConfig)
+
+
+def _validated(
+    model: type[_Config], data: object, args: argparse.Namespace, prefix: str = ""
+) -> _Config:
+    """Return ``data`` as ``model``; ValueError naming the file (or the options) and the field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = prefix + ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"{args.config or 'options'}: {where}: {first['msg']}") from err
 
 
 def _compute_nics(value: object, node: str, source: Path | None) -> tuple[str, ...]:

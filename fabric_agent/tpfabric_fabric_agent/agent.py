@@ -1,11 +1,16 @@
 """The agent's loop: every interval read the node's sysfs, judge it, publish what changed.
 
 One :meth:`FabricAgent.step` is a read of ``ports x (4 + counters)`` small files plus the PCIe
-link files, one :class:`~tpfabric_core.fabric.link_judge.LinkJudge` observation, and API
-writes only when the publication changed (none on a quiet fabric). The clock is injected.
+link files, one :class:`~tpfabric_core.fabric.link_judge.LinkJudge` observation, one
+:class:`~tpfabric_core.fabric.link_timeline.TimelineRecorder` observation (the bursts the node's
+``topology.tpfabric.io/link-timeline`` annotation keeps for ``tpfabric diagnose``), on a RoCE
+fabric whose profile declares a lossless priority a read of each port's ECN, trust and PFC
+(:mod:`.roce_qos`, judged by :mod:`tpfabric_core.fabric.roce_contract`: the node's
+``FabricContractMet`` condition), and API writes only when the publication changed (none on a
+quiet fabric). The clocks are injected.
 
 Which ports are judged is decided once, at start, by the rule the RDMA init container pairs GPUs
-with (:mod:`tpfabric_core.fabric.compute_rails`): the ports of the NICs on a GPU's PCIe switch,
+with (:mod:`tpfabric_rdma_init.compute_rails`): the ports of the NICs on a GPU's PCIe switch,
 never a storage/frontend NIC, a BlueField DPU, an SR-IOV VF or the uncabled port of a dual-port
 card. Their rails are the fabric's (:func:`numbered_rails`): the node's rail map
 (``topology.tpfabric.io/rail-ports``, rail -> port GUID, written from a dump) numbers each port
@@ -24,16 +29,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from tpfabric_core.fabric.compute_rails import (
-    compute_nic_roles,
-    matches_override,
-    pair_gpus_with_hcas,
-    uncabled_ports,
-)
 from tpfabric_core.fabric.link_judge import (
     LinkJudge,
     LinkJudgeConfig,
@@ -41,6 +40,9 @@ from tpfabric_core.fabric.link_judge import (
     NodeVerdict,
 )
 from tpfabric_core.fabric.link_publish import FabricPublication, publication_of
+from tpfabric_core.fabric.link_timeline import TimelineConfig, TimelineRecorder
+from tpfabric_core.fabric.roce_contract import ContractVerdict, judge_contract
+from tpfabric_core.fabric_profile import FabricProfile
 from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION, parse_rail_ports
 from tpfabric_fabric_agent.link_read import (
     SysfsNic,
@@ -52,6 +54,13 @@ from tpfabric_fabric_agent.link_read import (
     read_ports,
 )
 from tpfabric_fabric_agent.metrics import AgentMetrics
+from tpfabric_fabric_agent.roce_qos import DcbNetlink, PfcReader, read_netdev_qos
+from tpfabric_rdma_init.compute_rails import (
+    compute_nic_roles,
+    matches_override,
+    pair_gpus_with_hcas,
+    uncabled_ports,
+)
 
 __all__ = [
     "AgentSettings",
@@ -85,6 +94,10 @@ class AgentSettings:
     judge: LinkJudgeConfig = field(default_factory=LinkJudgeConfig)
     #: this node's compute NICs by PCI address or node GUID, in rail order (the node override)
     compute_nics: tuple[str, ...] = ()
+    #: how much of the link timeline the node's annotation keeps
+    timeline: TimelineConfig = field(default_factory=TimelineConfig)
+    #: the fabric's contract (the chart's fabric.profile): RoCE's lossless priority checked
+    profile: FabricProfile = field(default_factory=FabricProfile)
 
 
 def fabric_ports(
@@ -188,13 +201,16 @@ class FabricAgent:
         metrics: AgentMetrics | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         rail_map: Callable[[], str | None] | None = None,
+        pfc: PfcReader | None = None,
         heartbeat: Callable[[], None] | None = None,
     ) -> None:
         """``rail_map``: the node's ``topology.tpfabric.io/rail-ports`` as last read (the
-        publisher's view of its node); None: no map, rails in GPU order. ``heartbeat``: called
-        after every step that read, judged and published (the agent's Lease, :mod:`.heartbeat`).
-        """
+        publisher's view of its node); None: no map, rails in GPU order. ``clock`` times the
+        judge's windows, ``wall`` (Unix seconds) the timeline's bursts. ``pfc``: how a RoCE
+        netdev's PFC priorities are read (default: DCB netlink). ``heartbeat``: called after
+        every step that read, judged and published (the agent's Lease, :mod:`.heartbeat`)."""
         self.settings = settings
         self._heartbeat = heartbeat
         #: clock time the loop last turned, and the last step that succeeded (the probes)
@@ -203,12 +219,18 @@ class FabricAgent:
         self.publisher = publisher
         self.metrics = metrics or AgentMetrics()
         self._clock = clock
+        self._wall = wall
+        self._pfc: PfcReader = pfc if pfc is not None else DcbNetlink()
+        self.timeline = TimelineRecorder(
+            settings.node, settings.interval_seconds, settings.timeline
+        )
         self.ports = fabric_ports(settings.sys_root, settings.hcas, settings.compute_nics)
         names = dict.fromkeys(hca for hca, _ in self.ports)
         self.rails = {name: rail for rail, name in enumerate(names)}
         self.gpus = find_gpus(settings.sys_root) if settings.judge.check_pcie else []
         self.judge = LinkJudge(settings.judge, self.rails)
         self.last: NodeVerdict | None = None
+        self._judged: tuple[str | None, str] | None = None
         self._netdevs = port_netdevs(settings.sys_root, self.ports)
         self._slots: dict[str, tuple[float | None, int | None]] = {}
         self._guids = {
@@ -239,7 +261,7 @@ class FabricAgent:
     def read(self) -> NodeSample:
         """Return what sysfs shows now (fabric HCAs' ports, their PCIe links and the GPUs')."""
         root = self.settings.sys_root
-        ports = tuple(read_ports(root, self.ports, self._netdevs))
+        ports = tuple(read_ports(root, self.ports, self._netdevs, self._guids))
         pcie = (
             tuple(read_pcie_links(root, list(self.rails), self.gpus, self._slots))
             if self.settings.judge.check_pcie
@@ -248,17 +270,42 @@ class FabricAgent:
         return NodeSample(self._clock(), ports, pcie)
 
     def step(self) -> NodeVerdict:
-        """Read, judge, record metrics and publish once; return the verdict."""
+        """Read, judge, record metrics and the timeline, and publish once; return the verdict."""
         self.renumber()
-        verdict = self.judge.observe(self.read())
-        self.metrics.record(verdict)
+        sample = self.read()
+        verdict = self.judge.observe(sample)
+        wall = self._wall()
+        changed = self.timeline.observe(wall, sample.ports, self.rails)
+        self.metrics.record(verdict, sample.ports, self.rails)
+        publication = publication_of(verdict)
+        judged = (publication.label, publication.annotation)
+        if judged != self._judged and not changed:
+            self.timeline.touch(wall)  # the metadata write carries the agent's clock
+        self._judged = judged
+        self.publisher.publish(
+            replace(
+                publication, timeline=self.timeline.annotation(), contract=self.contract(sample)
+            )
+        )
         self.metrics.read_done(self.settings.node)
-        self.publisher.publish(publication_of(verdict))
         if self._heartbeat is not None:
             self._heartbeat()
         self.last = verdict
         self.succeeded_at = self._clock()
         return verdict
+
+    def contract(self, sample: NodeSample) -> ContractVerdict | None:
+        """Return the node's RoCE settings against the profile (None when it declares nothing
+        to check): ECN and trust of each RoCE fabric port's netdev from sysfs, PFC as ``pfc``
+        reads it."""
+        if self.settings.profile.link_layer != "roce":
+            return None
+        netdevs = [
+            read_netdev_qos(self._netdevs[(port.hca, port.port)], self._pfc)
+            for port in sample.ports
+            if port.link_layer == "Ethernet" and (port.hca, port.port) in self._netdevs
+        ]
+        return judge_contract(self.settings.profile, netdevs)
 
     def run(self, stop: threading.Event) -> None:
         """Step every interval until ``stop`` is set; a failed step is logged and retried."""

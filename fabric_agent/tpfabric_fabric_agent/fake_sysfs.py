@@ -4,10 +4,17 @@
 Documentation/ABI/stable/sysfs-class-infiniband and sysfs-bus-pci):
 
 - ``class/infiniband/<hca>/ports/<p>/{state,phys_state,rate,link_layer,counters/*}`` with
-  ``4: ACTIVE``, ``5: LinkUp``, ``400 Gb/sec (4X NDR)`` and every error counter at 0, the
-  driver's ``hw_counters/*`` at 0, ``gids/0`` (``fe80::<port GUID>``, port *p*'s GUID the node
-  GUID + *p* - 1), and per port an IPoIB netdev ``ibp<bus>s0`` (``dev_port``,
-  ``carrier_changes``, ``statistics/rx_crc_errors``) below the PCI function. HCAs are
+  ``4: ACTIVE``, ``5: LinkUp``, ``400 Gb/sec (4X NDR)`` and every error counter and
+  ``port_xmit_wait`` at 0, the driver's ``hw_counters/*`` at 0 (the transport, retransmission and
+  congestion ones; ``hw_counters`` names a subset, as an older driver exposes), ``gids/0``
+  (``fe80::<port GUID>``, port *p*'s GUID the node GUID + *p* - 1), and per port a netdev
+  below the PCI function (``dev_port``, ``carrier_changes``, ``statistics/rx_crc_errors``): an
+  IPoIB ``ibp<bus>s0``, or with ``link_layer="Ethernet"`` (RoCE) ``enp<bus>s0f<p-1>np<p-1>`` with
+  what MLNX_OFED's mlx5 shows of its QoS: ``ecn/roce_np/enable/<prio>`` and
+  ``ecn/roce_rp/enable/<prio>`` (1 on every priority) and ``qos/trust`` (``dscp``). PFC is not in
+  sysfs (the kernel shows it through DCB netlink only): :meth:`FakeSysfs.pfc_enabled` answers
+  what the agent's DCB reader would, from :attr:`FakeSysfs.pfc` (priority 3 on every RoCE
+  netdev). HCAs are
   ``mlx5_0..`` by default, or named as a real node names them (:meth:`FakeSysfs.dgx_h100`: the
   compute HCAs ``mlx5_0,3,4,5,6,9,10,11`` and the storage ones between them, each storage HCA
   on a root port of its own, which the compute-rail rule leaves out);
@@ -27,9 +34,14 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from tpfabric_core.fabric.link_samples import ERROR_COUNTERS, HW_COUNTERS
+from tpfabric_core.fabric.link_samples import (
+    CONGESTION_HW_COUNTERS,
+    ERROR_COUNTERS,
+    HW_COUNTERS,
+    RETRANSMISSION_COUNTERS,
+)
 
-__all__ = ["DGX_H100_COMPUTE", "DGX_H100_STORAGE", "FakeSysfs"]
+__all__ = ["DGX_H100_COMPUTE", "DGX_H100_STORAGE", "DRIVER_COUNTERS", "FakeSysfs"]
 
 _UP = ("4: ACTIVE", "5: LinkUp")
 _DOWN = ("1: DOWN", "2: Polling")
@@ -48,6 +60,9 @@ DGX_H100_COMPUTE = (
 )
 DGX_H100_STORAGE = ("mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8")
 _NODE_GUID = 0xB83FD20300000001
+#: every driver counter a current mlx5 exposes of those the agent reads
+DRIVER_COUNTERS = (*HW_COUNTERS, *RETRANSMISSION_COUNTERS, *CONGESTION_HW_COUNTERS)
+_PRIORITIES = range(8)
 
 
 class FakeSysfs:
@@ -65,8 +80,13 @@ class FakeSysfs:
         rate: str = "400 Gb/sec (4X NDR)",
         storage: Sequence[str] = (),
         node_guid: int = _NODE_GUID,
+        link_layer: str = "InfiniBand",
+        hw_counters: Sequence[str] = DRIVER_COUNTERS,
     ) -> None:
         self.root = root
+        #: the PFC-enabled priorities of each RoCE netdev, as DCB netlink would report them
+        self.pfc: dict[str, frozenset[int]] = {}
+        self.netdevs: dict[tuple[str, int], Path] = {}
         self.pci_root = root / "devices" / "pci0000:00"
         compute = [f"mlx5_{i}" for i in range(hcas)] if isinstance(hcas, int) else list(hcas)
         self.compute = compute
@@ -89,7 +109,7 @@ class FakeSysfs:
                 (directory / "counters").mkdir(parents=True, exist_ok=True)
                 self.set_up(hca, port, up=True)
                 self.set_rate(hca, port, rate)
-                (directory / "link_layer").write_text("InfiniBand\n")
+                (directory / "link_layer").write_text(f"{link_layer}\n")
                 port_guid = f"{node_guid + (index << 16) + port - 1:016x}"
                 (directory / "gids").mkdir(exist_ok=True)
                 (directory / "gids" / "0").write_text(
@@ -97,19 +117,72 @@ class FakeSysfs:
                     + ":".join(port_guid[i : i + 4] for i in range(0, 16, 4))
                     + "\n"
                 )
-                for name in ERROR_COUNTERS:
+                for name in (*ERROR_COUNTERS, "port_xmit_wait"):
                     self.set_counter(hca, port, name, 0)
                 (directory / "hw_counters").mkdir(exist_ok=True)
-                for name in HW_COUNTERS:
+                for name in hw_counters:
                     (directory / "hw_counters" / name).write_text("0\n")
-                netdev = device / "net" / f"ibp{0x10 + index:x}s0{'' if port == 1 else 'd1'}"
+                roce = link_layer == "Ethernet"
+                name = (
+                    f"enp{0x10 + index:x}s0f{port - 1}np{port - 1}"
+                    if roce
+                    else f"ibp{0x10 + index:x}s0{'' if port == 1 else 'd1'}"
+                )
+                netdev = device / "net" / name
                 (netdev / "statistics").mkdir(parents=True, exist_ok=True)
                 (netdev / "dev_port").write_text(f"{port - 1}\n")
                 (netdev / "carrier_changes").write_text("1\n")
                 (netdev / "statistics" / "rx_crc_errors").write_text("0\n")
+                self.netdevs[(hca, port)] = netdev
+                if roce:
+                    self._roce_qos(netdev)
         for index, bdf in enumerate(self.gpus):
             slot = self._slot(index, gpus, len(compute))
             self._pci_device(bdf, slot, vendor="0x10de", klass="0x030200")
+
+    def _roce_qos(self, netdev: Path) -> None:
+        """Write what MLNX_OFED's mlx5 shows of a RoCE netdev's QoS: ECN on every priority,
+        trust dscp; and PFC on priority 3 (DCB netlink's, kept in :attr:`pfc`)."""
+        for point in ("roce_np", "roce_rp"):
+            (netdev / "ecn" / point / "enable").mkdir(parents=True, exist_ok=True)
+            for prio in _PRIORITIES:
+                (netdev / "ecn" / point / "enable" / str(prio)).write_text("1\n")
+        (netdev / "qos").mkdir(exist_ok=True)
+        (netdev / "qos" / "trust").write_text("dscp\n")
+        self.pfc[netdev.name] = frozenset({3})
+
+    def netdev(self, hca: str, port: int = 1) -> str:
+        """Return the name of the netdev of ``port`` of ``hca``."""
+        return self.netdevs[(hca, port)].name
+
+    def set_ecn(self, hca: str, port: int, prio: int, *, np: bool, rp: bool) -> None:
+        """Turn ECN on or off on priority ``prio`` of a RoCE port's netdev, as notification
+        point (``roce_np``) and reaction point (``roce_rp``)."""
+        netdev = self.netdevs[(hca, port)]
+        for point, on in (("roce_np", np), ("roce_rp", rp)):
+            (netdev / "ecn" / point / "enable" / str(prio)).write_text(f"{int(on)}\n")
+
+    def set_trust(self, hca: str, port: int, trust: str) -> None:
+        """Write a RoCE port's netdev's ``qos/trust`` (``pcp`` or ``dscp``)."""
+        (self.netdevs[(hca, port)] / "qos" / "trust").write_text(f"{trust}\n")
+
+    def set_pfc(self, hca: str, port: int, priorities: Sequence[int]) -> None:
+        """Set the PFC-enabled priorities of a RoCE port's netdev (what DCB netlink shows)."""
+        self.pfc[self.netdevs[(hca, port)].name] = frozenset(priorities)
+
+    def pfc_enabled(self, netdev: str) -> frozenset[int] | None:
+        """Return the PFC-enabled priorities of ``netdev`` as the agent's DCB reader would,
+        None for a netdev it cannot see."""
+        return self.pfc.get(netdev)
+
+    def hw_counter(self, hca: str, port: int, name: str) -> int:
+        """Return the value of one driver counter (``hw_counters/<name>``)."""
+        return int((self.port_dir(hca, port) / "hw_counters" / name).read_text())
+
+    def add_hw(self, hca: str, port: int, name: str, count: int) -> None:
+        """Add ``count`` events to one driver counter."""
+        value = self.hw_counter(hca, port, name) + count
+        (self.port_dir(hca, port) / "hw_counters" / name).write_text(f"{value}\n")
 
     @classmethod
     def dgx_h100(cls, root: Path, node_guid: int = _NODE_GUID) -> FakeSysfs:

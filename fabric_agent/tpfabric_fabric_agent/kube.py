@@ -1,5 +1,6 @@
-"""The agent's one adapter to the API server: read its own Node, patch its label, annotation and
-``FabricHealthy`` condition. Nothing else, and nothing of another node.
+"""The agent's one adapter to the API server: read its own Node, patch its label, annotations and
+its ``FabricHealthy`` and ``FabricContractMet`` conditions. Nothing else, and nothing of another
+node.
 
 Writes happen only when what the node carries differs from what the agent publishes: the node
 is read once at start and every ``resync_seconds`` after (to repair a value someone else
@@ -17,16 +18,18 @@ from typing import Any
 from kubernetes import client, config
 
 from tpfabric_core.fabric.link_publish import (
+    AGENT_FIELD_MANAGER,
     CONDITION_TYPE,
     FabricPublication,
     condition_patch,
     metadata_patch,
 )
+from tpfabric_core.fabric.roce_contract import CONTRACT_CONDITION, contract_condition_patch
 from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION
 
 __all__ = ["FIELD_MANAGER", "NodePublisher", "api_client"]
 
-FIELD_MANAGER = "tpfabric-fabric-agent"
+FIELD_MANAGER = AGENT_FIELD_MANAGER
 _TIMEOUT_S = 10
 log = logging.getLogger("tpfabric.fabric_agent")
 
@@ -42,6 +45,20 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
         except config.ConfigException:
             config.load_kube_config(client_configuration=settings)
     return client.ApiClient(settings)
+
+
+def _as_read(found: Any) -> dict[str, Any] | None:
+    """Return a condition of the node as read (status, reason, message, since), None if none."""
+    if found is None:
+        return None
+    return {
+        "status": found.status,
+        "reason": found.reason,
+        "message": found.message,
+        "lastTransitionTime": _rfc3339(found.last_transition_time.timestamp())
+        if found.last_transition_time
+        else None,
+    }
 
 
 def _rfc3339(timestamp: float) -> str:
@@ -76,6 +93,7 @@ class NodePublisher:
         self._annotations: dict[str, str] = {}
         self._condition: dict[str, Any] | None = None
         self._uid: str | None = None
+        self._contract: dict[str, Any] | None = None
         self.writes = 0
 
     def _refresh(self) -> None:
@@ -83,18 +101,10 @@ class NodePublisher:
         self._uid = obj.metadata.uid
         self._labels = dict(obj.metadata.labels or {})
         self._annotations = dict(obj.metadata.annotations or {})
-        found = next((c for c in (obj.status.conditions or []) if c.type == CONDITION_TYPE), None)
-        self._condition = (
-            None
-            if found is None
-            else {
-                "status": found.status,
-                "reason": found.reason,
-                "message": found.message,
-                "lastTransitionTime": _rfc3339(found.last_transition_time.timestamp())
-                if found.last_transition_time
-                else None,
-            }
+        conditions = obj.status.conditions or []
+        self._condition = _as_read(next((c for c in conditions if c.type == CONDITION_TYPE), None))
+        self._contract = _as_read(
+            next((c for c in conditions if c.type == CONTRACT_CONDITION), None)
         )
         self._read_at = self._clock()
 
@@ -135,17 +145,25 @@ class NodePublisher:
             self._annotations.update(meta["metadata"].get("annotations") or {})
             sent += 1
             self._count("metadata")
-        condition = condition_patch(publication, self._condition, _rfc3339(self._wall()))
-        if condition is not None:
+        now = _rfc3339(self._wall())
+        condition = condition_patch(publication, self._condition, now)
+        contract = (
+            contract_condition_patch(publication.contract, self._contract, now)
+            if publication.contract is not None
+            else None
+        )
+        changed = [c for c in (condition, contract) if c is not None]
+        if changed:
             # strategic merge: conditions merge on `type`, the kubelet's own stay as they are
             self.core.patch_node_status(
                 self.node,
-                {"status": {"conditions": [condition]}},
+                {"status": {"conditions": changed}},
                 field_manager=FIELD_MANAGER,
                 _content_type="application/strategic-merge-patch+json",
                 _request_timeout=_TIMEOUT_S,
             )
-            self._condition = condition
+            self._condition = condition or self._condition
+            self._contract = contract or self._contract
             sent += 1
             self._count("status")
         if sent:

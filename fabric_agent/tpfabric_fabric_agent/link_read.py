@@ -12,7 +12,13 @@ show:
 - ``class/infiniband/<hca>/ports/<p>/counters/<name>``: the IBTA PortCounters (kernel
   Documentation/ABI/stable/sysfs-class-infiniband);
 - ``class/infiniband/<hca>/ports/<p>/hw_counters/<name>``: the driver's transport counters
-  (mlx5: ``rnr_nak_retry_err``, ``local_ack_timeout_err``, ``roce_slow_restart``);
+  (mlx5: ``rnr_nak_retry_err``, ``local_ack_timeout_err``, ``roce_slow_restart``), its
+  retransmission counters (``packet_seq_err``, ``out_of_sequence``, ``implied_nak_seq_err``,
+  ``duplicate_request``, ``roce_adp_retrans``) and its congestion counters (``np_cnp_sent``,
+  ``rp_cnp_handled``, ``np_ecn_marked_roce_packets``), with ``counters/port_xmit_wait``. Which of
+  them a port has depends on the driver and its version (``roce_adp_retrans`` since kernel 5.6,
+  the RoCE ones only on RoCE ports): a counter whose file is absent is *unread* (unknown, never
+  zero) and named as such in the sample;
 - the port's netdev (``device/net/<if>``, the one whose ``dev_port`` is the port number - 1):
   ``carrier_changes`` and ``statistics/rx_crc_errors`` (on RoCE ports the only PHY-side errors
   sysfs shows: the IB PMA counters do not see Ethernet PHY errors, and the pre-FEC ones,
@@ -34,13 +40,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from tpfabric_core.fabric.ibnetdiscover import normalize_guid
 from tpfabric_core.fabric.link_samples import (
+    CONGESTION_HW_COUNTERS,
     ERROR_COUNTERS,
     HW_COUNTERS,
+    RETRANSMISSION_COUNTERS,
+    WATCHED_COUNTERS,
     PcieLink,
     PortSample,
 )
@@ -151,17 +161,24 @@ def read_hca_ports(ib_class: Path) -> list[PortSample]:
     return result
 
 
-def _port_sample(hca: str, number: int, port_dir: Path, netdev: Path | None) -> PortSample:
+#: the counters read from ``counters/`` and from ``hw_counters/``
+_PORT_COUNTERS = (*ERROR_COUNTERS, "port_xmit_wait")
+_DRIVER_COUNTERS = (*HW_COUNTERS, *RETRANSMISSION_COUNTERS, *CONGESTION_HW_COUNTERS)
+
+
+def _port_sample(
+    hca: str, number: int, port_dir: Path, netdev: Path | None, guid: str | None = None
+) -> PortSample:
     base = str(port_dir)
     rate, width = parse_rate(_text(f"{base}/rate") or "")
     counters = {
         name: value
-        for name in ERROR_COUNTERS
+        for name in _PORT_COUNTERS
         if (value := _int(f"{base}/counters/{name}")) is not None
     }
     counters.update(
         (name, value)
-        for name in HW_COUNTERS
+        for name in _DRIVER_COUNTERS
         if (value := _int(f"{base}/hw_counters/{name}")) is not None
     )
     if netdev is not None:
@@ -180,6 +197,9 @@ def _port_sample(hca: str, number: int, port_dir: Path, netdev: Path | None) -> 
         width=width,
         link_layer=_text(f"{base}/link_layer") or "InfiniBand",
         counters=counters,
+        unread=frozenset(WATCHED_COUNTERS) - set(counters),
+        guid=guid,
+        netdev=netdev.name if netdev is not None else None,
     )
 
 
@@ -207,14 +227,22 @@ def read_ports(
     sys_root: Path,
     ports: list[tuple[str, int]],
     netdevs: dict[tuple[str, int], Path] | None = None,
+    guids: Mapping[tuple[str, int], str | None] | None = None,
 ) -> list[PortSample]:
     """Return the samples of exactly ``ports`` (``(hca, port)``, in that order), as
     :func:`read_port_samples` reads them, without listing any folder; a port whose folder is
-    gone reads as state ``UNKNOWN``."""
+    gone reads as state ``UNKNOWN``. ``guids``: each port's GUID, read once at start."""
     ib_class = sys_root / "class" / "infiniband"
     netdevs = netdevs or {}
+    guids = guids or {}
     return [
-        _port_sample(hca, port, ib_class / hca / "ports" / str(port), netdevs.get((hca, port)))
+        _port_sample(
+            hca,
+            port,
+            ib_class / hca / "ports" / str(port),
+            netdevs.get((hca, port)),
+            guids.get((hca, port)),
+        )
         for hca, port in ports
         if (ib_class / hca).is_dir()
     ]

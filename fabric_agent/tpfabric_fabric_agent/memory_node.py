@@ -51,6 +51,9 @@ class MemoryNode:
         self.annotations.update(body["metadata"].get("annotations") or {})
 
     def patch_node_status(self, name: str, body: dict[str, Any], **_: Any) -> None:
-        """Apply a conditions patch (one condition type, as the publisher sends)."""
+        """Apply a conditions patch, merging on ``type`` as the API server's strategic merge
+        does."""
         self.writes.append("status")
-        self.conditions = body["status"]["conditions"]
+        patched = {c["type"]: c for c in body["status"]["conditions"]}
+        kept = [c for c in self.conditions if c["type"] not in patched]
+        self.conditions = [*kept, *patched.values()]

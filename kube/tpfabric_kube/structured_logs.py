@@ -183,6 +183,9 @@ def configure_logging(component: str, level: str = "INFO", log_format: str = "js
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # off, then on: a second configuration in one process routes warnings anew (captureWarnings
+    # installs its hook only once, whatever replaced warnings.showwarning since)
+    logging.captureWarnings(False)
     logging.captureWarnings(True)
     crash = logging.getLogger(f"tpfabric.{component}")
 

@@ -97,14 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging("operator", args.log_level, args.log_format)
     import kopf  # noqa: PLC0415 - after KUBECONFIG is set: kopf logs in on start
 
-    # importing registers the handlers (the jobs' and the gang records')
-    from tpfabric_operator import (  # noqa: PLC0415, F401
-        gang_sync,
-        handlers,
-        leadership,
-        operator_metrics,
-    )
-    from tpfabric_operator.reconcile import reconcile_every_job  # noqa: PLC0415
+    # importing registers every handler of the operator (the nodes', the gangs', the jobs')
+    from tpfabric_operator import handlers, leadership  # noqa: PLC0415
+    from tpfabric_operator.jobs import metrics as job_metrics  # noqa: PLC0415
+    from tpfabric_operator.jobs.reconcile import reconcile_every_job  # noqa: PLC0415
 
     # the jobs' state, made here for the Lease's election and handed to kopf's memo
     state = handlers.new_state()
@@ -112,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         args,
         lambda: state.kube.core.api_client,
         component="operator",
-        registries=[operator_metrics.REGISTRY],
+        registries=[job_metrics.REGISTRY],
     )
     if args.leader_elect:
         leadership.start(

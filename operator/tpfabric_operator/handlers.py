@@ -1,36 +1,59 @@
-"""kopf handlers of TensorParallelJob: create, resume, update, delete, a short reconcile timer,
-and the indexes the reconcile reads. The wiring only: what a handler does is
-:func:`.reconcile.reconcile` (or :func:`.kueue_sync.release_on_delete`).
+"""Every kopf handler of the operator, and nothing else registers one: the wiring only.
 
-The operator's state between reconciles is one :class:`.operator_state.OperatorState`, made by
-the startup handler (or by ``__main__``, which hands it to ``kopf.run(memo=...)``) and kept in
-kopf's memo: every handler finds it as ``memo.state`` (kopf gives each object a shallow copy of
-the operator's memo, so all see the same one). kopf puts its finalizer on every job because of
-the timer (kopf's timers and daemons always require one): while the operator is down, a deleted
-job waits for it (docs/install.md: "Deleting jobs without the operator").
+kopf calls, in the order they are registered here:
+
+- the nodes' health: the index of the nodes labelled degraded, which both halves read, and the
+  suspect rail switches (:mod:`.node_health`);
+- the gang half: its start and stop, and the events that mark a gang for a sync (a Gang
+  record's change, a degraded node's); the sync itself is :func:`.gangs.sync.sync_gang`, run by
+  the gang half's own threads;
+- the TensorParallelJob half: create, resume, update, delete, a short reconcile timer, and the
+  indexes the reconcile reads; what a handler does is :func:`.jobs.reconcile.reconcile` (or
+  :func:`.jobs.kueue.quota.release_on_delete`).
+
+Each half's state between calls is one object in kopf's memo: the jobs' is an
+:class:`.jobs.operator_state.OperatorState` (``memo.state``), made by the startup handler or by
+``__main__`` (which hands it to ``kopf.run(memo=...)``: the Lease's election needs it first); the
+gangs' is a :class:`.gangs.state.GangState` (``memo.gangs``), made by its startup handler. kopf
+gives each object a shallow copy of the operator's memo, so all handlers see the same two.
+kopf puts its finalizer on every job because of the timer (kopf's timers and daemons always
+require one): while the operator is down, a deleted job waits for it (docs/install.md:
+"Deleting jobs without the operator"). Gang records have no timer, so no finalizer.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api.gang import GANG_PLURAL
+from tpfabric_core.labels import HEALTH
 from tpfabric_core.rail_ports import node_rails
 from tpfabric_core.rdma_default import NodeOffer
 from tpfabric_kube.list_watch import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_S
-from tpfabric_operator import leadership
-from tpfabric_operator.born_released import placement_state
-from tpfabric_operator.children import JOB_LABEL
-from tpfabric_operator.kube import KubeAdapter, extended_resources
-from tpfabric_operator.kueue_sync import release_on_delete
-from tpfabric_operator.operator_state import OperatorState
-from tpfabric_operator.pod_cache import owner_uid
-from tpfabric_operator.reconcile import JobPods, reconcile, reconcile_woken
-from tpfabric_operator.settings import HANDLER_THREADS, RECONCILE_SECONDS
+from tpfabric_operator import leadership, node_health
+from tpfabric_operator.fabric_health import DegradedNode
+from tpfabric_operator.gangs.kube import GangApi
+from tpfabric_operator.gangs.state import GangState
+from tpfabric_operator.gangs.sync import sync_gang
+from tpfabric_operator.jobs.born_released import placement_state
+from tpfabric_operator.jobs.children import JOB_LABEL
+from tpfabric_operator.jobs.kube import KubeAdapter, extended_resources
+from tpfabric_operator.jobs.kueue.quota import release_on_delete
+from tpfabric_operator.jobs.operator_state import OperatorState
+from tpfabric_operator.jobs.pod_cache import owner_uid
+from tpfabric_operator.jobs.reconcile import JobPods, reconcile, reconcile_woken
+from tpfabric_operator.settings import (
+    GANG_IDLE_SECONDS,
+    GANG_SYNC_SECONDS,
+    HANDLER_THREADS,
+    RECONCILE_SECONDS,
+)
 
 __all__ = ["adapter", "new_state"]
 
@@ -41,10 +64,9 @@ log = logging.getLogger("tpfabric.operator")
 POD_SYNC_SECONDS = 60.0
 
 
-#: the one API client of the process. A global because :mod:`.gang_sync` (the Gang records'
-#: handlers, outside the jobs' state) reaches it without kopf's memo; the state of the jobs'
-#: reconciles takes this same client (:func:`new_state`), so the process keeps one pool of
-#: connections.
+#: the one API client of the process: the jobs' state (:func:`new_state`, made by ``__main__``
+#: before kopf runs, or by :func:`configure`) and the gangs' (:func:`start_gang_pods`) share it,
+#: so the process keeps one pool of connections.
 _adapter: KubeAdapter | None = None
 _adapter_lock = threading.Lock()
 
@@ -70,6 +92,72 @@ def state_of(memo: kopf.Memo) -> OperatorState:
     """Return the operator's state from kopf's memo (put there by :func:`configure`)."""
     state: OperatorState = memo.state
     return state
+
+
+@kopf.index("nodes", labels={HEALTH: "degraded"})
+def degraded_nodes(**kwargs: Any) -> dict[str, DegradedNode]:
+    """Index the nodes labelled ``topology.tpfabric.io/health=degraded`` by name: what both
+    halves read of the nodes under their gangs (:func:`.node_health.degraded_nodes`)."""
+    return node_health.degraded_nodes(**kwargs)
+
+
+@kopf.on.event("nodes", labels={HEALTH: kopf.PRESENT})
+def report_suspect_switches(**kwargs: Any) -> None:
+    """Report the rail switches that became suspect, or stopped being, with this node's change."""
+    index: kopf.Index[str, DegradedNode] = kwargs["degraded_nodes"]
+    node_health.report_suspect_switches(index)
+
+
+def gangs_of(memo: kopf.Memo) -> GangState | None:
+    """Return the gang half's state from kopf's memo (None before :func:`start_gang_pods`)."""
+    gangs: GangState | None = memo.get("gangs")
+    return gangs
+
+
+@kopf.on.startup()
+def start_gang_pods(memo: kopf.Memo, **_: Any) -> None:
+    """Start the gang pods' watch and the threads that sync their records."""
+    if "gangs" not in memo:
+        api = GangApi(adapter().core.api_client, sync_seconds=GANG_SYNC_SECONDS)
+        memo.gangs = GangState(
+            api, sync_gang, sync_seconds=GANG_SYNC_SECONDS, idle_seconds=GANG_IDLE_SECONDS
+        )
+    memo.gangs.start()
+
+
+@kopf.on.cleanup()
+def stop_gang_pods(memo: kopf.Memo, **_: Any) -> None:
+    """Stop them with the operator."""
+    if (gangs := gangs_of(memo)) is not None:
+        gangs.stop()
+
+
+@kopf.on.event(GROUP, VERSION, GANG_PLURAL)
+def on_gang_record(
+    *,
+    type: str | None,  # noqa: A002 - kopf's name for the watch event's type
+    namespace: str | None,
+    name: str,
+    memo: kopf.Memo,
+    body: Mapping[str, Any] | None = None,
+    degraded_nodes: Mapping[str, Any] | None = None,
+    **_: Any,
+) -> None:
+    """A record changed (the placer's plan, a deletion by hand): its gang is looked at again,
+    and so is the gang it asks to be near (whose record names those placed near it)."""
+    if (gangs := gangs_of(memo)) is not None:
+        gangs.keep_index(degraded_nodes)
+        gangs.on_record((namespace or "", name), body, deleted=type == "DELETED")
+
+
+@kopf.on.event("nodes", labels={HEALTH: "degraded"})
+def on_degraded_node(
+    *, name: str, memo: kopf.Memo, degraded_nodes: Mapping[str, Any] | None = None, **_: Any
+) -> None:
+    """A node labelled degraded changed: every gang with a pod on it is looked at again."""
+    if (gangs := gangs_of(memo)) is not None:
+        gangs.keep_index(degraded_nodes)
+        gangs.on_degraded_node(name)
 
 
 @kopf.on.startup()
@@ -163,7 +251,8 @@ def on_job_change(*, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwar
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
 def on_job_delete(*, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Keep a deleted queued job's Kueue quota until its workers are gone (``kueue_sync``)."""
+    """Keep a deleted queued job's Kueue quota until its workers are gone
+    (:func:`.jobs.kueue.quota.release_on_delete`)."""
     if not leadership.leading():
         raise kopf.TemporaryError("not leading: the leader releases the job", delay=5)
     meta = dict(body.meta)

@@ -1,4 +1,4 @@
-"""Which operator replica acts: the holder of a ``coordination.k8s.io`` Lease (issue 31).
+"""Which operator replica acts: the holder of a ``coordination.k8s.io`` Lease, and only it.
 
 Two operators acting on the same jobs charged one incident twice (each with its own lagging
 view of the pods) and posted every Event twice. Every replica runs kopf, its watches and its pod

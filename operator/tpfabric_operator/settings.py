@@ -1,5 +1,5 @@
 """Every ``TPFABRIC_*`` knob of the operator, in one place: its variable, default, bounds and
-meaning (issue 37: one truth per fact). Read once, at import, from the environment the chart
+meaning: one truth per fact. Read once, at import, from the environment the chart
 or the local control plane gives the process.
 
 A value that cannot be read stops the operator at start with the variable, the value and what
@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric_profile import init_argument, parse_fabric_profile
 from tpfabric_core.placement.pod_fit import label_selector
-from tpfabric_operator.queueing import QueueRequirement
 
 __all__ = [
     "CREATE_CONCURRENCY",
@@ -38,10 +37,32 @@ __all__ = [
     "RECONCILE_SECONDS",
     "SUSPECT_SWITCH_NODES",
     "Knob",
+    "QueueRequirement",
     "SettingsError",
     "queue_requirement",
     "read",
 ]
+
+
+def _every_namespace(_labels: Mapping[str, str]) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRequirement:
+    """Whether a job must name a queue, as Kueue's Configuration says: with
+    ``manageJobsWithoutQueueName`` (``without_queue_name``), Kueue suspends a job of its
+    integrations that has no queue label, in the namespaces its ``managedJobsNamespaceSelector``
+    selects (``namespaces``, a test of a namespace's labels), and never admits it: it runs only
+    once it names a LocalQueue. Kueue's default selector leaves out ``kube-system`` and Kueue's
+    own namespace. Jobs that have a queue label are Kueue's wherever they are."""
+
+    without_queue_name: bool = False
+    namespaces: Callable[[Mapping[str, str]], bool] = _every_namespace
+
+    def applies(self, namespace_labels: Mapping[str, str]) -> bool:
+        """Return whether a job without a queue label in a namespace labelled so must wait."""
+        return self.without_queue_name and self.namespaces(namespace_labels)
 
 
 class SettingsError(ValueError):

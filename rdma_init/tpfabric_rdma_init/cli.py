@@ -18,10 +18,13 @@ from pathlib import Path
 from tpfabric_rdma_init.checks import UNLIMITED, format_bytes
 from tpfabric_rdma_init.discovery import MemlockProbe, read_memlock_limit
 from tpfabric_rdma_init.prepare import POLICIES, InitOptions, InitResult, UsageError, prepare_pod
+from tpfabric_rdma_init.termination import write_termination_message
 
 __all__ = ["build_parser", "main", "options_from_args", "parse_size"]
 
 PROG = "tpfabric-rdma-init"
+#: the kubelet's default terminationMessagePath (absent outside Kubernetes: nothing is written)
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 
 
@@ -132,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="shipped: copy NCCL into the shared volume; image: the container's own NCCL",
     )
     parser.add_argument(
+        "--termination-log",
+        default=_env("TERMINATION_LOG", DEFAULT_TERMINATION_LOG),
+        help="where the pairing summary goes (the container's terminationMessagePath, read "
+        "by tpfabric diagnose through the API); empty: nowhere",
+    )
+    parser.add_argument(
         "--fabric-profile",
         default=_env("FABRIC_PROFILE"),
         help="the fabric's contract as JSON (the chart's fabric.profile): service levels, "
@@ -236,4 +245,8 @@ def main(argv: Sequence[str] | None = None, memlock: MemlockProbe = read_memlock
         for problem in result.problems:
             sys.stderr.write(f"{PROG}: error: {problem.message}\n")
     sys.stdout.write(_summary(result, options))
+    if args.termination_log and not options.report_only and result.summary:
+        unwritten = write_termination_message(Path(args.termination_log), result.summary)
+        if unwritten is not None and args.termination_log != DEFAULT_TERMINATION_LOG:
+            sys.stderr.write(f"{PROG}: warning: termination message not written: {unwritten}\n")
     return result.exit_code

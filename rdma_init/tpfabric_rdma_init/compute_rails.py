@@ -1,10 +1,10 @@
 """Which NIC ports of a GPU node are compute rails: one rule for the RDMA init container and the
 fabric agent, so the agent judges the ports the init container pairs with GPUs.
 
-This file has two copies: ``core/tpfabric_core/fabric/compute_rails.py`` (the fabric agent's) and
-``rdma_init/tpfabric_rdma_init/compute_rails.py`` (the init program may import nothing but the
-standard library); a unit test fails when they differ. It must stay standard library only, never
-read a file, and take its NICs and GPUs through the small protocols below.
+It lives in the init program (which may import nothing but the standard library) and the fabric
+agent imports it from here (both ship in the tpfabric image; the init image holds the init program
+alone). It must stay standard library only, never read a file, and take its NICs and GPUs through
+the small protocols below.
 
 A NIC's *role* comes from what it is and where it sits, never from its live state (a compute port
 that is down reports ``10 Gb/sec (4X SDR)`` and is still a compute port; a retrained one is still

@@ -110,6 +110,7 @@ from tpfabric_rdma_init.nccl_library import (
     net_plugin_name,
 )
 from tpfabric_rdma_init.nccl_versions import NcclVersion, parse_version, version_text
+from tpfabric_rdma_init.termination import pairing_summary
 from tpfabric_rdma_init.vm_topology import render_vm_topology
 
 __all__ = [
@@ -195,6 +196,8 @@ class InitResult:
     settings: dict[str, str]
     report: dict[str, Any] = field(repr=False)
     conf_text: str = ""
+    #: the pairing in one line for the termination message (:mod:`.termination`)
+    summary: str = ""
 
 
 def read_annotation(path: Path | None, key: str) -> str | None:
@@ -969,6 +972,15 @@ def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limi
     }
     if not options.report_only:
         _write(options.shared_dir / REPORT_FILE, json.dumps(report, indent=2) + "\n")
+    summary = pairing_summary(
+        verdict.outcome,
+        report["fabric"]["pairs"],
+        gpu_order=[gpu.bdf for gpu in inventory.gpus],
+        guids={(hca.name, port.number): port.guid for hca in inventory.hcas
+               for port in hca.ports if port.guid is not None},
+        rails={(p.hca, p.port): rail for rail, p in verdict.rails.rails},
+        rail_source=verdict.rails.source,
+    )  # fmt: skip
     return InitResult(
         exit_code=0 if options.report_only else exit_code,
         outcome=verdict.outcome,
@@ -977,4 +989,5 @@ def prepare_pod(options: InitOptions, memlock: MemlockProbe = _read_memlock_limi
         settings=written.settings,
         report=report,
         conf_text=written.conf_text,
+        summary=summary,
     )

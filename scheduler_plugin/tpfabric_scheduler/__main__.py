@@ -39,7 +39,9 @@ from tpfabric_scheduler.kube import Informer, KubeWriter, start_informers
 from tpfabric_scheduler.leader import LeaseElector
 from tpfabric_scheduler.loop import PlacerLoop
 from tpfabric_scheduler.metrics import Metrics
-from tpfabric_scheduler.placer import BIND_TIMEOUT_SECONDS, HEAD_OF_LINE_SECONDS, GangPlacer
+from tpfabric_scheduler.placer import GangPlacer
+from tpfabric_scheduler.policy.bind_bound import BIND_TIMEOUT_SECONDS
+from tpfabric_scheduler.policy.holds import HEAD_OF_LINE_SECONDS
 from tpfabric_scheduler.server import health_checks, make_app
 from tpfabric_scheduler.store import ClusterStore
 from tpfabric_scheduler.store_metrics import DEFAULT_GANG_WAIT_ALERT_SECONDS, StoreMetrics

@@ -31,7 +31,8 @@ from tpfabric_core.placement.cost import (
 )
 from tpfabric_core.placement.snapshot import CapacitySnapshot, NodeState, Taint, TaintEffect
 from tpfabric_core.placement.topology import ClusterTopology
-from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, JobRecord
+from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_scheduler.store import ClusterStore, JobRecord
 
 __all__ = [
     "PlannedRing",
@@ -94,7 +95,7 @@ def planned_rings(store: ClusterStore) -> list[PlannedRing]:
     rings = []
     for _, job, placement in store.holding_plans():
         assert job.job is not None  # holding_plans yields valid jobs only
-        nodes = tuple(str(n) for n in placement.get("nodes") or [])
+        nodes = tuple(placement.nodes)
         if len(set(nodes)) > 1:
             rings.append((job.uid, nodes, job.job.spec.gpus_per_worker))
     return rings

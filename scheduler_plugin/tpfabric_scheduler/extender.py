@@ -4,7 +4,7 @@ A worker whose planned node passed kube-scheduler's own filters gets that node a
 filter: each worker index lands where the plan's rank order wants it, and with one feasible node
 kube-scheduler skips scoring and the prioritize call. That matters for a gang that spans the
 cluster: a worker of a 256-worker gang on 1,000 nodes had every free node of the cluster scored,
-by kube-scheduler's plugins and by prioritize, 24 ms of kube-scheduler CPU a worker (issue 15).
+by kube-scheduler's plugins and by prioritize, 24 ms of kube-scheduler CPU a worker.
 That answer names no reasons for the other nodes: kube-scheduler shows them only when no node is
 feasible, and ~1,000 worded reasons a worker were encoded here and decoded there for nothing.
 Otherwise (the planned node is gone, cordoned or taken) the worker is kept inside its job's
@@ -39,19 +39,14 @@ import weakref
 from dataclasses import dataclass
 
 from tpfabric_core import labels
+from tpfabric_core.api import JOB_LABEL, WORKER_INDEX_LABEL
+from tpfabric_core.api.placement import NO_PLACEMENT, StoredPlacement
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
-from tpfabric_core.placement.topology import CLUSTER_LEVEL
+from tpfabric_core.pod_wiring import GPU_RESOURCE
 from tpfabric_scheduler.capacity import rank_demands
 from tpfabric_scheduler.protocol import MAX_SCORE, ExtenderArgs, FilterResult
-from tpfabric_scheduler.store import (
-    GPU_RESOURCE,
-    JOB_LABEL,
-    WORKER_INDEX_LABEL,
-    ClusterStore,
-    JobRecord,
-    gang_key,
-)
+from tpfabric_scheduler.store import ClusterStore, JobRecord, gang_key
 
 __all__ = [
     "DomainPath",
@@ -100,14 +95,10 @@ class WorkerView:
     other_ranks: dict[str, int]  # node -> rank, for the job's other ranks
 
 
-def _domain_path(placement: dict[str, object], level: str, domain: str) -> DomainPath:
+def _domain_path(placement: StoredPlacement) -> DomainPath:
     """Return the planned domain's label path: ``domainLabels``, else the level key (old plans)."""
-    domain_labels = placement.get("domainLabels")
-    if isinstance(domain_labels, dict) and domain_labels:
-        return tuple(sorted((str(k), str(v)) for k, v in domain_labels.items()))
-    if level == CLUSTER_LEVEL:
-        return ()
-    return ((labels.level_key(level), domain),)
+    domain_labels = placement.domain_labels_or_level(labels.level_key) or {}
+    return tuple(sorted(domain_labels.items()))
 
 
 def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
@@ -123,10 +114,10 @@ def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
         return None
     index = whole_number(index_text)
     job = store.jobs.get(key)
-    placement = store.placement_of(job) if job is not None else {}
-    nodes = [str(n) for n in placement.get("nodes") or []]
-    level = str(placement.get("level") or "")
-    domain = str(placement.get("domain") or "")
+    placement = store.placement_of(job) if job is not None else NO_PLACEMENT
+    nodes = placement.nodes
+    level = placement.level or ""
+    domain = placement.domain or ""
     planned = bool(level and domain and nodes)
     return WorkerView(
         job=job,
@@ -134,7 +125,7 @@ def worker_view(store: ClusterStore, args: ExtenderArgs) -> WorkerView | None:
         index=index,
         level=level if planned else None,
         domain=domain if planned else None,
-        domain_path=_domain_path(placement, level, domain) if planned else (),
+        domain_path=_domain_path(placement) if planned else (),
         planned_node=nodes[index] if index is not None and index < len(nodes) else None,
         other_ranks={n: r for r, n in enumerate(nodes) if r != index},
     )

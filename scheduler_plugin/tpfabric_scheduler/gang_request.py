@@ -16,15 +16,13 @@ from tpfabric_core.api.gang import Gang
 from tpfabric_core.placement.pod_fit import node_matcher
 from tpfabric_core.placement.request import GangRequest, TopologyPolicy
 from tpfabric_core.placement.snapshot import TaintEffect, Toleration
-from tpfabric_core.timestamps import parse_rfc3339
-from tpfabric_scheduler.store import GPU_RESOURCE, ClusterStore, PodRecord
+from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
 
 __all__ = [
-    "REFUSAL_SECONDS",
+    "EligibleNodes",
     "eligible_nodes",
     "gang_request",
-    "refusals",
-    "refused_nodes",
     "tolerations_of",
 ]
 
@@ -47,39 +45,6 @@ def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
     return tuple(result)
 
 
-#: a refusal by kube-scheduler's own filters is remembered this long (what refused may change)
-REFUSAL_SECONDS = 600.0
-
-
-def refusals(placement: Mapping[str, Any], now: float) -> list[dict[str, str]]:
-    """Return the refusals ``placement`` records (``refusedNodes``) that have not expired."""
-    kept = []
-    for item in placement.get("refusedNodes") or []:
-        if not isinstance(item, Mapping):
-            continue
-        since = parse_rfc3339(item.get("since"))
-        if since is not None and now - since < REFUSAL_SECONDS and item.get("node"):
-            kept.append({str(k): str(v) for k, v in item.items()})
-    return kept
-
-
-def refused_nodes(
-    store: ClusterStore, placement: Mapping[str, Any], worker: PodRecord, now: float
-) -> frozenset[str]:
-    """Return the nodes kube-scheduler's own filters refuse for a gang's worker now.
-
-    Those it refused lately (``placement.refusedNodes``, not expired) and, for a worker that
-    takes host ports, every node where a bound pod holds one of them (the NodePorts filter).
-    Call with the store's lock held.
-    """
-    nodes = {item["node"] for item in refusals(placement, now)}
-    if worker.host_ports:
-        nodes.update(
-            node for node, ports in store.ports_used.items() if worker.host_ports & ports.keys()
-        )
-    return frozenset(nodes)
-
-
 def eligible_nodes(store: ClusterStore, scheduling: Mapping[str, Any]) -> frozenset[str] | None:
     """Return the nodes a worker's node selector and required affinity allow (None: every)."""
     if not scheduling.get("nodeSelector") and not (
@@ -88,6 +53,29 @@ def eligible_nodes(store: ClusterStore, scheduling: Mapping[str, Any]) -> frozen
         return None
     matches = node_matcher(scheduling)
     return frozenset(name for name, node in store.nodes.items() if matches(name, node.labels))
+
+
+class EligibleNodes:
+    """The nodes each job's workers may run on (:func:`eligible_nodes`), kept per topology
+    generation of the store (a node's labels change it) and per worker constraints."""
+
+    #: the most entries kept; past it the cache starts over
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._cached: dict[tuple[str, str], tuple[int, frozenset[str] | None]] = {}
+
+    def of(self, store: ClusterStore, job: JobRecord, worker: PodRecord) -> frozenset[str] | None:
+        """Return the nodes ``job``'s ``worker`` may run on (None: every node)."""
+        key = (job.uid, repr(sorted(worker.scheduling.items())))
+        cached = self._cached.get(key)
+        if cached is not None and cached[0] == store.topology_generation:
+            return cached[1]
+        eligible = eligible_nodes(store, worker.scheduling)
+        if len(self._cached) > self.LIMIT:
+            self._cached.clear()
+        self._cached[key] = (store.topology_generation, eligible)
+        return eligible
 
 
 def gang_request(
@@ -102,9 +90,10 @@ def gang_request(
     """Return the engine's request for ``job``, its demands read from one worker pod.
 
     ``refused``: nodes kube-scheduler's own filters refuse for the gang now (see
-    :func:`refused_nodes`). A worker that takes a host port, or whose required pod
-    anti-affinity repels the gang's other workers, goes one per node. ``previous``: the nodes
-    of the gang's last plan (preferred by the engine when the gang is planned again).
+    :func:`~tpfabric_scheduler.policy.refusals.refused_nodes`). A worker that takes a host
+    port, or whose required pod anti-affinity repels the gang's other workers, goes one per
+    node. ``previous``: the nodes of the gang's last plan (preferred by the engine when the
+    gang is planned again).
     """
     spec = job.spec
     topology = spec.topology

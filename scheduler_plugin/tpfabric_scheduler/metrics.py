@@ -6,12 +6,9 @@ waiting gangs' ages, the nodes' fabric health) is :mod:`.store_metrics`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from tpfabric_core.timestamps import parse_rfc3339
+from tpfabric_core.api.placement import INVALID, PLANNED, StoredPlacement
 
 __all__ = ["DROP_REASONS", "GANG_WAIT_BUCKETS", "REFUSE_REASONS", "Metrics"]
 
@@ -121,21 +118,20 @@ class Metrics:
             self.plans_refused.labels(reason)
 
     def placement_written(
-        self, previous: Mapping[str, Any], placement: Mapping[str, Any], now: float
+        self, previous: StoredPlacement, written: StoredPlacement, now: float
     ) -> None:
         """Count what a placement write ends: a wait that got its plan, a gang found invalid.
         ``now`` is the time of the write (the wait of a gang found invalid ends then)."""
-        state, before = placement.get("state"), previous.get("state")
-        if state == before:
+        if written.state == previous.state:
             return
-        if state == "Planned":
-            since = parse_rfc3339(placement.get("waitingSince"))
-            planned = parse_rfc3339(placement.get("plannedAt")) or now
+        if written.state == PLANNED:
+            since = written.waiting_since_time
+            planned = written.planned_at_time or now
             if since is not None:
-                level = str(placement.get("level") or "")
+                level = written.level or ""
                 self.gang_wait_seconds.labels("planned", level).observe(max(0.0, planned - since))
-        elif state == "Invalid":
+        elif written.state == INVALID:
             self.plans_refused.labels("invalid").inc()
-            since = parse_rfc3339(previous.get("waitingSince"))
+            since = previous.waiting_since_time
             if since is not None:
                 self.gang_wait_seconds.labels("invalid", "").observe(max(0.0, now - since))

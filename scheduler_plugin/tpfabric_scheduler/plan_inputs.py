@@ -1,4 +1,5 @@
-"""What the engine weighs beside free capacity: uplink load and the typical gang's size.
+"""What the engine weighs beside free capacity (uplink load and the typical gang's size), and
+the placer's one call of the engine with them (:func:`plan_on`).
 
 Both are read from the gangs the store knows, once per cycle that plans. The uplink load sums the
 flows of every planned ring across the fabric's uplinks (``capacity.py`` computes a ring's flows);
@@ -12,11 +13,16 @@ import statistics
 from collections.abc import Iterable
 
 from tpfabric_core.placement.cost import DEFAULT_COST, CostModelConfig, UplinkLoad
+from tpfabric_core.placement.planner import plan_gang
+from tpfabric_core.placement.request import GangRequest
+from tpfabric_core.placement.results import GangPlan, Unschedulable
+from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_core.placement.topology import ClusterTopology
 from tpfabric_scheduler.capacity import PlannedRing, load_of, ring_flows
 from tpfabric_scheduler.store import JobRecord
+from tpfabric_scheduler.work import Cycle
 
-__all__ = ["RingFlows", "typical_gang_gpus"]
+__all__ = ["RingFlows", "plan_on", "typical_gang_gpus"]
 
 
 class RingFlows:
@@ -51,3 +57,23 @@ def typical_gang_gpus(jobs: Iterable[JobRecord]) -> int | None:
     """
     sizes = [j.job.spec.workers * j.job.spec.gpus_per_worker for j in jobs if j.job is not None]
     return int(statistics.median(sizes)) if sizes else None
+
+
+def plan_on(
+    snapshot: CapacitySnapshot,
+    request: GangRequest,
+    cycle: Cycle,
+    cost: CostModelConfig,
+    waited: float = 0.0,
+) -> GangPlan | Unschedulable:
+    """Return the engine's plan of ``request`` on ``snapshot`` (the cycle's, or a copy of it),
+    weighing the cycle's uplink load and typical gang; ``waited``: how long the gang has
+    waited."""
+    return plan_gang(
+        snapshot,
+        request,
+        waited_seconds=waited,
+        uplink_load=cycle.uplinks,
+        typical_gang_gpus=cycle.typical_gpus,
+        cost_config=cost,
+    )

@@ -22,7 +22,6 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tpfabric_core.labels import HEALTH
-from tpfabric_core.timestamps import parse_rfc3339
 from tpfabric_scheduler.store import ClusterStore
 
 __all__ = ["DEFAULT_GANG_WAIT_ALERT_SECONDS", "MAX_GANG_SERIES", "StoreMetrics"]
@@ -64,8 +63,8 @@ class StoreMetrics(Collector):
         waits = []
         for job in view.jobs.values():
             placement = view.placement_of(job)
-            since = parse_rfc3339(placement.get("waitingSince"))
-            if placement.get("state") in _WAITING and since is not None:
+            since = placement.waiting_since_time
+            if placement.state in _WAITING and since is not None:
                 waits.append((max(0.0, now - since), job))
         waits.sort(key=lambda wait: -wait[0])
         out.oldest.add_metric([], waits[0][0] if waits else 0.0)

@@ -8,7 +8,8 @@ no longer leads in its term writes nothing (``NotLeadingError``), and a placemen
 while the job still holds the one the write was computed from. Errors are logged, never raised
 into the cycle.
 
-This module decides nothing: what to write, and when, is the placer's and its policies'.
+This module is the placer's I/O and decides nothing: what to write, and when, is the policies'
+(:mod:`tpfabric_scheduler.policy`), applied by :mod:`tpfabric_scheduler.apply`.
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from tpfabric_core.api import GANG_GATE
+from tpfabric_core.api.placement import StoredPlacement, prepare_drop, prepare_write
 from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
 from tpfabric_core.placement.topology import LevelSpec
-from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION, plan_level, pod_rails
-from tpfabric_scheduler.gang_request import refusals
+from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION, pod_rails
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
-from tpfabric_scheduler.placement_status import changed
-from tpfabric_scheduler.store import GANG_GATE, GPU_RESOURCE, ClusterStore, JobRecord, PodRecord
-from tpfabric_scheduler.work import PlacementWork, previous_nodes
+from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
 
 __all__ = ["NotLeadingError", "WritePipeline"]
 
@@ -181,39 +182,44 @@ class WritePipeline:
                 del self.released[uid]
 
     def write(
-        self, job: JobRecord, previous: dict[str, Any], placement: dict[str, Any], event: str
-    ) -> None:
-        """Persist ``placement`` for ``job`` (if it changed) and record ``event`` (if any)."""
-        if "refusedNodes" not in placement:
-            # a refusal by kube-scheduler lasts its time, across plans, waits and re-plans
-            placement = {**placement, "refusedNodes": refusals(previous, self.clock()) or None}
-        if "previousNodes" not in placement and placement.get("state") != "Planned":
-            # where the gang ran last lasts until it is planned again (the next plan prefers it)
-            placement = {**placement, "previousNodes": list(previous_nodes(previous)) or None}
-        placement = {**placement, "term": self.term}
-        if changed(previous, placement) or placement.get("state") == "Planned":
-            patch = dict(placement)
-            labels = placement.get("domainLabels")
-            if isinstance(labels, dict):  # a merge patch merges maps: drop the old keys
-                stale = previous.get("domainLabels") or {}
-                patch["domainLabels"] = {
-                    **dict.fromkeys(k for k in stale if k not in labels),
-                    **labels,
-                }
+        self,
+        job: JobRecord,
+        previous: StoredPlacement,
+        placement: Mapping[str, Any],
+        event: str,
+    ) -> StoredPlacement:
+        """Persist ``placement`` for ``job`` over ``previous`` (if its meaning changed, see
+        :func:`~tpfabric_core.api.placement.prepare_write`) and record ``event`` (if any);
+        return the placement as written."""
+        write = prepare_write(previous, placement, now=self.clock(), term=self.term)
+        if write.send:
             self.fence()
             self.writer.patch_job_status(
                 job.namespace,
                 job.name,
-                {"placement": patch},
+                write.patch,
                 uid=job.uid,
-                tests=[_computed_from(previous)],
+                tests=[write.test],
                 plural=job.plural,
             )
             with self.store.lock:
-                self.store.record_plan(job, placement)
-            self.metrics.placement_written(previous, placement, self.clock())
+                self.store.record_plan(job, write.placement)
+            self.metrics.placement_written(previous, write.written, self.clock())
+        written = write.written
         if event:
-            self.event(job, event, placement)
+            self.event(job, event, written)
+        return written
+
+    def drop(self, job: JobRecord, previous: StoredPlacement) -> None:
+        """Remove ``previous``, the placement of ``job``, while it is still the one stored (the
+        same compare-and-swap test and fence as every other placement write)."""
+        drop = prepare_drop(previous)
+        self.fence()
+        self.writer.patch_job_status(
+            job.namespace, job.name, drop.patch, uid=job.uid, tests=[drop.test], plural=job.plural
+        )
+        with self.store.lock:
+            self.store.record_plan(job, None)
 
     def delete_pods(self, pods: Iterable[PodRecord]) -> int:
         """Delete ``pods`` (those not being deleted already), each by name and uid: a pod made
@@ -247,20 +253,32 @@ class WritePipeline:
         if not self.leading():
             raise NotLeadingError(f"this placer no longer leads in term {self.term}")
 
-    def event(self, job: JobRecord, event: str, placement: dict[str, Any]) -> None:
+    def event(self, job: JobRecord, event: str, placement: StoredPlacement) -> None:
         """Record ``event`` on the job, worded by ``placement``'s message."""
         kind = "Warning" if event in ("GangReplanning", "InvalidTopology") else "Normal"
         self.fence()
-        self.writer.job_event(job, kind, event, str(placement.get("message") or ""))
+        self.writer.job_event(job, kind, event, placement.message)
+
+    def tell(self, job: JobRecord, pods: Iterable[PodRecord], words: str) -> None:
+        """Post one ``GangWaiting`` Event on each of ``pods`` in ``words``, on the cycle's pool
+        (``kubectl describe pod`` then says why the pod waits, not only ``SchedulingGated``)."""
+        told = list(pods)
+
+        def tell() -> None:
+            for pod in told:
+                self.fence()
+                self.writer.pod_event(pod, "GangWaiting", words)
+
+        self.persist(job, tell)
 
     def plan_annotations(
-        self, placement: Mapping[str, Any], pods: list[PodRecord]
+        self, placement: StoredPlacement, pods: list[PodRecord]
     ) -> dict[str, dict[str, str]]:
         """Return what each pod (by uid) is told of its plan: its rails on its planned node
         (``tpfabric.io/rails``, pinned by port GUID where the node's rail map gives them) and
         the level whose one domain holds the gang (``tpfabric.io/plan-level``)."""
-        nodes = list(placement.get("nodes") or [])
-        level = plan_level(placement)
+        nodes = placement.nodes
+        level = placement.plan_level
         result: dict[str, dict[str, str]] = {}
         with self.store.lock:
             for pod in pods:
@@ -279,9 +297,7 @@ class WritePipeline:
                 result[pod.uid] = notes
         return result
 
-    def release(
-        self, item: PlacementWork, placement: dict[str, Any], pods: list[PodRecord]
-    ) -> None:
+    def release(self, job: JobRecord, placement: StoredPlacement, pods: list[PodRecord]) -> None:
         """Constrain every gated pod to the planned domain (every level's label), tell it its
         rails and plan level (annotations) and ungate it."""
         expressions = plan_expressions(placement, self.levels) or []
@@ -331,13 +347,4 @@ class WritePipeline:
         # persisted): one by one, a 256-worker gang waits 256 round trips before kube-scheduler
         # sees its last worker
         self._together(release, pods)
-        log.info("job %s: released %d worker pod(s)", item.job.key, len(pods))
-
-
-def _computed_from(previous: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the JSON patch ``test`` that the job's placement is still the one a write was
-    computed from: its term (the lease term of the placer that wrote it), or no placement at
-    all. A placer deposed meanwhile finds the new leader's term there and writes nothing."""
-    if not previous:
-        return {"op": "test", "path": "/status/placement", "value": None}
-    return {"op": "test", "path": "/status/placement/term", "value": previous.get("term")}
+        log.info("job %s: released %d worker pod(s)", job.key, len(pods))

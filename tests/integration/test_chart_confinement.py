@@ -39,6 +39,7 @@ AGENT_NAMESPACE = "tpfabric-agents"
 NODE_A, NODE_B = "gpu-node-a", "gpu-node-b"
 HEALTH = "topology.tpfabric.io/health"
 DETAIL = "topology.tpfabric.io/fabric-health"
+TIMELINE = "topology.tpfabric.io/link-timeline"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -181,13 +182,22 @@ def fabric_condition(status: str) -> dict[str, str]:
 
 
 def test_the_agent_of_node_a_publishes_node_a_health(agent_on_a: client.CoreV1Api) -> None:
-    published = {"metadata": {"labels": {HEALTH: "degraded"}, "annotations": {DETAIL: "{}"}}}
+    annotations = {DETAIL: "{}", TIMELINE: '{"v":1}'}
+    published = {"metadata": {"labels": {HEALTH: "degraded"}, "annotations": annotations}}
     agent_on_a.patch_node(NODE_A, published, _content_type=MERGE)
-    condition = {"status": {"conditions": [fabric_condition("False")]}}
+    contract = {
+        "type": "FabricContractMet",
+        "status": "False",
+        "reason": "SettingsMismatch",
+        "message": "PFC off on priority 3 on ens1f0np0",
+    }
+    condition = {"status": {"conditions": [fabric_condition("False"), contract]}}
     agent_on_a.patch_node_status(NODE_A, condition, _content_type=STRATEGIC)
     node = agent_on_a.read_node(NODE_A)
     assert node.metadata.labels[HEALTH] == "degraded"
-    assert [c.status for c in node.status.conditions if c.type == "FabricHealthy"] == ["False"]
+    assert node.metadata.annotations[TIMELINE] == '{"v":1}'
+    mine = {c.type: c.status for c in node.status.conditions if c.type.startswith("Fabric")}
+    assert mine == {"FabricHealthy": "False", "FabricContractMet": "False"}
 
 
 @pytest.mark.parametrize(
@@ -205,16 +215,30 @@ def test_the_agent_of_node_a_publishes_node_a_health(agent_on_a: client.CoreV1Ap
         (
             {"metadata": {"annotations": {"example.com/steer": "here"}}},
             (
-                "only the annotation topology.tpfabric.io/fabric-health may change, not "
-                "example.com/steer"
+                "only the annotations topology.tpfabric.io/fabric-health and "
+                "topology.tpfabric.io/link-timeline may change, not example.com/steer"
             ),
         ),
         (
             {"metadata": {"annotations": {DETAIL: "x" * 40_000}}},
             "holds 40000 characters, more than the 32768 of fabricAgent.maxDetailCharacters",
         ),
+        (
+            {"metadata": {"annotations": {TIMELINE: "x" * 20_000}}},
+            (
+                "link-timeline holds 20000 characters, more than the 16384 of "
+                "fabricAgent.maxTimelineCharacters"
+            ),
+        ),
     ],
-    ids=["taint", "cordon", "other-label", "other-annotation", "oversized-detail"],
+    ids=[
+        "taint",
+        "cordon",
+        "other-label",
+        "other-annotation",
+        "oversized-detail",
+        "oversized-timeline",
+    ],
 )
 def test_the_agent_cannot_change_the_rest_of_its_own_node(
     agent_on_a: client.CoreV1Api, write: dict[str, Any], words: str
@@ -227,7 +251,7 @@ def test_the_agent_cannot_change_the_rest_of_its_own_node(
     [
         (
             {"conditions": [{"type": "Ready", "status": "False", "reason": "x", "message": "x"}]},
-            "only the FabricHealthy condition may change",
+            "only the FabricHealthy and FabricContractMet conditions may change",
         ),
         ({"capacity": {"nvidia.com/gpu": "64"}}, "its status (capacity, allocatable"),
         ({"addresses": [{"type": "InternalIP", "address": "10.6.6.6"}]}, "addresses"),

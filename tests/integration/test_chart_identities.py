@@ -32,6 +32,7 @@ from control_plane_fixtures import CHART_NAMESPACE, FabricFactory, agent_pod, wa
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE
+from tpfabric_core.fabric.link_timeline import TIMELINE_ANNOTATION, read_timeline
 from tpfabric_fabric_agent.fake_sysfs import FakeSysfs
 from tpfabric_localcluster.cluster import LocalCluster, api_client, free_ports
 from tpfabric_localcluster.gang_webhook import start_gang_webhook
@@ -223,8 +224,17 @@ def test_the_fabric_agent_publishes_its_node_with_only_the_charts_permissions(
             assert leaf.uids().real == identity.uid, leaf.cmdline()
         assert health(other) == ("ok", None), "the agent touches no other node"
         assert "403" not in (tmp_path / "agent.log").read_text()
+        # its link timeline, written under the same policy, reads back
+        timeline, problem = read_timeline(
+            core.read_node(node).metadata.annotations.get(TIMELINE_ANNOTATION)
+        )
+        assert problem == ""
+        assert timeline is not None
+        assert timeline.node == node
         url = f"https://127.0.0.1:{metrics_port}/metrics"
-        assert scrape(url, reader_token(local_cluster))[0] == 200
+        status, body = scrape(url, reader_token(local_cluster))
+        assert status == 200
+        assert 'node_infiniband_packet_sequence_errors_total{device="mlx5_0",port="1"} 0.0' in body
     finally:
         agent.terminate()
         agent.wait(timeout=10)

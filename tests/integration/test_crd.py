@@ -91,7 +91,7 @@ def test_invalid_jobs_are_rejected_at_admission_with_the_field_path(
 def test_every_constraint_the_models_make_is_refused_at_admission_naming_the_field(
     api: client.ApiClient, namespace: str
 ) -> None:
-    """Issue 31, item 12: each constraint of a field of the models (tpj_examples builds one case
+    """Each constraint of a field of the models (tpj_examples builds one case
     per constraint from their JSON schema; the unit tests hold pydantic to the same cases) is
     refused by the API server, naming the field. One job per case, through the API client."""
     custom = client.CustomObjectsApi(api)
@@ -135,9 +135,9 @@ def _edit(api: client.ApiClient, namespace: str, spec: dict[str, Any]) -> str:
 def test_what_a_worker_runs_cannot_change_unless_the_job_is_suspended(
     api: client.ApiClient, namespace: str
 ) -> None:
-    """Issue 31, item 13: a replacement worker would run the new template, RDMA or launcher
-    beside workers of the old one; a suspended job keeps no pods, so it may change (Kueue
-    injects node selectors into a suspended job's template)."""
+    """What a worker runs cannot change while the job has pods: a replacement would run the new
+    template, RDMA or launcher beside workers of the old one; a suspended job keeps no pods, so
+    it may change (Kueue injects node selectors into a suspended job's template)."""
     job = base_job()
     job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
     client.CustomObjectsApi(api).create_namespaced_custom_object(

@@ -316,7 +316,7 @@ def test_restart_elsewhere_moves_the_rank_off_the_degraded_node(
 def test_restart_when_it_pays_weighs_the_measured_rate_against_the_restart(
     api: client.ApiClient, calm_fabric: Fleet, tpj: Tpj
 ) -> None:
-    """Issue 38: the operator's restart-when-it-pays, the rule the simulator's tpfabric-weighed
+    """The operator's restart-when-it-pays, the rule the simulator's tpfabric-weighed
     measures. One rail of each job's rank-0 node retrains to 2X (half its rate, which the agent
     publishes as the rail's bandwidth): over the default 4 h expected repair, a job spending 5%
     of a step across nodes loses 11.4 min running slow, less than its restart's 25 min (10 min

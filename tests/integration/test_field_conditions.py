@@ -3,7 +3,7 @@
 One fabric of kwok nodes that a real cluster would have: two spine groups whose leaves share
 names (``l1``/``l2`` under both ``su1`` and ``su2``), nodes without topology labels (autoscaled,
 a new rack), a dedicated pool behind a node label and a taint, and a leaf of small-CPU nodes.
-Each test is a regression test of one rule of issue 11 and fails on the placer before it.
+Each test holds the placer to one rule of such a cluster.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from kubernetes import client
 
 from control_plane_fixtures import clear_jobs_and_pods, wait_for
 from tpfabric_core import labels
-from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api import GANG_GATE, GROUP, JOB_LABEL, PLURAL, VERSION, WORKER_INDEX_LABEL
 from tpfabric_core.fabric_description import uniform_fabric
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.nodes import delete_nodes, fake_node_manifest, wait_ready
 from tpfabric_localcluster.tpfabric import EXTENDER, SCHEDULER_NAME, start_extender
-from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
 _TEMPLATE = uniform_fabric(1, nodes_per_leaf=1, leaves_per_spine=1, spines_per_block=1)
 POOL = "dedicated"

@@ -1,4 +1,4 @@
-"""Gangs made by another controller next to the rest of the cluster (issue 31), on the local
+"""Gangs made by another controller next to the rest of the cluster, on the local
 control plane: real kube-apiserver, kube-controller-manager and kube-scheduler (tpfabric's
 profile with the extender), kwok nodes and the real placer/extender process. No operator runs in
 this module: the tests make each TensorParallelJob's worker pods themselves, as another
@@ -33,9 +33,8 @@ from control_plane_fixtures import (
     worker_pod,
 )
 from tpfabric_core import labels
-from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api import GANG_GATE, GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import LocalCluster
-from tpfabric_scheduler.store import GANG_GATE
 
 FABRIC = two_leaves_of_four("boundaries", "bnd", rails=8)
 HOLD_GATE = "example.com/hold"

@@ -17,11 +17,10 @@ from kubernetes import client
 
 from control_plane_fixtures import Jobs, clear_jobs_and_pods, wait_for
 from tpfabric_core import labels
-from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api import GANG_GATE, GROUP, PLURAL, VERSION
 from tpfabric_localcluster.cluster import KWOK_NODE_ANNOTATION, LocalCluster
 from tpfabric_localcluster.nodes import wait_ready
 from tpfabric_localcluster.tpfabric import EXTENDER, metrics_url, start_extender
-from tpfabric_scheduler.store import GANG_GATE
 
 SMALL = Path(__file__).parents[2] / "examples" / "fabrics" / "small.yaml"
 

@@ -1,6 +1,6 @@
-"""The gang webhook with a real kube-apiserver calling it (issue 34, its first part): pods of gangs
-other controllers make are gated for tpfabric's scheduler and wired for RDMA at creation; every
-other pod passes untouched, also while the webhook is down.
+"""The gang webhook with a real kube-apiserver calling it: pods of gangs other controllers make are
+gated for tpfabric's scheduler and wired for RDMA at creation; every other pod passes untouched,
+also while the webhook is down.
 
 The webhook runs as its own process on loopback (``tpfabric_localcluster.gang_webhook``), with the
 configuration a cluster gets. No placer runs in this module: a gated gang pod stays gated here.

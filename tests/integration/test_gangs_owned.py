@@ -1,4 +1,4 @@
-"""Gangs the real LeaderWorkerSet and JobSet controllers make, placed by tpfabric (issue 34).
+"""Gangs the real LeaderWorkerSet and JobSet controllers make, placed by tpfabric.
 
 LWS v0.9.0 and JobSet v0.12.0 are built from the Go module proxy (``tpfabric toolchain build
 --controllers``) and run on the local control plane with their own webhooks on loopback, beside

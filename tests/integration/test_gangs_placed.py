@@ -1,4 +1,4 @@
-"""Gangs other controllers make, placed end to end (issue 34): the gang webhook wires their pods,
+"""Gangs other controllers make, placed end to end: the gang webhook wires their pods,
 the operator keeps a Gang record per gang (size, ranks, status), the placer plans the record as
 it plans a TensorParallelJob and releases the pods into one leaf, kube-scheduler binds them.
 

@@ -28,9 +28,9 @@ from tpfabric_core.api.crd import crd_name
 from tpfabric_core.fabric_profile import init_argument, parse_fabric_profile
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.toolchain import find_toolchain, pinned_versions
-from tpfabric_operator.webhook import parse_args as webhook_args
+from tpfabric_operator.webhook.__main__ import parse_args as webhook_args
 from tpfabric_scheduler.__main__ import parse_args as extender_args
-from tpfabric_scheduler.config import scheduler_configuration
+from tpfabric_scheduler.kube_scheduler_config import scheduler_configuration
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tpfabric"

@@ -37,7 +37,7 @@ from tpfabric_localcluster.kueue import KUEUE, KUEUE_NAMESPACE, PodsReadyWait, s
 from tpfabric_localcluster.nodes import FAKE_NODE_LABEL
 from tpfabric_localcluster.toolchain import find_toolchain
 from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
-from tpfabric_operator.queueing import (
+from tpfabric_operator.jobs.kueue.workload import (
     QUEUE_LABEL,
     WORKLOAD_GROUP,
     WORKLOAD_VERSION,

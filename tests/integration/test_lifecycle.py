@@ -1,5 +1,5 @@
 """The job lifecycle on the local control plane: success, deadlines, TTL, gang restarts, evidence,
-restart accounting, stuck pods, suspend/resume and API errors (issue 13, one test per defect).
+restart accounting, stuck pods, suspend/resume and API errors, one test per promise.
 
 kwok runs the pods; a test ends a worker the way a kubelet would, by writing its pod status
 (``phase`` Succeeded or Failed with container states), since kwok's fake containers never exit.
@@ -21,7 +21,7 @@ from test_operator import Tpj, operator, small_job, tpj
 from control_plane_fixtures import run_kubectl, wait_for
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
-from tpfabric_operator.children import (
+from tpfabric_operator.jobs.children import (
     ATTEMPT_LABEL,
     FAILED_WORKER_LABEL,
     JOB_LABEL,
@@ -177,8 +177,8 @@ def test_one_failed_worker_restarts_the_gang_and_keeps_the_failed_pod(tpj: Tpj) 
 def test_the_status_follows_the_workers_at_once_not_at_the_next_tick(tpj: Tpj) -> None:
     """The last worker ready makes the job Running, a failed worker is charged, and a worker
     finishing first is recorded, all without a tick: the operator's pod watch wakes the job's
-    reconcile (issue 15: a 256-worker gang showed Running 1.9 s after its pods, 100 jobs up to
-    11 s). The operator ticks every 60 s here (the first tick 60 s after a job appears), so
+    reconcile (at its tick only, a 256-worker gang showed Running 1.9 s after its pods, 100 jobs
+    up to 11 s). The operator ticks every 60 s here (the first tick 60 s after a job appears), so
     everything checked before that is the wake's doing."""
     cluster = tpj.cluster
     cluster.stop_component(OPERATOR)
@@ -371,11 +371,11 @@ def test_a_deleted_headless_service_is_made_again(tpj: Tpj) -> None:
 
 
 def test_a_worker_stuck_terminating_is_reported_never_force_deleted(tpj: Tpj) -> None:
-    """Issue 31, item 16 (this test asserted the old force-delete before): a node that does not
-    answer never confirms a deletion, and its containers may still run; a finalizer stands in
-    for it here. The operator says which pod, on which node, and the out-of-service taint that
-    lets kube-controller-manager delete it; it creates nothing of the next attempt meanwhile.
-    Once the pod goes (the test releases it, as the pod GC would), the gang restarts."""
+    """A pod stuck terminating is reported, never force-deleted: a node that does not answer never
+    confirms a deletion, and its containers may still run; a finalizer stands in for it here. The
+    operator says which pod, on which node, and the out-of-service taint that lets
+    kube-controller-manager delete it; it creates nothing of the next attempt meanwhile. Once the
+    pod goes (the test releases it, as the pod GC would), the gang restarts."""
     name = tpj.apply(small_job("partitioned", failurePolicy={"backoffSeconds": 1}))
     tpj.wait_phase(name, "Running")
     victim = tpj.pods(name)[1]
@@ -492,8 +492,8 @@ def deletion_graces(
 
 
 def test_a_worker_is_stopped_with_its_own_grace_period(tpj: Tpj) -> None:
-    """Issue 31, item 10: every delete gave 30 s, so a template's 600 s for a checkpoint on
-    SIGTERM was cut short at a gang restart and a suspend."""
+    """A worker is stopped with its template's grace period, not a fixed 30 s that cut short a
+    template's 600 s for a checkpoint on SIGTERM at a gang restart and a suspend."""
     template = {
         "spec": {
             "terminationGracePeriodSeconds": 600,
@@ -590,8 +590,8 @@ def refused_pod_creations(tpj: Tpj) -> int:
 
 
 def test_a_refused_gang_backs_off_and_gives_its_quota_back(tpj: Tpj) -> None:
-    """Issue 31, item 11: a gang the API server refuses was posted again whole at every
-    reconcile, and its created part kept holding quota. A quota of one pod, a gang of four: the
+    """A gang the API server refuses is not posted again whole at every reconcile, and its
+    created part does not keep holding quota. A quota of one pod, a gang of four: the
     first round stops at the first refusal, later rounds back off (1, 2, 4, 8, 16 s) and post one
     pod each, and after 30 s the partial gang's pod is deleted, uncharged, so the quota is free
     between rounds. The old operator posted three refused pods every second (one reconcile per
@@ -637,9 +637,9 @@ def test_a_refused_gang_backs_off_and_gives_its_quota_back(tpj: Tpj) -> None:
 
 
 def test_pods_left_by_cascade_orphan_are_not_taken_over_by_a_new_job(tpj: Tpj) -> None:
-    """Issue 31, item 14: a job deleted with ``--cascade=orphan`` leaves its pods, owned by
-    nobody; a new job of the same name took them as its own. It must neither adopt nor delete
-    them (they are the user's), create nothing while they exist, and say what to do."""
+    """A job deleted with ``--cascade=orphan`` leaves its pods, owned by nobody; a new job of the
+    same name must neither adopt nor delete them (they are the user's), create nothing while they
+    exist, and say what to do."""
     name = tpj.apply(small_job("orphans"))
     tpj.wait_phase(name, "Running")
     old = {p.metadata.name: p.metadata.uid for p in tpj.pods(name)}

@@ -21,7 +21,7 @@ from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.tpfabric import OPERATOR, start_operator
-from tpfabric_operator.children import JOB_LABEL, WORKER_INDEX_LABEL, service_name, worker_pod
+from tpfabric_operator.jobs.children import JOB_LABEL, WORKER_INDEX_LABEL, service_name, worker_pod
 from tpj_examples import valid_jobs
 
 

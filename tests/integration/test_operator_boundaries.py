@@ -1,6 +1,6 @@
-"""Gangs the operator makes next to the rest of the cluster (issue 31), on the local control
-plane: real kube-apiserver, kube-controller-manager, kube-scheduler (tpfabric's profile with the
-extender), kwok nodes, the real placer/extender and the operator process.
+"""Gangs the operator makes next to the rest of the cluster, on the local control plane: real
+kube-apiserver, kube-controller-manager, kube-scheduler (tpfabric's profile with the extender), kwok
+nodes, the real placer/extender and the operator process.
 
 - a node deleted under a running gang: the gang's next attempt is planned again at once;
 - a node kube-scheduler's own filters refuse (pod anti-affinity against another tenant's pod) is

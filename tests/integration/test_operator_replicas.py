@@ -1,4 +1,4 @@
-"""Two operators on the local control plane (issue 31, item 18): only the holder of the Lease
+"""Two operators on the local control plane: only the holder of the Lease
 ``kube-system/tpfabric-operator`` acts, and another takes over when it dies.
 
 Two operators that both acted charged an incident twice (each from its own lagging view of the

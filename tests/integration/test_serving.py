@@ -1,4 +1,4 @@
-"""Serving fleets through their life with the real LeaderWorkerSet controller (issue 35).
+"""Serving fleets through their life with the real LeaderWorkerSet controller.
 
 LWS v0.9.0 rolls its groups (``maxSurge``, ``maxUnavailable``), moves none by itself and knows
 nothing of tpfabric; the gang webhook, the operator and the placer run beside it as a cluster

@@ -14,6 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpfabric_core import gangs, labels
+from tpfabric_core.diagnose.nccl_inspector import parse_nccl_inspector
+from tpfabric_core.diagnose.nccl_ras import parse_nccl_ras
+from tpfabric_core.diagnose.rdma_summary import pod_pairing
+from tpfabric_core.diagnose.serve_trace import parse_serve_trace
+from tpfabric_core.diagnose.straggler_report import parse_straggler_report
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric.link_publish import (
     DETAIL_ANNOTATION,
@@ -21,15 +26,17 @@ from tpfabric_core.fabric.link_publish import (
     metadata_patch,
     read_detail,
 )
+from tpfabric_core.fabric.link_timeline import TIMELINE_ANNOTATION, read_timeline
 from tpfabric_core.fabric_description import parse_fabric_description
 from tpfabric_core.hostlist import HostlistError, expand_hostlist
 from tpfabric_core.input_limits import bounded_json, whole_number
 from tpfabric_core.placement.topology import ClusterTopology
-from tpfabric_operator import gang_sync, serving
-from tpfabric_operator.born_released import placement_state
-from tpfabric_operator.gang_records import jobset_layout, pod_group_gang
-from tpfabric_operator.pod_cache import entry_of
-from tpfabric_operator.queueing import admission_of
+from tpfabric_operator.gangs import serving
+from tpfabric_operator.gangs.owners import jobset_layout, pod_group_gang
+from tpfabric_operator.gangs.pods import gang_pod
+from tpfabric_operator.jobs.born_released import placement_state
+from tpfabric_operator.jobs.kueue.admission import admission_of
+from tpfabric_operator.jobs.pod_cache import entry_of
 from tpfabric_scheduler.protocol import BadRequestError, parse_extender_args
 from tpfabric_scheduler.store import ClusterStore, JobRecord, NodeRecord, PodRecord
 
@@ -43,6 +50,7 @@ KEYS = sorted(
     }
     | {
         DETAIL_ANNOTATION,
+        TIMELINE_ANNOTATION,
         "tpfabric.io/job",
         "tpfabric.io/worker-index",
         "tpfabric.io/attempt",
@@ -113,7 +121,7 @@ def test_the_operators_pod_readers_take_any_labels(
         "status": {"phase": phase},
     }
     entry_of(pod)
-    gang_sync._gang_pod(pod)
+    gang_pod(pod)
     serving.group_index(labels_)
 
 
@@ -246,3 +254,50 @@ def test_a_fabric_description_nested_deeper_than_the_cap_names_the_cap_and_the_l
 def test_a_hostlist_of_ten_to_the_twelve_names_is_refused_before_any_is_made() -> None:
     with pytest.raises(HostlistError, match="more than the 100000 one expression may name"):
         expand_hostlist("n[0-9999][0-9999][0-9999]")
+
+
+# -- what tpfabric diagnose reads -----------------------------------------------------------------
+
+
+@fast
+@given(st.one_of(text, json_values.map(json.dumps)))
+def test_a_nodes_link_timeline_is_read_from_any_text(annotation: str) -> None:
+    timeline, problem = read_timeline(annotation)
+    assert isinstance(problem, str)
+    assert timeline is not None or problem or not annotation
+
+
+@fast
+@given(st.one_of(text, json_values.map(json.dumps), json_values))
+def test_a_pods_pairing_is_read_from_any_termination_message(message: Any) -> None:
+    pod = {"status": {"initContainerStatuses": [
+        {"name": "rdma-init", "state": {"terminated": {"message": message}}}]}}  # fmt: skip
+    pairing, why = pod_pairing(pod)
+    assert (pairing is None) == bool(why)
+
+
+@fast
+@given(json_values)
+def test_a_pod_of_any_shape_gives_a_pairing_or_a_reason(status: Any) -> None:
+    pod_pairing({"metadata": {"name": "p"}, "status": status})
+
+
+@fast
+@given(st.one_of(text, json_values.map(json.dumps)))
+def test_each_job_side_input_parses_or_says_no_in_its_own_error(source: str) -> None:
+    for parse in (
+        lambda t: parse_nccl_ras(t, "ras.json"),
+        lambda t: parse_nccl_inspector([("inspector.jsonl", t)]),
+        lambda t: parse_straggler_report(t, "s.log"),
+        lambda t: parse_serve_trace(t, "trace.json"),
+    ):
+        with contextlib.suppress(InputError):
+            parse(source)
+
+
+@fast
+@given(st.lists(json_values, max_size=3))
+def test_ras_documents_of_any_content_parse_or_say_no(documents: list[Any]) -> None:
+    wrapped = [{"nccl_version": "2.29.1", "communicators": [d]} for d in documents]
+    with contextlib.suppress(InputError):
+        parse_nccl_ras("\n".join(json.dumps(d) for d in wrapped), "ras.json")

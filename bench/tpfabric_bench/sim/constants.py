@@ -6,7 +6,7 @@ per tier, the bandwidth left at a degraded endpoint) are the placement cost mode
 the same numbers the simulation runs them on. The rest describe the jobs: an H100-class GPU,
 Megatron-style transformer training in bf16.
 
-**Oversubscription sweeps** (issue 38). The cost model's oversubscription is keyed by the tier an
+**Oversubscription sweeps**. The cost model's oversubscription is keyed by the tier an
 uplink goes to: ``spine`` is the leaf->spine ratio, ``block`` spine->block, ``cluster``
 block->core (:func:`~tpfabric_core.placement.cost.uplink_capacity`: an uplink carries
 ``nodes x rails x (1 - background) / ratio`` full-rate flows). :func:`oversubscribed` makes the
@@ -17,11 +17,11 @@ points and where they come from:
   "The Llama 3 Herd of Models", 2024, section 3.3.1: full bisection inside a pod) and as the
   cost model assumes by default;
 - leaf->spine 2:1 and 3:1: what vendor leaf/spine reference designs offer at the leaf when
-  fewer spine ports are bought (the range issue 38 cites);
+  fewer spine ports are bought;
 - block->core 4:1: the cost model's default; up to 7:1: Llama 3's aggregation layer ("an
   oversubscription ratio of 1:7" between pods, section 3.3.1).
 
-**Contention between tenants** (issue 38, item 3). Crux (Cao et al., "Crux: GPU-Efficient
+**Contention between tenants**. Crux (Cao et al., "Crux: GPU-Efficient
 Communication Scheduling for Deep Learning Training", SIGCOMM '24, section 2.2) profiled Alibaba's
 2,000-GPU production cluster for two weeks: 36.3% of the jobs (51% of the GPUs) met communication
 contention from other jobs, and a GPT job sharing links with a BERT job stepped 11% slower (1.53 s

@@ -11,6 +11,13 @@ width, and a PCIe link trained below what it can do make the port (or the node) 
 port that is not ACTIVE/LinkUp is ``down``. A port up below the expected rate also carries the
 fraction of that rate it keeps (:attr:`PortVerdict.bandwidth`, 0.5 for 4X NDR retrained to 2X).
 
+Retransmissions are link faults like errors: the driver's counts of packets sent again
+(:data:`~.link_samples.RETRANSMISSION_COUNTERS`) are judged on the same window with the same
+hysteresis, so a burst of them (a transceiver with bit errors, the link's loss hidden by
+retransmission) degrades the port at once, and a burst every few minutes keeps it degraded: each
+one stays in the window for ``window_seconds``. Congestion counters are read and kept
+(:mod:`.link_timeline`) but never judged.
+
 Counters, as the IBTA defines PortCounters, *saturate* at all ones (a 16-bit symbol_error stops at
 65535) and are cleared by ``perfquery -R`` or a driver reload; counters read through 64-bit
 extended paths *wrap*. A decrease from the top sixteenth of a power-of-two range to a value in its
@@ -38,9 +45,11 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from tpfabric_core.fabric.link_samples import (
+    CONGESTION_HW_COUNTERS,
     ERROR_COUNTERS,
     HW_COUNTERS,
     NETDEV_COUNTERS,
+    RETRANSMISSION_COUNTERS,
     PcieLink,
     PortSample,
 )
@@ -48,6 +57,7 @@ from tpfabric_core.fabric.link_samples import (
 __all__ = [
     "COUNTER_BITS",
     "DEFAULT_COUNTER_LIMITS",
+    "JUDGED_COUNTERS",
     "LinkJudge",
     "LinkJudgeConfig",
     "NodeSample",
@@ -78,8 +88,13 @@ COUNTER_BITS: dict[str, int] = {
     "roce_slow_restart": 64,
     "carrier_changes": 32,
     "rx_crc_errors": 64,
+    # PortXmitWait is 32 bits in PortCounters; the driver's counters are 64-bit
+    "port_xmit_wait": 32,
+    **dict.fromkeys((*RETRANSMISSION_COUNTERS, *CONGESTION_HW_COUNTERS), 64),
 }
-_JUDGED = (*ERROR_COUNTERS, *HW_COUNTERS, *NETDEV_COUNTERS)
+#: The counters judged against a limit; congestion counters are recorded, never judged.
+JUDGED_COUNTERS = (*ERROR_COUNTERS, *HW_COUNTERS, *RETRANSMISSION_COUNTERS, *NETDEV_COUNTERS)
+_JUDGED = JUDGED_COUNTERS
 
 #: Limits in events per minute over the window; 0 means any increment is too many. Sources:
 #: NVIDIA NVSentinel's NIC health monitor defaults (docs/nic-health-monitor/
@@ -90,7 +105,11 @@ _JUDGED = (*ERROR_COUNTERS, *HW_COUNTERS, *NETDEV_COUNTERS)
 #: packet marked bad upstream) and rx_crc_errors (Ethernet FCS errors of a RoCE port's netdev)
 #: are held to the port_rcv_errors limit; carrier_changes (a link down and up between two reads,
 #: the Ethernet side of link_downed) to link_downed's. symbol_error is absent on purpose: its
-#: limit is per hour (``symbol_errors_per_hour``).
+#: limit is per hour (``symbol_errors_per_hour``). The retransmission counters (a NAK sequence
+#: error, an out-of-sequence packet, an implied NAK, a duplicate request, an adaptive
+#: retransmission: each a packet sent again) have no published limit; they are held to
+#: local_ack_timeout_err's 1/s, the closest cited one: a healthy lossless link counts none, and a
+#: link that drops packets in bursts (a transceiver with bit errors) crosses it in one burst.
 DEFAULT_COUNTER_LIMITS: dict[str, float] = {
     "link_error_recovery": 5.0,
     "link_downed": 0.0,
@@ -104,6 +123,7 @@ DEFAULT_COUNTER_LIMITS: dict[str, float] = {
     "roce_slow_restart": 600.0,
     "carrier_changes": 0.0,
     "rx_crc_errors": 600.0,
+    **dict.fromkeys(RETRANSMISSION_COUNTERS, 60.0),
 }
 
 _WORDS = {
@@ -120,6 +140,11 @@ _WORDS = {
     "roce_slow_restart": "RoCE slow restarts",
     "carrier_changes": "carrier changes",
     "rx_crc_errors": "Ethernet CRC errors",
+    "packet_seq_err": "retransmissions (NAK sequence errors)",
+    "out_of_sequence": "retransmissions (out-of-sequence packets)",
+    "implied_nak_seq_err": "retransmissions (implied NAKs)",
+    "duplicate_request": "retransmissions (duplicate requests)",
+    "roce_adp_retrans": "retransmissions (RoCE adaptive)",
 }
 
 

@@ -29,7 +29,9 @@ The fabric agent publishes, per node, three things, and writes them only when th
   when empty. ``bandwidth`` is the fraction of the expected rate that a port up below it keeps
   (:attr:`.PortVerdict.bandwidth`, rounded to 3 decimals; of a rail with several such ports, the
   smallest): how much slower the rail moves data. Absent when no port of the rail is up below
-  the expected rate (a rail that is ok, down, or degraded only by errors or width).
+  the expected rate (a rail that is ok, down, or degraded only by errors or width);
+- the annotation ``topology.tpfabric.io/link-timeline``: the recent bursts of each port's
+  counters (:mod:`.link_timeline`), rewritten only when a burst opens or closes.
 
 :func:`suspect_rail_switches` reads the same data back for many nodes and names the rail leaf
 switches that several nodes blame at once. Pure functions; the agent and the operator do the I/O.
@@ -44,9 +46,13 @@ from typing import Any
 
 from tpfabric_core import labels
 from tpfabric_core.fabric.link_judge import NodeVerdict
+from tpfabric_core.fabric.link_timeline import TIMELINE_ANNOTATION
+from tpfabric_core.fabric.node_condition import condition_to_write, message_of
+from tpfabric_core.fabric.roce_contract import ContractVerdict
 from tpfabric_core.input_limits import bounded_json, whole_number
 
 __all__ = [
+    "AGENT_FIELD_MANAGER",
     "CONDITION_TYPE",
     "DETAIL_ANNOTATION",
     "FabricPublication",
@@ -62,8 +68,10 @@ __all__ = [
 ]
 
 CONDITION_TYPE = "FabricHealthy"
+#: the field manager of the fabric agent's writes (``tpfabric diagnose`` finds its last write
+#: time in the node's managedFields by it)
+AGENT_FIELD_MANAGER = "tpfabric-fabric-agent"
 DETAIL_ANNOTATION = labels.PREFIX + "fabric-health"
-_MESSAGE_LIMIT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,10 @@ class FabricPublication:
     message: str
     label: str | None  # topology.tpfabric.io/health value; None leaves the label alone
     annotation: str
+    #: the ``topology.tpfabric.io/link-timeline`` text; None leaves the annotation alone
+    timeline: str | None = None
+    #: the node's ``FabricContractMet`` condition; None: the profile declares nothing to check
+    contract: ContractVerdict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,16 +118,6 @@ class SuspectSwitch:
             f"{rails} at once ({', '.join(self.nodes)}); check the switch and its cables "
             "before the nodes"
         )
-
-
-def _message(reasons: tuple[str, ...]) -> str:
-    text = ""
-    for index, reason in enumerate(reasons):
-        candidate = f"{text}; {reason}" if text else reason
-        if len(candidate) > _MESSAGE_LIMIT:
-            return f"{text}; ... (+{len(reasons) - index} more)"
-        text = candidate
-    return text
 
 
 def publication_of(verdict: NodeVerdict) -> FabricPublication:
@@ -157,7 +159,7 @@ def publication_of(verdict: NodeVerdict) -> FabricPublication:
     ports = {p.state for p in verdict.ports}
     reason = "LinkDown" if "down" in ports else "LinkDegraded" if "degraded" in ports else ""
     return FabricPublication(
-        "False", reason or "PcieDegraded", _message(verdict.reasons), "degraded", annotation
+        "False", reason or "PcieDegraded", message_of(verdict.reasons), "degraded", annotation
     )
 
 
@@ -166,25 +168,14 @@ def condition_patch(
 ) -> dict[str, Any] | None:
     """Return the ``FabricHealthy`` condition to write (strategic merge on ``type``), or None
     when ``current`` (the node's condition as read) already says the same."""
-    if current is not None and (
-        current.get("status"),
-        current.get("reason"),
-        current.get("message"),
-    ) == (publication.status, publication.reason, publication.message):
-        return None
-    since = (
-        current.get("lastTransitionTime")
-        if current is not None and current.get("status") == publication.status
-        else None
-    ) or now
-    return {
-        "type": CONDITION_TYPE,
-        "status": publication.status,
-        "reason": publication.reason,
-        "message": publication.message,
-        "lastTransitionTime": since,
-        "lastHeartbeatTime": now,
-    }
+    return condition_to_write(
+        CONDITION_TYPE,
+        status=publication.status,
+        reason=publication.reason,
+        message=publication.message,
+        current=current,
+        now=now,
+    )
 
 
 def metadata_patch(
@@ -192,13 +183,19 @@ def metadata_patch(
     current_labels: Mapping[str, str],
     current_annotations: Mapping[str, str],
 ) -> dict[str, Any] | None:
-    """Return the node metadata merge patch (health label, detail annotation), or None when the
-    node already carries both."""
+    """Return the node metadata merge patch (health label, detail and timeline annotations), or
+    None when the node already carries them."""
     patch: dict[str, Any] = {}
     if publication.label is not None and current_labels.get(labels.HEALTH) != publication.label:
         patch["labels"] = {labels.HEALTH: publication.label}
+    annotations = {}
     if current_annotations.get(DETAIL_ANNOTATION) != publication.annotation:
-        patch["annotations"] = {DETAIL_ANNOTATION: publication.annotation}
+        annotations[DETAIL_ANNOTATION] = publication.annotation
+    timeline = publication.timeline
+    if timeline is not None and current_annotations.get(TIMELINE_ANNOTATION) != timeline:
+        annotations[TIMELINE_ANNOTATION] = timeline
+    if annotations:
+        patch["annotations"] = annotations
     return {"metadata": patch} if patch else None
 
 

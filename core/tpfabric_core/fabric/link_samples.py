@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ERROR_COUNTERS", "HW_COUNTERS", "NETDEV_COUNTERS", "PcieLink", "PortSample"]
+__all__ = [
+    "CONGESTION_COUNTERS",
+    "CONGESTION_HW_COUNTERS",
+    "ERROR_COUNTERS",
+    "HW_COUNTERS",
+    "NETDEV_COUNTERS",
+    "RETRANSMISSION_COUNTERS",
+    "WATCHED_COUNTERS",
+    "PcieLink",
+    "PortSample",
+]
 
 #: The error counters the agent watches, by their sysfs names.
 ERROR_COUNTERS = (
@@ -25,9 +35,35 @@ ERROR_COUNTERS = (
 )
 #: Driver counters of ``hw_counters/`` the agent watches (mlx5 names; absent ones are left out).
 HW_COUNTERS = ("rnr_nak_retry_err", "local_ack_timeout_err", "roce_slow_restart")
+#: Driver counters of ``hw_counters/`` that count what silent retransmission leaves behind
+#: (mlx5 names, kernel Documentation/ABI and NVIDIA's "Understanding mlx5 Linux counters"):
+#: NAK sequence errors received, out-of-sequence packets received, implied NAKs, duplicate
+#: requests received and RoCE adaptive retransmissions. Judged as a link fault.
+RETRANSMISSION_COUNTERS = (
+    "packet_seq_err",
+    "out_of_sequence",
+    "implied_nak_seq_err",
+    "duplicate_request",
+    "roce_adp_retrans",
+)
+#: Congestion as the driver counts it (``hw_counters/``): CNPs sent as notification point, CNPs
+#: handled as reaction point, ECN-marked RoCE packets received. Recorded, never judged: they say
+#: how loaded the path is, not that the link is faulty.
+CONGESTION_HW_COUNTERS = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets")
+#: Congestion of every link layer: ``counters/port_xmit_wait`` (ticks with data to send and no
+#: credit to send it, IBTA PortXmitWait) and the RoCE counters above.
+CONGESTION_COUNTERS = ("port_xmit_wait", *CONGESTION_HW_COUNTERS)
 #: Counters of the port's netdev: ``carrier_changes`` (a link that went down and up between two
 #: reads) and ``statistics/rx_crc_errors`` (Ethernet FCS errors, mlx5e's PHY/MAC count).
 NETDEV_COUNTERS = ("carrier_changes", "rx_crc_errors")
+#: Every counter the agent reads per port, in the order it reports them.
+WATCHED_COUNTERS = (
+    *ERROR_COUNTERS,
+    *HW_COUNTERS,
+    *RETRANSMISSION_COUNTERS,
+    *CONGESTION_COUNTERS,
+    *NETDEV_COUNTERS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +78,11 @@ class PortSample:
     width: int | None  # lanes: 4 for ``4X``
     link_layer: str = "InfiniBand"
     counters: dict[str, int] = field(default_factory=dict)
+    #: watched counters the driver does not expose on this port: unknown, never zero
+    unread: frozenset[str] = frozenset()
+    #: the port's GUID (16 hex digits) where sysfs shows it, and its netdev's name
+    guid: str | None = None
+    netdev: str | None = None
 
     @property
     def where(self) -> str:

@@ -257,6 +257,27 @@ class CapacitySnapshot:
                 self._give_back(plan, plan.nodes_by_rank[: rank + 1])
                 raise ValueError(f"plan {plan.job!r} overcommits node {name!r}")
 
+    def give_back(self, node: str, demand: Mapping[str, int], gpus: str) -> None:
+        """Add one worker's ``demand`` (resource name -> amount; ``gpus`` names the resource
+        counted in ``free_gpus``) back to ``node``. A node outside the topology, or a resource the
+        snapshot does not track, is skipped."""
+        self._add(node, demand, gpus, +1)
+
+    def take(self, node: str, demand: Mapping[str, int], gpus: str) -> None:
+        """Take one worker's ``demand`` on ``node`` (see :meth:`give_back`); unlike
+        :meth:`allocate` it may overcommit the node, which then holds no reservation whole."""
+        self._add(node, demand, gpus, -1)
+
+    def _add(self, node: str, demand: Mapping[str, int], gpus: str, sign: int) -> None:
+        i = self.topology.index_of.get(node)
+        if i is None:
+            return
+        for resource, amount in demand.items():
+            if resource == gpus:
+                self.free_gpus[i] += sign * amount
+            elif resource in self.free_other:
+                self.free_other[resource][i] += sign * amount
+
     def release(self, plan: GangPlan) -> None:
         """Give back what :meth:`allocate` took for ``plan``."""
         self._give_back(plan, plan.nodes_by_rank)

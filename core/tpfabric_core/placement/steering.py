@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpfabric_core.api import GANG_GATE
-from tpfabric_core.placement.topology import CLUSTER_LEVEL, LevelSpec
+from tpfabric_core.api.placement import StoredPlacement, read_placement
+from tpfabric_core.placement.topology import LevelSpec
 
 __all__ = [
     "domain_expressions",
@@ -33,7 +34,7 @@ def domain_expressions(level_key: str, domain: str) -> list[dict[str, Any]]:
 
 
 def plan_expressions(
-    placement: Mapping[str, Any], levels: tuple[LevelSpec, ...] = ()
+    placement: StoredPlacement | Mapping[str, Any], levels: tuple[LevelSpec, ...] = ()
 ) -> list[dict[str, Any]] | None:
     """Return node-selector expressions naming a plan's domain by every level's label.
 
@@ -41,14 +42,10 @@ def plan_expressions(
     older placer persisted without ``domainLabels`` (its level's label only); None when that
     label is not known.
     """
-    if placement.get("level") == CLUSTER_LEVEL:
-        return []
-    labels = placement.get("domainLabels") or {}
-    if not labels:
-        key = next((s.label_key for s in levels if s.name == placement.get("level")), None)
-        if key is None or not placement.get("domain"):
-            return None
-        labels = {key: placement["domain"]}
+    keys = {spec.name: spec.label_key for spec in levels}
+    labels = read_placement(placement).domain_labels_or_level(keys.get)
+    if labels is None:
+        return None
     return [{"key": k, "operator": "In", "values": [str(v)]} for k, v in labels.items()]
 
 

@@ -60,7 +60,7 @@ def _spec_models() -> list[type[Any]]:
 
 
 def test_every_validator_of_the_models_has_cases_the_api_server_must_refuse_too() -> None:
-    # issue 31, item 12: a validator without a CRD twin lets the API server accept what the
+    # a validator without a CRD twin lets the API server accept what the
     # operator then refuses; every validator names its cases in tpj_examples.VALIDATOR_CASES
     found = {
         f"{model.__name__}.{name}"

@@ -55,13 +55,16 @@ def test_each_policy_is_bound_fails_closed_and_refuses_with_403_and_a_message(
     assert "request.userInfo.username" in text.split("matchConditions:", 1)[1].split("\n  v", 1)[0]
 
 
-def test_the_agents_annotation_limit_is_a_value_the_schema_bounds() -> None:
+def test_the_agents_annotation_limits_are_values_the_schema_bounds() -> None:
     values = load_yaml(CHART / "values.yaml")["fabricAgent"]
     assert 1024 <= values["maxDetailCharacters"] <= 64 * 1024  # the readers' own bound: 64 KiB
-    assert (
-        "int .Values.fabricAgent.maxDetailCharacters"
-        in (TEMPLATES / "fabric-agent-policy.yaml").read_text()
-    )
+    assert 1024 <= values["maxTimelineCharacters"] <= 64 * 1024
+    policy = (TEMPLATES / "fabric-agent-policy.yaml").read_text()
+    assert "int .Values.fabricAgent.maxDetailCharacters" in policy
+    assert "int .Values.fabricAgent.maxTimelineCharacters" in policy
+    # the agent trims its timeline to the same cap the policy holds it to
+    agent = (TEMPLATES / "fabric-agent.yaml").read_text()
+    assert '"max_characters" (int $agent.maxTimelineCharacters)' in agent
 
 
 def test_no_account_may_delete_a_collection_or_make_secrets() -> None:

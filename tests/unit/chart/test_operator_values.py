@@ -11,7 +11,7 @@ from tpfabric_operator.settings import KNOBS, queue_requirement
 
 
 def test_the_operator_runs_two_replicas_with_leader_election_by_default() -> None:
-    # issue 31, item 18: one replica was all the chart could run (two charged incidents twice)
+    # two replicas, one acting: a single replica is a single point of failure
     values = load_yaml(CHART / "values.yaml")["operator"]
     assert (values["replicas"], values["leaderElect"]) == (2, True)
     assert parse_args([]).leader_elect is True

@@ -14,8 +14,8 @@ from tpfabric_bench._fake_apiserver import ClusterShape, FakeList, api_pod
 from tpfabric_bench._memory import CASE_ALL, CASE_DOMAIN, measure, measure_traced
 from tpfabric_bench._relist import run_relist
 from tpfabric_bench._sizing import _submitted
+from tpfabric_core.api import JOB_LABEL
 from tpfabric_scheduler.kube import POD_PAGE_SIZE, list_pages
-from tpfabric_scheduler.store import JOB_LABEL
 
 
 def test_bench_topology_passes_its_arguments_through(tmp_path: Path) -> None:

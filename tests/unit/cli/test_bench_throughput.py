@@ -37,7 +37,7 @@ from tpfabric_bench.operator import (
     stage_ends,
 )
 from tpfabric_core.api import TensorParallelJob
-from tpfabric_operator.children import worker_pod
+from tpfabric_operator.jobs.children import worker_pod
 
 
 def test_the_default_mix_overcommits_the_nodes_with_jobs_of_2_to_16() -> None:

@@ -235,7 +235,7 @@ def test_a_slurm_tree_is_a_source(tmp_path: Path) -> None:
     assert {v["labels"][labels.SPINE] for v in nodes.values()} == {"s1"}
 
 
-# -- issue 36: Slurm blocks and topology.yaml, the labels other tools write ----------------------
+# -- Slurm blocks and topology.yaml, the labels other tools write --------------------------------
 
 AWS_DOC = Path(__file__).parents[1] / "fabric" / "data" / "real" / "aws-eks-labels-doc"
 

@@ -1,4 +1,4 @@
-"""`tpfabric topology` on ibnetdiscover dumps nobody on the project wrote (issue 36)."""
+"""`tpfabric topology` on ibnetdiscover dumps nobody on the project wrote."""
 
 from __future__ import annotations
 

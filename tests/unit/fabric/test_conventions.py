@@ -100,7 +100,7 @@ def test_nodes_without_any_level_get_no_labels() -> None:
     assert canonical_labels({"n1": {"team": "ml"}}, PRESETS["gke"]) == {}
 
 
-# -- labels other tools write, at any depth, and the --levels that plans on them (issue 36, #10) --
+# -- labels other tools write, at any depth, and the --levels that plans on them ---------------
 
 
 def test_topograph_tiers_have_no_fixed_depth() -> None:

@@ -1,4 +1,4 @@
-"""ibnetdiscover dumps nobody on the project wrote (issue 36): older HCAs, odd lines, odd cabling.
+"""ibnetdiscover dumps nobody on the project wrote: older HCAs, odd lines, odd cabling.
 
 The dumps are in ``data/real/`` with their sources and licences; small dumps written here in the
 same style cover forms no public dump shows (ConnectX-3 ``mlx4_0`` hosts, ``ibnetdiscover -g``).

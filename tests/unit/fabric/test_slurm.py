@@ -138,7 +138,7 @@ def test_any_tree_survives_export_and_import(topology: SlurmTopology) -> None:
     assert format_topology_conf(parsed) == text
 
 
-# -- what Slurm refuses, and what tpfabric cannot guess (issue 36, item 9) ------------------------
+# -- what Slurm refuses, and what tpfabric cannot guess --------------------------------------
 
 
 def x5_without_its_cycle() -> SlurmTopology:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,19 @@ class Clock:
 
 
 class Recorder:
+    """Keeps each new verdict's publication, and each new timeline apart from them."""
+
     def __init__(self) -> None:
         self.published: list[FabricPublication] = []
+        self.timelines: list[str] = []
 
     def publish(self, publication: FabricPublication) -> int:
-        changed = not self.published or self.published[-1] != publication
+        if publication.timeline and publication.timeline not in self.timelines[-1:]:
+            self.timelines.append(publication.timeline)
+        verdict = replace(publication, timeline=None)
+        changed = not self.published or self.published[-1] != verdict
         if changed:
-            self.published.append(publication)
+            self.published.append(verdict)
         return int(changed)
 
 
@@ -46,7 +53,7 @@ def agent(tmp_path: Path, **judge: Any) -> tuple[FakeSysfs, FabricAgent, Recorde
     config = LinkJudgeConfig.model_validate({"window_seconds": 60, "recover_seconds": 30, **judge})
     clock, recorder = Clock(), Recorder()
     settings = AgentSettings(node="n1", sys_root=tmp_path, judge=config)
-    return sysfs, FabricAgent(settings, recorder, clock=clock), recorder, clock
+    return sysfs, FabricAgent(settings, recorder, clock=clock, wall=clock), recorder, clock
 
 
 def test_rails_are_the_infiniband_hcas_in_natural_order_unless_named(tmp_path: Path) -> None:

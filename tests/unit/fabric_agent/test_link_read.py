@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tpfabric_core.fabric.link_samples import ERROR_COUNTERS, HW_COUNTERS, NETDEV_COUNTERS
+from tpfabric_core.fabric.link_samples import (
+    CONGESTION_COUNTERS,
+    ERROR_COUNTERS,
+    HW_COUNTERS,
+    NETDEV_COUNTERS,
+    RETRANSMISSION_COUNTERS,
+    WATCHED_COUNTERS,
+)
 from tpfabric_core.fabric.link_snapshot_judge import PortCounters
 from tpfabric_fabric_agent.fake_sysfs import FakeSysfs
 from tpfabric_fabric_agent.link_read import (
@@ -52,7 +59,14 @@ def test_every_port_is_read_with_state_rate_width_and_all_error_counters(tmp_pat
         400.0,
         4,
     )
-    assert set(three.counters) == {*ERROR_COUNTERS, *HW_COUNTERS, *NETDEV_COUNTERS}
+    assert set(three.counters) == {
+        *ERROR_COUNTERS,
+        *HW_COUNTERS,
+        *RETRANSMISSION_COUNTERS,
+        *CONGESTION_COUNTERS,
+        *NETDEV_COUNTERS,
+    }
+    assert three.unread == frozenset()
     assert three.counters["symbol_error"] == 7
     down = next(p for p in ports if p.hca == "mlx5_2" and p.port == 2)
     assert (down.state, down.phys_state, down.up) == ("DOWN", "Polling", False)
@@ -61,7 +75,17 @@ def test_every_port_is_read_with_state_rate_width_and_all_error_counters(tmp_pat
 def test_a_missing_counter_is_left_out_not_zero(tmp_path: Path) -> None:
     sysfs = FakeSysfs(tmp_path, hcas=1, gpus=0)
     (sysfs.port_dir("mlx5_0") / "counters" / "port_xmit_discards").unlink()
-    assert "port_xmit_discards" not in read_port_samples(tmp_path)[0].counters
+    sample = read_port_samples(tmp_path)[0]
+    assert "port_xmit_discards" not in sample.counters
+    assert "port_xmit_discards" in sample.unread
+
+
+def test_driver_counters_an_older_driver_lacks_are_unread_not_zero(tmp_path: Path) -> None:
+    FakeSysfs(tmp_path, hcas=1, gpus=0, hw_counters=("packet_seq_err", "out_of_sequence"))
+    sample = read_port_samples(tmp_path)[0]
+    assert {"packet_seq_err", "out_of_sequence", "port_xmit_wait"} <= set(sample.counters)
+    assert sample.unread == frozenset(WATCHED_COUNTERS) - set(sample.counters)
+    assert {"roce_adp_retrans", "np_cnp_sent", "rnr_nak_retry_err"} <= sample.unread
 
 
 def test_pcie_links_of_hcas_and_gpus_are_read_through_the_device_links(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def test_no_knob_is_read_anywhere_else_in_the_operator() -> None:
     folder = REPO / "operator" / "tpfabric_operator"
     readers = [
         path.name
-        for path in folder.glob("*.py")
+        for path in folder.rglob("*.py")
         if path.name != "settings.py"
         and re.search(r"environ(\.get)?\(?\[?\s*\"TPFABRIC_", path.read_text())
     ]

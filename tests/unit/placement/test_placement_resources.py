@@ -132,3 +132,20 @@ def test_a_replacement_respects_resources_and_eligibility() -> None:
     # n02 lacks cpu, n03 is not eligible: nothing inside the leaf can take the rank
     assert not isinstance(result, GangPlan)
     assert "16 cpu" in result.summary
+
+
+def test_one_worker_s_demand_is_taken_and_given_back_on_its_node() -> None:
+    cluster = a_cluster().with_leaves(1, nodes=2).with_resources(cpu=64_000)
+    snapshot = cluster.snapshot()
+    node = node_name(0, 1)
+    i = snapshot.topology.index_of[node]
+    demand = {"nvidia.com/gpu": 8, "cpu": 16_000, "example.com/untracked": 1}
+    snapshot.take(node, demand, gpus="nvidia.com/gpu")
+    assert (snapshot.free_gpus[i], snapshot.free_other["cpu"][i]) == (0, 48_000)
+    snapshot.take(node, demand, gpus="nvidia.com/gpu")  # may overcommit: the node holds none
+    assert snapshot.free_gpus[i] == -8
+    snapshot.give_back(node, demand, gpus="nvidia.com/gpu")
+    snapshot.give_back(node, demand, gpus="nvidia.com/gpu")
+    snapshot.give_back("not-in-the-fabric", demand, gpus="nvidia.com/gpu")
+    assert (snapshot.free_gpus[i], snapshot.free_other["cpu"][i]) == (8, 64_000)
+    assert "example.com/untracked" not in snapshot.free_other

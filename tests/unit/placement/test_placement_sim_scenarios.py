@@ -1,4 +1,4 @@
-"""Issue 38's remaining scenarios: contention between tenants, the weighed restart rule, serving."""
+"""The simulator's scenarios: contention between tenants, the weighed restart rule, serving."""
 
 from __future__ import annotations
 

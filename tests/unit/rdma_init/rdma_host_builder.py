@@ -574,7 +574,7 @@ def roce_multus_host(root: Path, *, same_index: bool = True) -> HostTree:
     return _roce_host(root, gids_of)
 
 
-# --- GPU allocation, VMBus, IPv6 RoCE and net-plugin layouts (issue 33 items 1, 4, 5, 6, 7) ---
+# --- GPU allocation, VMBus, IPv6 RoCE and net-plugin layouts ----------------------------------
 
 
 def mask_gpu_procfs(tree: HostTree, keep_minors: tuple[int, ...]) -> HostTree:

@@ -491,3 +491,49 @@ def test_a_pinned_port_the_pod_lacks_fails_required_and_falls_back_under_preferr
     assert code == 0
     assert report["fabric"]["rail_source"] == "pairing"
     assert "rail 7 is port 0x00000000000000ff" in err
+
+
+# -- the pairing in the termination message ------------------------------------------------------
+
+
+def test_the_pairing_summary_goes_to_the_termination_message_under_the_kubelets_cap(
+    host_root: Path, shared_dir: Path, run: Run, tmp_path: Path
+) -> None:
+    log = tmp_path / "termination-log"
+    log.write_text("stale text from an earlier run, longer than the summary" * 200)
+    host = dgx_h100(host_root)
+    code, _, err, report = run(host.root, "--policy", "required", f"--termination-log={log}")
+    assert code == 0
+    assert "termination message" not in err
+    text = log.read_text()
+    assert len(text.encode()) < 4096  # the kubelet keeps 4096 bytes of a container's message
+    summary = json.loads(text)
+    assert (summary["v"], summary["outcome"], summary["rails"]) == (1, "rdma", "pairing")
+    pairs = summary["pairs"]
+    assert len(pairs) == 8 == len(report["fabric"]["pairs"])
+    index, bus_id, hca, port, guid, rail = pairs[6]
+    assert (index, hca, port, rail) == (6, "mlx5_10", 1, 6)
+    assert bus_id == report["fabric"]["pairs"][6]["gpu"]
+    assert guid is not None
+    assert len(guid) == 16
+
+
+def test_outside_kubernetes_no_termination_file_is_made(
+    host_root: Path, run: Run, tmp_path: Path
+) -> None:
+    absent = tmp_path / "dev" / "termination-log"
+    code, _, err, _ = run(dgx_h100(host_root).root, f"--termination-log={absent}")
+    assert code == 0
+    assert not absent.exists()
+    assert "termination message not written" in err  # a path given by hand is reported
+
+
+def test_report_only_writes_no_termination_message(
+    host_root: Path, shared_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    argv = ["--root", str(dgx_h100(host_root).root), "--shared-dir", str(shared_dir)]
+    main([*argv, "--annotations-file", "", "--report-only", f"--termination-log={log}"])
+    capsys.readouterr()
+    assert log.read_text() == ""

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpfabric_core import labels
-from tpfabric_core.api import ATTEMPT_LABEL
-from tpfabric_scheduler.store import GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
+from tpfabric_core.api import ATTEMPT_LABEL, GANG_GATE, JOB_LABEL, WORKER_INDEX_LABEL
 
 
 def a_node(

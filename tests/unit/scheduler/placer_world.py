@@ -9,8 +9,9 @@ from typing import Any
 from builders import a_job, a_node, a_worker
 from kubernetes.client.rest import ApiException
 
-from tpfabric_scheduler.placement_status import rfc3339
-from tpfabric_scheduler.store import JOB_LABEL, ClusterStore
+from tpfabric_core.api import JOB_LABEL
+from tpfabric_core.timestamps import rfc3339
+from tpfabric_scheduler.store import ClusterStore
 
 __all__ = [
     "NOW",

@@ -262,3 +262,12 @@ def test_best_fit_prefers_the_fuller_node_of_the_domain() -> None:
     scores = dict(prioritize_nodes(store, args_for(a_worker("job", 0, gated=False))))
     assert scores["a3"] == 10
     assert scores["a1"] > scores["a2"]
+
+
+def test_a_node_off_the_roce_contract_scores_lowest_in_the_domain_as_a_degraded_one() -> None:
+    store = a_store(["b1", "a2"])
+    node = a_node("a1", "leaf-a")  # links healthy, PFC off on the lossless priority
+    node["status"]["conditions"].append({"type": "FabricContractMet", "status": "False"})
+    store.upsert_node(node)
+    scores = dict(prioritize_nodes(store, args_for(a_worker("job", 1, gated=False))))
+    assert scores["a1"] == scores["a3"] == 1

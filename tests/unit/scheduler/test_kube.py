@@ -13,6 +13,7 @@ import pytest
 from builders import a_job, a_node, a_worker
 from kubernetes.client.rest import ApiException
 
+from tpfabric_core.api import GANG_GATE
 from tpfabric_kube.malformed import MalformedObjects, Notice
 from tpfabric_scheduler.kube import (
     LIST_PAGE_SIZE,
@@ -25,7 +26,7 @@ from tpfabric_scheduler.kube import (
     slim_node,
     slim_pod,
 )
-from tpfabric_scheduler.store import GANG_GATE, ClusterStore, JobRecord, NodeRecord, PodRecord
+from tpfabric_scheduler.store import ClusterStore, JobRecord, NodeRecord, PodRecord
 
 
 class Marker:
@@ -104,7 +105,7 @@ def test_at_most_one_page_of_raw_objects_is_alive_at_a_time(
 ) -> None:
     listed = PagedList(pods(1600))
     listed.spy_on_pages(orjson.loads)
-    monkeypatch.setattr("tpfabric_scheduler.kube.orjson.loads", listed.loads)
+    monkeypatch.setattr("tpfabric_kube.list_watch.orjson.loads", listed.loads)
     objects, _ = list_pages(listed, slim_pod)
     assert len(objects) == 1600
     # when page N+1 is asked for, nothing of page N's response or raw objects is left
@@ -392,7 +393,7 @@ def test_a_pod_the_informer_cannot_read_is_skipped_by_a_list_and_forgotten_by_a_
         {"type": "MODIFIED", "object": {**broken, "metadata": {**broken["metadata"]}}},
         {"type": "ADDED", "object": after},
     ]
-    monkeypatch.setattr("tpfabric_scheduler.kube.watch.Watch", lambda: Stream(events))
+    monkeypatch.setattr("tpfabric_scheduler.kube.informers.watch.Watch", lambda: Stream(events))
     informer._watch_from("42")
     # the pod that turned unreadable is forgotten, as a relist would; the next event applies
     assert set(store.pods) == {"ns/mistral-worker-0"}
@@ -438,3 +439,17 @@ def test_a_release_adds_the_plans_annotations_key_by_key_or_as_a_map_to_a_pod_wi
     ]
     a_writer(core=core).release_pod("ns", "p", "7", None, [], annotations=notes, annotated=False)
     assert {"op": "add", "path": "/metadata/annotations", "value": notes} in core.patches[-1][2]
+
+
+def test_a_node_off_the_fabrics_roce_contract_is_placed_like_a_degraded_one() -> None:
+    node = a_node("n1", "leaf-1")
+    node["status"]["conditions"].append(
+        {"type": "FabricContractMet", "status": "False", "reason": "SettingsMismatch",
+         "message": "PFC off on priority 3 on ens1f0np0"}
+    )  # fmt: skip
+    record = NodeRecord.from_object(node)
+    assert record.labels["topology.tpfabric.io/health"] == "degraded"
+    assert node["metadata"]["labels"]["topology.tpfabric.io/health"] == "ok"  # the object stays
+    for status in ("True", "Unknown"):  # unreadable settings are no mismatch
+        node["status"]["conditions"][-1]["status"] = status
+        assert NodeRecord.from_object(node).labels["topology.tpfabric.io/health"] == "ok"

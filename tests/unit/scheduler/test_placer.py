@@ -26,14 +26,15 @@ from placer_world import (
 )
 
 from tpfabric_core import labels
+from tpfabric_core.api import GANG_GATE
+from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler import capacity as capacity_module
 from tpfabric_scheduler import placer as placer_module
 from tpfabric_scheduler import plan_inputs as plan_inputs_module
 from tpfabric_scheduler import writes as writes_module
 from tpfabric_scheduler.metrics import Metrics
-from tpfabric_scheduler.placement_status import rfc3339
 from tpfabric_scheduler.placer import GangPlacer, typical_gang_gpus
-from tpfabric_scheduler.store import GANG_GATE, ClusterStore, JobRecord
+from tpfabric_scheduler.store import ClusterStore, JobRecord
 
 
 def test_jobs_are_taken_by_priority_then_arrival_not_by_name(world: Any) -> None:

@@ -1,4 +1,4 @@
-"""A busy cluster does not make the placer re-plan every waiting gang (issue 31, item 5): a pod
+"""A busy cluster does not make the placer re-plan every waiting gang: a pod
 binding or another gang's new plan never lets a waiting gang fit, so only capacity that may have
 grown (a bound pod gone or finished, a node changed, a plan dropped) or a change of the gang's own
 pods plans it again; and a relist never holds the store's lock while it parses."""
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from placer_world import a_worker, gang, half_node_gang, placement, two_leaves
 
-from tpfabric_scheduler import placer as placer_module
+from tpfabric_scheduler import plan_inputs as plan_inputs_module
 from tpfabric_scheduler.kube import Informer, informer_kinds
 from tpfabric_scheduler.store import ClusterStore
 
@@ -20,13 +20,13 @@ from tpfabric_scheduler.store import ClusterStore
 def attempts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record the gang of every plan attempt of the placer."""
     made: list[str] = []
-    real = placer_module.plan_gang
+    real = plan_inputs_module.plan_gang
 
     def recording(snapshot: Any, request: Any, **kwargs: Any) -> Any:
         made.append(request.name)
         return real(snapshot, request, **kwargs)
 
-    monkeypatch.setattr(placer_module, "plan_gang", recording)
+    monkeypatch.setattr(plan_inputs_module, "plan_gang", recording)
     return made
 
 

@@ -1,4 +1,4 @@
-"""A deposed placer writes nothing (issue 31, item 6): every write checks that the placer still
+"""A deposed placer writes nothing: every write checks that the placer still
 leads in its term, and a plan write is refused by the API server unless the placement it was
 computed from (its term) is still there."""
 
@@ -45,13 +45,20 @@ def test_a_placer_that_stops_leading_mid_cycle_writes_nothing_more(world: Any) -
     assert placement(writer, "second") == {}
 
 
-def test_a_plan_write_is_refused_once_a_newer_term_wrote_the_placement(world: Any) -> None:
+def planned_in_term_4(world: Any) -> GangPlacer:
+    """Return the placer of term 4 that planned gang ``job`` of two workers."""
     store, writer, _, clock = world
     two_leaves(store)
     gang(writer, "job", 2)
     old = GangPlacer(store, writer, Metrics(), clock=clock, term=4)  # type: ignore[arg-type]
     old.run_cycle()
     assert placement(writer, "job")["term"] == 4
+    return old
+
+
+def test_a_plan_write_is_refused_once_a_newer_term_wrote_the_placement(world: Any) -> None:
+    _, writer, _, clock = world
+    old = planned_in_term_4(world)
     # the old leader's worker was not bound in time; meanwhile a new leader (term 5) re-planned
     # the job, and the old leader's watch has not delivered that write yet
     newer = {**placement(writer, "job"), "term": 5, "nodes": ["leaf-b-n0", "leaf-b-n1"]}
@@ -60,3 +67,19 @@ def test_a_plan_write_is_refused_once_a_newer_term_wrote_the_placement(world: An
     old.run_cycle()  # would drop its own (old) plan: the API server refuses the write
     assert placement(writer, "job") == newer
     assert writer.deleted == [], "a refused plan write deletes no pods"
+
+
+def test_a_suspended_job_s_plan_is_dropped_only_while_it_is_the_plan_the_cycle_read(
+    world: Any,
+) -> None:
+    _, writer, _, _ = world
+    old = planned_in_term_4(world)
+    # the job was suspended (the old leader's watch shows it), then resumed and planned afresh
+    # by a new leader (term 5), which the old leader's watch has not delivered yet
+    writer.jobs["ns/job"]["spec"]["suspend"] = True
+    writer.add_job(writer.jobs["ns/job"])
+    resumed = {**placement(writer, "job"), "term": 5, "nodes": ["leaf-b-n0", "leaf-b-n1"]}
+    writer.jobs["ns/job"]["spec"]["suspend"] = False
+    writer.jobs["ns/job"]["status"]["placement"] = resumed
+    old.run_cycle()  # would drop the suspended job's plan: the API server refuses the write
+    assert placement(writer, "job") == resumed

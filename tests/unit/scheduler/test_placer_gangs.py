@@ -10,6 +10,8 @@ from typing import Any
 from placer_world import RecordingWriter, a_node, a_worker, gang, placement, two_leaves
 
 from tpfabric_core import labels
+from tpfabric_core.api import GANG_GATE
+from tpfabric_core.api.placement import replanning as replanning_placement
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.rail_ports import (
     PLAN_LEVEL_ANNOTATION,
@@ -20,10 +22,8 @@ from tpfabric_core.rail_ports import (
 )
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.extender import worker_view
-from tpfabric_scheduler.placement_status import replanning_placement
-from tpfabric_scheduler.placer import RETURN_GRACE_SECONDS
+from tpfabric_scheduler.policy.returning import RETURN_GRACE_SECONDS
 from tpfabric_scheduler.protocol import parse_extender_args
-from tpfabric_scheduler.store import GANG_GATE
 
 
 def a_gang_record(name: str, workers: int) -> dict[str, Any]:

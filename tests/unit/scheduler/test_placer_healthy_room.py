@@ -15,9 +15,9 @@ from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION
 from tpfabric_core.labels import LEAF
 from tpfabric_core.placement.cost_flags import cost_model
 from tpfabric_core.placement.topology import DEFAULT_LEVELS
-from tpfabric_scheduler.healthy_room import RECHECK_SECONDS
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placer import GangPlacer
+from tpfabric_scheduler.policy.healthy_room import RECHECK_SECONDS
 
 
 def _running(writer: Any, placer: Any, name: str, workers: int, **job_args: Any) -> list[str]:

@@ -1,4 +1,4 @@
-"""Head-of-line holds and the wait clock (issue 31, items 1 and 4).
+"""Head-of-line holds and the wait clock.
 
 Only a gang that could fit in its domain once running work ends holds that domain; a gang that
 can never fit as asked holds nothing and says so; a gang kept out by a hold is told which job
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from placer_world import NOW, a_worker, gang, make_workers, placement, two_leaves
 
-from tpfabric_scheduler.placement_status import rfc3339
+from tpfabric_core.timestamps import rfc3339
 
 
 def _busy(store: Any, *nodes: str) -> None:

@@ -11,8 +11,8 @@ from prometheus_client import generate_latest
 
 from tpfabric_core import labels
 from tpfabric_core.fabric.agent_heartbeat import HeartbeatLease
+from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.metrics import Metrics
-from tpfabric_scheduler.placement_status import rfc3339
 from tpfabric_scheduler.store import ClusterStore
 from tpfabric_scheduler.store_metrics import StoreMetrics
 

@@ -1,4 +1,4 @@
-"""A gang placed near another (``spec.near``, issue 35): decode near prefill, at a level, as
+"""A gang placed near another (``spec.near``): decode near prefill, at a level, as
 required or preferred, with the reason in its plan."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 from placer_world import RecordingWriter, two_leaves
 from test_placer_gangs import _occupy, a_gang_record, gang_placement, gang_pod
 
-from tpfabric_scheduler.near import PREFERRED_WAIT_SECONDS
+from tpfabric_scheduler.policy.near import PREFERRED_WAIT_SECONDS
 
 
 def add(

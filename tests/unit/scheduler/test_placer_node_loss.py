@@ -1,5 +1,5 @@
 """Plans that name a node which left the cluster (``kubectl delete node``, a scale-down, a pulled
-server): re-planned at once, for gated and released workers alike (issue 31, item 0)."""
+server): re-planned at once, for gated and released workers alike."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plans kube-scheduler can bind (issue 31, item 3): the placer models the cheap filters that
+"""Plans kube-scheduler can bind: the placer models the cheap filters that
 limit a gang to one worker per node (host ports, required pod anti-affinity within the gang) and
 remembers the nodes kube-scheduler's own filters refused, so a plan it cannot bind is not
 rebuilt identically after every bind bound."""
@@ -9,8 +9,8 @@ from typing import Any
 
 from placer_world import NOW, a_worker, half_node_gang, make_workers, placement, two_leaves
 
-from tpfabric_scheduler.placement_status import rfc3339
-from tpfabric_scheduler.store import JOB_LABEL
+from tpfabric_core.api import JOB_LABEL
+from tpfabric_core.timestamps import rfc3339
 
 PORTS_REFUSED = (
     "0/8 nodes are available: 1 node(s) didn't match pod anti-affinity rules, 7 node(s) didn't "

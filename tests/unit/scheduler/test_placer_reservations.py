@@ -1,4 +1,4 @@
-"""Reservations count every planned rank's whole demand (issue 31, item 2): when several ranks
+"""Reservations count every planned rank's whole demand: when several ranks
 of a gang share a node (workers that take part of a node), each holds its own share until it
 binds, in the placer's snapshot and in the extender's filter."""
 

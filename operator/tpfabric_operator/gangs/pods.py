@@ -1,0 +1,224 @@
+"""The pods of gangs other controllers make, as the operator keeps them: one list+watch of every
+pod labelled ``tpfabric.io/gang`` in a thread of its own, and the threads that bring a gang's
+record in step when its pods change.
+
+kopf delivered these pods' events on its event loop and each one cost a LIST of the gang's pods
+in a handler thread; in a burst of 100 LeaderWorkerSet groups (800 pods, ``tpfabric bench
+gangs``) the record timers took every handler thread, 31 groups never got a record, and nothing
+looked at them again (a gang without a record has no timer). Here every change of a gang's pods
+marks the gang dirty; :class:`GangSyncer`'s threads sync each dirty gang once however many of
+its pods changed meanwhile, from the cached pods, and every ``every`` seconds each gang whose
+last sync did not find it settled (:meth:`GangSyncer.settled`) is marked again: a gang whose
+record could not be made, a write that failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client
+
+from tpfabric_core.api import GANG_GATE
+from tpfabric_core.gangs import GANG_LABEL, gang_of
+from tpfabric_core.input_limits import whole_number
+from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision
+from tpfabric_kube.malformed import MalformedObjects
+from tpfabric_operator.gangs.owners import GANG_SETTINGS
+from tpfabric_operator.gangs.records import GangPod
+from tpfabric_operator.pod_watch import Grouped, PodWatch
+
+__all__ = ["GangKey", "GangPods", "GangSyncer", "gang_pod", "pod_gpus"]
+
+log = logging.getLogger("tpfabric.operator.gangs")
+
+GangKey = tuple[str, str]  # (namespace, gang record name)
+_Entry = tuple[GangKey, GangPod | None]
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> int:
+    """Return the GPUs a pod's containers take (the largest limit: the gang's unit)."""
+    best = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
+            resources.get("requests") or {}
+        ).get(GPU_RESOURCE)
+        best = max(best, whole_number(str(amount or "0")) or 0)
+    return best
+
+
+def gang_pod(pod: Mapping[str, Any]) -> GangPod | None:
+    """Return what the operator keeps of a listed or watched gang pod (None: not a live gang
+    pod: terminating, finished, or its labels name no gang)."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    member = gang_of(meta, GANG_SETTINGS, spec=pod.get("spec") or {})
+    if member is None:
+        return None
+    conditions = status.get("conditions") or []
+    controller = next(
+        (
+            f"{ref.get('kind')}/{ref.get('name')}"
+            for ref in meta.get("ownerReferences") or []
+            if ref.get("controller")
+        ),
+        "",
+    )
+    return GangPod(
+        name=str(meta.get("name")),
+        member=member,
+        created=str(meta.get("creationTimestamp") or ""),
+        labels=meta.get("labels") or {},
+        phase=str(status.get("phase") or "Pending"),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+        gpus=pod_gpus(pod),
+        gated=any(
+            g.get("name") == GANG_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or []
+        ),
+        controller=controller,
+        node=(pod.get("spec") or {}).get("nodeName") or None,
+        uid=str(meta.get("uid") or ""),
+        rdma=parse_decision((meta.get("annotations") or {}).get(RDMA_ANNOTATION)),
+    )
+
+
+def _gang_key(obj: Mapping[str, Any]) -> GangKey | None:
+    meta = obj.get("metadata") or {}
+    gang = (meta.get("labels") or {}).get(GANG_LABEL)
+    return (str(meta.get("namespace") or ""), str(gang)) if gang else None
+
+
+class GangPods(PodWatch):
+    """Every gang pod by gang; ``on_change(key)`` for each gang whose pods changed."""
+
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        read: Callable[[Mapping[str, Any]], GangPod | None],
+        on_change: Callable[[GangKey], None],
+        malformed: MalformedObjects | None = None,
+    ) -> None:
+        super().__init__(core, GANG_LABEL, "gang-pods", malformed)
+        self._read = read
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        #: per pod: its gang, and the pod while it lives
+        self._pods: Grouped[GangKey, _Entry] = Grouped(lambda entry: entry[0])
+
+    def pods(self, key: GangKey) -> list[GangPod]:
+        """Return the live pods of gang ``key`` (neither terminating nor finished)."""
+        with self._lock:
+            entries = self._pods.members(key)
+        return [pod for _, pod in entries if pod is not None]
+
+    def gangs(self) -> list[GangKey]:
+        """Return every gang that has a pod now."""
+        with self._lock:
+            return list(self._pods.keys)
+
+    def _slim(self, obj: Mapping[str, Any]) -> tuple[str, _Entry | None]:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        gang = _gang_key(obj)
+        return key, ((gang, self._read(obj)) if gang is not None else None)
+
+    def _replace(self, entries: list[tuple[str, Any]]) -> None:
+        with self._lock:
+            self._pods.replace(entries)
+            gangs = list(self._pods.keys)
+        for gang in gangs:  # after a list (start, a lost watch): every gang is looked at
+            self._on_change(gang)
+
+    def _event(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        entry = self._slim(obj)[1] if obj is not None else None
+        with self._lock:
+            old = self._pods.put(key, entry)
+        for gang in {e[0] for e in (old, entry) if e is not None}:
+            self._on_change(gang)
+
+
+class GangSyncer:
+    """Threads that sync dirty gangs, each once per batch of changes, and look again every
+    ``every`` seconds at the gangs a sync did not find settled."""
+
+    def __init__(
+        self,
+        sync: Callable[[GangKey], bool],
+        gangs: Callable[[], list[GangKey]],
+        *,
+        every: float,
+        threads: int = 4,
+    ) -> None:
+        self._sync = sync
+        self._gangs = gangs
+        self._every = every
+        self._cond = threading.Condition()
+        self._dirty: dict[GangKey, None] = {}  # an ordered set: first changed, first synced
+        self._settled: set[GangKey] = set()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"gang-sync-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        self._threads.append(threading.Thread(target=self._tick, name="gang-tick", daemon=True))
+
+    def start(self) -> None:
+        """Start the threads."""
+        for thread in self._threads:
+            thread.start()
+
+    def is_alive(self) -> bool:
+        """Return whether the threads run."""
+        return any(t.is_alive() for t in self._threads)
+
+    def stop(self) -> None:
+        """Ask every thread to end."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def dirty(self, key: GangKey) -> None:
+        """Mark gang ``key`` for a sync (its pods or its record changed)."""
+        with self._cond:
+            self._settled.discard(key)
+            self._dirty[key] = None
+            self._cond.notify()
+
+    def settled(self, key: GangKey) -> bool:
+        """Return whether the last sync of ``key`` found nothing to do and nothing pending."""
+        return key in self._settled
+
+    def _take(self) -> GangKey | None:
+        with self._cond:
+            while not self._dirty and not self._stop.is_set():
+                self._cond.wait()
+            if self._stop.is_set():
+                return None
+            key = next(iter(self._dirty))
+            del self._dirty[key]
+            return key
+
+    def _work(self) -> None:
+        while (key := self._take()) is not None:
+            try:
+                settled = self._sync(key)
+            except Exception:  # a sync that fails is tried again at the next tick
+                log.exception("gang %s/%s: sync failed", *key)
+                settled = False
+            with self._cond:
+                if settled and key not in self._dirty:
+                    self._settled.add(key)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self._every):
+            for key in self._gangs():
+                if key not in self._settled:
+                    self.dirty(key)

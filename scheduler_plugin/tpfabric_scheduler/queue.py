@@ -1,0 +1,161 @@
+"""Which gangs a placer cycle acts on, and in what order.
+
+A gang is due when it has gated or unbound workers, or a planned rank whose worker does not
+exist yet. It waits out of the queue while the pods of a dropped plan are still going; until
+every worker exists when the API server refused one of them (a quota) or its pods carry no
+attempt label (made by another controller: a worker created after an early plan would look like
+a replacement); until the operator has written a Gang's ranks; and while a Gang record says what
+is wrong with it (``problems``). A Gang record of a namespace that has not opted in is not
+placed. Gangs go by pod priority, then arrival (``creationTimestamp``); in a cycle, released
+gangs first, so that their bind bound is checked every cycle, never behind planning.
+
+Read from one view of the store; nothing here writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Container
+
+from tpfabric_core.api.gang import GANG_KIND
+from tpfabric_core.api.placement import create_refused, gang_problems
+from tpfabric_core.gangs import not_opted_in
+from tpfabric_core.placement.topology import ClusterTopology
+from tpfabric_scheduler.capacity import Reservation
+from tpfabric_scheduler.facts import attempt_unknown, gone_ranks, missing_ranks, released_at
+from tpfabric_scheduler.gang_request import EligibleNodes
+from tpfabric_scheduler.policy.bind_bound import check_due
+from tpfabric_scheduler.policy.near import near_target
+from tpfabric_scheduler.policy.refusals import refused_nodes
+from tpfabric_scheduler.policy.waiting import still_waiting
+from tpfabric_scheduler.store import ClusterStore, JobRecord
+from tpfabric_scheduler.work import PlacementWork, PlacerMemory, Rules, plan_nodes
+
+__all__ = ["Queue", "cycle_order", "needs_snapshot"]
+
+log = logging.getLogger("tpfabric.scheduler.placer")
+
+#: Gang records told that their namespace has not opted in are remembered up to this many
+_NOT_OPTED_IN_MEMORY = 10_000
+
+
+class Queue:
+    """The gangs due, from one view of the store; it keeps what it caches between cycles (the
+    nodes each job may use, the records already said to be in a namespace not opted in).
+    ``refused``: called once per record first found in a namespace not opted in (a metric)."""
+
+    def __init__(self, refused: Callable[[], None] | None = None) -> None:
+        self.eligible = EligibleNodes()
+        self._not_opted_in: set[str] = set()
+        self._refused = refused
+
+    def pending(
+        self,
+        store: ClusterStore,
+        reservations: dict[str, list[Reservation]],
+        topology: ClusterTopology,
+        released: Container[str],
+        now: float,
+    ) -> list[PlacementWork]:
+        """Return the jobs with gated or unbound workers, by priority then arrival
+        (``released``: the uids of the pods this placer released, which the store may still
+        show gated)."""
+        work = []
+        for key, job in store.jobs.items():
+            if job.job is None or job.job.spec.suspend:
+                continue
+            if job.kind == GANG_KIND and not store.gangs_allowed_in(job.namespace):
+                self._note_not_opted_in(job)
+                continue  # pods labelled by hand where no one opted in: not placed
+            members = sorted(store.workers.get(key, {}).values(), key=lambda p: p.name)
+            live = [p for p in members if not p.terminal and not p.deleting]
+            gated = [p for p in live if p.gated and p.uid not in released]
+            unbound = [p for p in live if p.node is None and not p.gated]
+            placement = store.placement_of(job)
+            planned = placement.planned
+            if not members:
+                continue
+            if (
+                not gated
+                and not unbound
+                and not (planned and missing_ranks(job, placement, members))
+            ):
+                continue  # settled (the missing-rank check only for gangs with nothing else due)
+            if not planned and len(gated) < len([p for p in live if p.uid not in released]):
+                continue  # pods of a dropped plan are still going
+            if (
+                not planned
+                and len(gated) < job.job.spec.workers
+                and (create_refused(job.raw_status) or attempt_unknown(gated))
+            ):
+                # plan once all workers exist: the API server refuses some (a quota), or the
+                # pods lack the attempt label (not made by this operator, or by one older than
+                # the label), so a worker created after an early plan would look like a
+                # replacement
+                continue
+            if job.kind == GANG_KIND and any(p.worker_index is None for p in live):
+                continue  # the operator writes a Gang's ranks once every pod of it exists
+            if job.kind == GANG_KIND and not planned and gang_problems(job.raw_status):
+                continue  # its record says what is wrong (two owners, one rank twice...)
+            worker = (gated or live or members)[0]
+            work.append(
+                PlacementWork(
+                    job=job,
+                    members=members,
+                    gated=gated,
+                    placement=placement,
+                    reservations=reservations.get(key, []),
+                    eligible=self.eligible.of(store, job, worker),
+                    priority=max((p.priority for p in members), default=0),
+                    refused=refused_nodes(store, placement, worker, now),
+                    near=near_target(store, job, topology),
+                )
+            )
+        work.sort(key=lambda w: (-w.priority, w.job.created, w.job.key))
+        return work
+
+    def _note_not_opted_in(self, job: JobRecord) -> None:
+        """Log once per record that its namespace has not opted in (the operator tells its
+        pods)."""
+        if job.uid in self._not_opted_in:
+            return
+        if len(self._not_opted_in) > _NOT_OPTED_IN_MEMORY:
+            self._not_opted_in.clear()
+        self._not_opted_in.add(job.uid)
+        if self._refused is not None:
+            self._refused()
+        log.warning("gang %s: not planned: %s", job.key, not_opted_in(job.namespace))
+
+
+def cycle_order(work: list[PlacementWork]) -> list[PlacementWork]:
+    """Return ``work`` in the order a cycle acts on it: released gangs first (their bind bound
+    is checked every cycle, never behind planning), then priority and arrival."""
+    return sorted(work, key=lambda w: not (w.planned and not w.gated))
+
+
+def needs_snapshot(
+    item: PlacementWork,
+    now: float,
+    freed: int,
+    topology: ClusterTopology,
+    *,
+    rules: Rules,
+    memory: PlacerMemory,
+) -> bool:
+    """Return whether acting on ``item`` at ``now`` may read the cycle's snapshot (a cycle that
+    only watches released gangs bind and meets waiting gangs whose inputs did not change
+    builds none)."""
+    if not item.planned:
+        return not still_waiting(item, now, freed, memory, rules)
+    if item.gated:
+        return True  # checking a plan before releasing
+    if gone_ranks(plan_nodes(item), topology):
+        return True  # a planned node left the cluster: re-planned at once
+    released = released_at(item)  # without a time, the bind bound never looks
+    if (
+        released is not None
+        and create_refused(item.job.raw_status)
+        and missing_ranks(item.job, item.placement, item.members)
+    ):
+        return True  # a refused worker drops a plan made before the gang was whole
+    return released is not None and check_due(released, now, rules.bind_timeout)

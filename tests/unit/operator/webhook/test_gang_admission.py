@@ -1,0 +1,300 @@
+"""The gang webhook's answers: what a gang pod is given, what passes untouched, and why."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tpfabric_core import labels
+from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
+from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
+from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, parse_decision
+from tpfabric_operator.webhook.admission import (
+    RDMA_COUNT_ANNOTATION,
+    BadReviewError,
+    WebhookSettings,
+    admit,
+)
+
+pytestmark = pytest.mark.unit
+
+SETTINGS = WebhookSettings(init_image="registry.local/rdma-init:dev")
+
+
+def pod(
+    pod_labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod being created (no name yet on a generateName pod, no namespace in the object)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "bert-",
+            "labels": pod_labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/pytorch:24.08-py3",
+                    "env": [{"name": "NCCL_DEBUG", "value": "INFO"}],
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                },
+                {"name": "sidecar", "image": "busybox"},
+            ],
+            **spec,
+        },
+    }
+
+
+def review(obj: dict[str, Any], *, operation: str = "CREATE") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": operation,
+            "namespace": "train",
+            "object": obj,
+        },
+    }
+
+
+def patched(obj: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    """Apply the answer's JSON patch as kube-apiserver would (the webhook only emits ``add``)."""
+    response = answer["response"]
+    assert response["allowed"] is True
+    result = copy.deepcopy(obj)
+    if "patch" not in response:
+        return result
+    assert response["patchType"] == "JSONPatch"
+    for op in json.loads(base64.b64decode(response["patch"])):
+        assert op["op"] == "add"
+        parent, key = op["path"].rsplit("/", 1)
+        target = result
+        for part in parent.strip("/").split("/"):
+            target = target[part]
+        target[key] = op["value"]
+    return result
+
+
+GANG = {GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "6", RANK_LABEL: "2"}
+
+
+def test_a_gang_pod_is_gated_for_tpfabrics_scheduler_and_wired_for_rdma() -> None:
+    obj = pod(GANG, {RDMA_COUNT_ANNOTATION: "4"})
+    answer = admit(review(obj), SETTINGS)
+    assert answer["response"]["uid"] == "705ab4f5-6393-11e8-b7cc-42010a800002"
+    wired = patched(obj, answer)
+    spec, labels = wired["spec"], wired["metadata"]["labels"]
+    assert spec["schedulerName"] == SCHEDULER_NAME
+    assert spec["schedulingGates"] == [{"name": GANG_GATE}]
+    assert labels[GANG_LABEL] == "bert"
+    assert labels[RANK_LABEL] == "2"
+    init = spec["initContainers"][0]
+    assert init["name"] == "rdma-init"
+    assert init["image"] == SETTINGS.init_image
+    assert init["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "4"}
+    assert "--policy=preferred" in init["args"]
+    main, sidecar = spec["containers"]
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "4"}
+    assert "rdma/ib" not in (sidecar.get("resources") or {}).get("limits", {})  # takes no GPU
+    assert main["env"][0] == {"name": "NCCL_CONF_FILE", "value": "/tpfabric/nccl.conf"}
+    assert {"name": "NCCL_DEBUG", "value": "INFO"} in main["env"]  # the user's stay
+    assert "securityContext" not in main  # nothing added: IPC_LOCK is the template's to ask for
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {v["name"] for v in spec["volumes"]} == {"tpfabric-shared", "tpfabric-podinfo"}
+
+
+class Nodes:
+    """The webhook's view of the nodes, as a test gives it: counts the passes over them."""
+
+    def __init__(self, *offers: NodeOffer) -> None:
+        self.offers = offers
+        self.passes = 0
+        self.memo: dict[Any, Any] = {}
+
+    def remember(self, key: Any, compute: Any) -> Any:
+        if key not in self.memo:
+            self.passes += 1
+            self.memo[key] = compute(self.offers)
+        return self.memo[key]
+
+
+def dgx(name: str, rdma: dict[str, int] | None = None, **node_labels: str) -> NodeOffer:
+    resources = {"nvidia.com/gpu": 8, **({"rdma/ib": 8} if rdma is None else rdma)}
+    return NodeOffer(name, {labels.LEAF: "leaf1", **node_labels}, resources)
+
+
+def decision_of(wired: dict[str, Any]) -> RdmaDecision:
+    decision = parse_decision(wired["metadata"]["annotations"][RDMA_ANNOTATION])
+    assert decision is not None
+    return decision
+
+
+def test_a_gang_pod_that_names_no_rdma_gets_what_the_nodes_offer() -> None:
+    nodes = Nodes(dgx("a"), dgx("b"), dgx("c", {"rdma/ib": 4}))
+    settings = replace(SETTINGS, nodes=nodes)
+    wired = patched(pod(GANG), admit(review(pod(GANG)), settings))
+    main = wired["spec"]["containers"][0]
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "8"}
+    assert "--policy=preferred" in wired["spec"]["initContainers"][0]["args"]
+    assert (decision_of(wired).count, decision_of(wired).reason) == (8, "NodesOffer")
+    for _ in range(3):  # a burst of pods of one shape: one pass over the nodes
+        admit(review(pod(GANG)), settings)
+    assert nodes.passes == 1
+
+
+def test_the_clusters_rdma_resource_is_a_setting() -> None:
+    nodes = Nodes(*(dgx(n, {"rdma/rdma_shared_device_a": 63}) for n in "ab"))
+    settings = replace(SETTINGS, nodes=nodes, rdma_resource="rdma/rdma_shared_device_a")
+    wired = patched(pod(GANG), admit(review(pod(GANG)), settings))
+    limits = wired["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "63"}
+
+
+def test_on_nodes_without_rdma_the_pod_runs_over_tcp_and_says_why() -> None:
+    settings = replace(SETTINGS, nodes=Nodes(dgx("a", {}), dgx("b", {})))
+    wired = patched(pod(GANG), admit(review(pod(GANG)), settings))
+    assert wired["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert "--policy=disabled" in wired["spec"]["initContainers"][0]["args"]
+    decision = decision_of(wired)
+    assert decision.reason == "NodesOfferNone"
+    assert "offers rdma/ib" in decision.message
+
+
+def test_a_single_pod_gang_and_a_pod_without_gpus_get_no_rdma_by_default() -> None:
+    settings = replace(SETTINGS, nodes=Nodes(dgx("a")))
+    alone = pod({GANG_NAME_LABEL: "solo", GANG_SIZE_LABEL: "1"})
+    assert decision_of(patched(alone, admit(review(alone), settings))).count == 0
+    cpu = pod(GANG)
+    cpu["spec"]["containers"][0]["resources"] = {}
+    wired = patched(cpu, admit(review(cpu), settings))
+    assert (decision_of(wired).count, decision_of(wired).reason) == (0, "NotRequested")
+
+
+def test_the_pods_own_count_and_the_charts_number_win_over_the_nodes() -> None:
+    nodes = Nodes(dgx("a"))
+    asked = pod(GANG, {RDMA_COUNT_ANNOTATION: "0"})
+    wired = patched(asked, admit(review(asked), replace(SETTINGS, nodes=nodes)))
+    assert "--policy=disabled" in wired["spec"]["initContainers"][0]["args"]
+    assert "annotation tpfabric.io/rdma-count asks 0" in decision_of(wired).message
+    chart = replace(SETTINGS, nodes=nodes, rdma_count=2)
+    wired = patched(pod(GANG), admit(review(pod(GANG)), chart))
+    assert wired["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] == "2"
+    assert "gangWebhook.rdmaCount" in decision_of(wired).message
+    assert nodes.passes == 0, "an asked count reads no node"
+
+
+def test_a_container_that_names_the_rdma_resource_keeps_its_own_amount() -> None:
+    obj = pod(GANG, {RDMA_COUNT_ANNOTATION: "8"})
+    obj["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "2"
+    main = patched(obj, admit(review(obj), SETTINGS))["spec"]["containers"][0]
+    assert main["resources"]["limits"]["rdma/ib"] == "2"
+
+
+def test_a_container_that_names_the_rdma_resource_is_wired_for_rdma_without_an_annotation() -> None:
+    obj = pod(GANG)
+    obj["spec"]["containers"][0]["resources"]["limits"]["rdma/ib"] = "2"
+    wired = patched(obj, admit(review(obj), SETTINGS))
+    init = wired["spec"]["initContainers"][0]
+    assert "--policy=preferred" in init["args"]
+    assert init["resources"]["limits"]["rdma/ib"] == "2"
+    assert decision_of(wired).reason == "Requested"
+
+
+def test_a_pod_that_opts_into_no_gang_passes_untouched() -> None:
+    answer = admit(review(pod({"app": "web"})), SETTINGS)
+    assert answer["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+def test_a_pod_wired_already_is_left_as_it_is() -> None:
+    """A pod wired already (made again from a wired manifest, a reinvocation) is not wired twice."""
+    once = patched(pod(GANG), admit(review(pod(GANG)), SETTINGS))
+    again = admit(review(once), SETTINGS)
+    assert "patch" not in again["response"]
+
+
+@pytest.mark.parametrize(
+    ("pod_labels", "annotations", "spec", "words"),
+    [
+        ({GANG_NAME_LABEL: "bert"}, {}, {}, f"{GANG_SIZE_LABEL}: missing"),
+        ({GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "0"}, {}, {}, "0 is outside 1..1024"),
+        (GANG, {"tpfabric.io/topology-level": "rack"}, {}, "level 'rack' is not configured"),
+        (GANG, {RDMA_COUNT_ANNOTATION: "lots"}, {}, f"{RDMA_COUNT_ANNOTATION}: 'lots'"),
+        (GANG, {"tpfabric.io/gpu-direct": "yes"}, {}, "tpfabric.io/gpu-direct: 'yes'"),
+        (GANG, {}, {"schedulerName": "volcano"}, "spec.schedulerName: the pod names 'volcano'"),
+    ],
+)
+def test_bad_input_is_admitted_unchanged_with_a_warning_naming_the_field(
+    pod_labels: dict[str, str], annotations: dict[str, str], spec: dict[str, Any], words: str
+) -> None:
+    answer = admit(review(pod(pod_labels, annotations, **spec)), SETTINGS)
+    response = answer["response"]
+    assert response["allowed"] is True
+    assert "patch" not in response
+    assert len(response["warnings"]) == 1
+    assert words in response["warnings"][0]
+    assert "admitted unchanged" in response["warnings"][0]
+
+
+def test_only_pod_creations_are_changed() -> None:
+    answer = admit(review(pod(GANG), operation="UPDATE"), SETTINGS)
+    assert "patch" not in answer["response"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"request": {}},
+        {"request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}}},
+        [],
+    ],
+)
+def test_what_is_not_an_admission_review_is_refused_with_a_reason(body: Any) -> None:
+    with pytest.raises(BadReviewError, match=r"AdmissionReview|not a pod"):
+        admit(body, SETTINGS)
+
+
+def test_a_pod_that_names_a_workload_api_pod_group_is_gated_and_labelled_with_it() -> None:
+    obj = pod({}, {}, schedulingGroup={"podGroupName": "llama-pg"})
+    wired = patched(obj, admit(review(obj), SETTINGS))
+    assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
+    assert wired["metadata"]["labels"][GANG_LABEL] == "llama-pg"
+    assert RANK_LABEL not in wired["metadata"]["labels"], "ranked by the operator, in order"
+    assert wired["spec"]["schedulingGroup"] == {"podGroupName": "llama-pg"}, "kept"
+
+
+def test_a_gang_pod_gets_the_fabric_profile_and_the_fabric_env() -> None:
+    profile = '{"linkLayer":"roce","roce":{"trafficClass":106}}'
+    settings = WebhookSettings(init_image="rdma-init:dev", fabric_profile=profile)
+    obj = pod(GANG, {RDMA_COUNT_ANNOTATION: "4"})
+    spec = patched(obj, admit(review(obj), settings))["spec"]
+    assert f"--fabric-profile={profile}" in spec["initContainers"][0]["args"]
+    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    assert env["BASH_ENV"]["value"] == env["ENV"]["value"] == "/tpfabric/fabric.env"
+    assert env["TPFABRIC_POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
+def test_the_webhook_refuses_a_bad_fabric_profile_at_start_naming_the_field(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tpfabric_operator.webhook.__main__ import parse_args  # noqa: PLC0415
+
+    bad = '{"linkLayer": "roce", "roce": {"trafficClass": 300}}'
+    with pytest.raises(SystemExit):
+        parse_args(["--cert-dir=/tmp", "--init-image=i", f"--fabric-profile={bad}"])
+    err = capsys.readouterr().err
+    assert "--fabric-profile: fabric.profile.roce.trafficClass" in err
+    assert "less than or equal to 255" in err
+    assert parse_args(["--cert-dir=/tmp", "--init-image=i"]).fabric_profile is None
