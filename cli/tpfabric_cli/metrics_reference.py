@@ -21,7 +21,14 @@ from tpfabric_kube.build_info import build_info
 from tpfabric_kube.malformed import MALFORMED_OBJECTS
 from tpfabric_kube.metric_stability import stability_of
 
-__all__ = ["COMPONENTS", "MetricRow", "component_rows", "convention_problems", "render_reference"]
+__all__ = [
+    "COMPONENTS",
+    "FOREIGN_PREFIXES",
+    "MetricRow",
+    "component_rows",
+    "convention_problems",
+    "render_reference",
+]
 
 
 @dataclass(frozen=True)
@@ -109,13 +116,18 @@ def component_rows(collectors: Iterable[Collector]) -> list[MetricRow]:
 
 
 _NAME = re.compile(r"^tpfabric_[a-z][a-z0-9_]*[a-z0-9]$")
+#: names another exporter owns, kept as it names them so that what is built on them works
+#: unchanged (the fabric agent's raw InfiniBand counters, under node_exporter's names): neither
+#: tpfabric's prefix nor a stability of tpfabric's is asked of them
+FOREIGN_PREFIXES = ("node_infiniband_",)
 _UNITS = ("_seconds", "_bytes", "_gbps", "_lanes", "_minute", "_ratio")
 
 
 def convention_problems(row: MetricRow) -> list[str]:
     """Return how ``row`` breaks Prometheus' naming conventions ([] when it keeps them)."""
     problems = []
-    if not _NAME.match(row.name):
+    foreign = row.name.startswith(FOREIGN_PREFIXES)
+    if not foreign and not _NAME.match(row.name):
         problems.append("not a tpfabric_ snake_case name")
     if row.kind == "counter" and not row.name.endswith("_total"):
         problems.append("a counter's name ends in _total")
@@ -130,7 +142,7 @@ def convention_problems(row: MetricRow) -> list[str]:
         problems.append("time is in seconds, named _seconds")
     if not row.help or not (row.help[0].isupper() or row.help[0].isdigit()):
         problems.append("HELP is a sentence")
-    if not row.stability:
+    if not row.stability and not foreign:
         problems.append("no stability")
     return problems
 
@@ -159,7 +171,9 @@ metric of tpfabric's carries its stability, as Kubernetes components declare the
 Each port also serves prometheus_client's process and runtime metrics: `process_*` (CPU
 seconds, resident and virtual memory, open and maximum file descriptors, start time) and
 `python_*` (garbage collections, `python_info`); they are the library's, without a
-stability of tpfabric's.
+stability of tpfabric's. The fabric agent's raw InfiniBand counters keep node_exporter's names
+and labels (`node_infiniband_*`, `device`, `port`), so that what is built for node_exporter reads
+them unchanged; they carry no stability of tpfabric's either (`-` below).
 """
 
 
@@ -176,7 +190,8 @@ def render_reference() -> str:
         for row in component_rows(make()):
             labels = ", ".join(f"`{label}`" for label in row.labels) or "-"
             lines.append(
-                f"| `{row.name}` | {row.kind} | {row.stability} | {labels} | {_cell(row.help)} |"
+                f"| `{row.name}` | {row.kind} | {row.stability or '-'} | {labels} | "
+                f"{_cell(row.help)} |"
             )
         lines.append("")
     return "\n".join(lines)

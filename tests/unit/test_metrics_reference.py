@@ -35,11 +35,15 @@ def test_the_reference_lists_what_operators_alert_on() -> None:
         "tpfabric_malformed_objects_total",
         "tpfabric_fabric_agent_last_read_timestamp_seconds",
         "tpfabric_placer_fabric_agent_silent_seconds",
+        "tpfabric_fabric_port_info",
+        "node_infiniband_packet_sequence_errors_total",
     ):
         assert f"| `{name}` |" in text, name
     assert (
         "| `tpfabric_placer_gang_wait_seconds` | histogram | ALPHA | `outcome`, `level` |" in text
     )
+    # node_exporter's names, kept as it names them: no stability of tpfabric's
+    assert "| `node_infiniband_symbol_error_total` | counter | - | `device`, `port` |" in text
 
 
 def test_every_metric_of_every_component_keeps_the_naming_conventions() -> None:
@@ -65,6 +69,15 @@ def test_a_metric_breaking_the_conventions_is_caught() -> None:
     assert convention_problems(
         MetricRow("tpfabric_plan_duration", "histogram", "ALPHA", (), "Time.")
     ) == ["a histogram's name ends in its unit (_seconds, _bytes, _gbps, _lanes, _minute, _ratio)"]
+    # another exporter's name is not asked tpfabric's prefix or stability, but Prometheus' rules
+    assert convention_problems(MetricRow("node_infiniband_x_total", "counter", "", (), "X.")) == []
+    assert convention_problems(MetricRow("node_other_x_total", "counter", "", (), "X.")) == [
+        "not a tpfabric_ snake_case name",
+        "no stability",
+    ]
+    assert convention_problems(MetricRow("node_infiniband_x", "counter", "", (), "X.")) == [
+        "a counter's name ends in _total"
+    ]
 
 
 def test_no_two_components_define_one_metric() -> None:
