@@ -48,7 +48,7 @@ test-unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_FLAGS)
 
 test-integration: venv toolchain
-	$(GO_ENV) $(BIN)/tpfabric toolchain build --minimum --controllers --kueue
+	$(GO_ENV) $(BIN)/tpfabric toolchain build --minimum --controllers --kueue --promtool
 	$(BIN)/pytest tests/integration $(PYTEST_FLAGS)
 
 # One long run on the local control plane (marker soak: 1,000 kwok nodes, churn, two leader kills;

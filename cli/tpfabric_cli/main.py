@@ -32,6 +32,8 @@ crds_app = typer.Typer(no_args_is_help=True, help="The generated CustomResourceD
 app.add_typer(crds_app, name="crds")
 docs_app = typer.Typer(no_args_is_help=True, help="The generated reference pages of docs/.")
 app.add_typer(docs_app, name="docs")
+metrics_app = typer.Typer(no_args_is_help=True, help="The components' Prometheus metrics.")
+app.add_typer(metrics_app, name="metrics")
 app.add_typer(topology_app, name="topology")
 app.add_typer(bench_app, name="bench")
 
@@ -81,12 +83,21 @@ def toolchain_build(
         bool,
         typer.Option("--kueue", help="Also build Kueue (the integration tier's queueing tests)."),
     ] = False,
+    promtool: Annotated[
+        bool,
+        typer.Option(
+            "--promtool",
+            help="Also build Prometheus's promtool (the integration tier's tests of the chart's "
+            "alert rules and its lint of the components' metrics).",
+        ),
+    ] = False,
 ) -> None:
     """Build (or find) every binary the local control plane needs; cached per version."""
     from tpfabric_localcluster.toolchain import (  # noqa: PLC0415
         BINARIES,
         CONTROLLER_BINARIES,
         KUEUE_BINARIES,
+        PROMTOOL_BINARIES,
         ensure_minimum_toolchain,
         ensure_toolchain,
     )
@@ -95,6 +106,7 @@ def toolchain_build(
         *BINARIES,
         *(KUEUE_BINARIES if kueue else ()),
         *(CONTROLLER_BINARIES if controllers else ()),
+        *(PROMTOOL_BINARIES if promtool else ()),
     )
     toolchain = ensure_toolchain(wanted, log=_progress)
     if minimum:
@@ -215,6 +227,28 @@ def crds_generate(
                 console.print(f"wrote {reference}")
     if stale:
         raise typer.Exit(1)
+
+
+@metrics_app.command("reference")
+@user_errors
+def metrics_reference(
+    check: Annotated[
+        bool, typer.Option(help="Only check that docs/metrics.md is current; exit 1 when stale.")
+    ] = False,
+) -> None:
+    """Write docs/metrics.md, the reference of every component's metrics, from the code."""
+    from tpfabric_cli.metrics_reference import render_reference  # noqa: PLC0415
+
+    page = _REPO / "docs" / "metrics.md"
+    text = render_reference()
+    if check:
+        if not page.exists() or page.read_text() != text:
+            err_console.print(f"{page} is stale: run `tpfabric metrics reference`")
+            raise typer.Exit(1)
+        console.print(f"{page} is current")
+        return
+    page.write_text(text)
+    console.print(f"wrote {page}")
 
 
 @cluster_app.command("up")

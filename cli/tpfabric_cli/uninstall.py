@@ -6,7 +6,9 @@ this command (``uninstall.cleanup``); run it by hand after ``helm uninstall --no
 
 - it first waits (``--wait-seconds``) until the release's operator, scheduler, gang webhook and
   fabric agent pods are gone, so that nothing writes again behind it;
-- the Leases the components took in the release namespace (``--lease``): deleted;
+- the Leases the components took in the release namespace (``--lease``), and the fabric agents'
+  heartbeat Leases (labelled ``tpfabric.io/heartbeat``, in ``--agent-namespace``; each is owned
+  by its Node, so it would otherwise stay as long as the node): deleted;
 - kopf's finalizer on every TensorParallelJob (the operator's reconcile timer needs it): removed,
   so that deleting a job, its namespace or the CRD no longer waits for an operator that is gone;
   and tpfabric's ``kueue.x-k8s.io/resource-in-use`` finalizer on the Kueue Workloads of
@@ -43,6 +45,7 @@ from rich.markup import escape
 from tpfabric_cli.errors import user_errors
 from tpfabric_cli.options import KubeconfigOpt
 from tpfabric_core import labels as topology
+from tpfabric_core.fabric.agent_heartbeat import HEARTBEAT_LABEL
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE, DETAIL_ANNOTATION
 
 __all__ = [
@@ -190,6 +193,27 @@ def _leases(
                 continue
             raise
         report.done(f"lease {namespace}/{name}", "deleted")
+
+
+def _heartbeats(coordination: Any, namespace: str, dry: bool, report: Report) -> None:
+    """Delete the fabric agents' heartbeat Leases in ``namespace`` (each by uid)."""
+    from kubernetes.client.rest import ApiException  # noqa: PLC0415
+
+    listed = coordination.list_namespaced_lease(
+        namespace, label_selector=HEARTBEAT_LABEL, _request_timeout=_TIMEOUT_S
+    )
+    for lease in listed.items:
+        name = lease.metadata.name
+        if not dry:
+            try:
+                coordination.delete_namespaced_lease(
+                    name, namespace, body={"preconditions": {"uid": lease.metadata.uid}},
+                    _request_timeout=_TIMEOUT_S,
+                )  # fmt: skip
+            except ApiException as err:
+                if err.status not in (404, 409):
+                    raise
+        report.done(f"lease {namespace}/{name} (fabric agent heartbeat)", "deleted")
 
 
 def _finalizers(
@@ -340,6 +364,7 @@ def run_cleanup(
     namespace: str,
     release: str,
     leases: Sequence[str],
+    agent_namespace: str | None = None,
     remove_topology: bool = False,
     wait_seconds: float = 120.0,
     dry_run: bool = False,
@@ -355,7 +380,9 @@ def run_cleanup(
     report = Report(dry=dry_run)
     if not dry_run:
         _wait_for_writers(core, release, wait_seconds, report, clock)
-    _leases(client.CoordinationV1Api(api), namespace, leases, dry_run, report)
+    coordination = client.CoordinationV1Api(api)
+    _leases(coordination, namespace, leases, dry_run, report)
+    _heartbeats(coordination, agent_namespace or namespace, dry_run, report)
     _finalizers(custom, (GROUP, VERSION, PLURAL), KOPF_FINALIZER, report)
     _finalizers(
         custom,
@@ -387,6 +414,12 @@ def uninstall_cleanup_command(
             "chart's <fullname>-operator, -placer and -scheduler).",
         ),
     ] = None,
+    agent_namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="The fabric agent's namespace (its heartbeat Leases; default: --namespace)."
+        ),
+    ] = None,
     remove_topology: Annotated[
         bool,
         typer.Option(
@@ -404,7 +437,8 @@ def uninstall_cleanup_command(
     ] = False,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
-    """Remove what `helm uninstall` leaves: the components' Leases, kopf's finalizers on
+    """Remove what `helm uninstall` leaves: the components' Leases (the fabric agents'
+    heartbeats too), kopf's finalizers on
     TensorParallelJobs, Gang records, pods that would wait for ever for tpfabric's scheduler,
     and the fabric agent's node label, annotation and condition (the chart's post-delete hook
     runs it)."""
@@ -418,6 +452,7 @@ def uninstall_cleanup_command(
             namespace=namespace,
             release=release,
             leases=names,
+            agent_namespace=agent_namespace,
             remove_topology=remove_topology,
             wait_seconds=wait_seconds,
             dry_run=dry_run,

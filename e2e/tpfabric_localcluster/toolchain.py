@@ -1,8 +1,8 @@
 """Find or build the binaries of the local control plane, cached per version outside the repo.
 
 Versions are pinned in one place each: the ``require`` lines of the wrapper modules under
-``e2e/toolchain/`` (Kubernetes, etcd) and :data:`GO_INSTALL_TOOLS` (kwok, helm, kind, kueue, and
-on demand the LWS and JobSet controllers).
+``e2e/toolchain/`` (Kubernetes, etcd, and on demand the LWS and JobSet controllers) and
+:data:`GO_INSTALL_TOOLS` (kwok, helm, kind, and on demand Kueue and Prometheus's promtool).
 
 Lookup order for every binary: ``$KUBEBUILDER_ASSETS`` (taken as the user's explicit choice), the
 cache (``$TPFABRIC_CACHE``, else ``$XDG_CACHE_HOME/tpfabric``, else ``~/.cache/tpfabric``), then
@@ -31,6 +31,7 @@ __all__ = [
     "BUILD_REVISIONS",
     "GO_INSTALL_TOOLS",
     "KUEUE_BINARIES",
+    "PROMTOOL_BINARIES",
     "MissingBinaryError",
     "Toolchain",
     "cache_dir",
@@ -39,6 +40,7 @@ __all__ = [
     "find_toolchain",
     "helm_ldflags",
     "pinned_versions",
+    "promtool_ldflags",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +56,8 @@ GO_INSTALL_TOOLS: dict[str, tuple[str, str]] = {
     "helm": ("helm.sh/helm/v3/cmd/helm", "v3.22.0"),
     "kind": ("sigs.k8s.io/kind", "v0.33.0"),
     "kueue": ("sigs.k8s.io/kueue/cmd/kueue", "v0.17.0"),
+    # Prometheus v3.16.0 (its Go module numbers a release 3.N.M as v0.3NN.M)
+    "promtool": ("github.com/prometheus/prometheus/cmd/promtool", "v0.316.0"),
 }
 #: Bumped when the way a group is built changes (not its version), so that a cache built the old
 #: way is not found and gets rebuilt: helm 2 = stamped with its client-go's Kubernetes version.
@@ -67,6 +71,10 @@ BINARIES = (*KUBERNETES_BINARIES, "etcd", "kwok", "helm")
 #: Kueue, for the queueing tests only: built on demand by ``tpfabric toolchain build --kueue``
 #: (the integration tier), ~5 min more on a cold cache.
 KUEUE_BINARIES = ("kueue",)
+#: Prometheus's promtool, for the alert rules' tests (``promtool check rules``, ``test rules``)
+#: and the lint of the components' scrapes (``check metrics``): built only on demand by
+#: ``tpfabric toolchain build --promtool`` (the integration tier).
+PROMTOOL_BINARIES = ("promtool",)
 #: The workload controllers whose gangs tpfabric places (LWS, JobSet): built only on demand by
 #: ``tpfabric toolchain build --controllers`` for the integration tier (minutes on 2 cores).
 CONTROLLER_BINARIES = ("lws", "jobset")
@@ -315,6 +323,16 @@ def helm_ldflags(version: str, client_go_version: str) -> str:
     return " ".join(flags)
 
 
+def promtool_ldflags(module_version: str) -> str:
+    """Return the ``-ldflags`` that stamp promtool with its Prometheus release, as Prometheus's
+    own build does (``promtool --version``): module v0.3NN.M is Prometheus 3.NN.M."""
+    found = re.fullmatch(r"v0\.(\d)(\d\d)\.(\d+)", module_version)
+    if found is None:
+        raise MissingBinaryError(f"promtool: not a Prometheus 3.x module version: {module_version}")
+    release = f"{found.group(1)}.{int(found.group(2))}.{found.group(3)}"
+    return f"-s -w -X github.com/prometheus/common/version.Version={release}"
+
+
 def _module_info(go: str, module: str, env: dict[str, str]) -> dict[str, str]:
     """Return ``go mod download -json MODULE`` (``Dir``, ``GoMod``, ...): fetched when missing."""
     done = subprocess.run(
@@ -393,7 +411,14 @@ def _build_group(group: str, versions: dict[str, str], log: Callable[[str], None
         if group == "helm":
             go_mod = Path(_module_info(go, f"{package.split('/cmd/')[0]}@{version}", env)["GoMod"])
             ldflags = helm_ldflags(version, _client_go_version(go_mod.read_text()))
-        argv = [go, "install", "-v", "-trimpath", f"-ldflags={ldflags}", f"{package}@{version}"]
+        if group == "promtool":
+            ldflags = promtool_ldflags(version)
+        argv = [go, "install", "-v", "-trimpath", f"-ldflags={ldflags}"]
+        if group == "promtool":
+            # Prometheus's own build tag: no service-discovery plugin (AWS, Azure, GCE, Consul...)
+            # is compiled in; promtool's rule and metric checks need none of them
+            argv.append("-tags=remove_all_sd")
+        argv.append(f"{package}@{version}")
         _run_with_progress(group, argv, None, env, log)
         if group == "kwok":
             _copy_kwok_stages(go, version, partial / "stages", env)

@@ -189,6 +189,9 @@ LOCAL_PLACER_ARGS = (
     "--retry-seconds=1",
     "--bind-timeout-seconds=30",
     "--head-of-line-seconds=60",
+    # the fabric agents' heartbeat Leases, as the chart's --fabric-agent-namespace (an agent run
+    # by hand or by a test renews its node's there; no Lease, no silence)
+    "--fabric-agent-namespace=kube-system",
 )
 
 

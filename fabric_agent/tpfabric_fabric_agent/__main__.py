@@ -3,18 +3,21 @@
 Run by the chart's DaemonSet with ``NODE_NAME`` from the downward API and the host's ``/sys``
 mounted read-only. ``--once`` prints one verdict as JSON and publishes nothing (a check by hand).
 Its metrics are served on ``--metrics-port`` (HTTPS, only to a caller the API server authorizes:
-:mod:`tpfabric_kube.metrics_server`).
+:mod:`tpfabric_kube.metrics_server`), with ``/healthz`` (live: its loop keeps turning) and
+``/readyz`` (ready: it read its node within its heartbeat's grace) for the kubelet's probes.
+With ``--heartbeat-namespace`` (the chart: the agent's own namespace) it renews its node's
+heartbeat Lease after every read (:mod:`.heartbeat`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import TypeVar
@@ -23,18 +26,22 @@ import yaml
 from kubernetes import client
 from pydantic import ValidationError
 
+from tpfabric_core.fabric.agent_heartbeat import default_grace_seconds
 from tpfabric_core.fabric.link_judge import LinkJudgeConfig
 from tpfabric_core.fabric.link_publish import FabricPublication, publication_of
 from tpfabric_core.fabric.link_timeline import TimelineConfig
 from tpfabric_core.fabric_profile import parse_fabric_profile
 from tpfabric_fabric_agent.agent import AgentSettings, FabricAgent
+from tpfabric_fabric_agent.heartbeat import LeaseHeartbeat
 from tpfabric_fabric_agent.kube import NodePublisher, api_client
 from tpfabric_fabric_agent.metrics import AgentMetrics
 from tpfabric_kube.metrics_server import (
+    HealthCheck,
     add_metrics_flags,
     check_metrics_flags,
     start_metrics_server,
 )
+from tpfabric_kube.structured_logs import add_log_flags, configure_logging
 
 __all__ = ["METRICS_PORT", "build_parser", "main", "settings_from_args"]
 
@@ -86,7 +93,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--kubeconfig", help="default: in-cluster service account")
     parser.add_argument("--once", action="store_true", help="print one verdict, publish nothing")
-    parser.add_argument("--log-level", default=os.environ.get("TPFABRIC_LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--heartbeat-namespace",
+        default=os.environ.get("POD_NAMESPACE", ""),
+        help="namespace of this node's heartbeat Lease, renewed after every read (default env "
+        "POD_NAMESPACE; empty: no heartbeat, and the placer cannot tell this agent silent)",
+    )
+    parser.add_argument(
+        "--heartbeat-grace-seconds",
+        type=float,
+        help="silence after which the placer counts this node's link health unknown (the "
+        "Lease's duration; default 4 intervals, at least 40)",
+    )
+    add_log_flags(parser)
     add_metrics_flags(parser, default_port=METRICS_PORT)
     return parser
 
@@ -156,11 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_metrics_flags(parser, args)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
-        '"message":"%(message)s"}',
-    )
+    if args.heartbeat_grace_seconds is not None and args.heartbeat_grace_seconds < args.interval:
+        parser.error(
+            f"--heartbeat-grace-seconds={args.heartbeat_grace_seconds:g} is shorter than "
+            f"--interval={args.interval:g}: every node would count as silent between two reads"
+        )
+    configure_logging("fabric-agent", args.log_level, args.log_format)
     if args.once and not args.node:
         args.node = "this-node"  # --once publishes nothing: no node to name
     try:
@@ -192,7 +212,34 @@ def main(argv: list[str] | None = None) -> int:
         resync_seconds=args.resync_seconds,
         on_write=lambda target: metrics.api_writes.labels(target).inc(),
     )
-    start_metrics_server(args, lambda: api, registries=[metrics.registry])
+    grace = args.heartbeat_grace_seconds or default_grace_seconds(settings.interval_seconds)
+    heartbeat = (
+        LeaseHeartbeat(
+            settings.node,
+            args.heartbeat_namespace,
+            client.CoordinationV1Api(api),
+            grace_seconds=grace,
+            node_uid=publisher.node_uid,
+            on_lapse=publisher.expire,
+            on_write=lambda: metrics.api_writes.labels("lease").inc(),
+        )
+        if args.heartbeat_namespace
+        else None
+    )
+    agent = FabricAgent(
+        settings,
+        publisher,
+        metrics,
+        rail_map=publisher.rail_map,
+        heartbeat=heartbeat.beat if heartbeat is not None else None,
+    )
+    start_metrics_server(
+        args,
+        lambda: api,
+        component="fabric-agent",
+        registries=[metrics.registry],
+        health=probes(agent, grace),
+    )
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -200,8 +247,34 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    FabricAgent(settings, publisher, metrics, rail_map=publisher.rail_map).run(stop)
+    agent.run(stop)
     return 0
+
+
+def probes(agent: FabricAgent, grace_seconds: float) -> dict[str, HealthCheck]:
+    """Return the agent's ``/healthz`` and ``/readyz``: live while its loop turned within
+    ``grace_seconds`` (a hung read or API call past that is restarted by the kubelet), ready once
+    a read, judgement and publish succeeded within ``grace_seconds``."""
+
+    def live() -> tuple[bool, str]:
+        turned = agent.turned_at
+        if turned is None:
+            return True, "starting"
+        quiet = time.monotonic() - turned
+        if quiet > grace_seconds:
+            return False, f"the agent loop has not turned for {quiet:.0f} s"
+        return True, "ok"
+
+    def ready() -> tuple[bool, str]:
+        done = agent.succeeded_at
+        if done is None:
+            return False, "no read of the node's links has succeeded yet"
+        quiet = time.monotonic() - done
+        if quiet > grace_seconds:
+            return False, f"no read of the node's links has succeeded for {quiet:.0f} s"
+        return True, "ok"
+
+    return {"/healthz": live, "/readyz": ready}
 
 
 if __name__ == "__main__":

@@ -204,12 +204,18 @@ class FabricAgent:
         wall: Callable[[], float] = time.time,
         rail_map: Callable[[], str | None] | None = None,
         pfc: PfcReader | None = None,
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
         """``rail_map``: the node's ``topology.tpfabric.io/rail-ports`` as last read (the
         publisher's view of its node); None: no map, rails in GPU order. ``clock`` times the
         judge's windows, ``wall`` (Unix seconds) the timeline's bursts. ``pfc``: how a RoCE
-        netdev's PFC priorities are read (default: DCB netlink)."""
+        netdev's PFC priorities are read (default: DCB netlink). ``heartbeat``: called after
+        every step that read, judged and published (the agent's Lease, :mod:`.heartbeat`)."""
         self.settings = settings
+        self._heartbeat = heartbeat
+        #: clock time the loop last turned, and the last step that succeeded (the probes)
+        self.turned_at: float | None = None
+        self.succeeded_at: float | None = None
         self.publisher = publisher
         self.metrics = metrics or AgentMetrics()
         self._clock = clock
@@ -281,7 +287,11 @@ class FabricAgent:
                 publication, timeline=self.timeline.annotation(), contract=self.contract(sample)
             )
         )
+        self.metrics.read_done(self.settings.node)
+        if self._heartbeat is not None:
+            self._heartbeat()
         self.last = verdict
+        self.succeeded_at = self._clock()
         return verdict
 
     def contract(self, sample: NodeSample) -> ContractVerdict | None:
@@ -300,7 +310,7 @@ class FabricAgent:
     def run(self, stop: threading.Event) -> None:
         """Step every interval until ``stop`` is set; a failed step is logged and retried."""
         while not stop.is_set():
-            started = self._clock()
+            started = self.turned_at = self._clock()
             try:
                 self.step()
             except Exception:  # the agent outlives a bad read or an API hiccup

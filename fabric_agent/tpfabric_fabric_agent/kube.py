@@ -92,11 +92,13 @@ class NodePublisher:
         self._labels: dict[str, str] = {}
         self._annotations: dict[str, str] = {}
         self._condition: dict[str, Any] | None = None
+        self._uid: str | None = None
         self._contract: dict[str, Any] | None = None
         self.writes = 0
 
     def _refresh(self) -> None:
         obj = self.core.read_node(self.node, _request_timeout=_TIMEOUT_S)
+        self._uid = obj.metadata.uid
         self._labels = dict(obj.metadata.labels or {})
         self._annotations = dict(obj.metadata.annotations or {})
         conditions = obj.status.conditions or []
@@ -105,6 +107,17 @@ class NodePublisher:
             next((c for c in conditions if c.type == CONTRACT_CONDITION), None)
         )
         self._read_at = self._clock()
+
+    def node_uid(self) -> str | None:
+        """Return the node's uid (read at the first call)."""
+        if self._read_at is None:
+            self._refresh()
+        return self._uid
+
+    def expire(self) -> None:
+        """Read the node again before the next publish (someone else may have written its
+        condition meanwhile: the placer, while this agent was silent)."""
+        self._read_at = None
 
     def rail_map(self) -> str | None:
         """Return the node's rail map (``topology.tpfabric.io/rail-ports``) as last read: at the

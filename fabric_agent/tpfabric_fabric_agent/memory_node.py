@@ -22,6 +22,7 @@ class MemoryNode:
         self.conditions: list[dict[str, Any]] = []
         self.writes: list[str] = []
         self.reads = 0
+        self.uid = "node-uid"
 
     def read_node(self, name: str, **_: Any) -> Any:
         """Return the node as the client's models would (attributes, not keys)."""
@@ -37,7 +38,9 @@ class MemoryNode:
             for c in self.conditions
         ]
         return SimpleNamespace(
-            metadata=SimpleNamespace(labels=dict(self.labels), annotations=dict(self.annotations)),
+            metadata=SimpleNamespace(
+                labels=dict(self.labels), annotations=dict(self.annotations), uid=self.uid
+            ),
             status=SimpleNamespace(conditions=conditions),
         )
 

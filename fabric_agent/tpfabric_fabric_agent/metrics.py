@@ -11,6 +11,7 @@ is left out of the exposition: unknown, never zero. ``tpfabric_fabric_port_info`
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -63,29 +64,41 @@ class _RawCounters(Collector):
         self.ports: tuple[PortSample, ...] = ()
         self.rails: Mapping[str, int] = {}
 
+    def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Yield every family this collector may export, without samples (what registration
+        and the metrics reference read)."""
+        yield from _raw_families((), {}, keep_empty=True)
+
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        ports = self.ports
-        for counter, name in NODE_EXPORTER_NAMES.items():
-            folder = "hw_counters" if counter in _DRIVER else "counters"
-            words = f"sysfs {folder}/{counter} of the port (node_exporter's name and labels)."
-            family = CounterMetricFamily(name, words, labels=["device", "port"])
-            for port in ports:
-                if counter in port.counters:
-                    family.add_metric([port.hca, str(port.port)], port.counters[counter])
-            if family.samples:
-                yield family
-        info = GaugeMetricFamily(
-            "tpfabric_fabric_port_info",
-            "A judged port's rail and port GUID (value 1), to join node_infiniband_* series "
-            "(device, port) to the fabric's rail numbering.",
-            labels=["device", "port", "rail", "port_guid"],
-        )
+        """Yield the counters of the ports last read (a counter none of them has is absent)."""
+        yield from _raw_families(self.ports, self.rails, keep_empty=False)
+
+
+def _raw_families(
+    ports: Sequence[PortSample], rails: Mapping[str, int], *, keep_empty: bool
+) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    """Yield the raw counters of ``ports`` under node_exporter's names, and each port's info."""
+    for counter, name in NODE_EXPORTER_NAMES.items():
+        folder = "hw_counters" if counter in _DRIVER else "counters"
+        words = f"The port's sysfs {folder}/{counter} (node_exporter's name and labels)."
+        family = CounterMetricFamily(name, words, labels=["device", "port"])
         for port in ports:
-            rail = self.rails.get(port.hca)
-            info.add_metric(
-                [port.hca, str(port.port), "" if rail is None else str(rail), port.guid or ""], 1
-            )
-        yield info
+            if counter in port.counters:
+                family.add_metric([port.hca, str(port.port)], port.counters[counter])
+        if family.samples or keep_empty:
+            yield family
+    info = GaugeMetricFamily(
+        "tpfabric_fabric_port_info",
+        "A judged port's rail and port GUID (value 1), to join node_infiniband_* series "
+        "(device, port) to the fabric's rail numbering.",
+        labels=["device", "port", "rail", "port_guid"],
+    )
+    for port in ports:
+        rail = rails.get(port.hca)
+        info.add_metric(
+            [port.hca, str(port.port), "" if rail is None else str(rail), port.guid or ""], 1
+        )
+    yield info
 
 
 class AgentMetrics:
@@ -131,7 +144,8 @@ class AgentMetrics:
         )
         self.api_writes = Counter(
             "tpfabric_fabric_agent_api_writes_total",
-            "PATCH requests the agent sent, by target (metadata, status).",
+            "Writes the agent sent, by target (metadata, status: PATCHes of its node; lease: "
+            "renewals of its heartbeat).",
             ["target"],
             registry=self.registry,
         )
@@ -143,6 +157,17 @@ class AgentMetrics:
         )
         self._raw = _RawCounters()
         self.registry.register(self._raw)
+
+        self.last_read = Gauge(
+            "tpfabric_fabric_agent_last_read_timestamp_seconds",
+            "When the agent last read and judged its node's links (Unix time).",
+            ["node"],
+            registry=self.registry,
+        )
+
+    def read_done(self, node: str) -> None:
+        """Note a read and judgement of ``node``'s links that succeeded, now."""
+        self.last_read.labels(node).set(time.time())
 
     def record(
         self,

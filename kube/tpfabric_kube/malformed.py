@@ -31,6 +31,8 @@ from typing import Any, Final, TypeVar
 from kubernetes.client.rest import ApiException
 from prometheus_client import Counter
 
+from tpfabric_kube.structured_logs import about
+
 __all__ = [
     "MALFORMED_OBJECTS",
     "SKIPPED",
@@ -137,7 +139,14 @@ class MalformedObjects:
         MALFORMED_OBJECTS.labels(
             self.component, kind, "Unreadable" if skipped else "FieldIgnored"
         ).inc()
-        log.warning("%s %s (version %s): %s", kind, notice.where, notice.version, notice.words())
+        log.warning(
+            "%s %s (version %s): %s",
+            kind,
+            notice.where,
+            notice.version,
+            notice.words(),
+            extra=about(kind, notice.namespace or None, notice.name),
+        )
         if self._notify is not None:
             self._send(notice)
 

@@ -9,6 +9,11 @@ controller-runtime's default), unless ``--metrics-cert-dir`` holds ``tls.crt`` a
 ``--metrics-auth=none`` serves plain HTTP with no check at all and is refused on any address but
 loopback: a local cluster's or a benchmark's scrape, never a pod's port.
 
+Every family of tpfabric's own is served with its stability at the start of its HELP text
+(:mod:`.metric_stability`), and every port serves ``tpfabric_build_info`` (:mod:`.build_info`)
+and prometheus_client's process and runtime metrics (``process_*``, ``python_*``) beside the
+component's own.
+
 The server runs in threads of its own (one per connection, each with a read timeout): a slow
 scrape or review never holds a component's event loop.
 """
@@ -36,6 +41,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+from tpfabric_kube.build_info import build_info
+from tpfabric_kube.metric_stability import WithStability
 
 if TYPE_CHECKING:  # the kubernetes client only when a port is started: importing it reads
     # $KUBECONFIG once, and the operator sets that from its flags after parsing them here
@@ -224,7 +232,7 @@ class MetricsServer:
         self._server.server_close()
 
     def _metrics(self) -> bytes:
-        return b"".join(generate_latest(registry) for registry in self._registries)
+        return b"".join(generate_latest(WithStability(registry)) for registry in self._registries)
 
     def _decide(self, authorization: str | None) -> tuple[int, str]:
         if self._auth is None:
@@ -277,22 +285,26 @@ def start_metrics_server(
     args: argparse.Namespace,
     api: Callable[[], client.ApiClient],
     *,
+    component: str,
     registries: Sequence[CollectorRegistry] = (),
     health: Mapping[str, HealthCheck] | None = None,
 ) -> MetricsServer | None:
     """Start the metrics and health port the flags of :func:`add_metrics_flags` ask for (None
-    with ``--metrics-port=0``). ``registries`` are served with the process's default registry
-    (where counters every component shares, such as malformed objects, live); ``api`` makes the
-    client that reviews tokens (called only with ``--metrics-auth=kubernetes``)."""
+    with ``--metrics-port=0``). ``registries`` are served with ``component``'s build info and the
+    process's default registry (where counters every component shares, such as malformed
+    objects, and the process metrics live); ``api`` makes the client that reviews tokens (called
+    only with ``--metrics-auth=kubernetes``)."""
     if not args.metrics_port:
         return None
+    built = CollectorRegistry()
+    build_info(component, built)
     from tpfabric_kube.delegated_auth import DelegatedAuth  # noqa: PLC0415 - see the imports
 
     checked = args.metrics_auth == AUTH_KUBERNETES
     server = MetricsServer(
         args.metrics_address,
         args.metrics_port,
-        [*registries, REGISTRY],
+        [*registries, built, REGISTRY],
         auth=DelegatedAuth.of(api()) if checked else None,
         health=health or {"/healthz": lambda: (True, "ok")},
         tls=_tls_context(args.metrics_cert_dir) if checked else None,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import functools
 import getpass
-import logging
 import os
 import socket
 
@@ -23,6 +22,7 @@ from tpfabric_kube.metrics_server import (
     check_metrics_flags,
     start_metrics_server,
 )
+from tpfabric_kube.structured_logs import add_log_flags, configure_logging
 
 try:  # the TPFABRIC_* knobs, read once: a value it cannot use stops it here, in one line
     from tpfabric_operator import settings
@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         help="watch only these namespaces (repeatable; default: all)",
     )
-    parser.add_argument("--log-level", default=settings.LOG_LEVEL)
+    add_log_flags(parser, level=settings.LOG_LEVEL)
     election = parser.add_argument_group("leader election (a Lease): only its holder acts")
     election.add_argument(
         "--leader-elect",
@@ -94,20 +94,22 @@ def main(argv: list[str] | None = None) -> None:
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig
     os.environ["POD_ID"] = operator_identity()
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
-        '"message":"%(message)s"}',
-    )
+    configure_logging("operator", args.log_level, args.log_format)
     import kopf  # noqa: PLC0415 - after KUBECONFIG is set: kopf logs in on start
 
     # importing registers every handler of the operator (the nodes', the gangs', the jobs')
     from tpfabric_operator import handlers, leadership  # noqa: PLC0415
+    from tpfabric_operator.jobs import metrics as job_metrics  # noqa: PLC0415
     from tpfabric_operator.jobs.reconcile import reconcile_every_job  # noqa: PLC0415
 
     # the jobs' state, made here for the Lease's election and handed to kopf's memo
     state = handlers.new_state()
-    start_metrics_server(args, lambda: state.kube.core.api_client)
+    start_metrics_server(
+        args,
+        lambda: state.kube.core.api_client,
+        component="operator",
+        registries=[job_metrics.REGISTRY],
+    )
     if args.leader_elect:
         leadership.start(
             state.kube.coordination,

@@ -33,6 +33,8 @@ from tpfabric_kube.metrics_server import (
     start_metrics_server,
 )
 from tpfabric_kube.request_timeouts import with_default_timeout
+from tpfabric_kube.structured_logs import add_log_flags, configure_logging
+from tpfabric_scheduler.agent_silence import SilenceWatch
 from tpfabric_scheduler.kube import Informer, KubeWriter, start_informers
 from tpfabric_scheduler.leader import LeaseElector
 from tpfabric_scheduler.loop import PlacerLoop
@@ -42,6 +44,7 @@ from tpfabric_scheduler.policy.bind_bound import BIND_TIMEOUT_SECONDS
 from tpfabric_scheduler.policy.holds import HEAD_OF_LINE_SECONDS
 from tpfabric_scheduler.server import health_checks, make_app
 from tpfabric_scheduler.store import ClusterStore
+from tpfabric_scheduler.store_metrics import DEFAULT_GANG_WAIT_ALERT_SECONDS, StoreMetrics
 
 log = logging.getLogger("tpfabric.scheduler")
 #: the metrics and health port (kube-scheduler's own is 10259 in the same pod)
@@ -131,18 +134,15 @@ async def serve(args: argparse.Namespace) -> None:
             cost=args.cost,
         )
 
-    placer = PlacerLoop(
-        store,
-        new_placer,
-        ready,
-        elector.is_leader if elector is not None else lambda: True,
-    )
+    leading = elector.is_leader if elector is not None else lambda: True
+    placer = PlacerLoop(store, new_placer, ready, leading)
     elector_stop, elector_thread = _start_elector(elector)
-    informers += start_informers(api, store, wake)
+    informers += start_informers(api, store, wake, agent_namespace=args.fabric_agent_namespace)
+    metrics.registry.register(StoreMetrics(store, wait_alert_seconds=args.gang_wait_alert_seconds))
 
     health = health_checks(store, ready, liveness_stall_seconds=args.liveness_stall_seconds)
     metrics_server = start_metrics_server(
-        args, lambda: api, registries=[metrics.registry], health=health
+        args, lambda: api, component="scheduler", registries=[metrics.registry], health=health
     )
     runner = web.AppRunner(make_app(store, metrics, ready), access_log=None)
     await runner.setup()
@@ -151,8 +151,19 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     task = asyncio.create_task(placer.run(stop))
+    silence = (
+        asyncio.create_task(
+            SilenceWatch(
+                store, writer, args.fabric_agent_namespace, leading=leading, wake=wake
+            ).run(stop)
+        )
+        if args.fabric_agent_namespace
+        else None
+    )
     await stop.wait()
     placer.changed.set()
+    if silence is not None:
+        await silence
     await task  # the cycle in flight ends before the lease is released: never two placers at work
     elector_stop.set()
     if elector_thread is not None:
@@ -192,11 +203,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "calls them from the same pod, and nothing else may)",
     )
     parser.add_argument("--port", type=int, default=8888, help="port of /filter and /prioritize")
-    parser.add_argument(
-        "--log-level",
-        default=os.environ.get("TPFABRIC_LOG_LEVEL", "INFO"),
-        help="DEBUG logs every filter/prioritize decision (env TPFABRIC_LOG_LEVEL)",
-    )
+    add_log_flags(parser)
     parser.add_argument(
         "--levels",
         type=_flag_levels,
@@ -223,6 +230,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=60.0,
         help="/healthz fails once the placer loop has not turned for this long (default 60)",
+    )
+    parser.add_argument(
+        "--fabric-agent-namespace",
+        default="",
+        help="namespace of the fabric agents' heartbeat Leases: a node whose agent stops "
+        "renewing its Lease has unknown link health (new plans treat it as degraded; its "
+        "FabricHealthy condition says so). Empty (the default): no heartbeat is read, nodes "
+        "are judged by their health label alone",
+    )
+    parser.add_argument(
+        "--gang-wait-alert-seconds",
+        type=float,
+        default=DEFAULT_GANG_WAIT_ALERT_SECONDS,
+        help="the wait past which a gang without topology.maxWaitSeconds is reported "
+        "(tpfabric_placer_gang_wait_limit_seconds, the alert TpfabricGangWaitingTooLong; "
+        f"default {DEFAULT_GANG_WAIT_ALERT_SECONDS:g})",
     )
     fabric = parser.add_argument_group(
         "the fabric's figures for the cost model (per level a path crosses; given, a mapping "
@@ -290,11 +313,7 @@ def main(argv: list[str] | None = None) -> None:
     """Parse flags and serve."""
     args = parse_args(argv)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
-        '"message":"%(message)s"}',
-    )
+    configure_logging("scheduler", args.log_level, args.log_format)
     asyncio.run(serve(args))
 
 

@@ -36,6 +36,8 @@ def apply_intent(
         writes.drop(job, intent.previous)
     if intent.placement is not None:
         writes.write(job, intent.previous, intent.placement, intent.event)
+    if intent.dropped:
+        writes.metrics.plans_dropped.labels(intent.dropped).inc()
     if intent.remember is not None:
         intent.remember()
     if intent.delete_pods:

@@ -174,7 +174,10 @@ def build_snapshot(
                 ready=node.ready,
                 schedulable=not node.unschedulable,
                 taints=tuple(Taint(key=k, value=v, effect=_effect(e)) for k, v, e in node.taints),
-                health="degraded" if node.labels.get(labels.HEALTH) == "degraded" else "ok",
+                # a node whose agent is silent is unknown: new plans treat it as degraded
+                health="degraded"
+                if node.labels.get(labels.HEALTH) == "degraded" or name in store.silent_nodes
+                else "ok",
                 free=free,
                 allocatable_gpus=gpus,
             )

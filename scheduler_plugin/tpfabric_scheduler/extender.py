@@ -279,7 +279,7 @@ def prioritize_nodes(store: ClusterStore, args: ExtenderArgs) -> list[tuple[str,
             append((name, 0))
             continue
         node = store.nodes[name]
-        if node.labels.get(labels.HEALTH, "ok") != "ok":
+        if node.labels.get(labels.HEALTH, "ok") != "ok" or name in store.silent_nodes:
             append((name, 1))
         else:
             # best fit: a node with fewer free GPUs left after this worker scores higher

@@ -55,6 +55,8 @@ class PlacementIntent:
     remember: Callable[[], None] | None = None
     #: whether the gang holds a plan after this (False: it waits, or its plan is dropped)
     placed: bool = True
+    #: why a plan is dropped, for the metrics (one of ``metrics.DROP_REASONS``; "": not dropped)
+    dropped: str = ""
     #: the plan attempt's outcome for the metrics ("planned", "waiting"; "": none) and how long
     #: the engine took (None: it was not asked)
     outcome: str = ""

@@ -116,7 +116,7 @@ class GangPlacer:
         self._topology_generation = -1
         #: what the policies remember from cycle to cycle
         self._memory = PlacerMemory()
-        self._queue = Queue()
+        self._queue = Queue(refused=metrics.plans_refused.labels("not_opted_in").inc)
         #: the persist-then-release pipeline of this placer's writes (its term, its pools)
         self._writes = WritePipeline(
             store, writer, metrics, levels=levels, clock=clock, leading=leading, term=term

@@ -15,7 +15,7 @@ Read from one view of the store; nothing here writes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Container
+from collections.abc import Callable, Container
 
 from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.api.placement import create_refused, gang_problems
@@ -42,11 +42,13 @@ _NOT_OPTED_IN_MEMORY = 10_000
 
 class Queue:
     """The gangs due, from one view of the store; it keeps what it caches between cycles (the
-    nodes each job may use, the records already said to be in a namespace not opted in)."""
+    nodes each job may use, the records already said to be in a namespace not opted in).
+    ``refused``: called once per record first found in a namespace not opted in (a metric)."""
 
-    def __init__(self) -> None:
+    def __init__(self, refused: Callable[[], None] | None = None) -> None:
         self.eligible = EligibleNodes()
         self._not_opted_in: set[str] = set()
+        self._refused = refused
 
     def pending(
         self,
@@ -121,6 +123,8 @@ class Queue:
         if len(self._not_opted_in) > _NOT_OPTED_IN_MEMORY:
             self._not_opted_in.clear()
         self._not_opted_in.add(job.uid)
+        if self._refused is not None:
+            self._refused()
         log.warning("gang %s: not planned: %s", job.key, not_opted_in(job.namespace))
 
 

@@ -4,23 +4,20 @@ Fed by list+watch (:mod:`.kube`), read by the extender's hot path and the gang p
 are O(1) per event: per-node GPU/RDMA use is kept incrementally, so answering "what is free"
 never walks the pods. All methods must be called with ``lock`` held by the caller when threads
 mix. The pod and job records and their indexes are :mod:`.records`'; a node's record, with its
-fabric health, is here. Pure data: no I/O here.
+fabric health, is :mod:`.node_record`'s. Pure data: no I/O here.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tpfabric_core.api import KIND
 from tpfabric_core.api.placement import StoredPlacement, finished, read_placement
-from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION, bandwidth_kept, read_detail
-from tpfabric_core.fabric.roce_contract import CONTRACT_CONDITION
-from tpfabric_core.labels import HEALTH
-from tpfabric_core.placement.pod_fit import resource_amount
-from tpfabric_core.rail_ports import node_rails
+from tpfabric_core.fabric.agent_heartbeat import HeartbeatLease, Heartbeats, node_of_lease
+from tpfabric_scheduler.node_record import NodeRecord, index_nodes
 from tpfabric_scheduler.records import (
     GANG_KEY,
     JobRecord,
@@ -36,7 +33,8 @@ from tpfabric_scheduler.records import (
     planning_facts,
 )
 
-#: the records are the store's vocabulary: importable from here, defined in :mod:`.records`
+#: the records are the store's vocabulary: importable from here, defined in :mod:`.records` and
+#: :mod:`.node_record`
 __all__ = [
     "GANG_KEY",
     "ClusterStore",
@@ -49,65 +47,6 @@ __all__ = [
     "index_nodes",
     "index_pods",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRecord:
-    """What placement needs of a node."""
-
-    name: str
-    #: the node's labels; ``topology.tpfabric.io/health`` reads ``degraded`` too while its
-    #: ``FabricContractMet`` condition is False
-    labels: dict[str, str]
-    allocatable: dict[str, int]
-    ready: bool
-    unschedulable: bool
-    taints: tuple[tuple[str, str, str], ...]  # (key, value, effect)
-    #: of a node labelled degraded, what its worst rail keeps of its rate, as the fabric agent
-    #: measured it (None: unmeasured, or not degraded)
-    kept: float | None = None
-    #: why the node's fabric-health annotation could not be read ("" when it could)
-    detail_problem: str = ""
-    #: its rails in order, each with its port GUID where its rail map gives one (the pods'
-    #: ``tpfabric.io/rails``); a map that cannot be used leaves the GUIDs out
-    rails: tuple[tuple[int, str | None], ...] = ()
-
-    @classmethod
-    def from_object(cls, obj: dict[str, Any]) -> NodeRecord:
-        """Return the record of a Node object (a dict as the API returns it)."""
-        meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
-        allocatable = {}
-        for key, value in (status.get("allocatable") or {}).items():
-            try:
-                allocatable[key] = resource_amount(key, value)
-            except ValueError:
-                continue  # a quantity we cannot read counts as absent (never a crash)
-        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-        node_labels = dict(meta.get("labels") or {})
-        if conditions.get(CONTRACT_CONDITION) == "False":
-            # RoCE settings off the fabric's contract (PFC or ECN off on the lossless priority,
-            # trust pcp): as slow as a degraded link for a collective, so placed like one
-            node_labels[HEALTH] = "degraded"
-        annotations = meta.get("annotations") or {}
-        kept, problem = None, ""
-        if node_labels.get(HEALTH) == "degraded":
-            health_rails, problem = read_detail(annotations.get(DETAIL_ANNOTATION))
-            kept = bandwidth_kept(health_rails)
-        rails, _ = node_rails(node_labels, annotations)  # the fabric agent reports a bad map
-        return cls(
-            name=meta["name"],
-            labels=node_labels,
-            allocatable=allocatable,
-            ready=conditions.get("Ready") == "True",
-            unschedulable=bool(spec.get("unschedulable")),
-            taints=tuple(
-                (t.get("key", ""), t.get("value", ""), t.get("effect", ""))
-                for t in spec.get("taints") or []
-            ),
-            kept=kept,
-            detail_problem=problem,
-            rails=rails,
-        )
 
 
 class ClusterStore:
@@ -142,6 +81,13 @@ class ClusterStore:
         self.gang_namespaces: frozenset[str] | None = None
         #: monotonic time the placer loop last finished a cycle (liveness); None before the first
         self.placer_heartbeat: float | None = None
+        #: the fabric agents' heartbeats (their Leases, as this process saw them renewed)
+        self.heartbeats = Heartbeats()
+        #: the nodes whose fabric agent is silent: their link health is unknown, and new plans
+        #: treat them as degraded (set by :mod:`.agent_silence`)
+        self.silent_nodes: frozenset[str] = frozenset()
+        #: the clock heartbeats are timed by (monotonic seconds)
+        self.clock: Callable[[], float] = time.monotonic
         self._reservations: tuple[int, dict[str, tuple[tuple[str, int], ...]]] = (-1, {})
 
     def view(self) -> ClusterStore:
@@ -163,6 +109,7 @@ class ClusterStore:
         copy.ports_used = dict(self.ports_used)
         copy.fresh_plans = dict(self.fresh_plans)
         copy.gang_namespaces = self.gang_namespaces
+        copy.silent_nodes = self.silent_nodes
         copy.topology_generation = self.topology_generation
         copy.generation = self.generation
         copy.capacity_generation = self.capacity_generation
@@ -194,6 +141,33 @@ class ClusterStore:
             self.capacity_generation += 1
             self.freed_generation += 1  # a domain changed shape: what could fit is asked again
             self.generation += 1
+
+    # -- fabric agents' heartbeats ---------------------------------------------------------
+
+    def install_heartbeats(self, leases: list[HeartbeatLease]) -> None:
+        """Replace every heartbeat (after a list of the agents' Leases)."""
+        self.heartbeats.replace(leases, self.clock())
+
+    def put_heartbeat(self, lease: HeartbeatLease) -> None:
+        """Note a heartbeat Lease as its watch delivered it."""
+        self.heartbeats.observe(lease, self.clock())
+
+    def delete_heartbeat(self, key: str) -> None:
+        """Forget the heartbeat of the Lease ``namespace/name`` (deleted)."""
+        node = node_of_lease(key.split("/", 1)[-1])
+        if node is not None:
+            self.heartbeats.forget(node)
+
+    def mark_silent(self, nodes: frozenset[str]) -> bool:
+        """Set the nodes whose agent is silent; return whether that changed (the snapshot's
+        health changes with it: what may fit is looked at again)."""
+        if nodes == self.silent_nodes:
+            return False
+        self.silent_nodes = nodes
+        self.capacity_generation += 1
+        self.freed_generation += 1
+        self.generation += 1
+        return True
 
     def replace_nodes(self, objs: list[dict[str, Any]]) -> None:
         """Replace every node (after a relist)."""
@@ -411,11 +385,6 @@ class ClusterStore:
         if record is None:
             return 0
         return record.allocatable.get(resource, 0) - self.used.get(node, {}).get(resource, 0)
-
-
-def index_nodes(records: Iterable[NodeRecord]) -> dict[str, NodeRecord]:
-    """Return ``records`` by node name (pure)."""
-    return {node.name: node for node in records}
 
 
 def _same_plan(stored: StoredPlacement, fresh: StoredPlacement) -> bool:

@@ -204,6 +204,7 @@ class WritePipeline:
             )
             with self.store.lock:
                 self.store.record_plan(job, write.placement)
+            self.metrics.placement_written(previous, write.written, self.clock())
         written = write.written
         if event:
             self.event(job, event, written)

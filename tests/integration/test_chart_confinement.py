@@ -274,6 +274,126 @@ def test_an_agent_token_bound_to_no_pod_writes_no_node(chart: Chart) -> None:
     )
 
 
+def heartbeat(node: str, uid: str, *, holder: str | None = None) -> dict[str, Any]:
+    """Return the heartbeat Lease of ``node``'s agent as the agent creates it."""
+    return {
+        "metadata": {
+            "name": f"fabric-agent-{node}",
+            "labels": {"tpfabric.io/heartbeat": "fabric-agent"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}],
+        },
+        # no time: the client's typed Lease would rewrite it (the agent renews by a patch)
+        "spec": {"holderIdentity": holder or node, "leaseDurationSeconds": 40},
+    }
+
+
+def test_the_agent_of_node_a_creates_and_renews_its_own_heartbeat(
+    chart: Chart, agent_on_a: client.CoreV1Api
+) -> None:
+    leases = client.CoordinationV1Api(agent_on_a.api_client)
+    uid = client.CoreV1Api(chart.admin).read_node(NODE_A).metadata.uid
+    leases.create_namespaced_lease(AGENT_NAMESPACE, heartbeat(NODE_A, uid))
+    renewal = {"spec": {"renewTime": "2026-01-01T00:00:10.000000Z", "holderIdentity": NODE_A}}
+    leases.patch_namespaced_lease(
+        f"fabric-agent-{NODE_A}", AGENT_NAMESPACE, renewal, _content_type=MERGE
+    )
+    placer = client.CoordinationV1Api(chart.as_account("scheduler"))
+    (read,) = placer.list_namespaced_lease(
+        AGENT_NAMESPACE, label_selector="tpfabric.io/heartbeat"
+    ).items
+    assert read.spec.holder_identity == NODE_A
+
+
+def test_the_agent_of_node_a_cannot_write_another_nodes_heartbeat_or_another_lease(
+    chart: Chart, agent_on_a: client.CoreV1Api
+) -> None:
+    leases = client.CoordinationV1Api(agent_on_a.api_client)
+    uid_b = client.CoreV1Api(chart.admin).read_node(NODE_B).metadata.uid
+    enforced(
+        lambda: leases.create_namespaced_lease(
+            AGENT_NAMESPACE, heartbeat(NODE_B, uid_b), dry_run="All"
+        ),
+        "the agent's heartbeat",
+    )
+    refused(
+        lambda: leases.create_namespaced_lease(AGENT_NAMESPACE, heartbeat(NODE_B, uid_b)),
+        f"the agent of node {NODE_A} may write only the Lease fabric-agent-{NODE_A}, not "
+        f"fabric-agent-{NODE_B}",
+    )
+    other = heartbeat(NODE_A, uid_b)
+    other["metadata"]["name"] = "tpfabric-placer"
+    refused(
+        lambda: leases.create_namespaced_lease(AGENT_NAMESPACE, other),
+        "may write only the Lease fabric-agent-",
+    )
+    uid_a = client.CoreV1Api(chart.admin).read_node(NODE_A).metadata.uid
+    refused(
+        lambda: leases.create_namespaced_lease(
+            AGENT_NAMESPACE, heartbeat(NODE_A, uid_a, holder=NODE_B), dry_run="All"
+        ),
+        "is held by node " + NODE_A,
+    )
+    owned_by_b = heartbeat(NODE_A, uid_a)
+    owned_by_b["metadata"]["ownerReferences"] = heartbeat(NODE_B, uid_b)["metadata"][
+        "ownerReferences"
+    ]
+    refused(
+        lambda: leases.create_namespaced_lease(AGENT_NAMESPACE, owned_by_b, dry_run="All"),
+        f"may be owned by node {NODE_A} only",
+    )
+    status, _ = refusal(
+        lambda: leases.delete_namespaced_lease(f"fabric-agent-{NODE_A}", AGENT_NAMESPACE)
+    )
+    assert status == 403, "the agent never deletes a Lease (its Role has no delete)"
+
+
+def test_the_placer_marks_a_silent_agents_node_unknown_and_nothing_else(chart: Chart) -> None:
+    placer = client.CoreV1Api(chart.as_account("scheduler"))
+    silent = {
+        "type": "FabricHealthy",
+        "status": "Unknown",
+        "reason": "AgentSilent",
+        "message": "the fabric agent of node gpu-node-b has not renewed its heartbeat",
+    }
+    healthy = {**silent, "status": "True", "reason": "LinksHealthy"}
+    enforced(
+        lambda: placer.patch_node_status(
+            NODE_B, {"status": {"conditions": [healthy]}}, dry_run="All", _content_type=STRATEGIC
+        ),
+        "the placer's node writes",
+    )
+    refused(
+        lambda: placer.patch_node_status(
+            NODE_B, {"status": {"conditions": [healthy]}}, _content_type=STRATEGIC
+        ),
+        "it may only mark FabricHealthy Unknown with reason AgentSilent",
+    )
+    ready = {"type": "Ready", "status": "False", "reason": "x", "message": "x"}
+    refused(
+        lambda: placer.patch_node_status(
+            NODE_B, {"status": {"conditions": [ready]}}, _content_type=STRATEGIC
+        ),
+        "only the FabricHealthy condition may change",
+    )
+    refused(
+        lambda: placer.patch_node_status(
+            NODE_B, {"status": {"capacity": {"nvidia.com/gpu": "64"}}}, _content_type=STRATEGIC
+        ),
+        "its status (capacity, allocatable",
+    )
+    placer.patch_node_status(NODE_B, {"status": {"conditions": [silent]}}, _content_type=STRATEGIC)
+    node = placer.read_node(NODE_B)
+    assert [(c.status, c.reason) for c in node.status.conditions if c.type == "FabricHealthy"] == [
+        ("Unknown", "AgentSilent")
+    ]
+    status, _ = refusal(
+        lambda: placer.patch_node(
+            NODE_B, {"metadata": {"labels": {HEALTH: "ok"}}}, _content_type=MERGE
+        )
+    )
+    assert status == 403, "the placer writes no node's labels (RBAC: nodes/status only)"
+
+
 # -- topology discovery --------------------------------------------------------------------------
 
 

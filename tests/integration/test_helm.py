@@ -43,6 +43,7 @@ GOLDEN = Path(__file__).parent / "golden" / "helm"
 KUBE_VERSION = pinned_versions()["kubernetes"]
 RELEASE_NAMESPACE = "tpfabric-system"
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
+PROMETHEUS_RULE_API = "monitoring.coreos.com/v1/PrometheusRule"
 SMALL_FABRIC = (REPO / "examples" / "fabrics" / "small.yaml").read_text()
 
 #: The main value sets: name -> (values, extra helm flags).
@@ -78,14 +79,22 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], list[str]]] = {
         {
             "metrics": {
                 "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+                "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
+                "grafanaDashboard": {"enabled": True, "namespace": "monitoring"},
                 "reader": {"serviceAccounts": [{"name": "prometheus", "namespace": "monitoring"}]},
             },
+            "logFormat": "text",
             "gangWebhook": {"enabled": True},
-            "fabricAgent": {"enabled": True, "namespace": "tpfabric-agents"},
+            "fabricAgent": {
+                "enabled": True,
+                "namespace": "tpfabric-agents",
+                "heartbeatGraceSeconds": 60,
+            },
+            "scheduler": {"extender": {"gangWaitAlertSeconds": 3600}},
             "podDisruptionBudget": {"enabled": True},
             "crds": {"enabled": False},
         },
-        ["--api-versions", SERVICE_MONITOR_API],
+        ["--api-versions", SERVICE_MONITOR_API, "--api-versions", PROMETHEUS_RULE_API],
     ),
     "kind-e2e": (yaml.safe_load((KIND / "values.yaml").read_text()), []),
     "gang-webhook": (

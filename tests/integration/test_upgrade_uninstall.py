@@ -10,9 +10,10 @@ under the new CRDs, and the new code fills what it adds (the Gang record's `Pods
 
 Then `helm uninstall`, its post-delete hook (kwok completes the Job; what it runs,
 `tpfabric uninstall-cleanup`, runs here as a local process under the hook's own ServiceAccount
-and RBAC, rendered from the chart): no Lease of tpfabric's, no kopf finalizer, no Gang record, no
-unbound pod naming tpfabric-scheduler, none of the fabric agent's node label, annotation or
-condition; the topology labels stay (kept on purpose), and running pods run on.
+and RBAC, rendered from the chart): no Lease of tpfabric's (the agents' heartbeats included), no
+kopf finalizer, no Gang record, no unbound pod naming tpfabric-scheduler, none of the fabric
+agent's node label, annotation or condition; the topology labels stay (kept on purpose), and
+running pods run on.
 
 A control plane of its own for this module (real API server, controller manager, kube-scheduler
 and tpfabric's, kwok nodes): the chart installs its CRDs itself.
@@ -45,6 +46,7 @@ from tpfabric_cli.uninstall import KOPF_FINALIZER
 from tpfabric_core import labels
 from tpfabric_core.api import GROUP, PLURAL, SCHEDULER_NAME, VERSION, TensorParallelJob
 from tpfabric_core.api.gang import GANG_PLURAL, Gang
+from tpfabric_core.fabric.agent_heartbeat import HEARTBEAT_LABEL, lease_name
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE, DETAIL_ANNOTATION
 from tpfabric_core.fabric_description import parse_fabric_description
 from tpfabric_core.gangs import GANG_NAME_LABEL, GANG_SIZE_LABEL, NAMESPACE_OPT_IN_LABEL
@@ -428,7 +430,7 @@ def leftovers(api: client.ApiClient) -> dict[str, Any]:
     leases = [
         lease.metadata.name
         for lease in client.CoordinationV1Api(api).list_namespaced_lease(NAMESPACE).items
-        if lease.metadata.name in LEASES
+        if lease.metadata.name in LEASES or HEARTBEAT_LABEL in (lease.metadata.labels or {})
     ]
     finalized = [
         j["metadata"]["name"]
@@ -483,6 +485,15 @@ def test_an_uninstall_and_its_hook_leave_nothing_of_tpfabric(upgraded: Upgraded)
         client.CoordinationV1Api(api).create_namespaced_lease(
             NAMESPACE, {"metadata": {"name": "tpfabric-scheduler"}, "spec": {"holderIdentity": "x"}}
         )
+        node_uid = core.read_node(node).metadata.uid
+        # the fabric agent's heartbeat, as it makes it
+        client.CoordinationV1Api(api).create_namespaced_lease(
+            NAMESPACE,
+            {"metadata": {"name": lease_name(node), "labels": {HEARTBEAT_LABEL: "fabric-agent"},
+                          "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node,
+                                               "uid": node_uid}]},
+             "spec": {"holderIdentity": node, "leaseDurationSeconds": 40}},
+        )  # fmt: skip
         topology_before = {n.metadata.name: {k: v for k, v in n.metadata.labels.items()
                                              if k.startswith(labels.PREFIX) and k != labels.HEALTH}
                            for n in core.list_node().items}  # fmt: skip
@@ -497,7 +508,7 @@ def test_an_uninstall_and_its_hook_leave_nothing_of_tpfabric(upgraded: Upgraded)
         helm(cluster, upgraded.home, "uninstall", RELEASE, "-n", NAMESPACE, "--timeout=120s")
 
         left = leftovers(api)  # what the release's own deletion leaves
-        assert set(left["leases"]) == set(LEASES)
+        assert set(left["leases"]) == {*LEASES, lease_name(node)}
         assert sorted(left["finalizers"]) == ["huge", "llama"]
         assert sorted(left["gangs"]) == ["big", "grp"]
         assert len(left["waiting pods"]) == 10

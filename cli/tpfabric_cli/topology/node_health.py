@@ -5,8 +5,9 @@ label ``topology.tpfabric.io/health`` (``ok`` or ``degraded``; ``down`` is read 
 condition ``FabricHealthy`` whose reason and message say what is wrong (e.g. "symbol errors
 1,200/min on mlx5_3 port 1"), and a per-rail detail annotation. A node is unhealthy when the label
 or the condition says so: the label is what the placer reads, the condition carries the words,
-the annotation names the rails. Pure: this module takes what :mod:`tpfabric_cli.kube_nodes` read
-and never reads the cluster itself.
+the annotation names the rails. A node whose agent went silent (condition ``Unknown``, reason
+``AgentSilent``, written by the placer) is ``unknown``, whatever its last label said. Pure: this
+module takes what :mod:`tpfabric_cli.kube_nodes` read and never reads the cluster itself.
 """
 
 from __future__ import annotations
@@ -16,21 +17,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tpfabric_core import labels
+from tpfabric_core.fabric.agent_heartbeat import AGENT_SILENT_REASON
 from tpfabric_core.fabric.link_publish import RailDetail, parse_detail
 
 if TYPE_CHECKING:
     from tpfabric_cli.kube_nodes import NodeCondition
 
-__all__ = ["DEGRADED", "DOWN", "NodeHealth", "node_health"]
+__all__ = ["DEGRADED", "DOWN", "UNKNOWN", "NodeHealth", "node_health"]
 
 DEGRADED = "degraded"
 DOWN = "down"
+UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
 class NodeHealth:
-    """An unhealthy node: ``state`` is ``degraded`` or ``down``; why, in the agent's words; and
-    the rails the agent found degraded or down."""
+    """An unhealthy node: ``state`` is ``degraded``, ``down`` or ``unknown`` (its agent is
+    silent); why, in the agent's (or the placer's) words; and the rails the agent found degraded
+    or down."""
 
     state: str
     reason: str = ""
@@ -51,6 +55,11 @@ def node_health(
     """Return the health of a node from its labels, ``FabricHealthy`` condition and detail
     annotation; ``None`` when neither the label nor the condition reports a problem (a missing
     label or condition is no news, not bad news)."""
+    if condition is not None and (condition.status, condition.reason) == (
+        "Unknown",
+        AGENT_SILENT_REASON,
+    ):
+        return NodeHealth(UNKNOWN, condition.reason, condition.message)
     label = node_labels.get(labels.HEALTH, "")
     failing = condition is not None and condition.status == "False"
     if label not in (DEGRADED, DOWN) and not failing:

@@ -10,7 +10,9 @@ The fabric agent publishes, per node, three things, and writes them only when th
   its capability); ``Unknown``/``NoFabricPorts`` when the node shows no fabric port. The message
   is the reasons joined by ``; ``, e.g. ``symbol errors 12,000/h on mlx5_3 port 1 (limit
   120/h, IBTA)``. ``lastHeartbeatTime`` moves only with ``lastTransitionTime``: a heartbeat per
-  interval would be an API write per node per interval on a quiet fabric;
+  interval would be an API write per node per interval on a quiet fabric (the agent's liveness
+  is a Lease of its own, :mod:`.agent_heartbeat`; the placer writes ``Unknown``/``AgentSilent``
+  here when it stops);
 - the label ``topology.tpfabric.io/health``: ``ok`` or ``degraded`` (any port degraded or down,
   or a degraded PCIe link); left alone while the condition is ``Unknown``;
 - the annotation ``topology.tpfabric.io/fabric-health``: compact JSON, per rail::

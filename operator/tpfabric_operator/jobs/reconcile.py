@@ -48,6 +48,7 @@ from tpfabric_operator.jobs.job_state import Intent, Memory, WorkerPod
 from tpfabric_operator.jobs.kueue.admission import QUEUE_NAME_REQUIRED
 from tpfabric_operator.jobs.kueue.sync import KueueView
 from tpfabric_operator.jobs.kueue.sync import sync as kueue_sync
+from tpfabric_operator.jobs.metrics import DEGRADED_MOVES
 from tpfabric_operator.jobs.obstacles import not_owned_message, stuck_message, stuck_terminating
 from tpfabric_operator.jobs.operator_state import OperatorState
 from tpfabric_operator.jobs.pod_cache import JobKey, worker_of
@@ -342,6 +343,7 @@ def _reconcile(
         rdma=rdma,
     )
     if intent.failure is not None and intent.failure.reason == "DegradedLink" and not intent.fail:
+        DEGRADED_MOVES.labels(job.spec.topology.on_degraded_link).inc()
         # a move is written down first and its workers stopped by the next reconcile
         # (decide._move): run it once this patch is back, not at the next tick
         state.waker.wake((namespace, name))

@@ -46,6 +46,7 @@ from tpfabric_kube.metrics_server import (
     start_metrics_server,
 )
 from tpfabric_kube.request_timeouts import with_default_timeout
+from tpfabric_kube.structured_logs import add_log_flags, configure_logging
 from tpfabric_operator.webhook.admission import WebhookSettings, default_levels
 from tpfabric_operator.webhook.certs import CertKeeper
 from tpfabric_operator.webhook.node_offers import NodeOffers
@@ -156,7 +157,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     certs.add_argument("--service", default="tpfabric-gang-webhook")
     certs.add_argument("--webhook-configuration", default="tpfabric-gangs")
     certs.add_argument("--renew-check-seconds", type=float, default=3600.0)
-    parser.add_argument("--log-level", default="INFO")
+    add_log_flags(parser)
     add_metrics_flags(parser, default_port=METRICS_PORT)
     args = parser.parse_args(argv)
     check_metrics_flags(parser, args)
@@ -172,7 +173,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Parse flags and serve until SIGTERM."""
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper())
+    configure_logging("gang-webhook", args.log_level, args.log_format)
     nodes = None
     if args.rdma_count is None:
         try:
@@ -199,7 +200,12 @@ def main(argv: list[str] | None = None) -> None:
         nodes=nodes,
     )
     metrics = WebhookMetrics()
-    start_metrics_server(args, lambda: _api_client(args.kubeconfig), registries=[metrics.registry])
+    start_metrics_server(
+        args,
+        lambda: _api_client(args.kubeconfig),
+        component="gang-webhook",
+        registries=[metrics.registry],
+    )
     keeper = None
     if args.manage_certs:
         keeper = CertKeeper(

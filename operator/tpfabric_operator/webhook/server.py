@@ -17,11 +17,14 @@ import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from tpfabric_core.gangs import GANG_LABEL
+from tpfabric_kube.structured_logs import about
 from tpfabric_operator.webhook.admission import BadReviewError, WebhookSettings, admit
 from tpfabric_operator.webhook.certs import CertKeeper
 from tpfabric_operator.webhook.node_offers import NodeOffers
@@ -66,6 +69,24 @@ def _outcome(answer: dict[str, object]) -> str:
     return "wired" if "patch" in response else "unchanged"
 
 
+def _pod_of(review: object) -> dict[str, Any]:
+    """Return the log fields of the pod an AdmissionReview is about (its namespace, its name or
+    generateName, the gang it names), as far as the review says."""
+    request = review.get("request") if isinstance(review, dict) else None
+    pod = request.get("object") if isinstance(request, dict) else None
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    if not isinstance(request, dict) or not isinstance(meta, dict):
+        return {}
+    found = meta.get("labels")
+    labels: dict[str, Any] = found if isinstance(found, dict) else {}
+    return about(
+        "Pod",
+        str(request.get("namespace") or meta.get("namespace") or "") or None,
+        str(meta.get("name") or meta.get("generateName") or "") or None,
+        gang=str(labels.get(GANG_LABEL)) if labels.get(GANG_LABEL) else None,
+    )
+
+
 def make_app(settings: WebhookSettings, metrics: WebhookMetrics) -> web.Application:
     """Return the aiohttp application of the webhook."""
 
@@ -85,7 +106,7 @@ def make_app(settings: WebhookSettings, metrics: WebhookMetrics) -> web.Applicat
             metrics.answers.labels("bad").inc()
             return web.Response(text=f"bad request: {err}", status=400)
         except Exception as err:  # never refuse a pod for our own fault
-            log.exception("admission failed; the pod is admitted unchanged")
+            log.exception("admission failed; the pod is admitted unchanged", extra=_pod_of(review))
             metrics.answers.labels("error").inc()
             uid = ((review.get("request") or {}).get("uid")) if isinstance(review, dict) else None
             if not uid:

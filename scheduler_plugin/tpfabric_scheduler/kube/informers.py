@@ -28,6 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION
 from tpfabric_core.api.gang import GANG_KIND, GANG_PLURAL
+from tpfabric_core.fabric.agent_heartbeat import HEARTBEAT_LABEL, heartbeat_lease
 from tpfabric_core.fabric.link_publish import DETAIL_ANNOTATION
 from tpfabric_core.gangs import NAMESPACE_OPT_IN
 from tpfabric_kube.list_watch import (
@@ -95,7 +96,9 @@ def informer_kinds(
     malformed: MalformedObjects | None = None,
 ) -> list[InformerKind]:
     """Return the three kinds the store is fed with (``nodes``, ``pods``,
-    ``tensorparalleljobs``), listed by ``list_calls`` (the API client's, or a benchmark's).
+    ``tensorparalleljobs``), listed by ``list_calls`` (the API client's, or a benchmark's), and
+    those of ``list_calls`` that are optional: ``gangs``, ``namespaces`` (opted in to gangs),
+    ``leases`` (the fabric agents' heartbeats).
 
     ``malformed``: where a node field the record ignores is reported (the fabric-health
     annotation a node's record could not read).
@@ -158,6 +161,23 @@ def informer_kinds(
                 )
             ]
             if GANG_PLURAL in list_calls
+            else []
+        ),
+        *(
+            [
+                InformerKind(
+                    "leases",
+                    list_calls["leases"],
+                    heartbeat_lease,
+                    list,
+                    store.install_heartbeats,
+                    store.put_heartbeat,
+                    store.delete_heartbeat,
+                    namespaced=True,
+                    object_kind="Lease",
+                )
+            ]
+            if "leases" in list_calls
             else []
         ),
         *(
@@ -324,10 +344,15 @@ class Informer(threading.Thread):
 
 
 def start_informers(
-    api: client.ApiClient, store: ClusterStore, on_change: Callable[[], None]
+    api: client.ApiClient,
+    store: ClusterStore,
+    on_change: Callable[[], None],
+    *,
+    agent_namespace: str = "",
 ) -> list[Informer]:
-    """Start informers for nodes, pods, TensorParallelJobs and (where the CRD is installed)
-    Gangs; return them (already running)."""
+    """Start informers for nodes, pods, TensorParallelJobs, (where the CRD is installed) Gangs
+    and (with ``agent_namespace``) the fabric agents' heartbeat Leases; return them (already
+    running)."""
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
 
@@ -356,6 +381,27 @@ def start_informers(
             GROUP,
             "not installed" if err.status == 404 else "forbidden",
         )
+    if agent_namespace:
+        coordination = client.CoordinationV1Api(api)
+
+        def list_heartbeats(**kwargs: Any) -> Any:
+            return coordination.list_namespaced_lease(
+                agent_namespace, label_selector=HEARTBEAT_LABEL, **kwargs
+            )
+
+        try:
+            list_heartbeats(limit=1)
+            calls["leases"] = list_heartbeats
+        except ApiException as err:
+            if err.status != 403:
+                raise
+            log.warning(
+                "the fabric agents' heartbeats cannot be read (leases of namespace %s: "
+                "forbidden): a silent agent goes unnoticed and nodes are judged by their health "
+                "label alone; grant the scheduler's account get, list and watch on leases there "
+                "(the chart does with fabricAgent.enabled) and restart",
+                agent_namespace,
+            )
     malformed = MalformedObjects("tpfabric-scheduler", notify=event_writer(core))
     if GANG_PLURAL in calls:
         calls.update(_gang_namespaces_call(core, store))

@@ -1,4 +1,5 @@
-"""The writes of the placer, each one API call: job status, pod releases, deletions, Events.
+"""The writes of the placer, each one API call: job status, pod releases, deletions, Events, a
+silent agent's node condition (and the read of its heartbeat Lease that precedes it).
 
 Nothing here decides anything: :mod:`tpfabric_scheduler.writes` fences each write and says
 what to send.
@@ -40,6 +41,7 @@ class KubeWriter:
     def __init__(self, api: client.ApiClient) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.coordination = client.CoordinationV1Api(api)
 
     def patch_job_status(
         self,
@@ -148,6 +150,30 @@ class KubeWriter:
             log.warning(
                 "event for %s %s/%s not recorded: %s", involved["kind"], namespace, name, err.reason
             )
+
+    def read_lease_renewal(self, namespace: str, name: str) -> str | None:
+        """Return a Lease's ``renewTime`` as the API server has it now (None: no Lease)."""
+        try:
+            response = self.coordination.read_namespaced_lease(
+                name, namespace, _preload_content=False
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        spec = orjson.loads(response.data).get("spec") or {}
+        renewed = spec.get("renewTime") or spec.get("acquireTime")
+        return str(renewed) if renewed else None
+
+    def patch_fabric_condition(self, node: str, condition: dict[str, Any]) -> None:
+        """Set ``node``'s ``FabricHealthy`` condition (a strategic merge on the condition's
+        type: every other condition stays as it is)."""
+        self.core.patch_node_status(
+            node,
+            {"status": {"conditions": [condition]}},
+            field_manager="tpfabric-placer",
+            _content_type="application/strategic-merge-patch+json",
+        )
 
     def read_job(self, namespace: str, name: str) -> dict[str, Any]:
         """Return the job as stored now (for a consistent read before writing a plan)."""

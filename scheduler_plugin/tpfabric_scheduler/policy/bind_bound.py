@@ -66,7 +66,10 @@ def decide(
             "start whole, so the plan is dropped and the gang is recreated and planned again"
         )
     if why:
-        return drop_whole(replace(item, members=members), why, now, memory, keep_wait=True)
+        reason = "workers_refused" if refused else "workers_missing"
+        return drop_whole(
+            replace(item, members=members), why, now, memory, reason=reason, keep_wait=True
+        )
     unbound = sorted(
         p.worker_index
         for p in members
@@ -97,5 +100,11 @@ def decide(
         + (" without the refused node(s)" if refusals else "")
     )
     return drop_whole(
-        replace(item, members=members), why, now, memory, keep_wait=True, refused=refusals
+        replace(item, members=members),
+        why,
+        now,
+        memory,
+        reason="node_taken" if taken else "bind_timeout",
+        keep_wait=True,
+        refused=refusals,
     )

@@ -43,11 +43,14 @@ def drop_whole(
     now: float,
     memory: PlacerMemory,
     *,
+    reason: str,
     keep_wait: bool = False,
     refused: list[RefusedNode] | None = None,
 ) -> PlacementIntent:
     """Return the drop of ``item``'s plan: ``Replanning`` (a ``GangReplanning`` Event in
-    ``why``), then the job's pods deleted.
+    ``why``), then the job's pods deleted; ``reason``: the one word the metrics count it by
+    (``bind_timeout``, ``node_taken``, ``workers_missing``, ``workers_refused``, ``node_gone``,
+    ``no_room``).
 
     ``keep_wait``: the plan never ran whole (its workers did not bind, its nodes were taken or
     left): the gang keeps waiting since it first waited (:func:`~tpfabric_scheduler.facts.
@@ -71,6 +74,7 @@ def drop_whole(
         level="warning",
         remember=remember,
         placed=False,
+        dropped=reason,
     )
 
 

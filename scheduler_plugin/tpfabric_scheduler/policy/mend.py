@@ -70,7 +70,8 @@ def replace_ranks(
         answer = ReplacementOptions(item.job.key, min(gone, default=0), "", "", "", (), why)
     if isinstance(answer, ReplacementOptions):
         if running(item.members, topology) or in_flight(item.members):
-            return Mend(drop_whole(item, answer.summary, cycle.now, memory), None)
+            dropped = drop_whole(item, answer.summary, cycle.now, memory, reason="no_room")
+            return Mend(dropped, None)
         _give_back(cycle, item, None if not moving else _others(item, moving))
         return Mend(None, None)
     demand = dict(request.other_resources)
@@ -118,6 +119,7 @@ def replace_gone(
         "domain has no room for their ranks: the gang is planned again",
         cycle.now,
         memory,
+        reason="node_gone",
         keep_wait=True,
     )
     # a rank on its way to its node made replace_ranks drop the plan already: it is dropped a

@@ -22,6 +22,7 @@ def test_every_component_that_writes_shared_objects_has_a_policy() -> None:
         "fabric-agent-policy.yaml",
         "gang-webhook-policy.yaml",
         "pod-writes-policy.yaml",
+        "scheduler-node-policy.yaml",
     }
 
 

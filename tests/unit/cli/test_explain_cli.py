@@ -272,6 +272,16 @@ def test_the_health_the_cluster_reports_is_shown_in_the_agents_words() -> None:
     )
 
 
+def test_a_rank_on_a_node_whose_agent_is_silent_says_its_health_is_unknown() -> None:
+    silent = {"n2": NodeHealth("unknown", "AgentSilent", "the fabric agent of node n2 is silent")}
+    job = tpj(**planned(["n1", "n2"]))
+    explanation = explain_object(job, [pod("llama-w-1", 1, "n2")], NODES, silent)
+    assert explanation.ranks[1].health == (
+        "unknown (AgentSilent: the fabric agent of node n2 is silent)"
+    )
+    assert "unknown (AgentSilent" in text_of(explanation)
+
+
 def test_one_kind_found_is_chosen_none_is_an_error_naming_namespace_and_name() -> None:
     job = tpj()
     assert choose_subject({JobKind.TPJ: job, JobKind.GANG: None}, "ns", "llama") == (

@@ -52,6 +52,14 @@ def test_the_label_or_a_false_condition_makes_a_node_unhealthy() -> None:
     assert [(r.rail, r.hca, r.state) for r in found.rails] == [(3, "mlx5_3", "degraded")]
 
 
+def test_a_node_whose_agent_is_silent_is_unknown_whatever_its_last_label_said() -> None:
+    silent = NodeCondition("Unknown", "AgentSilent", "the fabric agent of node n1 has not ...")
+    for label in ({labels.HEALTH: "ok"}, {labels.HEALTH: "degraded"}, {}):
+        found = node_health(label, silent, RAIL3)
+        assert found == NodeHealth("unknown", "AgentSilent", silent.message)
+    assert found.describe() == "unknown (AgentSilent: the fabric agent of node n1 has not ...)"
+
+
 def test_an_unreadable_detail_annotation_still_paints_the_node() -> None:
     found = node_health({labels.HEALTH: "degraded"}, SICK, "{not json")
     assert found == NodeHealth("degraded", "LinkDegraded", SYMBOLS)

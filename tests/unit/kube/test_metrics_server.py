@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import socket
 import ssl
 from collections.abc import Iterator
 
@@ -19,6 +20,7 @@ from tpfabric_kube.metrics_server import (
     add_metrics_flags,
     check_metrics_flags,
     is_loopback,
+    start_metrics_server,
 )
 
 
@@ -113,3 +115,30 @@ def test_the_default_is_a_checked_port() -> None:
     )
     loopback = parser.parse_args(["--metrics-address=127.0.0.1", "--metrics-auth=none"])
     check_metrics_flags(parser, loopback)  # a local cluster's or a benchmark's scrape
+
+
+def test_every_family_of_tpfabric_says_its_stability_in_its_help_and_others_do_not(
+    server: MetricsServer,
+) -> None:
+    _, body = get(server, "/metrics", "prom-token")
+    assert "# HELP tpfabric_test_things_total [ALPHA] Things." in body
+
+
+def test_a_started_port_serves_the_build_info_and_the_process_metrics() -> None:
+    with socket.socket() as probe:  # a free port for the flags
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = argparse.Namespace(
+        metrics_port=port, metrics_address="127.0.0.1", metrics_auth="none", metrics_cert_dir=None
+    )
+    running = start_metrics_server(args, lambda: None, component="operator")  # type: ignore[arg-type,return-value]
+    assert running is not None
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=10)
+        conn.request("GET", "/metrics")
+        body = conn.getresponse().read().decode()
+    finally:
+        running.stop()
+    assert 'tpfabric_build_info{component="operator",python_version=' in body
+    assert "# HELP tpfabric_build_info [ALPHA] " in body
+    assert "# HELP process_resident_memory_bytes Resident memory size in bytes." in body

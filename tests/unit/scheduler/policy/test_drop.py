@@ -33,7 +33,7 @@ def test_a_dropped_plan_says_why_deletes_the_gang_and_waits_since_now_or_its_fir
     add_job(store, "job", 2, placement=PLANNED)
     add_pods(store, "job", range(2), gated=False)
     item = work_of(store, "job")
-    now_dropped = drop_whole(item, "why", NOW, PlacerMemory())
+    now_dropped = drop_whole(item, "why", NOW, PlacerMemory(), reason="no_room")
     assert read_placement(now_dropped.placement).waiting_since_time == NOW
     assert (now_dropped.event, now_dropped.delete_pods, now_dropped.log) == (
         "GangReplanning",
@@ -42,7 +42,9 @@ def test_a_dropped_plan_says_why_deletes_the_gang_and_waits_since_now_or_its_fir
     )
     assert now_dropped.previous.term == 3, "the write tests the plan it drops"
     refused = [RefusedNode(node="leaf-a-n1", reason="volume", since=rfc3339(NOW))]
-    kept = drop_whole(item, "why", NOW, PlacerMemory(), keep_wait=True, refused=refused)
+    kept = drop_whole(
+        item, "why", NOW, PlacerMemory(), reason="node_taken", keep_wait=True, refused=refused
+    )
     dropped = read_placement(kept.placement)
     assert dropped.waiting_since_time == NOW - 40
     assert [r.node for r in dropped.refused_nodes] == ["leaf-a-n1"]
