@@ -27,11 +27,12 @@ from tpfabric_scheduler.gang_request import EligibleNodes
 from tpfabric_scheduler.policy.bind_bound import check_due
 from tpfabric_scheduler.policy.near import near_target
 from tpfabric_scheduler.policy.refusals import refused_nodes
+from tpfabric_scheduler.policy.requeue import Freed
 from tpfabric_scheduler.policy.waiting import still_waiting
 from tpfabric_scheduler.store import ClusterStore, JobRecord
 from tpfabric_scheduler.work import PlacementWork, PlacerMemory, Rules, plan_nodes
 
-__all__ = ["Queue", "cycle_order", "needs_snapshot"]
+__all__ = ["Queue", "QueueKey", "cycle_order", "needs_snapshot", "queue_key"]
 
 log = logging.getLogger("tpfabric.scheduler.placer")
 
@@ -109,7 +110,7 @@ class Queue:
                     near=near_target(store, job, topology),
                 )
             )
-        work.sort(key=lambda w: (-w.priority, w.job.created, w.job.key))
+        work.sort(key=queue_key)
         return work
 
     def _note_not_opted_in(self, job: JobRecord) -> None:
@@ -123,16 +124,43 @@ class Queue:
         log.warning("gang %s: not planned: %s", job.key, not_opted_in(job.namespace))
 
 
-def cycle_order(work: list[PlacementWork]) -> list[PlacementWork]:
-    """Return ``work`` in the order a cycle acts on it: released gangs first (their bind bound
-    is checked every cycle, never behind planning), then priority and arrival."""
-    return sorted(work, key=lambda w: not (w.planned and not w.gated))
+#: a gang's place in the queue: (-priority, creationTimestamp, key)
+QueueKey = tuple[int, str, str]
+
+
+def queue_key(item: PlacementWork) -> QueueKey:
+    """Return ``item``'s place in the queue: by priority, then arrival."""
+    return (-item.priority, item.job.created, item.job.key)
+
+
+def cycle_order(
+    work: list[PlacementWork],
+    *,
+    resume: QueueKey | None = None,
+    holding: Container[str] = frozenset(),
+) -> list[PlacementWork]:
+    """Return ``work`` (in queue order) in the order a cycle acts on it: released gangs first
+    (their bind bound is checked every cycle, never behind planning), then priority and arrival.
+
+    ``resume``: where the last cycle stopped at its time bound; the rest starts there and wraps
+    around (round-robin), after the gangs at the head of the line (``holding``: job uids whose
+    last attempt held a domain or stood at the head of the line), which keep holding their
+    domains before any younger gang plans.
+    """
+    watching = [w for w in work if w.planned and not w.gated]
+    rest = [w for w in work if not (w.planned and not w.gated)]
+    if resume is None:
+        return watching + rest
+    first = [w for w in rest if w.job.uid in holding]
+    others = [w for w in rest if w.job.uid not in holding]
+    cut = next((k for k, w in enumerate(others) if queue_key(w) >= resume), len(others))
+    return watching + first + others[cut:] + others[:cut]
 
 
 def needs_snapshot(
     item: PlacementWork,
     now: float,
-    freed: int,
+    freed: Freed,
     topology: ClusterTopology,
     *,
     rules: Rules,

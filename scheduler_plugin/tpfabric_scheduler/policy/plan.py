@@ -24,6 +24,7 @@ from tpfabric_scheduler.intent import PlacementIntent
 from tpfabric_scheduler.plan_inputs import plan_on
 from tpfabric_scheduler.policy.holds import without_held
 from tpfabric_scheduler.policy.near import domain_at, plan_near, wait_for_partner
+from tpfabric_scheduler.policy.requeue import Freed
 from tpfabric_scheduler.policy.returning import old_pods_leaving
 from tpfabric_scheduler.policy.waiting import still_waiting, wait
 from tpfabric_scheduler.work import Cycle, PlacementWork, PlacerMemory, Rules, gang_request_of
@@ -32,12 +33,12 @@ __all__ = ["decide"]
 
 
 def decide(
-    item: PlacementWork, cycle: Cycle, rules: Rules, memory: PlacerMemory, freed: int
+    item: PlacementWork, cycle: Cycle, rules: Rules, memory: PlacerMemory, freed: Freed
 ) -> PlacementIntent:
     """Return the plan of ``item``'s whole gang (``placed``), or why it waits.
 
-    ``freed``: the store's ``freed_generation`` at the cycle's start (-1: plan it whatever its
-    last attempt saw).
+    ``freed``: the capacity freed up to the cycle's start, read against the cycle's snapshot
+    (:data:`~.requeue.PLAN_AGAIN`: plan it whatever its last attempt saw).
     """
     job = item.job
     previous = item.placement
