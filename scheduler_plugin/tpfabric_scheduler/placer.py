@@ -47,6 +47,7 @@ from tpfabric_scheduler.capacity import (
     planned_rings,
     reservations_by_job,
 )
+from tpfabric_scheduler.explanations import Explanations
 from tpfabric_scheduler.intent import PlacementIntent
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
@@ -122,6 +123,8 @@ class GangPlacer:
         #: what the policies remember from cycle to cycle
         self._memory = PlacerMemory()
         self._queue = Queue()
+        #: why gangs of one shape wait, kept while the store's capacity stands
+        self._explanations = Explanations()
         #: the persist-then-release pipeline of this placer's writes (its term, its pools)
         self._writes = WritePipeline(
             store, writer, metrics, levels=levels, clock=clock, leading=leading, term=term
@@ -200,6 +203,7 @@ class GangPlacer:
                 pods_now=self._pods_now,
                 typical_gpus=typical_gang_gpus(view.jobs.values()),
                 returning=returning_nodes(view, topology, now),
+                explanations=self._explanations.at(view.capacity_generation),
             )
             if needed
             else None

@@ -17,6 +17,7 @@ from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_core.placement.topology import LevelSpec
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.capacity import Reservation
+from tpfabric_scheduler.explanations import Explanations
 from tpfabric_scheduler.gang_request import gang_request
 from tpfabric_scheduler.store import JobRecord, PodRecord
 
@@ -96,6 +97,8 @@ class Cycle:
     #: node index -> (creationTimestamp, key) of the gang returning to it: a gang whose plan was
     #: dropped lately while its owner makes it again keeps its previous nodes from younger gangs
     returning: dict[int, tuple[str, str]] = field(default_factory=dict)
+    #: why gangs of one shape wait, worked out once per state of capacity (:mod:`.explanations`)
+    explanations: Explanations = field(default_factory=Explanations)
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,7 @@ class CapacitySnapshot:
         "schedulable",
         "taints",
         "topology",
+        "version",
     )
 
     def __init__(
@@ -155,6 +156,9 @@ class CapacitySnapshot:
         self.ever_cache: dict[
             tuple[int, int, int, frozenset[str] | None, int | None], list[list[int]]
         ] = {}
+        #: bumped by every change of free capacity made through its methods (allocate, take,
+        #: give back, release): what was computed on it at one version holds while it stands
+        self.version = 0
 
     @classmethod
     def from_node_states(
@@ -245,6 +249,7 @@ class CapacitySnapshot:
         """
         index_of = self.topology.index_of
         others = [(self.free_of(name), amount) for name, amount in plan.other_resources]
+        self.version += 1
         for rank, name in enumerate(plan.nodes_by_rank):
             i = index_of[name]
             self.free_gpus[i] -= plan.gpus_per_worker
@@ -272,6 +277,7 @@ class CapacitySnapshot:
         i = self.topology.index_of.get(node)
         if i is None:
             return
+        self.version += 1
         for resource, amount in demand.items():
             if resource == gpus:
                 self.free_gpus[i] += sign * amount
@@ -286,6 +292,7 @@ class CapacitySnapshot:
         """Return nothing; add one worker's resources back per entry of ``nodes``."""
         index_of = self.topology.index_of
         others = [(self.free_of(name), amount) for name, amount in plan.other_resources]
+        self.version += 1
         for name in nodes:
             i = index_of[name]
             self.free_gpus[i] += plan.gpus_per_worker

@@ -102,8 +102,18 @@ def _plan(
     cycle: Cycle, item: PlacementWork, request: GangRequest, waited: float, rules: Rules
 ) -> GangPlan | Unschedulable:
     """Return the engine's answer for the gang on the cycle's snapshot without the domains held
-    for older gangs, near its partner when it asks to be."""
+    for older gangs, near its partner when it asks to be; why it waits is worked out once per
+    shape of gang and state of capacity (:mod:`tpfabric_scheduler.explanations`)."""
+    shared = item.near is None and not cycle.held_for_hol and not cycle.returning
+    explanations = cycle.explanations
+    key = explanations.key(cycle.snapshot, request, waited) if shared else None
+    known = explanations.known(key, request.name)
+    if known is not None:
+        return known  # a gang of the same shape waits on the same capacity: the same words
     snapshot = without_held(cycle, item)
-    return plan_near(
+    result = plan_near(
         lambda asked: plan_on(snapshot, asked, cycle, rules.cost, waited), request, item.near
     )
+    if isinstance(result, Unschedulable):
+        explanations.keep(key, result)
+    return result
