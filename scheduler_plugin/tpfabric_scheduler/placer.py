@@ -43,7 +43,7 @@ from tpfabric_core.placement.topology import DEFAULT_LEVELS, ClusterTopology, Le
 from tpfabric_scheduler.apply import apply_intent
 from tpfabric_scheduler.capacity import (
     Reservation,
-    build_snapshot,
+    Snapshots,
     planned_rings,
     reservations_by_job,
 )
@@ -123,6 +123,8 @@ class GangPlacer:
         #: what the policies remember from cycle to cycle
         self._memory = PlacerMemory()
         self._queue = Queue()
+        #: each cycle's snapshot, built from the last one (only the nodes that changed)
+        self._snapshots = Snapshots()
         #: why gangs of one shape wait, kept while the store's capacity stands
         self._explanations = Explanations()
         #: the persist-then-release pipeline of this placer's writes (its term, its pools)
@@ -198,7 +200,7 @@ class GangPlacer:
         )
         cycle = (
             Cycle(
-                build_snapshot(view, topology, reservations),
+                self._snapshots.build(view, topology, reservations),
                 now,
                 pods_now=self._pods_now,
                 typical_gpus=typical_gang_gpus(view.jobs.values()),

@@ -47,6 +47,9 @@ class Queue:
     def __init__(self) -> None:
         self.eligible = EligibleNodes()
         self._not_opted_in: set[str] = set()
+        #: job key -> (its record, its pods' map, its fresh plan) when it was last settled: the
+        #: store replaces each of them on any change, so the same three mean settled still
+        self._settled: dict[str, tuple[object, object, object]] = {}
 
     def pending(
         self,
@@ -66,7 +69,11 @@ class Queue:
             if job.kind == GANG_KIND and not store.gangs_allowed_in(job.namespace):
                 self._note_not_opted_in(job)
                 continue  # pods labelled by hand where no one opted in: not placed
-            members = sorted(store.workers.get(key, {}).values(), key=lambda p: p.name)
+            pods = store.workers.get(key)
+            inputs = (job, pods, store.fresh_plans.get(job.uid))
+            if _same(self._settled.get(key), inputs):
+                continue  # settled, and nothing it is read from changed since
+            members = sorted((pods or {}).values(), key=lambda p: p.name)
             live = [p for p in members if not p.terminal and not p.deleting]
             gated = [p for p in live if p.gated and p.uid not in released]
             unbound = [p for p in live if p.node is None and not p.gated]
@@ -79,7 +86,12 @@ class Queue:
                 and not unbound
                 and not (planned and missing_ranks(job, placement, members))
             ):
-                continue  # settled (the missing-rank check only for gangs with nothing else due)
+                # settled (the missing-rank check only for gangs with nothing else due); with
+                # no gated pod at all, what this placer released does not matter either
+                if not any(p.gated for p in live):
+                    self._settled[key] = inputs
+                continue
+            self._settled.pop(key, None)
             if not planned and len(gated) < len([p for p in live if p.uid not in released]):
                 continue  # pods of a dropped plan are still going
             if (
@@ -111,6 +123,8 @@ class Queue:
                 )
             )
         work.sort(key=queue_key)
+        if len(self._settled) > 2 * len(store.jobs) + 1024:
+            self._settled = {k: v for k, v in self._settled.items() if k in store.jobs}
         return work
 
     def _note_not_opted_in(self, job: JobRecord) -> None:
@@ -131,6 +145,10 @@ QueueKey = tuple[int, str, str]
 def queue_key(item: PlacementWork) -> QueueKey:
     """Return ``item``'s place in the queue: by priority, then arrival."""
     return (-item.priority, item.job.created, item.job.key)
+
+
+def _same(kept: tuple[object, ...] | None, inputs: tuple[object, ...]) -> bool:
+    return kept is not None and all(a is b for a, b in zip(kept, inputs, strict=True))
 
 
 def cycle_order(

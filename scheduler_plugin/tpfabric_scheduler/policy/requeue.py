@@ -37,13 +37,17 @@ class Freed:
         since: Callable[[int], frozenset[str] | None],
         topology: ClusterTopology | None = None,
         free_gpus: Callable[[int], int] = lambda i: 0,
+        version: Callable[[], int] = lambda: 0,
     ) -> None:
         #: the store's ``freed_generation`` this object reads up to (recorded by an attempt)
         self.generation = generation
         self._since = since
         self._topology = topology
         self._free_gpus = free_gpus
+        #: the version of the free GPUs read (what is remembered holds while it stands)
+        self._version = version
         self._rooms: dict[tuple[object, ...], int] = {}
+        self._answers: dict[tuple[object, ...], bool] = {}
 
     @classmethod
     def anywhere(cls, generation: int) -> Freed:
@@ -71,10 +75,32 @@ class Freed:
         """Return the same frees read against ``snapshot``'s free GPUs (the cycle's, which
         loses what each plan of the cycle takes)."""
         free = snapshot.free_gpus
-        return Freed(self.generation, self._since, snapshot.topology, free.__getitem__)
+        return Freed(
+            self.generation,
+            self._since,
+            snapshot.topology,
+            free.__getitem__,
+            lambda: snapshot.version,
+        )
 
     def could_help(self, attempt: Attempt, item: PlacementWork) -> bool:
-        """Return whether capacity freed since ``attempt`` could let ``item``'s gang fit now."""
+        """Return whether capacity freed since ``attempt`` could let ``item``'s gang fit now
+        (remembered per shape of gang and attempt: a deep queue asks it for many alike)."""
+        key = (
+            self._version(),
+            attempt.freed_generation,
+            attempt.depth,
+            attempt.workers,
+            attempt.gpus_per_worker,
+            item.eligible,
+            item.refused,
+        )
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = self._answers[key] = self._could_help(attempt, item)
+        return answer
+
+    def _could_help(self, attempt: Attempt, item: PlacementWork) -> bool:
         nodes = self._since(attempt.freed_generation)
         if nodes is None:
             return True
@@ -99,7 +125,7 @@ class Freed:
 
     def _room(self, depth: int, domain: int, gpus: int, item: PlacementWork) -> int:
         """Return how many workers of ``gpus`` GPUs the free GPUs of ``domain`` could hold."""
-        key = (depth, domain, gpus, item.eligible, item.refused)
+        key = (self._version(), depth, domain, gpus, item.eligible, item.refused)
         room = self._rooms.get(key)
         if room is None:
             assert self._topology is not None
