@@ -17,9 +17,10 @@ watches would (statuses persist, released workers bind at once). Then:
    completions since the last one freed as many nodes.
 3. **drain**: up to ``--drain-seconds`` without churn, for the stream's last gangs.
 
-It reports, over the steady state: every placer cycle's wall time (p50/p99/max); the time from a
-stream gang's last worker in the store to its Planned placement written (p50/p99/max; a gang not
-planned by the end of the drain counts as never, and the quantiles say so); plan attempts
+It reports, over the steady state: every placer cycle's wall time (p50/p99/max) and the placer
+thread's CPU time per cycle (p50/p99: what a cycle costs, whatever else shares the CPU); the time
+from a stream gang's last worker in the store to its Planned placement written (p50/p99/max; a
+gang not planned by the end of the drain counts as never, and the quantiles say so); plan attempts
 (``tpfabric_placer_plan_seconds``'s count) per second; the placer's CPU (the thread time of its
 cycles) and the whole process's (the placer, its write pool and the fake API server's work:
 parsing each write back, as the informers do) per second of wall time; the process's resident
@@ -160,6 +161,8 @@ async def _drive(
         "steady_seconds": round(wall, 2),
         "completions": tick,
         "cycles": summary([c[1] for c in steady], (0.5, 0.99), 3),
+        #: the placer thread's CPU seconds per cycle: what a cycle costs whatever else runs
+        "cycle_cpu": summary([c[2] for c in steady], (0.5, 0.99), 3),
         "plan_latency_s": stream_latency(arrived, writes.planned_at),
         #: backlog gangs planned during the run (a leaf whose every node came free)
         "backlog_planned": sum(1 for key in writes.planned_at if key.startswith("backlog/")),
@@ -228,6 +231,12 @@ def _child_argv(args: argparse.Namespace, nodes: int, waiting: int) -> list[str]
     ]
 
 
+def _cpu(cpu: dict[str, Any] | None) -> str:
+    if not cpu or not cpu.get("count"):
+        return ""
+    return f"{cpu['p50']:.3f} / {cpu['p99']:.3f}"
+
+
 def _seconds(value: float | None) -> str:
     return "never" if value is None else f"{value:.3f}"
 
@@ -239,6 +248,7 @@ def queue_table(results: list[dict[str, Any]]) -> Table:
         "waiting",
         "cycles",
         "cycle s p50 / p99 / max",
+        "cycle CPU s p50 / p99",
         "stream planned",
         "last pod -> plan s p50 / p99 / max",
         "gangs evaluated/s",
@@ -255,6 +265,7 @@ def queue_table(results: list[dict[str, Any]]) -> Table:
             f"{r['waiting']:,}",
             f"{cycles['count']:,}",
             f"{cycles['p50']:.3f} / {cycles['p99']:.3f} / {cycles['max']:.3f}",
+            _cpu(r.get("cycle_cpu")),
             f"{late['planned']}/{late['arrived']}",
             " / ".join(_seconds(late[q]) for q in ("p50", "p99", "max")),
             f"{r['evaluated_per_s']:.1f}",
