@@ -43,7 +43,7 @@ from tpfabric_core.api import (
     WORKER_INDEX_LABEL,
     Placement,
 )
-from tpfabric_core.api.placement import PLANNED, stored_status
+from tpfabric_core.api.placement import PLANNED, placement_of_status, stored_status
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.store import (
     ClusterStore,
@@ -260,10 +260,10 @@ class AppliedWrites:
                     target[field_name] = value
             job["metadata"]["resourceVersion"] = str(int(job["metadata"]["resourceVersion"]) + 1)
             self.status_writes += 1
-            state = (target.get("placement") or {}).get("state")
-            if state == PLANNED and key not in self.planned_at:
+            placement = placement_of_status(target)
+            if placement.state == PLANNED and key not in self.planned_at:
                 self.planned_at[key] = time.perf_counter()
-            if namespace == _BACKLOG and state == "Waiting":
+            if namespace == _BACKLOG and placement.waiting:
                 self.backlog_waiting.add(key)
             copied = _copy(job)
         record = JobRecord.from_object(copied)  # the informer parses outside the store's lock
@@ -310,7 +310,7 @@ class AppliedWrites:
             spec["schedulingGates"] = remaining_gates
             if not remaining_gates:
                 job = self.jobs[f"{namespace}/{pod['metadata']['labels'][JOB_LABEL]}"]
-                nodes = ((job.get("status") or {}).get("placement") or {}).get("nodes") or []
+                nodes = placement_of_status(job.get("status")).nodes
                 rank = int(pod["metadata"]["labels"][WORKER_INDEX_LABEL])
                 if rank < len(nodes):
                     spec["nodeName"] = nodes[rank]
