@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from placer_world import Clock, RecordingWriter
 
+from tpfabric_scheduler import plan_inputs as plan_inputs_module
 from tpfabric_scheduler.capacity import Snapshots
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placer import GangPlacer
@@ -34,3 +35,17 @@ def snapshots(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(Snapshots, "build", counting)
     return built
+
+
+@pytest.fixture
+def attempts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the gang of every plan attempt of the placer."""
+    made: list[str] = []
+    real = plan_inputs_module.plan_gang
+
+    def recording(snapshot: Any, request: Any, **kwargs: Any) -> Any:
+        made.append(request.name)
+        return real(snapshot, request, **kwargs)
+
+    monkeypatch.setattr(plan_inputs_module, "plan_gang", recording)
+    return made

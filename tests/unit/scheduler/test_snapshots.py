@@ -27,6 +27,12 @@ def contents(snapshot: CapacitySnapshot) -> dict[str, Any]:
     }
 
 
+def topology_of(store: ClusterStore) -> ClusterTopology:
+    return ClusterTopology.from_node_labels(
+        {name: node.labels for name, node in store.nodes.items()}, DEFAULT_LEVELS
+    )
+
+
 def same_as_whole(store: ClusterStore, snapshots: Snapshots, topology: ClusterTopology) -> None:
     reservations = reservations_by_job(store)
     built = snapshots.build(store.view(), topology, reservations)
@@ -36,9 +42,7 @@ def same_as_whole(store: ClusterStore, snapshots: Snapshots, topology: ClusterTo
 def test_a_snapshot_built_from_the_last_one_is_the_snapshot_built_whole() -> None:
     store = ClusterStore()
     two_leaves(store)
-    topology = ClusterTopology.from_node_labels(
-        {name: node.labels for name, node in store.nodes.items()}, DEFAULT_LEVELS
-    )
+    topology = topology_of(store)
     snapshots = Snapshots()
     with store.lock:
         store.upsert_pod(a_worker("busy", 0, node="leaf-a-n0", gated=False))
@@ -61,9 +65,7 @@ def test_a_snapshot_built_from_the_last_one_is_the_snapshot_built_whole() -> Non
 def test_a_cycles_plans_never_reach_the_next_cycles_snapshot() -> None:
     store = ClusterStore()
     two_leaves(store)
-    topology = ClusterTopology.from_node_labels(
-        {name: node.labels for name, node in store.nodes.items()}, DEFAULT_LEVELS
-    )
+    topology = topology_of(store)
     snapshots = Snapshots()
     first = snapshots.build(store.view(), topology, {})
     first.free_gpus[0] = -99  # what a plan of the cycle takes
