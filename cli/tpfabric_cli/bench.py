@@ -56,6 +56,14 @@ def operator(ctx: typer.Context) -> None:
     raise typer.Exit(main(list(ctx.args)))
 
 
+@app.command("queue", context_settings=_PASS_THROUGH, add_help_option=False)
+def queue(ctx: typer.Context) -> None:
+    """The placer with a deep queue: cycle, plan latency, CPU at 5,000/16,000 nodes (--json F)."""
+    from tpfabric_bench.queue import main  # noqa: PLC0415
+
+    raise typer.Exit(main(list(ctx.args)))
+
+
 @app.command("gangs", context_settings=_PASS_THROUGH, add_help_option=False)
 def gangs(ctx: typer.Context) -> None:
     """100 LWS groups x 8 pods on 1,000 kwok nodes, without and with tpfabric (--json F)."""

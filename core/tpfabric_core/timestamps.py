@@ -6,6 +6,7 @@ Shared by the operator (status times) and the placer (plannedAt, releasedAt, wai
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
 __all__ = ["parse_rfc3339", "rfc3339"]
 
@@ -17,8 +18,11 @@ def rfc3339(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime(_FORMAT)
 
 
+@functools.lru_cache(maxsize=65_536)
 def parse_rfc3339(text: str | None) -> float | None:
-    """Return the epoch seconds of an RFC 3339 UTC time, or None when absent or unreadable."""
+    """Return the epoch seconds of an RFC 3339 UTC time, or None when absent or unreadable
+    (remembered: a placer cycle reads every waiting gang's ``waitingSince``, and ``strptime``
+    is slow)."""
     if not text:
         return None
     try:

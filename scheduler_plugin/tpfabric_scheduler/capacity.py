@@ -32,11 +32,12 @@ from tpfabric_core.placement.cost import (
 from tpfabric_core.placement.snapshot import CapacitySnapshot, NodeState, Taint, TaintEffect
 from tpfabric_core.placement.topology import ClusterTopology
 from tpfabric_core.pod_wiring import GPU_RESOURCE
-from tpfabric_scheduler.store import ClusterStore, JobRecord
+from tpfabric_scheduler.store import ClusterStore, JobRecord, NodeRecord
 
 __all__ = [
     "PlannedRing",
     "Reservation",
+    "Snapshots",
     "build_snapshot",
     "load_of",
     "planned_rings",
@@ -139,6 +140,45 @@ def _effect(text: str) -> TaintEffect:
     return "NoSchedule"
 
 
+def _held(reservations: Mapping[str, list[Reservation]]) -> dict[str, dict[str, int]]:
+    """Return node -> resource -> what the reservations hold there."""
+    held: dict[str, dict[str, int]] = {}
+    for items in reservations.values():
+        for item in items:
+            on_node = held.setdefault(item.node, {})
+            for resource, amount in item.demand.items():
+                on_node[resource] = on_node.get(resource, 0) + amount
+    return held
+
+
+def _node_state(
+    name: str,
+    node: NodeRecord,
+    used: Mapping[str, int],
+    taken: Mapping[str, int],
+    silent: bool = False,
+) -> NodeState:
+    """Return ``node``'s free capacity: allocatable minus bound pods minus reservations.
+    A node whose agent is ``silent`` is unknown: new plans treat it as degraded."""
+    free = {
+        resource: amount - used.get(resource, 0) - taken.get(resource, 0)
+        for resource, amount in node.allocatable.items()
+        if resource != GPU_RESOURCE
+    }
+    gpus = node.allocatable.get(GPU_RESOURCE, 0)
+    return NodeState(
+        name=name,
+        free_gpus=gpus - used.get(GPU_RESOURCE, 0) - taken.get(GPU_RESOURCE, 0),
+        free_rdma=0,
+        ready=node.ready,
+        schedulable=not node.unschedulable,
+        taints=tuple(Taint(key=k, value=v, effect=_effect(e)) for k, v, e in node.taints),
+        health="degraded" if silent or node.labels.get(labels.HEALTH) == "degraded" else "ok",
+        free=free,
+        allocatable_gpus=gpus,
+    )
+
+
 def build_snapshot(
     store: ClusterStore,
     topology: ClusterTopology,
@@ -150,36 +190,61 @@ def build_snapshot(
     bytes, pod slots, the RDMA resource, other extended resources) is in ``free_other``, so one
     snapshot serves gangs that ask for different RDMA resource names.
     """
-    held: dict[str, dict[str, int]] = {}
-    for items in reservations.values():
-        for item in items:
-            on_node = held.setdefault(item.node, {})
-            for resource, amount in item.demand.items():
-                on_node[resource] = on_node.get(resource, 0) + amount
-    states = []
-    for name, node in store.nodes.items():
-        taken = held.get(name, {})
-        used = store.used.get(name, {})
-        free = {
-            resource: amount - used.get(resource, 0) - taken.get(resource, 0)
-            for resource, amount in node.allocatable.items()
-            if resource != GPU_RESOURCE
-        }
-        gpus = node.allocatable.get(GPU_RESOURCE, 0)
-        states.append(
-            NodeState(
-                name=name,
-                free_gpus=gpus - used.get(GPU_RESOURCE, 0) - taken.get(GPU_RESOURCE, 0),
-                free_rdma=0,
-                ready=node.ready,
-                schedulable=not node.unschedulable,
-                taints=tuple(Taint(key=k, value=v, effect=_effect(e)) for k, v, e in node.taints),
-                # a node whose agent is silent is unknown: new plans treat it as degraded
-                health="degraded"
-                if node.labels.get(labels.HEALTH) == "degraded" or name in store.silent_nodes
-                else "ok",
-                free=free,
-                allocatable_gpus=gpus,
-            )
+    held = _held(reservations)
+    silent = store.silent_nodes
+    return CapacitySnapshot.from_node_states(
+        topology,
+        (
+            _node_state(name, node, store.used.get(name, {}), held.get(name, {}), name in silent)
+            for name, node in store.nodes.items()
+        ),
+    )
+
+
+#: what a node's free capacity was read from: its record, its use (the store replaces a node's
+#: use map whenever a pod on it changes, never edits it), the reservations on it and whether
+#: its agent is silent
+_NodeInputs = tuple[NodeRecord | None, Mapping[str, int] | None, dict[str, int] | None, bool]
+
+
+class Snapshots:
+    """Builds each cycle's snapshot from the last one: only the nodes whose record, use or
+    reservations changed are read again (O(nodes) identity checks, not O(nodes x resources)
+    arithmetic); a new topology builds it whole. Same answer as :func:`build_snapshot`."""
+
+    def __init__(self) -> None:
+        self._base: CapacitySnapshot | None = None
+        self._inputs: list[_NodeInputs] = []
+
+    def build(
+        self,
+        store: ClusterStore,
+        topology: ClusterTopology,
+        reservations: Mapping[str, list[Reservation]],
+    ) -> CapacitySnapshot:
+        """Return this cycle's snapshot (a copy: the cycle's plans take from it)."""
+        held = _held(reservations)
+        names, nodes, used, silent = (
+            topology.node_names,
+            store.nodes,
+            store.used,
+            store.silent_nodes,
         )
-    return CapacitySnapshot.from_node_states(topology, states)
+        base = self._base
+        if base is None or base.topology is not topology:
+            base = self._base = build_snapshot(store, topology, reservations)
+            self._inputs = [(nodes.get(n), used.get(n), held.get(n), n in silent) for n in names]
+            return base.copy()
+        inputs = self._inputs
+        for i, name in enumerate(names):
+            node, use, taken = nodes.get(name), used.get(name), held.get(name)
+            quiet = name in silent
+            was = inputs[i]
+            if was[0] is node and was[1] is use and was[2] == taken and was[3] == quiet:
+                continue
+            inputs[i] = (node, use, taken, quiet)
+            if node is None:
+                base.put_state(NodeState(name=name, free_gpus=0, free_rdma=0, ready=False))
+            else:
+                base.put_state(_node_state(name, node, use or {}, taken or {}, quiet))
+        return base.copy()

@@ -15,7 +15,8 @@ A cycle (run by the lease holder only; :mod:`.loop` decides when) is a short scr
    they ran (:mod:`.policy.returning`).
 4. **housekeeping**: drop the suspended jobs' plans, finish the dropped plans, write where the
    recovered gangs run.
-5. **act** on each gang due, in order, within the cycle's time bound: its policy decides what
+5. **act** on each gang due, in order, within the cycle's time bound (a cycle that reaches it
+   leaves the rest to the next, which resumes there: round-robin): its policy decides what
    to do (a gang without a plan: :mod:`.policy.plan`; a planned gang with gated pods:
    :mod:`.policy.release`; a released gang: :mod:`.policy.bind_bound`) and the cycle applies
    the intent it returns (:mod:`.apply`). Fresh plans are written by the pipeline's pool while
@@ -42,10 +43,11 @@ from tpfabric_core.placement.topology import DEFAULT_LEVELS, ClusterTopology, Le
 from tpfabric_scheduler.apply import apply_intent
 from tpfabric_scheduler.capacity import (
     Reservation,
-    build_snapshot,
+    Snapshots,
     planned_rings,
     reservations_by_job,
 )
+from tpfabric_scheduler.explanations import Explanations
 from tpfabric_scheduler.intent import PlacementIntent
 from tpfabric_scheduler.kube import KubeWriter
 from tpfabric_scheduler.metrics import Metrics
@@ -53,8 +55,9 @@ from tpfabric_scheduler.plan_inputs import RingFlows, typical_gang_gpus
 from tpfabric_scheduler.policy import bind_bound, drop, healthy_room, plan, recovered, release
 from tpfabric_scheduler.policy.bind_bound import BIND_TIMEOUT_SECONDS
 from tpfabric_scheduler.policy.holds import HEAD_OF_LINE_SECONDS
+from tpfabric_scheduler.policy.requeue import Freed
 from tpfabric_scheduler.policy.returning import returning_nodes
-from tpfabric_scheduler.queue import Queue, cycle_order, needs_snapshot
+from tpfabric_scheduler.queue import Queue, QueueKey, cycle_order, needs_snapshot, queue_key
 from tpfabric_scheduler.store import ClusterStore, PodRecord
 from tpfabric_scheduler.work import Cycle, PlacementWork, PlacerMemory, Rules
 from tpfabric_scheduler.writes import NotLeadingError, WritePipeline
@@ -112,11 +115,18 @@ class GangPlacer:
         self.max_cycle_seconds = max_cycle_seconds
         #: a cycle stopped at its time bound: run the next one at once
         self._wake_again = False
+        #: the queue position of the first gang a cycle stopped at its bound did not reach: the
+        #: next cycle resumes there
+        self._resume: QueueKey | None = None
         self._topology: ClusterTopology | None = None
         self._topology_generation = -1
         #: what the policies remember from cycle to cycle
         self._memory = PlacerMemory()
         self._queue = Queue(refused=metrics.plans_refused.labels("not_opted_in").inc)
+        #: each cycle's snapshot, built from the last one (only the nodes that changed)
+        self._snapshots = Snapshots()
+        #: why gangs of one shape wait, kept while the store's capacity stands
+        self._explanations = Explanations()
         #: the persist-then-release pipeline of this placer's writes (its term, its pools)
         self._writes = WritePipeline(
             store, writer, metrics, levels=levels, clock=clock, leading=leading, term=term
@@ -177,7 +187,7 @@ class GangPlacer:
         unfinished = drop.unfinished(view, now, memory, self._released)
         unrecorded = recovered.running_without_plan(view)
         movers = healthy_room.due(view, now, rules, memory, self._queue.eligible)
-        freed = view.freed_generation
+        freed = Freed.of_view(view, topology)
         # 3. snapshot: every bind and pod update wakes a cycle; one that only watches released
         # gangs bind and meets waiting gangs whose inputs did not change builds none
         needed = (
@@ -190,11 +200,12 @@ class GangPlacer:
         )
         cycle = (
             Cycle(
-                build_snapshot(view, topology, reservations),
+                self._snapshots.build(view, topology, reservations),
                 now,
                 pods_now=self._pods_now,
                 typical_gpus=typical_gang_gpus(view.jobs.values()),
                 returning=returning_nodes(view, topology, now),
+                explanations=self._explanations.at(view.capacity_generation),
             )
             if needed
             else None
@@ -203,6 +214,7 @@ class GangPlacer:
         del view
         if cycle is not None:
             cycle.uplinks = self._rings.uplink_load(topology, rings)
+            freed = freed.on(cycle.snapshot)  # what each plan of the cycle takes is gone
         # 4. housekeeping
         for job, placement in suspended:
             self._apply_aside(drop.drop_suspended(job, placement), "dropping the plan")
@@ -212,10 +224,11 @@ class GangPlacer:
             assert cycle is not None
             intent = recovered.recover(job, members, cycle.snapshot, rules)
             self._apply_aside(intent, "writing the recovered placement")
-        # 5. act, the released gangs first
+        # 5. act, the released gangs first, resuming where a cycle stopped at its bound
         started = time.monotonic()
+        order = cycle_order(work, resume=self._resume, holding=memory.holding())
         with self._writes.cycle():
-            waiting = self._act_on_all(cycle_order(work), cycle, freed, started, rules)
+            waiting = self._act_on_all(order, cycle, freed, started, rules)
         # 6. healthy room
         for mover in movers:
             answer = healthy_room.decide(mover, cycle, waiting, rules, memory)
@@ -232,13 +245,18 @@ class GangPlacer:
         self,
         work: list[PlacementWork],
         cycle: Cycle | None,
-        freed: int,
+        freed: Freed,
         started: float,
         rules: Rules,
     ) -> int:
-        """Act on ``work`` in order until the cycle's time bound; return how many jobs wait."""
+        """Act on ``work`` in order until the cycle's time bound; return how many jobs wait.
+
+        A cycle stopped at its bound remembers where: the next resumes there (round-robin over
+        the gangs due), so the youngest gang is reached however many older ones wait.
+        """
         waiting = 0
         acted = 0
+        self._resume = None
         if cycle is None:  # bind checks not yet due and unchanged waits (see run_cycle)
             return sum(1 for item in work if not item.planned)
         for done, item in enumerate(work):
@@ -254,6 +272,7 @@ class GangPlacer:
                 # no cycle delays the bind checks of released gangs for long
                 log.info("cycle time bound: %d job(s) left to the next cycle", len(work) - done)
                 self._wake_again = True
+                self._resume = queue_key(item)
                 break
             acted += 0 if watching else 1
             try:
@@ -274,7 +293,7 @@ class GangPlacer:
         return waiting
 
     def _decide(
-        self, item: PlacementWork, cycle: Cycle, freed: int, rules: Rules
+        self, item: PlacementWork, cycle: Cycle, freed: Freed, rules: Rules
     ) -> PlacementIntent:
         """Return what ``item``'s policy decides: plan it, check and release it, or watch it
         bind."""

@@ -28,11 +28,12 @@ from tpfabric_scheduler.gang_request import EligibleNodes
 from tpfabric_scheduler.policy.bind_bound import check_due
 from tpfabric_scheduler.policy.near import near_target
 from tpfabric_scheduler.policy.refusals import refused_nodes
+from tpfabric_scheduler.policy.requeue import Freed
 from tpfabric_scheduler.policy.waiting import still_waiting
 from tpfabric_scheduler.store import ClusterStore, JobRecord
 from tpfabric_scheduler.work import PlacementWork, PlacerMemory, Rules, plan_nodes
 
-__all__ = ["Queue", "cycle_order", "needs_snapshot"]
+__all__ = ["Queue", "QueueKey", "cycle_order", "needs_snapshot", "queue_key"]
 
 log = logging.getLogger("tpfabric.scheduler.placer")
 
@@ -49,6 +50,9 @@ class Queue:
         self.eligible = EligibleNodes()
         self._not_opted_in: set[str] = set()
         self._refused = refused
+        #: job key -> (its record, its pods' map, its fresh plan) when it was last settled: the
+        #: store replaces each of them on any change, so the same three mean settled still
+        self._settled: dict[str, tuple[object, object, object]] = {}
 
     def pending(
         self,
@@ -68,7 +72,11 @@ class Queue:
             if job.kind == GANG_KIND and not store.gangs_allowed_in(job.namespace):
                 self._note_not_opted_in(job)
                 continue  # pods labelled by hand where no one opted in: not placed
-            members = sorted(store.workers.get(key, {}).values(), key=lambda p: p.name)
+            pods = store.workers.get(key)
+            inputs = (job, pods, store.fresh_plans.get(job.uid))
+            if _same(self._settled.get(key), inputs):
+                continue  # settled, and nothing it is read from changed since
+            members = sorted((pods or {}).values(), key=lambda p: p.name)
             live = [p for p in members if not p.terminal and not p.deleting]
             gated = [p for p in live if p.gated and p.uid not in released]
             unbound = [p for p in live if p.node is None and not p.gated]
@@ -81,7 +89,12 @@ class Queue:
                 and not unbound
                 and not (planned and missing_ranks(job, placement, members))
             ):
-                continue  # settled (the missing-rank check only for gangs with nothing else due)
+                # settled (the missing-rank check only for gangs with nothing else due); with
+                # no gated pod at all, what this placer released does not matter either
+                if not any(p.gated for p in live):
+                    self._settled[key] = inputs
+                continue
+            self._settled.pop(key, None)
             if not planned and len(gated) < len([p for p in live if p.uid not in released]):
                 continue  # pods of a dropped plan are still going
             if (
@@ -112,7 +125,9 @@ class Queue:
                     near=near_target(store, job, topology),
                 )
             )
-        work.sort(key=lambda w: queue_order(w.priority, w.job.created, w.job.key))
+        work.sort(key=queue_key)
+        if len(self._settled) > 2 * len(store.jobs) + 1024:
+            self._settled = {k: v for k, v in self._settled.items() if k in store.jobs}
         return work
 
     def _note_not_opted_in(self, job: JobRecord) -> None:
@@ -128,16 +143,48 @@ class Queue:
         log.warning("gang %s: not planned: %s", job.key, not_opted_in(job.namespace))
 
 
-def cycle_order(work: list[PlacementWork]) -> list[PlacementWork]:
-    """Return ``work`` in the order a cycle acts on it: released gangs first (their bind bound
-    is checked every cycle, never behind planning), then priority and arrival."""
-    return sorted(work, key=lambda w: not (w.planned and not w.gated))
+#: a gang's place in the queue: (-priority, creationTimestamp, key)
+QueueKey = tuple[int, str, str]
+
+
+def queue_key(item: PlacementWork) -> QueueKey:
+    """Return ``item``'s place in the queue: by priority, then arrival (core's
+    :func:`~tpfabric_core.placement.queue_order.queue_order`, which ``tpfabric queue`` shows)."""
+    return queue_order(item.priority, item.job.created, item.job.key)
+
+
+def _same(kept: tuple[object, ...] | None, inputs: tuple[object, ...]) -> bool:
+    return kept is not None and all(a is b for a, b in zip(kept, inputs, strict=True))
+
+
+def cycle_order(
+    work: list[PlacementWork],
+    *,
+    resume: QueueKey | None = None,
+    holding: Container[str] = frozenset(),
+) -> list[PlacementWork]:
+    """Return ``work`` (in queue order) in the order a cycle acts on it: released gangs first
+    (their bind bound is checked every cycle, never behind planning), then priority and arrival.
+
+    ``resume``: where the last cycle stopped at its time bound; the rest starts there and wraps
+    around (round-robin), after the gangs at the head of the line (``holding``: job uids whose
+    last attempt held a domain or stood at the head of the line), which keep holding their
+    domains before any younger gang plans.
+    """
+    watching = [w for w in work if w.planned and not w.gated]
+    rest = [w for w in work if not (w.planned and not w.gated)]
+    if resume is None:
+        return watching + rest
+    first = [w for w in rest if w.job.uid in holding]
+    others = [w for w in rest if w.job.uid not in holding]
+    cut = next((k for k, w in enumerate(others) if queue_key(w) >= resume), len(others))
+    return watching + first + others[cut:] + others[:cut]
 
 
 def needs_snapshot(
     item: PlacementWork,
     now: float,
-    freed: int,
+    freed: Freed,
     topology: ClusterTopology,
     *,
     rules: Rules,

@@ -17,6 +17,7 @@ from typing import Any
 from tpfabric_core.api import KIND
 from tpfabric_core.api.placement import StoredPlacement, finished, read_placement
 from tpfabric_core.fabric.agent_heartbeat import HeartbeatLease, Heartbeats, node_of_lease
+from tpfabric_scheduler.freed import FreedLog
 from tpfabric_scheduler.node_record import NodeRecord, index_nodes
 from tpfabric_scheduler.records import (
     GANG_KEY,
@@ -69,11 +70,8 @@ class ClusterStore:
         self.generation = 0
         #: bumped when free capacity may have changed: nodes, pods bound/unbound/gone, plans
         self.capacity_generation = 0
-        #: bumped only when capacity may have grown for a waiting gang: a bound pod finished or
-        #: went, a node changed, a plan's reservations went, a worker bound (its rank's
-        #: reservation elsewhere ends). A pod binding or a new plan never lets a waiting gang
-        #: fit, so it is not re-planned for those (in a busy cluster, most changes)
-        self.freed_generation = 0
+        #: where capacity was freed, by generation (:mod:`.freed`)
+        self.freed = FreedLog()
         #: plans written by the placer that the job watch has not delivered yet: job uid -> plan
         self.fresh_plans: dict[str, StoredPlacement] = {}
         #: the namespaces that opted in to gangs of other controllers (``tpfabric.io/gangs=
@@ -113,9 +111,15 @@ class ClusterStore:
         copy.topology_generation = self.topology_generation
         copy.generation = self.generation
         copy.capacity_generation = self.capacity_generation
-        copy.freed_generation = self.freed_generation
+        copy.freed = self.freed.view()
         copy._reservations = self._reservations  # immutable once made
         return copy
+
+    @property
+    def freed_generation(self) -> int:
+        """Return the generation of capacity freed: bumped only when capacity may have grown for
+        a waiting gang (a pod binding or a new plan never lets one fit, :mod:`.freed`)."""
+        return self.freed.generation
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -126,11 +130,13 @@ class ClusterStore:
     def put_node(self, node: NodeRecord) -> None:
         """Add or replace a node record (parsed outside the lock)."""
         old = self.nodes.get(node.name)
-        if old is None or old.labels != node.labels:
+        reshaped = old is None or old.labels != node.labels
+        if reshaped:
             self.topology_generation += 1
         if old != node:
             self.capacity_generation += 1
-            self.freed_generation += 1
+            # a domain changed shape: what could fit anywhere is asked again
+            self.freed.record(None if reshaped else node.name)
         self.nodes[node.name] = node
         self.generation += 1
 
@@ -139,7 +145,7 @@ class ClusterStore:
         if self.nodes.pop(name, None) is not None:
             self.topology_generation += 1
             self.capacity_generation += 1
-            self.freed_generation += 1  # a domain changed shape: what could fit is asked again
+            self.freed.record(None)  # a domain changed shape: what could fit is asked again
             self.generation += 1
 
     # -- fabric agents' heartbeats ---------------------------------------------------------
@@ -163,9 +169,11 @@ class ClusterStore:
         health changes with it: what may fit is looked at again)."""
         if nodes == self.silent_nodes:
             return False
+        changed = nodes ^ self.silent_nodes
         self.silent_nodes = nodes
         self.capacity_generation += 1
-        self.freed_generation += 1
+        # a node whose agent speaks again may now be used by a gang that avoids degraded nodes
+        self.freed.record(*sorted(changed))
         self.generation += 1
         return True
 
@@ -205,7 +213,7 @@ class ClusterStore:
         old, self.nodes = self.nodes, nodes
         self.topology_generation += 1
         self.capacity_generation += 1
-        self.freed_generation += 1
+        self.freed.record(None)
         self.generation += 1
         return old
 
@@ -228,7 +236,7 @@ class ClusterStore:
         if old is None or capacity_facts(old) != capacity_facts(pod):
             self.capacity_generation += 1
             if old is not None and frees(old, pod):
-                self.freed_generation += 1
+                self.freed.record(*self._freed_by(old, pod))
         self.generation += 1
 
     def delete_pod(self, key: str) -> None:
@@ -238,7 +246,7 @@ class ClusterStore:
             self._account(old, -1)
             self.capacity_generation += 1
             if old.node is not None and not old.terminal:
-                self.freed_generation += 1
+                self.freed.record(old.node)
             self.generation += 1
 
     def replace_pods(self, objs: list[dict[str, Any]]) -> None:
@@ -256,7 +264,7 @@ class ClusterStore:
         self.pods, self.used = index.pods, index.used
         self.workers, self.ports_used = index.workers, index.ports_used
         self.capacity_generation += 1
-        self.freed_generation += 1
+        self.freed.record(None)
         self.generation += 1
         return old
 
@@ -269,21 +277,24 @@ class ClusterStore:
     def put_job(self, job: JobRecord) -> None:
         """Add or replace a TensorParallelJob record (parsed and validated outside the lock)."""
         old = self.jobs.get(job.key)
+        held = self.placement_of(old).nodes if old is not None else []
         self.jobs[job.key] = job
         self._kinds.add(job.kind)
         if old is None or planning_facts(old) != planning_facts(job):
             self.capacity_generation += 1
             if old is not None and holds_nodes(old) and not holds_nodes(job):
-                self.freed_generation += 1  # its plan's reservations went
+                self.freed.record(*held)  # its plan's reservations went
         self.generation += 1
 
     def delete_job(self, key: str) -> None:
         """Forget a TensorParallelJob."""
-        old = self.jobs.pop(key, None)
+        old = self.jobs.get(key)
         if old is not None:
+            held = self.placement_of(old).nodes
+            del self.jobs[key]
             self.fresh_plans.pop(old.uid, None)
             self.capacity_generation += 1
-            self.freed_generation += 1
+            self.freed.record(*held)  # its plan's reservations went (its pods go on their own)
             self.generation += 1
 
     def replace_jobs(self, objs: list[dict[str, Any]]) -> None:
@@ -305,9 +316,22 @@ class ClusterStore:
         # may name a kind no record has any more (a later install then copies, nothing else)
         self._kinds = (self._kinds - {kind}) | ({kind} if jobs else set())
         self.capacity_generation += 1
-        self.freed_generation += 1
+        self.freed.record(None)
         self.generation += 1
         return old
+
+    def _freed_by(self, old: PodRecord, new: PodRecord) -> list[str | None]:
+        """Return the nodes where a pod's change (one that :func:`~.records.frees`) freed
+        capacity: the node it left or finished on, or, for a worker that bound, the node its
+        rank's reservation held."""
+        if old.node is not None:
+            return [old.node]
+        job = self.jobs.get(new.job or "")
+        planned = self.placement_of(job).nodes if job is not None else []
+        rank = new.worker_index
+        if rank is None or not 0 <= rank < len(planned):
+            return [None]  # a reservation we cannot name: anywhere
+        return [planned[rank]]
 
     # -- plans -------------------------------------------------------------------------------
 
@@ -320,11 +344,12 @@ class ClusterStore:
         sees the old job's plan. ``None`` records that the plan was dropped.
         """
         fresh = read_placement(placement)
+        held = self.placement_of(job).nodes
         self.fresh_plans[job.uid] = fresh
         self.generation += 1
         self.capacity_generation += 1
         if not fresh.planned:
-            self.freed_generation += 1
+            self.freed.record(*held)  # the dropped plan's reservations went
 
     def placement_of(self, job: JobRecord) -> StoredPlacement:
         """Return the job's placement: the placer's fresh write if the watch lags, else stored."""

@@ -17,6 +17,7 @@ from tpfabric_core.placement.snapshot import CapacitySnapshot
 from tpfabric_core.placement.topology import LevelSpec
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.capacity import Reservation
+from tpfabric_scheduler.explanations import Explanations
 from tpfabric_scheduler.gang_request import gang_request
 from tpfabric_scheduler.store import JobRecord, PodRecord
 
@@ -96,6 +97,8 @@ class Cycle:
     #: node index -> (creationTimestamp, key) of the gang returning to it: a gang whose plan was
     #: dropped lately while its owner makes it again keeps its previous nodes from younger gangs
     returning: dict[int, tuple[str, str]] = field(default_factory=dict)
+    #: why gangs of one shape wait, worked out once per state of capacity (:mod:`.explanations`)
+    explanations: Explanations = field(default_factory=Explanations)
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,12 @@ class Attempt:
     holds: bool = False
     #: its pods as the attempt saw them (uid, gated, node): a new or changed worker of its own
     members: frozenset[tuple[str, bool, str | None]] = frozenset()
+    #: the depth of the highest level it could use (None: unknown, any free plans it again),
+    #: its workers and each one's GPUs: what freed capacity must reach to matter to it
+    #: (:mod:`.policy.requeue`)
+    depth: int | None = None
+    workers: int = 0
+    gpus_per_worker: int = 0
 
 
 @dataclass
@@ -149,6 +158,11 @@ class PlacerMemory:
     #: the nodes labelled degraded, per topology generation (a label change bumps it) (healthy
     #: room)
     degraded_nodes: tuple[int, frozenset[str]] = (-1, frozenset())
+
+    def holding(self) -> set[str]:
+        """Return the uids of the waiting jobs whose last attempt stood at the head of the line
+        or held a domain."""
+        return {uid for uid, attempt in self.attempts.items() if attempt.hol or attempt.holds}
 
     def forget_all_but(self, live: set[str]) -> None:
         """Forget the waits of the jobs not in ``live`` (job uids): they are not due any more."""

@@ -122,6 +122,7 @@ class CapacitySnapshot:
         "schedulable",
         "taints",
         "topology",
+        "version",
     )
 
     def __init__(
@@ -155,6 +156,9 @@ class CapacitySnapshot:
         self.ever_cache: dict[
             tuple[int, int, int, frozenset[str] | None, int | None], list[list[int]]
         ] = {}
+        #: bumped by every change of free capacity made through its methods (allocate, take,
+        #: give back, release): what was computed on it at one version holds while it stands
+        self.version = 0
 
     @classmethod
     def from_node_states(
@@ -173,30 +177,8 @@ class CapacitySnapshot:
             alloc_gpus=[0] * n,
             alloc_rdma=[0] * n,
         )
-        index_of = topology.index_of
-        other = snapshot.free_other
         for state in states:
-            i = index_of.get(state.name)
-            if i is None:
-                continue
-            snapshot.free_gpus[i] = state.free_gpus
-            snapshot.free_rdma[i] = state.free_rdma
-            snapshot.alloc_gpus[i] = (
-                state.free_gpus if state.allocatable_gpus is None else state.allocatable_gpus
-            )
-            snapshot.alloc_rdma[i] = (
-                state.free_rdma if state.allocatable_rdma is None else state.allocatable_rdma
-            )
-            snapshot.ready[i] = state.ready
-            snapshot.schedulable[i] = state.schedulable
-            snapshot.degraded[i] = state.health == "degraded"
-            if state.taints:
-                snapshot.taints[i] = state.taints
-            for resource, amount in state.free.items():
-                per_node = other.get(resource)
-                if per_node is None:
-                    per_node = other[resource] = [0] * n
-                per_node[i] = amount
+            snapshot.put_state(state)
         return snapshot
 
     def copy(self) -> CapacitySnapshot:
@@ -213,6 +195,32 @@ class CapacitySnapshot:
             alloc_gpus=self.alloc_gpus.copy(),
             alloc_rdma=self.alloc_rdma.copy(),
         )
+
+    def put_state(self, state: NodeState) -> None:
+        """Write ``state`` as its node's (skipped when the topology does not know the node)."""
+        i = self.topology.index_of.get(state.name)
+        if i is None:
+            return
+        self.version += 1
+        self.free_gpus[i] = state.free_gpus
+        self.free_rdma[i] = state.free_rdma
+        alloc_gpus = state.free_gpus if state.allocatable_gpus is None else state.allocatable_gpus
+        alloc_rdma = state.free_rdma if state.allocatable_rdma is None else state.allocatable_rdma
+        if (self.alloc_gpus[i], self.alloc_rdma[i]) != (alloc_gpus, alloc_rdma):
+            self.alloc_gpus[i], self.alloc_rdma[i] = alloc_gpus, alloc_rdma
+            self.ever_cache.clear()
+        self.ready[i] = state.ready
+        self.schedulable[i] = state.schedulable
+        self.degraded[i] = state.health == "degraded"
+        if state.taints:
+            self.taints[i] = state.taints
+        else:
+            self.taints.pop(i, None)
+        for resource, per_node in self.free_other.items():
+            if resource not in state.free:
+                per_node[i] = 0
+        for resource, amount in state.free.items():
+            self.free_of(resource)[i] = amount
 
     def node_state(self, name: str) -> NodeState:
         """Return the state of node ``name`` as a :class:`NodeState`."""
@@ -245,6 +253,7 @@ class CapacitySnapshot:
         """
         index_of = self.topology.index_of
         others = [(self.free_of(name), amount) for name, amount in plan.other_resources]
+        self.version += 1
         for rank, name in enumerate(plan.nodes_by_rank):
             i = index_of[name]
             self.free_gpus[i] -= plan.gpus_per_worker
@@ -272,6 +281,7 @@ class CapacitySnapshot:
         i = self.topology.index_of.get(node)
         if i is None:
             return
+        self.version += 1
         for resource, amount in demand.items():
             if resource == gpus:
                 self.free_gpus[i] += sign * amount
@@ -286,6 +296,7 @@ class CapacitySnapshot:
         """Return nothing; add one worker's resources back per entry of ``nodes``."""
         index_of = self.topology.index_of
         others = [(self.free_of(name), amount) for name, amount in plan.other_resources]
+        self.version += 1
         for name in nodes:
             i = index_of[name]
             self.free_gpus[i] += plan.gpus_per_worker

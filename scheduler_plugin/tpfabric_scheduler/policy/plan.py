@@ -24,6 +24,7 @@ from tpfabric_scheduler.intent import PlacementIntent
 from tpfabric_scheduler.plan_inputs import plan_on
 from tpfabric_scheduler.policy.holds import without_held
 from tpfabric_scheduler.policy.near import domain_at, plan_near, wait_for_partner
+from tpfabric_scheduler.policy.requeue import Freed
 from tpfabric_scheduler.policy.returning import old_pods_leaving
 from tpfabric_scheduler.policy.waiting import still_waiting, wait
 from tpfabric_scheduler.work import Cycle, PlacementWork, PlacerMemory, Rules, gang_request_of
@@ -32,12 +33,12 @@ __all__ = ["decide"]
 
 
 def decide(
-    item: PlacementWork, cycle: Cycle, rules: Rules, memory: PlacerMemory, freed: int
+    item: PlacementWork, cycle: Cycle, rules: Rules, memory: PlacerMemory, freed: Freed
 ) -> PlacementIntent:
     """Return the plan of ``item``'s whole gang (``placed``), or why it waits.
 
-    ``freed``: the store's ``freed_generation`` at the cycle's start (-1: plan it whatever its
-    last attempt saw).
+    ``freed``: the capacity freed up to the cycle's start, read against the cycle's snapshot
+    (:data:`~.requeue.PLAN_AGAIN`: plan it whatever its last attempt saw).
     """
     job = item.job
     previous = item.placement
@@ -101,8 +102,18 @@ def _plan(
     cycle: Cycle, item: PlacementWork, request: GangRequest, waited: float, rules: Rules
 ) -> GangPlan | Unschedulable:
     """Return the engine's answer for the gang on the cycle's snapshot without the domains held
-    for older gangs, near its partner when it asks to be."""
+    for older gangs, near its partner when it asks to be; why it waits is worked out once per
+    shape of gang and state of capacity (:mod:`tpfabric_scheduler.explanations`)."""
+    shared = item.near is None and not cycle.held_for_hol and not cycle.returning
+    explanations = cycle.explanations
+    key = explanations.key(cycle.snapshot, request, waited) if shared else None
+    known = explanations.known(key, request.name)
+    if known is not None:
+        return known  # a gang of the same shape waits on the same capacity: the same words
     snapshot = without_held(cycle, item)
-    return plan_near(
+    result = plan_near(
         lambda asked: plan_on(snapshot, asked, cycle, rules.cost, waited), request, item.near
     )
+    if isinstance(result, Unschedulable):
+        explanations.keep(key, result)
+    return result

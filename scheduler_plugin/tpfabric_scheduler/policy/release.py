@@ -20,6 +20,7 @@ from tpfabric_scheduler.facts import first_wait, fits_reserved, in_flight, runni
 from tpfabric_scheduler.intent import PlacementIntent
 from tpfabric_scheduler.policy import plan
 from tpfabric_scheduler.policy.mend import replace_ranks
+from tpfabric_scheduler.policy.requeue import PLAN_AGAIN
 from tpfabric_scheduler.policy.returning import made_again
 from tpfabric_scheduler.store import PodRecord
 from tpfabric_scheduler.work import Cycle, PlacementWork, PlacerMemory, Rules, plan_nodes
@@ -74,7 +75,7 @@ def decide(
             # same work, its refused nodes and its near target kept, with no plan)
             fresh = placement.with_waiting_since(first_wait(item) or cycle.now)
             afresh = replace(item, placement=fresh, reservations=[])
-            return plan.decide(afresh, cycle, rules, memory, -1)
+            return plan.decide(afresh, cycle, rules, memory, PLAN_AGAIN)
         assert mend.intent is not None
         intent = mend.intent
     if again and not held:

@@ -6,9 +6,9 @@ one ``GangWaiting`` Event in the same words, so ``kubectl describe pod`` says wh
 names its job. A waiting job's status changes only when its meaning does (no countdown in the
 message), and at most every :data:`WAITING_REWRITE_SECONDS`: in a busy cluster its best domain's
 count changes with every pod. It is planned again only when something it depends on changed
-(:func:`still_waiting`): capacity that may have grown (``store.freed_generation``: a pod binding
-or a new plan never lets a waiting gang fit), its own pods, the level its wait opens next, its
-head-of-line standing. Pure: writes nothing; it returns the wait to write.
+(:func:`still_waiting`): capacity freed where it could let the gang fit (:mod:`.requeue`: a pod
+binding or a new plan never lets a waiting gang fit), its own pods, the level its wait opens
+next, its head-of-line standing, a hold. Pure: writes nothing; it returns the wait to write.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tpfabric_scheduler.policy.holds import (
     head_of_line,
     hold_for_head_of_line,
 )
+from tpfabric_scheduler.policy.requeue import Freed
 from tpfabric_scheduler.work import Attempt, Cycle, PlacementWork, PlacerMemory, Rules
 
 __all__ = ["WAITING_REWRITE_SECONDS", "announce", "still_waiting", "wait"]
@@ -36,14 +37,14 @@ WAITING_REWRITE_SECONDS = 30.0
 
 
 def still_waiting(
-    item: PlacementWork, now: float, freed: int, memory: PlacerMemory, rules: Rules
+    item: PlacementWork, now: float, freed: Freed, memory: PlacerMemory, rules: Rules
 ) -> bool:
     """Return whether ``item`` waited at its last attempt and nothing it depends on changed.
 
-    Capacity that may have grown (``freed``: a bound pod finished or went, a node changed, a
-    plan's reservations went; a pod binding or a new plan never lets it fit), its own pods, the
-    level its wait opens next (``relax_at``) and its head-of-line standing are what a plan
-    attempt depends on.
+    Capacity freed where it could let the gang fit (``freed``, :mod:`.requeue`: a bound pod
+    finished or went, a node changed, a plan's reservations went; a pod binding or a new plan
+    never lets it fit), its own pods, the level its wait opens next (``relax_at``), its
+    head-of-line standing and the holds it met are what a plan attempt depends on.
     """
     attempt = memory.attempts.get(item.job.uid)
     previous = item.placement
@@ -52,11 +53,11 @@ def still_waiting(
     waiting_since = previous.waiting_since_time or now
     hol = max(0.0, now - waiting_since) >= rules.head_of_line_seconds
     return (
-        attempt.freed_generation == freed
-        and attempt.members == members_of(item)
+        attempt.members == members_of(item)
         and (attempt.relax_at is None or now < attempt.relax_at)
         and attempt.hol == hol
         and not attempt.holds
+        and not freed.could_help(attempt, item)
     )
 
 
@@ -68,7 +69,7 @@ def wait(
     *,
     waited: float,
     waiting_since: float,
-    freed: int,
+    freed: Freed,
     rules: Rules,
     memory: PlacerMemory,
 ) -> PlacementIntent:
@@ -90,11 +91,14 @@ def wait(
     placement = waiting(result, waiting_since, message)
     relax = result.relax_after_seconds
     memory.attempts[job.uid] = Attempt(
-        freed,
+        freed.generation,
         waiting_since + relax if relax is not None else None,
         hol,
         holds=len(cycle.held_for_hol) > held or held > 0,
         members=members_of(item),
+        depth=_depth(cycle, result.level),
+        workers=request.workers,
+        gpus_per_worker=request.gpus_per_worker,
     )
     first = not previous.waiting
     last = memory.waiting_written.get(job.uid, 0.0)
@@ -115,6 +119,14 @@ def wait(
         log=f"job {job.key} waits: {result.summary}",
         outcome="waiting",
     )
+
+
+def _depth(cycle: Cycle, level: str) -> int | None:
+    """Return the depth of ``level`` in the cycle's topology (None: not one of its levels)."""
+    try:
+        return cycle.snapshot.topology.depth_of(level)
+    except ValueError:
+        return None
 
 
 def announce(

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from placer_world import Clock, RecordingWriter
 
-from tpfabric_scheduler import placer as placer_module
+from tpfabric_scheduler import plan_inputs as plan_inputs_module
+from tpfabric_scheduler.capacity import Snapshots
 from tpfabric_scheduler.metrics import Metrics
 from tpfabric_scheduler.placer import GangPlacer
 from tpfabric_scheduler.store import ClusterStore
@@ -26,11 +27,25 @@ def world() -> tuple[ClusterStore, RecordingWriter, GangPlacer, Clock]:
 def snapshots(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the placer's snapshot builds (one entry per build)."""
     built: list[int] = []
-    real = placer_module.build_snapshot
+    real = Snapshots.build
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         built.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(placer_module, "build_snapshot", counting)
+    monkeypatch.setattr(Snapshots, "build", counting)
     return built
+
+
+@pytest.fixture
+def attempts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the gang of every plan attempt of the placer."""
+    made: list[str] = []
+    real = plan_inputs_module.plan_gang
+
+    def recording(snapshot: Any, request: Any, **kwargs: Any) -> Any:
+        made.append(request.name)
+        return real(snapshot, request, **kwargs)
+
+    monkeypatch.setattr(plan_inputs_module, "plan_gang", recording)
+    return made

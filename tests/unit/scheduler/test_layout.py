@@ -30,6 +30,7 @@ def test_there_is_a_policy_module_per_guarantee() -> None:
         "recovered",
         "refusals",
         "release",
+        "requeue",
         "returning",
         "waiting",
     ]

@@ -8,26 +8,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import pytest
 from placer_world import a_worker, gang, half_node_gang, placement, two_leaves
 
-from tpfabric_scheduler import plan_inputs as plan_inputs_module
 from tpfabric_scheduler.kube import Informer, informer_kinds
 from tpfabric_scheduler.store import ClusterStore
-
-
-@pytest.fixture
-def attempts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record the gang of every plan attempt of the placer."""
-    made: list[str] = []
-    real = plan_inputs_module.plan_gang
-
-    def recording(snapshot: Any, request: Any, **kwargs: Any) -> Any:
-        made.append(request.name)
-        return real(snapshot, request, **kwargs)
-
-    monkeypatch.setattr(plan_inputs_module, "plan_gang", recording)
-    return made
 
 
 def test_binds_and_other_plans_do_not_plan_a_waiting_gang_again(

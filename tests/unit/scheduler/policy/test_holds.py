@@ -10,6 +10,7 @@ from tpfabric_core.api.placement import read_placement
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.policy import plan
 from tpfabric_scheduler.policy.holds import head_of_line, without_held
+from tpfabric_scheduler.policy.requeue import Freed
 from tpfabric_scheduler.store import ClusterStore
 from tpfabric_scheduler.work import Cycle, PlacerMemory
 
@@ -33,7 +34,7 @@ def test_a_head_of_line_gang_holds_its_best_domain_from_younger_gangs() -> None:
     add_job(store, "young", 1)
     add_pods(store, "young", range(1))
     cycle = cycle_of(store)
-    waits = plan.decide(work_of(store, "old"), cycle, rules(), PlacerMemory(), 0)
+    waits = plan.decide(work_of(store, "old"), cycle, rules(), PlacerMemory(), Freed.anywhere(0))
     assert "holds leaf 'leaf-a', younger or lower-priority gangs may not take it" in (
         read_placement(waits.placement).message
     )
@@ -52,7 +53,7 @@ def test_a_gang_that_could_never_fit_holds_nothing_and_says_so() -> None:
     one_node_busy_in_each_leaf(store)
     waited_long(store, "huge", 9)
     cycle = cycle_of(store)
-    waits = plan.decide(work_of(store, "huge"), cycle, rules(), PlacerMemory(), 0)
+    waits = plan.decide(work_of(store, "huge"), cycle, rules(), PlacerMemory(), Freed.anywhere(0))
     assert "it holds no domain, none it may use could ever hold it" in (
         read_placement(waits.placement).message
     )

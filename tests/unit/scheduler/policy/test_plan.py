@@ -9,6 +9,7 @@ from policy_world import NOW, add_job, add_pods, cycle_of, rules, work_of
 
 from tpfabric_core.api.placement import read_placement
 from tpfabric_scheduler.policy import plan
+from tpfabric_scheduler.policy.requeue import Freed
 from tpfabric_scheduler.store import ClusterStore
 from tpfabric_scheduler.work import PlacerMemory
 
@@ -19,7 +20,7 @@ def test_a_gang_that_fits_gets_one_plan_of_every_rank_released_once_written() ->
     add_job(store, "llama", 4)
     add_pods(store, "llama", range(4))
     cycle = cycle_of(store)
-    intent = plan.decide(work_of(store, "llama"), cycle, rules(), PlacerMemory(), 0)
+    intent = plan.decide(work_of(store, "llama"), cycle, rules(), PlacerMemory(), Freed.anywhere(0))
     written = read_placement(intent.placement)
     assert intent.fresh_plan
     assert intent.placed
@@ -36,7 +37,9 @@ def test_a_level_the_cluster_lacks_makes_the_job_invalid_not_waiting() -> None:
     two_leaves(store)
     add_job(store, "odd", 2, level="rack")
     add_pods(store, "odd", range(2))
-    intent = plan.decide(work_of(store, "odd"), cycle_of(store), rules(), PlacerMemory(), 0)
+    intent = plan.decide(
+        work_of(store, "odd"), cycle_of(store), rules(), PlacerMemory(), Freed.anywhere(0)
+    )
     assert read_placement(intent.placement).state == "Invalid"
     assert intent.event == "InvalidTopology"
     assert not intent.placed
@@ -56,6 +59,8 @@ def test_a_gang_whose_old_pods_still_leave_its_previous_nodes_waits_without_a_wo
     with store.lock:
         store.upsert_pod(old)
     memory = PlacerMemory()
-    intent = plan.decide(work_of(store, "back"), cycle_of(store), rules(), memory, 0)
+    intent = plan.decide(
+        work_of(store, "back"), cycle_of(store), rules(), memory, Freed.anywhere(0)
+    )
     assert (intent.placement, intent.placed) == (None, False)
     assert memory.leaving_since == {"uid-back": NOW}

@@ -12,6 +12,7 @@ from policy_world import NOW, add_job, add_pods, cycle_of, rules, work_of
 from tpfabric_core.api.placement import read_placement
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_scheduler.policy import plan
+from tpfabric_scheduler.policy.requeue import Freed
 from tpfabric_scheduler.policy.waiting import WAITING_REWRITE_SECONDS, still_waiting
 from tpfabric_scheduler.store import ClusterStore
 from tpfabric_scheduler.work import PlacerMemory
@@ -28,7 +29,7 @@ def test_a_gang_that_fits_nowhere_says_why_and_tells_each_gated_pod_once() -> No
     store = ClusterStore()
     too_big(store)
     memory = PlacerMemory()
-    intent = plan.decide(work_of(store, "big"), cycle_of(store), rules(), memory, 0)
+    intent = plan.decide(work_of(store, "big"), cycle_of(store), rules(), memory, Freed.anywhere(0))
     waiting = read_placement(intent.placement)
     assert waiting.waiting
     assert waiting.waiting_since_time == NOW
@@ -47,15 +48,15 @@ def test_a_wait_is_rewritten_at_most_every_waiting_rewrite_seconds() -> None:
     store = ClusterStore()
     too_big(store)
     memory = PlacerMemory()
-    first = plan.decide(work_of(store, "big"), cycle_of(store), rules(), memory, 0)
+    first = plan.decide(work_of(store, "big"), cycle_of(store), rules(), memory, Freed.anywhere(0))
     assert first.remember is not None
     first.remember()
     stored = {**read_placement(first.placement).raw, "message": "an older count"}
     item = replace(work_of(store, "big"), placement=read_placement(stored))
     soon = rules(clock=lambda: NOW + WAITING_REWRITE_SECONDS - 1)
-    assert plan.decide(item, cycle_of(store), soon, memory, 1).placement is None
+    assert plan.decide(item, cycle_of(store), soon, memory, Freed.anywhere(1)).placement is None
     later = rules(clock=lambda: NOW + WAITING_REWRITE_SECONDS)
-    again = plan.decide(item, cycle_of(store), later, memory, 2)
+    again = plan.decide(item, cycle_of(store), later, memory, Freed.anywhere(2))
     assert again.placement is not None
     assert again.event == "", "the first wait had its Event"
     assert again.tell == (), "every pod was told"
@@ -65,8 +66,10 @@ def test_a_waiting_gang_is_planned_again_only_when_capacity_may_have_grown() -> 
     store = ClusterStore()
     too_big(store)
     memory = PlacerMemory()
-    first = plan.decide(work_of(store, "big"), cycle_of(store), rules(), memory, freed=7)
+    first = plan.decide(work_of(store, "big"), cycle_of(store), rules(), memory, Freed.anywhere(7))
     waiting = {**read_placement(first.placement).raw, "waitingSince": rfc3339(NOW)}
     item = replace(work_of(store, "big"), placement=read_placement(waiting))
-    assert still_waiting(item, NOW + 5, 7, memory, rules())
-    assert not still_waiting(item, NOW + 5, 8, memory, rules()), "a pod went, a node came"
+    assert still_waiting(item, NOW + 5, Freed.anywhere(7), memory, rules())
+    assert not still_waiting(item, NOW + 5, Freed.anywhere(8), memory, rules()), (
+        "a pod went, a node came"
+    )
