@@ -12,8 +12,11 @@ scripts, ``--picture`` draws the job on the fabric (the demo's picture).
 Two halves, kept apart: :func:`explain_object`, :func:`print_explanation` and
 :func:`draw_explanation` are pure (the job, its pods and the node labels in, text or a picture
 out); :func:`read_subject` is the only code here that talks to the API server, reading the job
-and its pods (the nodes come through :func:`tpfabric_cli.topology.discover`, as ``topology show
---cluster`` reads them). Nothing here writes to the cluster, and nothing rewords what the placer
+and its pods, and :func:`read_job_nodes` the nodes of its plan and its pods, one get each (never
+every node of the cluster for one job; ``--picture`` reads them all, as ``topology show --cluster``
+does). A user with rights in one namespace only may not read nodes: the rows then have no leaf,
+spine, rails or health, and the text says "node details hidden: no permission to read nodes"
+instead of failing. Nothing here writes to the cluster, and nothing rewords what the placer
 wrote: the message and reasons are printed verbatim.
 """
 
@@ -35,10 +38,12 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from tpfabric_cli.errors import user_errors
+from tpfabric_cli.options import KubeconfigOpt
 from tpfabric_cli.topology.node_health import NodeHealth
 from tpfabric_core import labels
 from tpfabric_core.api.placement import StoredPlacement, gang_problems, placement_of_status
 from tpfabric_core.errors import InputError
+from tpfabric_core.gang_shortfall import Shortfall, shortfall
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.hostlist import compress_hostlist
 from tpfabric_core.input_limits import whole_number
@@ -46,23 +51,32 @@ from tpfabric_core.input_limits import whole_number
 if TYPE_CHECKING:
     from kubernetes import client
 
-    from tpfabric_cli.topology import DomainTree
+    from tpfabric_cli.topology import Discovery, DomainTree
 
 __all__ = [
+    "NODES_HIDDEN",
     "Explanation",
     "JobKind",
     "JobNotFoundError",
     "RankRow",
+    "api_failure",
     "choose_subject",
+    "context_namespace",
     "draw_explanation",
     "explain_command",
     "explain_object",
+    "job_nodes",
+    "owner_words",
     "picture_format",
     "print_explanation",
+    "print_uncropped",
+    "read_job_nodes",
     "read_subject",
 ]
 
 _TIMEOUT_S = 30.0
+#: what ``explain`` says when the API server refuses the user the nodes
+NODES_HIDDEN = "node details hidden: no permission to read nodes"
 _RAIL_KEY = re.compile(rf"^{re.escape(labels.PREFIX)}rail-(\d+)$")
 _MEASURE_WIDTH = 10_000
 
@@ -172,6 +186,13 @@ class Explanation:
     rdma: Mapping[str, str] | None = None
     """The job's ``RDMA`` condition (status, reason, message): whether its pods got RDMA
     devices, and why not (None: the job has no such condition)."""
+    short: Shortfall | None = None
+    """A Gang short of pods: how many exist and which ranks are missing (None: none missing)."""
+    owner_words: str = ""
+    """What makes a Gang's pods (``LeaderWorkerSet x``), named when it is short of pods."""
+    nodes_hidden: bool = False
+    """The nodes could not be read (the user may not read nodes): no leaf, spine, rails or
+    health in the rows."""
 
     @property
     def off_plan(self) -> tuple[RankRow, ...]:
@@ -199,6 +220,16 @@ class Explanation:
             document["owner"] = dict(self.owner)
             document["problems"] = list(self.problems)
         document["degraded"] = self.degraded
+        if self.short is not None:
+            document["pods"] = {
+                "present": self.short.present,
+                "size": self.short.size,
+                "missingRanks": list(self.short.missing_ranks)
+                if self.short.missing_ranks is not None
+                else None,
+                "message": self.short.words(self.owner_words),
+            }
+        document["nodeDetails"] = NODES_HIDDEN if self.nodes_hidden else "shown"
         document["rdma"] = dict(self.rdma) if self.rdma is not None else None
         document["placement"] = dict(self.placement.raw)
         document["ranks"] = [row.document() for row in self.ranks]
@@ -265,13 +296,18 @@ def explain_object(
     pods: Sequence[Mapping[str, Any]],
     node_labels: Mapping[str, Mapping[str, str]],
     health: Mapping[str, NodeHealth] | None = None,
+    *,
+    nodes_hidden: bool = False,
 ) -> Explanation:
     """Return the explanation of ``obj`` (a TensorParallelJob or Gang as the API serves it) from
-    its pods (as the API serves them) and the labels and health of the nodes, by node name.
+    its pods (as the API serves them) and the labels and health of the nodes, by node name
+    (``nodes_hidden``: they could not be read).
 
     Every rank below the job's size or the plan's length, and every rank a pod carries, gets a
     row; a rank held by two pods (an old attempt still terminating) gets one row per pod, and a
-    pod without a readable rank a row of its own at the end."""
+    pod without a readable rank a row of its own at the end. A Gang without a plan whose pods
+    have no ranks yet (ranks follow the order of creation, given once every pod exists) gets a
+    row per pod only: how many pods are missing is said apart (:attr:`Explanation.short`)."""
     is_gang = obj.get("kind") == _kind_info(JobKind.GANG).kind
     info = _kind_info(JobKind.GANG if is_gang else JobKind.TPJ)
     metadata, spec = obj.get("metadata") or {}, obj.get("spec") or {}
@@ -286,7 +322,14 @@ def explain_object(
     known = {rank for rank in by_rank if rank is not None}
     health = health or {}
     rows: list[RankRow] = []
-    for rank in sorted(known | set(range(max(int(workers or 0), len(planned))))):
+    expected = set(range(max(int(workers or 0), len(planned))))
+    short = None
+    if is_gang and workers is not None:
+        short = shortfall((rank for rank, held in by_rank.items() for _ in held), int(workers))
+    if is_gang and not planned and None in by_rank:
+        # a gang ranked by creation order gets its ranks once whole: no empty row per rank
+        expected = set()
+    for rank in sorted(known | expected):
         node = planned[rank] if rank < len(planned) else None
         held: list[Mapping[str, Any] | None] = [pod for _, pod in by_rank.get(rank, [])]
         rows += [_row(rank, pod, node, node_labels, health) for pod in held or [None]]
@@ -307,7 +350,18 @@ def explain_object(
         problems=gang_problems(status) if is_gang else (),
         degraded=_degraded(status),
         rdma=_rdma(status),
+        short=short,
+        owner_words=owner_words(spec.get("owner") or {}) if is_gang else "",
+        nodes_hidden=nodes_hidden,
     )
+
+
+def owner_words(owner: Mapping[str, Any]) -> str:
+    """Return what makes a Gang's pods, in words (a pod group has no owner object)."""
+    kind, name = str(owner.get("kind") or ""), str(owner.get("name") or "")
+    if not kind or kind == "PodGroup":
+        return ""
+    return f"{kind} {name}"
 
 
 def _degraded(status: Mapping[str, Any]) -> str | None:
@@ -369,8 +423,14 @@ def _rank_table(explanation: Explanation) -> Table:
         if row.off_plan:
             bound = f"[bold red]{bound} ✗ off plan[/]"
         health = escape(row.health or "-")
+        if row.rank is not None:
+            rank = str(row.rank)
+        elif row.rank_text:
+            rank = f"? {escape(row.rank_text)}"
+        else:
+            rank = "- (not given yet)"
         table.add_row(
-            str(row.rank) if row.rank is not None else f"? {escape(row.rank_text)}".strip(),
+            rank,
             escape(row.pod or "(no pod)"), escape(row.planned or "-"), bound,
             escape(row.leaf or "-"), escape(row.spine or "-"), escape(row.rails or "-"),
             health if row.health in (None, "ok") else f"[red]{health}[/]", escape(row.phase),
@@ -378,7 +438,7 @@ def _rank_table(explanation: Explanation) -> Table:
     return table
 
 
-def _print_uncropped(console: Console, table: Table) -> None:
+def print_uncropped(console: Console, table: Table) -> None:
     """Print ``table`` at least as wide as its widest line: a cut node name is worse than a long
     line (rich crops at the console width, 80 when piped)."""
     measure = Console(width=_MEASURE_WIDTH)
@@ -424,11 +484,17 @@ def print_explanation(explanation: Explanation, console: Console) -> None:
                           f"{escape(rdma['message'])})[/]")  # fmt: skip
     if explanation.degraded is not None:
         console.print(f"[yellow]degraded: {escape(explanation.degraded)}[/]")
+    if explanation.short is not None:
+        console.print(
+            f"[yellow]pods: {escape(explanation.short.words(explanation.owner_words))}[/]"
+        )
+    if explanation.nodes_hidden:
+        console.print(f"[dim]{NODES_HIDDEN}[/]")
     if explanation.problems:
         console.print("[yellow]problems of the gang's pods:[/]")
         for problem in explanation.problems:
             console.print(f"  - [yellow]{escape(problem)}[/]")
-    _print_uncropped(console, _rank_table(explanation))
+    print_uncropped(console, _rank_table(explanation))
     for row in explanation.off_plan:
         console.print(f"[bold red]rank {row.rank}: pod {escape(row.pod or '')} is bound to "
                       f"{escape(row.bound or '')}, not its planned node "
@@ -480,14 +546,15 @@ def choose_subject(
 # -- the one part that reads the cluster ---------------------------------------------------------
 
 
-def _failure(err: Exception, what: str) -> RuntimeError:
+def api_failure(err: Exception, what: str) -> RuntimeError:
+    """Return the one-line error for a failed read ``what`` of a job, a Gang or pods."""
     from kubernetes.client.rest import ApiException  # noqa: PLC0415
 
     if isinstance(err, ApiException):
         reason = f"{err.status} {err.reason}"
         if err.status in (401, 403):
-            reason += " (the kubeconfig's user needs get on tensorparalleljobs and gangs, list on "
-            reason += "pods and nodes)"
+            reason += " (the kubeconfig's user needs get on tensorparalleljobs and gangs and list "
+            reason += "on pods in the namespace; node details also get on nodes)"
         return RuntimeError(f"{what}: API server answered {reason}")
     cause = getattr(err, "reason", None) or err  # urllib3's MaxRetryError: the last failure
     return RuntimeError(f"{what}: cannot reach the API server ({type(cause).__name__}: {cause})")
@@ -510,9 +577,9 @@ def _get(
     except ApiException as error:
         if error.status == 404:
             return None
-        raise _failure(error, f"reading {plural} {namespace}/{name}") from error
+        raise api_failure(error, f"reading {plural} {namespace}/{name}") from error
     except HTTPError as error:
-        raise _failure(error, f"reading {plural} {namespace}/{name}") from error
+        raise api_failure(error, f"reading {plural} {namespace}/{name}") from error
     return obj
 
 
@@ -528,7 +595,7 @@ def read_subject(
 
     from tpfabric_cli.kube_nodes import node_api  # noqa: PLC0415
 
-    namespace = namespace or _context_namespace(kubeconfig)
+    namespace = namespace or context_namespace(kubeconfig)
     with node_api(kubeconfig) as core:
         custom = client.CustomObjectsApi(core.api_client)
         kinds = [kind] if kind is not None else list(JobKind)
@@ -543,12 +610,34 @@ def read_subject(
                 namespace, label_selector=selector, _request_timeout=_TIMEOUT_S
             ).items
         except (ApiException, HTTPError) as error:
-            raise _failure(error, f"listing the pods of {namespace}/{name}") from error
+            raise api_failure(error, f"listing the pods of {namespace}/{name}") from error
         serialized = [core.api_client.sanitize_for_serialization(pod) for pod in pods]
     return dict(obj), serialized
 
 
-def _context_namespace(kubeconfig: Path | None) -> str:
+def job_nodes(obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Return the nodes a job's explanation shows: its plan's and those its pods are bound to."""
+    planned = [node for node in placement_of_status(obj.get("status") or {}).nodes if node]
+    bound = [str(node) for pod in pods if (node := (pod.get("spec") or {}).get("nodeName"))]
+    return sorted(set(planned) | set(bound))
+
+
+def read_job_nodes(kubeconfig: Path | None, names: Sequence[str]) -> Discovery | None:
+    """Return the labels and fabric health of the nodes ``names`` (a get per node: never the
+    whole cluster for one job), or None when the API server refuses the user the nodes (a user
+    with rights in one namespace only: node details are then hidden, never an error)."""
+    from tpfabric_cli.kube_nodes import NodesHiddenError, node_api, read_named_nodes  # noqa: PLC0415
+    from tpfabric_cli.topology.sources import nodes_discovery  # noqa: PLC0415
+
+    try:
+        with node_api(kubeconfig) as core:
+            return nodes_discovery(read_named_nodes(core, names))
+    except NodesHiddenError as error:
+        err.print(f"[dim]{escape(NODES_HIDDEN)} ({escape(str(error))})[/]")
+        return None
+
+
+def context_namespace(kubeconfig: Path | None) -> str:
     """Return the namespace of the kubeconfig's current context, ``default`` when it names none
     (as kubectl does)."""
     from kubernetes import config  # noqa: PLC0415
@@ -596,14 +685,7 @@ def explain_command(
             help="tpj (TensorParallelJob) or gang (a Gang record); default: whichever exists.",
         ),
     ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            metavar="FILE",
-            help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
-        ),
-    ] = None,
+    kubeconfig: KubeconfigOpt = None,
     picture: Annotated[
         Path | None,
         typer.Option(
@@ -630,8 +712,18 @@ def explain_command(
     if picture is not None:
         picture_format(picture)  # a wrong suffix fails before any cluster read
     obj, pods = read_subject(kubeconfig, namespace, name, kind)
-    nodes = discover(Sources(cluster=True, kubeconfig=kubeconfig))
-    explanation = explain_object(obj, pods, nodes.labels, nodes.health)
+    nodes: Discovery | None
+    if picture is not None:  # the picture is of the whole fabric: every node is read
+        nodes = discover(Sources(cluster=True, kubeconfig=kubeconfig))
+    else:
+        nodes = read_job_nodes(kubeconfig, job_nodes(obj, pods))
+    explanation = explain_object(
+        obj,
+        pods,
+        nodes.labels if nodes is not None else {},
+        nodes.health if nodes is not None else {},
+        nodes_hidden=nodes is None,
+    )
     views = _nccl_views(kubeconfig, pods, obj) if nccl else None
     if as_json:
         document = explanation.document()
@@ -644,6 +736,6 @@ def explain_command(
             from tpfabric_cli.nccl_view import print_nccl_views  # noqa: PLC0415
 
             print_nccl_views(views, out)
-    if picture is not None:
+    if picture is not None and nodes is not None:
         draw_explanation(explanation, domain_tree(nodes), picture)
         err.print(f"wrote {escape(str(picture))}")

@@ -1,19 +1,22 @@
 """The one adapter through which ``tpfabric topology`` talks to the API server: Node labels.
 
 It reads every Node (paged, one list call per 500 nodes: labels, annotations and status
-conditions) and patches the labels of one Node (and tpfabric's rail map annotation) with a JSON
-merge patch, where a key set to ``null`` removes it. Nothing else: which labels to set is
-decided by the pure functions of ``tpfabric_core.fabric.node_labels``, and this module must
-never decide it, nor touch anything but ``metadata.labels`` and those annotations of Nodes.
+conditions), or a few Nodes by name (``tpfabric explain`` reads only its job's), and patches the
+labels of one Node (and tpfabric's rail map annotation) with a JSON merge patch, where a key set
+to ``null`` removes it. Nothing else: which labels to set is decided by the pure functions of
+``tpfabric_core.fabric.node_labels``, and this module must never decide it, nor touch anything
+but ``metadata.labels`` and those annotations of Nodes.
 
 Errors are translated once, here: an unusable kubeconfig is an ``InputError`` (exit 2, the message
-says which flag fixes it), an unreachable or refusing API server a ``RuntimeError`` (exit 1).
+says which flag fixes it), an unreachable or refusing API server a ``RuntimeError`` (exit 1); a
+refusal to read nodes (403) is a :class:`NodesHiddenError`, which a reader that can do without
+node details (``explain`` for a user with rights in one namespace only) catches.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +32,10 @@ __all__ = [
     "FIELD_MANAGER",
     "NodeCondition",
     "NodeState",
+    "NodesHiddenError",
     "node_api",
     "patch_node_labels",
+    "read_named_nodes",
     "read_node_labels",
     "read_nodes",
 ]
@@ -65,12 +70,18 @@ def node_api(kubeconfig: Path | None = None) -> Iterator[client.CoreV1Api]:
         yield client.CoreV1Api(api)
 
 
+class NodesHiddenError(RuntimeError):
+    """The API server refuses the kubeconfig's user the nodes (403): node details are hidden."""
+
+
 def _failure(err: Exception, what: str) -> RuntimeError:
     """Return the one-line error for a failed API call ``what``."""
     if isinstance(err, ApiException):
         reason = f"{err.status} {err.reason}"
         if err.status in (401, 403):
             reason += " (the kubeconfig's user needs get/list/patch on nodes)"
+        if err.status == 403:
+            return NodesHiddenError(f"{what}: API server answered {reason}")
         return RuntimeError(f"{what}: API server answered {reason}")
     return RuntimeError(f"{what}: cannot reach the API server ({type(err).__name__}: {err})")
 
@@ -94,6 +105,44 @@ class NodeState:
     conditions: dict[str, NodeCondition] = field(default_factory=dict)
 
 
+def _state(node: Any) -> NodeState:
+    """Return what ``topology`` reads of one V1Node."""
+    conditions = (node.status.conditions or []) if node.status is not None else []
+    return NodeState(
+        name=node.metadata.name,
+        labels=dict(node.metadata.labels or {}),
+        annotations=dict(node.metadata.annotations or {}),
+        conditions={
+            c.type: NodeCondition(str(c.status), c.reason or "", c.message or "")
+            for c in conditions
+        },
+    )
+
+
+#: past this many names one paged list of every node costs less than a get per node
+_NAMED_READS = 64
+
+
+def read_named_nodes(core: client.CoreV1Api, names: Iterable[str]) -> list[NodeState]:
+    """Return the labels, annotations and conditions of the Nodes ``names`` (one get each; a
+    node that is gone is left out), or of every Node when there are many names; raises
+    :class:`NodesHiddenError` when the API server refuses them."""
+    wanted = sorted(set(names))
+    if len(wanted) > _NAMED_READS:
+        return [node for node in read_nodes(core) if node.name in set(wanted)]
+    result = []
+    for name in wanted:
+        try:
+            result.append(_state(core.read_node(name, _request_timeout=_TIMEOUT_S)))
+        except ApiException as err:
+            if err.status == 404:
+                continue
+            raise _failure(err, f"reading node {name}") from err
+        except HTTPError as err:
+            raise _failure(err, f"reading node {name}") from err
+    return result
+
+
 def read_nodes(core: client.CoreV1Api) -> list[NodeState]:
     """Return the labels, annotations and conditions of every Node of the cluster."""
     result: list[NodeState] = []
@@ -103,19 +152,7 @@ def read_nodes(core: client.CoreV1Api) -> list[NodeState]:
             page: Any = core.list_node(limit=_PAGE, _continue=token, _request_timeout=_TIMEOUT_S)
         except (ApiException, HTTPError) as err:
             raise _failure(err, "listing nodes") from err
-        for node in page.items:
-            conditions = (node.status.conditions or []) if node.status is not None else []
-            result.append(
-                NodeState(
-                    name=node.metadata.name,
-                    labels=dict(node.metadata.labels or {}),
-                    annotations=dict(node.metadata.annotations or {}),
-                    conditions={
-                        c.type: NodeCondition(str(c.status), c.reason or "", c.message or "")
-                        for c in conditions
-                    },
-                )
-            )
+        result.extend(_state(node) for node in page.items)
         # The generated model names the field ``var_continue`` (``continue`` is a keyword).
         token = getattr(page.metadata, "var_continue", None)
         if not token:

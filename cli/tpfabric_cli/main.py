@@ -13,7 +13,9 @@ from tpfabric_cli.bench import app as bench_app
 from tpfabric_cli.diagnose import diagnose_command
 from tpfabric_cli.errors import user_errors
 from tpfabric_cli.explain import explain_command
+from tpfabric_cli.queue import queue_command
 from tpfabric_cli.topology import app as topology_app
+from tpfabric_cli.uninstall import uninstall_cleanup_command
 from tpfabric_core.errors import InputError
 from tpfabric_core.fabric_description import (
     FabricDescription,
@@ -28,6 +30,8 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(toolchain_app, name="toolchain")
 crds_app = typer.Typer(no_args_is_help=True, help="The generated CustomResourceDefinitions.")
 app.add_typer(crds_app, name="crds")
+docs_app = typer.Typer(no_args_is_help=True, help="The generated reference pages of docs/.")
+app.add_typer(docs_app, name="docs")
 metrics_app = typer.Typer(no_args_is_help=True, help="The components' Prometheus metrics.")
 app.add_typer(metrics_app, name="metrics")
 app.add_typer(topology_app, name="topology")
@@ -127,6 +131,41 @@ def toolchain_show() -> None:
     console.print("pinned: " + ", ".join(f"{k} {v}" for k, v in toolchain.versions.items()))
 
 
+def generated_pages() -> dict[Path, str]:
+    """Return the reference pages ``tpfabric docs generate`` writes, by path, as they must be."""
+    from tpfabric_cli.reference import render_cli_reference, render_values_reference  # noqa: PLC0415
+
+    chart = _REPO / "charts" / "tpfabric"
+    values = (chart / "values.yaml").read_text()
+    schema = (chart / "values.schema.json").read_text()
+    return {
+        _REPO / "docs" / "cli-reference.md": render_cli_reference(typer.main.get_command(app)),
+        _REPO / "docs" / "chart-values.md": render_values_reference(values, schema),
+    }
+
+
+@docs_app.command("generate")
+@user_errors
+def docs_generate(
+    check: Annotated[
+        bool, typer.Option(help="Only check that the pages are current; exit 1 when stale.")
+    ] = False,
+) -> None:
+    """Write the CLI reference and the chart values reference (docs/cli-reference.md,
+    docs/chart-values.md) from the commands and from values.yaml."""
+    stale = False
+    for path, text in generated_pages().items():
+        if check:
+            if not path.exists() or path.read_text() != text:
+                err_console.print(f"{path} is stale: run `tpfabric docs generate`")
+                stale = True
+            continue
+        path.write_text(text)
+        console.print(f"wrote {path}")
+    if stale:
+        raise typer.Exit(1)
+
+
 @crds_app.command("generate")
 @user_errors
 def crds_generate(
@@ -169,17 +208,23 @@ def crds_generate(
         elif not check:
             values_schema.write_text(wanted)
             console.print(f"wrote {values_schema} (fabric.profile)")
-    if out is None:  # the reference is generated beside the repo's CRD
-        from tpfabric_core.api.reference import render_reference  # noqa: PLC0415
+    if out is None:  # the references are generated beside the repo's CRDs
+        from tpfabric_core.api.reference import (  # noqa: PLC0415
+            render_gang_reference,
+            render_reference,
+        )
 
-        reference = _REPO / "docs" / "crd-reference.md"
-        if check and (not reference.exists() or reference.read_text() != render_reference()):
-            err_console.print(f"{reference} is stale: run `tpfabric crds generate`")
-            stale = True
-        elif not check:
-            reference.parent.mkdir(parents=True, exist_ok=True)
-            reference.write_text(render_reference())
-            console.print(f"wrote {reference}")
+        for page, render in (("crd-reference.md", render_reference),
+                             ("gang-reference.md", render_gang_reference)):  # fmt: skip
+            reference = _REPO / "docs" / page
+            text = render()
+            if check and (not reference.exists() or reference.read_text() != text):
+                err_console.print(f"{reference} is stale: run `tpfabric crds generate`")
+                stale = True
+            elif not check:
+                reference.parent.mkdir(parents=True, exist_ok=True)
+                reference.write_text(text)
+                console.print(f"wrote {reference}")
     if stale:
         raise typer.Exit(1)
 
@@ -209,6 +254,7 @@ def metrics_reference(
 @cluster_app.command("up")
 @user_errors
 def cluster_up(
+    *,
     name: NameOption = "tpfabric",
     fabric: Annotated[
         Path | None, typer.Option(help="Fabric description YAML (see examples/fabrics/).")
@@ -220,8 +266,18 @@ def cluster_up(
         Path | None, typer.Option(help="KubeSchedulerConfiguration for kube-scheduler.")
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for health.")] = 120.0,
+    gangs: Annotated[
+        bool,
+        typer.Option(
+            "--gangs",
+            help="Also run tpfabric (placer and scheduler, operator, gang webhook) and the "
+            "LeaderWorkerSet and JobSet controllers: `kubectl apply -f examples/gangs/` runs "
+            "(needs `tpfabric toolchain build --controllers`).",
+        ),
+    ] = False,
 ) -> None:
-    """Start etcd, kube-apiserver, controller-manager, scheduler and kwok; create fake nodes."""
+    """Start etcd, kube-apiserver, controller-manager, scheduler and kwok; create fake nodes;
+    with --gangs, tpfabric and the controllers of other gangs too."""
     from tpfabric_localcluster.cluster import LocalCluster, api_client  # noqa: PLC0415
     from tpfabric_localcluster.nodes import apply_fake_nodes, wait_ready  # noqa: PLC0415
 
@@ -239,6 +295,18 @@ def cluster_up(
             cluster.down()
             raise
         console.print(f"{len(names)} fake GPU nodes Ready ({description.name})")
+    if gangs:
+        from tpfabric_localcluster.gangs_stack import start_gangs  # noqa: PLC0415
+
+        try:
+            start_gangs(cluster)
+        except BaseException:
+            cluster.down()
+            raise
+        console.print(
+            "tpfabric (placer, scheduler, operator, gang webhook) and the LeaderWorkerSet and "
+            "JobSet controllers run: kubectl apply -f examples/gangs/"
+        )
     console.print(f"export KUBECONFIG={cluster.kubeconfig}")
 
 
@@ -305,4 +373,6 @@ def demo(
 
 
 app.command("explain")(explain_command)
+app.command("queue")(queue_command)
 app.command("diagnose")(diagnose_command)
+app.command("uninstall-cleanup")(uninstall_cleanup_command)

@@ -30,7 +30,9 @@ the annotations users already have — Kueue's ``podset-required-topology`` /
 value is a node label key, mapped onto the level that has that key.
 
 Bad input never refuses a pod: :func:`gang_of` returns the member with its problems (each naming
-the label at fault), and the webhook admits such a pod unchanged with a warning.
+the label at fault), and the webhook admits such a pod unwired, with a warning, marked with
+:data:`GANG_PROBLEM_LABEL` and its problems in :data:`GANG_PROBLEMS_ANNOTATION` (the operator
+writes them into an Event on the pod).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from tpfabric_core.input_limits import whole_number
 __all__ = [
     "GANG_LABEL",
     "GANG_NAME_LABEL",
+    "GANG_PROBLEMS_ANNOTATION",
+    "GANG_PROBLEM_LABEL",
     "GANG_SIZE_LABEL",
     "NAMESPACE_OPT_IN",
     "NAMESPACE_OPT_IN_LABEL",
@@ -78,6 +82,10 @@ NEAR_MODE_ANNOTATION = "tpfabric.io/near-mode"
 ON_DEGRADED_ANNOTATION = "tpfabric.io/on-degraded-link"
 #: the webhook writes the gang record's name here (the placer finds a gang's pods by it)
 GANG_LABEL = "tpfabric.io/gang"
+#: a gang pod the webhook admitted unwired (its problems say why) carries this label set to
+#: "true" and its problems, one a line, in the annotation: the operator tells it by an Event
+GANG_PROBLEM_LABEL = "tpfabric.io/gang-problem"
+GANG_PROBLEMS_ANNOTATION = "tpfabric.io/gang-problems"
 #: a namespace opts in to gangs of other controllers with this label set to ``enabled``: only
 #: there does the webhook take pods in, the operator keep Gang records and the placer plan them
 NAMESPACE_OPT_IN_LABEL = "tpfabric.io/gangs"

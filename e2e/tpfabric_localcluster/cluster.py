@@ -156,16 +156,20 @@ class LocalCluster:
         *,
         feature_gates: Mapping[str, bool] | None = None,
         runtime_config: Sequence[str] = (),
+        admission_config: Mapping[str, Any] | None = None,
     ) -> None:
         """``feature_gates``: given to the API server, controller manager and every scheduler
         (e.g. ``{"GenericWorkload": True}``); ``runtime_config``: API versions the API server
-        serves beyond its defaults (e.g. ``scheduling.k8s.io/v1beta1=true``)."""
+        serves beyond its defaults (e.g. ``scheduling.k8s.io/v1beta1=true``);
+        ``admission_config``: an ``AdmissionConfiguration`` for the API server's admission
+        plugins (e.g. ResourceQuota's ``limitedResources``, as managed clusters set it)."""
         self.name = name
         self.folder = (state_root or default_state_root()) / name
         self._toolchain = toolchain
         self._log = log or (lambda _line: None)
         self.feature_gates = dict(feature_gates or {})
         self.runtime_config = tuple(runtime_config)
+        self.admission_config = dict(admission_config) if admission_config else None
 
     def _gates(self) -> list[str]:
         if not self.feature_gates:
@@ -378,8 +382,16 @@ class LocalCluster:
             "--profiling=false",
             *self._gates(),
             *([f"--runtime-config={','.join(self.runtime_config)}"] if self.runtime_config else []),
+            *self._admission(),
             "--v=1",
         ]
+
+    def _admission(self) -> list[str]:
+        if self.admission_config is None:
+            return []
+        path = self.folder / "admission-config.yaml"
+        path.write_text(yaml.safe_dump(self.admission_config))
+        return [f"--admission-control-config-file={path}"]
 
     def _kcm_argv(self, state: ClusterState, pki: Pki) -> list[str]:
         kubeconfig = str(self.folder / "controller-manager.kubeconfig")

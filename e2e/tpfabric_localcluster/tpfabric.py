@@ -304,6 +304,8 @@ def start_operator(
             # gang records looked at every 2 s, deleted 5 s after their pods (tests see it)
             "TPFABRIC_GANG_SYNC_SECONDS": "2",
             "TPFABRIC_GANG_IDLE_SECONDS": "5",
+            # a gang short of pods tells them after 4 s
+            "TPFABRIC_GANG_SHORT_NOTICE_SECONDS": "4",
             **(env or {}),
         },
     )

@@ -4,7 +4,8 @@ kopf calls, in the order they are registered here:
 
 - the nodes' health: the index of the nodes labelled degraded, which both halves read, and the
   suspect rail switches (:mod:`.node_health`);
-- the gang half: its start and stop, and the events that mark a gang for a sync (a Gang
+- the gang half: its start and stop, the watch of the pods the gang webhook admitted unwired
+  (:mod:`.gangs.problem_pods`: an Event on each), and the events that mark a gang for a sync (a Gang
   record's change, a degraded node's); the sync itself is :func:`.gangs.sync.sync_gang`, run by
   the gang half's own threads;
 - the TensorParallelJob half: create, resume, update, delete, a short reconcile timer, and the
@@ -39,6 +40,7 @@ from tpfabric_kube.list_watch import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_S
 from tpfabric_operator import leadership, node_health
 from tpfabric_operator.fabric_health import DegradedNode
 from tpfabric_operator.gangs.kube import GangApi
+from tpfabric_operator.gangs.problem_pods import ProblemPods
 from tpfabric_operator.gangs.state import GangState
 from tpfabric_operator.gangs.sync import sync_gang
 from tpfabric_operator.jobs.born_released import placement_state
@@ -50,6 +52,7 @@ from tpfabric_operator.jobs.pod_cache import owner_uid
 from tpfabric_operator.jobs.reconcile import JobPods, reconcile, reconcile_woken
 from tpfabric_operator.settings import (
     GANG_IDLE_SECONDS,
+    GANG_SHORT_NOTICE_SECONDS,
     GANG_SYNC_SECONDS,
     HANDLER_THREADS,
     RECONCILE_SECONDS,
@@ -120,9 +123,16 @@ def start_gang_pods(memo: kopf.Memo, **_: Any) -> None:
     if "gangs" not in memo:
         api = GangApi(adapter().core.api_client, sync_seconds=GANG_SYNC_SECONDS)
         memo.gangs = GangState(
-            api, sync_gang, sync_seconds=GANG_SYNC_SECONDS, idle_seconds=GANG_IDLE_SECONDS
+            api,
+            sync_gang,
+            sync_seconds=GANG_SYNC_SECONDS,
+            idle_seconds=GANG_IDLE_SECONDS,
+            short_notice_seconds=GANG_SHORT_NOTICE_SECONDS,
         )
     memo.gangs.start()
+    if "problem_pods" not in memo:  # every replica tells: an Event's name is fixed by its pod
+        memo.problem_pods = ProblemPods(adapter().core)
+        memo.problem_pods.start()
 
 
 @kopf.on.cleanup()
@@ -130,6 +140,8 @@ def stop_gang_pods(memo: kopf.Memo, **_: Any) -> None:
     """Stop them with the operator."""
     if (gangs := gangs_of(memo)) is not None:
         gangs.stop()
+    if (problems := memo.get("problem_pods")) is not None:
+        problems.stop()
 
 
 @kopf.on.event(GROUP, VERSION, GANG_PLURAL)

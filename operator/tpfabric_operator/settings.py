@@ -25,6 +25,7 @@ __all__ = [
     "EXPECTED_REPAIR_SECONDS",
     "FABRIC_PROFILE",
     "GANG_IDLE_SECONDS",
+    "GANG_SHORT_NOTICE_SECONDS",
     "GANG_SYNC_SECONDS",
     "HANDLER_THREADS",
     "INIT_IMAGE",
@@ -155,6 +156,13 @@ KNOBS: tuple[Knob, ...] = (
         "how long a pod group's record stays after its last pod is gone",
     ),
     Knob(
+        "TPFABRIC_GANG_SHORT_NOTICE_SECONDS",
+        "60",
+        "how long a gang may be short of pods before a Warning Event on each of its pods says "
+        "how many exist and which ranks are missing (its record's PodsCreated condition says "
+        "it at once)",
+    ),
+    Knob(
         "TPFABRIC_FABRIC_PROFILE",
         "",
         "the fabric's contract as JSON (the chart's fabric.profile): service levels, traffic "
@@ -249,6 +257,7 @@ HANDLER_THREADS = int(_VALUES["TPFABRIC_HANDLER_THREADS"])
 SUSPECT_SWITCH_NODES = int(_VALUES["TPFABRIC_SUSPECT_SWITCH_NODES"])
 GANG_SYNC_SECONDS = float(_VALUES["TPFABRIC_GANG_SYNC_SECONDS"])
 GANG_IDLE_SECONDS = float(_VALUES["TPFABRIC_GANG_IDLE_SECONDS"])
+GANG_SHORT_NOTICE_SECONDS = float(_VALUES["TPFABRIC_GANG_SHORT_NOTICE_SECONDS"])
 LOG_LEVEL = str(_VALUES["TPFABRIC_LOG_LEVEL"])
 EXPECTED_REPAIR_SECONDS = float(_VALUES["TPFABRIC_EXPECTED_REPAIR_SECONDS"])
 DEGRADED_LINK_BANDWIDTH = float(_VALUES["TPFABRIC_DEGRADED_LINK_BANDWIDTH"])

@@ -20,6 +20,7 @@ from collections.abc import Callable, Container
 from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.api.placement import create_refused, gang_problems
 from tpfabric_core.gangs import not_opted_in
+from tpfabric_core.placement.queue_order import queue_order
 from tpfabric_core.placement.topology import ClusterTopology
 from tpfabric_scheduler.capacity import Reservation
 from tpfabric_scheduler.facts import attempt_unknown, gone_ranks, missing_ranks, released_at
@@ -147,8 +148,9 @@ QueueKey = tuple[int, str, str]
 
 
 def queue_key(item: PlacementWork) -> QueueKey:
-    """Return ``item``'s place in the queue: by priority, then arrival."""
-    return (-item.priority, item.job.created, item.job.key)
+    """Return ``item``'s place in the queue: by priority, then arrival (core's
+    :func:`~tpfabric_core.placement.queue_order.queue_order`, which ``tpfabric queue`` shows)."""
+    return queue_order(item.priority, item.job.created, item.job.key)
 
 
 def _same(kept: tuple[object, ...] | None, inputs: tuple[object, ...]) -> bool:

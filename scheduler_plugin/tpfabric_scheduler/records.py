@@ -31,6 +31,7 @@ from tpfabric_core.api.placement import NO_PLACEMENT, StoredPlacement, placement
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.placement.pod_fit import host_ports, pod_requests, repels_peers
+from tpfabric_core.placement.queue_order import GANG_KEY, gang_key
 
 __all__ = [
     "GANG_KEY",
@@ -46,16 +47,6 @@ __all__ = [
     "index_pods",
     "planning_facts",
 ]
-
-
-#: a Gang record's key is ``namespace/gang:name``: ``:`` is in no object name, so a Gang and a
-#: TensorParallelJob of the same name never share a key
-GANG_KEY = "gang:"
-
-
-def gang_key(namespace: str, name: str) -> str:
-    """Return the store's key of a Gang record (its pods' ``PodRecord.job``)."""
-    return f"{namespace}/{GANG_KEY}{name}"
 
 
 @dataclass(frozen=True, slots=True)

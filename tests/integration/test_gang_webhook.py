@@ -140,7 +140,7 @@ def test_pods_that_do_not_opt_in_pass_untouched(
         core.delete_namespace(other)
 
 
-def test_bad_gang_labels_admit_the_pod_unchanged_with_a_warning(
+def test_bad_gang_labels_admit_the_pod_unwired_with_a_warning(
     webhook: GangWebhook, local_cluster: LocalCluster, api: client.ApiClient, enabled: str
 ) -> None:
     manifest = gang_pod("no-size", {GANG_NAME_LABEL: "bert"})
@@ -148,7 +148,7 @@ def test_bad_gang_labels_admit_the_pod_unchanged_with_a_warning(
         local_cluster, "create", "-n", enabled, "-f", "-", stdin=json.dumps(manifest)
     )
     assert done.returncode == 0, done.stderr
-    assert "Warning: tpfabric: pod admitted unchanged, not placed as gang 'bert'" in done.stderr
+    assert "Warning: tpfabric: pod admitted unwired, not placed as gang 'bert'" in done.stderr
     assert f"{GANG_SIZE_LABEL}: missing: a gang needs its size" in done.stderr
     _untouched(client.CoreV1Api(api).read_namespaced_pod("no-size", enabled))
 

@@ -9,8 +9,11 @@ validated here too (server-side dry run), so the kind e2e cannot rot unseen.
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +32,7 @@ from tpfabric_core.fabric_profile import init_argument, parse_fabric_profile
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.toolchain import find_toolchain, pinned_versions
 from tpfabric_operator.webhook.__main__ import parse_args as webhook_args
+from tpfabric_operator.webhook.certs import KeyPair, issue_serving, renewal_due, service_names
 from tpfabric_scheduler.__main__ import parse_args as extender_args
 from tpfabric_scheduler.kube_scheduler_config import scheduler_configuration
 
@@ -95,15 +99,31 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], list[str]]] = {
     "kind-e2e": (yaml.safe_load((KIND / "values.yaml").read_text()), []),
     "gang-webhook": (
         {
+            "topology": {
+                "levels": "spine=topology.tpfabric.io/spine,leaf=topology.tpfabric.io/leaf"
+            },
+            "rdma": {"resourceName": "rdma/rdma_shared_device_a"},
             "gangWebhook": {
                 "enabled": True,
                 "rdmaCount": 8,
-                "levels": {
-                    "leaf": "topology.tpfabric.io/leaf",
-                    "spine": "topology.tpfabric.io/spine",
-                },
                 "owners": ["LeaderWorkerSet"],
-            }
+            },
+        },
+        [],
+    ),
+    "platform": (
+        {
+            "global": {"imageRegistry": "mirror.example.com", "storageClass": "a parent's"},
+            "image": {"digest": "sha256:" + "a" * 64},
+            "scheduler": {"kubeScheduler": {"image": {"digest": "sha256:" + "b" * 64}}},
+            "gangWebhook": {
+                "enabled": True,
+                "certManager": {
+                    "enabled": True,
+                    "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"},
+                },
+            },
+            "fabricAgent": {"enabled": True, "namespace": "tpfabric-agents"},
         },
         [],
     ),
@@ -191,6 +211,17 @@ def documents(text: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
+#: what the chart makes at template time: the gang webhook's CA and serving pair (new each render)
+_GENERATED = re.compile(
+    r"^(\s*(?:caBundle|ca\.crt|ca\.key|tls\.crt|tls\.key): )\S{40,}$", re.MULTILINE
+)
+
+
+def without_generated_certs(rendered: str) -> str:
+    """Return the render with the gang webhook's generated certificate data elided."""
+    return _GENERATED.sub(r"\1<generated at template time>", rendered)
+
+
 def without_crd_spec(rendered: str) -> str:
     """Return the render with the CRD's spec elided: tests/unit/chart pins it to crds/."""
     parts = rendered.split("\n---\n")
@@ -218,7 +249,7 @@ def test_helm_template_matches_the_golden_file(
     values, flags = VALUE_SETS[name]
     done = render(helm_binary, helm_env, values, *flags)
     assert done.returncode == 0, done.stderr
-    got = without_crd_spec(done.stdout)
+    got = without_generated_certs(without_crd_spec(done.stdout))
     golden = GOLDEN / f"{name}.yaml"
     if os.environ.get("TPFABRIC_UPDATE_GOLDEN") == "1":
         golden.write_text(got)
@@ -418,6 +449,13 @@ def test_the_fabric_profile_reaches_the_operator_and_the_webhook_as_they_read_it
         ({"gangWebhook": {"rdmaCount": "all"}}, "at '/gangWebhook/rdmaCount'"),
         ({"gangWebhook": {"rdmaCount": 65}}, "at '/gangWebhook/rdmaCount'"),
         ({"rdma": {"resourceName": "ib"}}, "at '/rdma/resourceName'"),
+        ({"image": {"digest": "sha256:abc"}}, "at '/image/digest'"),
+        ({"global": {"imageRegistry": "mirror example"}}, "at '/global/imageRegistry'"),
+        ({"topology": {"levels": "leaf"}}, "at '/topology/levels'"),
+        (
+            {"gangWebhook": {"certManager": {"issuerRef": {"kind": "Vault"}}}},
+            "at '/gangWebhook/certManager/issuerRef/kind'",
+        ),
     ],
 )
 def test_the_schema_rejects_bad_values_with_their_path(
@@ -457,6 +495,19 @@ def test_the_schema_rejects_bad_values_with_their_path(
             [],
             "operator.replicas > 1 needs operator.leaderElect=true",
         ),
+        (
+            {"scheduler": {"topologyLevels": "leaf=example.com/tor"}},
+            [],
+            (
+                "scheduler.topologyLevels moved to topology.levels (one setting for the placer "
+                'and the gang webhook): set topology.levels="leaf=example.com/tor"'
+            ),
+        ),
+        (
+            {"gangWebhook": {"levels": {"leaf": "example.com/tor"}}},
+            [],
+            "gangWebhook.levels moved to topology.levels, in the placer's format",
+        ),
     ],
 )
 def test_inconsistent_values_fail_with_what_to_set(
@@ -469,6 +520,168 @@ def test_inconsistent_values_fail_with_what_to_set(
     done = render(helm_binary, helm_env, values, *flags)
     assert done.returncode != 0
     assert message in done.stderr, done.stderr
+
+
+# -- a chart platform teams can ship --------------------------------------------------------------
+
+
+def _containers(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Return every container of the rendered pods by ``<object name>/<container name>``."""
+    found = {}
+    for obj in objects:
+        spec = obj.get("spec") or {}
+        template = (spec.get("jobTemplate") or {}).get("spec", spec).get("template") or {}
+        for container in (template.get("spec") or {}).get("containers") or []:
+            found[f"{obj['metadata']['name']}/{container['name']}"] = container
+    return found
+
+
+def test_as_a_subchart_the_parents_global_values_registry_and_digests_are_taken(
+    helm_binary: Path, helm_env: dict[str, str]
+) -> None:
+    values, flags = VALUE_SETS["platform"]
+    done = render(helm_binary, helm_env, values, *flags)
+    assert done.returncode == 0, done.stderr
+    containers = _containers(documents(done.stdout))
+    ours = "mirror.example.com/tpfabric/tpfabric@sha256:" + "a" * 64
+    assert containers["tpfabric-operator/operator"]["image"] == ours
+    assert containers["tpfabric-scheduler/extender"]["image"] == ours
+    assert containers["tpfabric-gang-webhook/webhook"]["image"] == ours
+    assert containers["tpfabric-fabric-agent/fabric-agent"]["image"] == ours
+    # the registry replaces registry.k8s.io; the digest pins kube-scheduler whatever the cluster
+    assert containers["tpfabric-scheduler/kube-scheduler"]["image"] == (
+        "mirror.example.com/kube-scheduler@sha256:" + "b" * 64
+    )
+    init = "mirror.example.com/tpfabric/rdma-init:0.1.0"
+    env = {e["name"]: e.get("value") for e in containers["tpfabric-operator/operator"]["env"]}
+    assert env["TPFABRIC_RDMA_INIT_IMAGE"] == init
+    assert f"--init-image={init}" in containers["tpfabric-gang-webhook/webhook"]["args"]
+
+
+def test_one_levels_setting_reaches_the_placer_and_the_gang_webhook(
+    helm_binary: Path, helm_env: dict[str, str]
+) -> None:
+    levels = "block=example.com/pod,spine=example.com/row,leaf!=example.com/tor"
+    values = {"topology": {"levels": levels}, "gangWebhook": {"enabled": True}}
+    containers = _containers(documents(render(helm_binary, helm_env, values).stdout))
+    extender = containers["tpfabric-scheduler/extender"]["command"]
+    assert extender_args(extender[extender.index("tpfabric_scheduler") + 1 :]).levels == (
+        extender_args([f"--levels={levels}"]).levels
+    )
+    hook = containers["tpfabric-gang-webhook/webhook"]["args"]
+    webhook = webhook_args(["--cert-dir=/tmp", "--init-image=i", *hook])
+    assert dict(webhook.level) == {
+        "block": "example.com/pod",
+        "spine": "example.com/row",
+        "leaf": "example.com/tor",
+    }
+
+
+def test_the_gang_webhook_is_hardened_and_critical_pods_install_outside_kube_system(
+    helm_binary: Path, helm_env: dict[str, str]
+) -> None:
+    values = {
+        "rdma": {"resourceName": "rdma/rdma_shared_device_a"},
+        "gangWebhook": {"enabled": True},
+        "fabricAgent": {"enabled": True, "namespace": "tpfabric-agents"},
+    }
+    objects = documents(render(helm_binary, helm_env, values).stdout)
+    deployments = {d["metadata"]["name"]: d for d in objects if d["kind"] == "Deployment"}
+    webhook = deployments["tpfabric-gang-webhook"]["spec"]["template"]["spec"]
+    assert webhook["priorityClassName"] == "system-cluster-critical"
+    anti = webhook["affinity"]["podAntiAffinity"]
+    (spread,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    term = spread["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gang-webhook"
+    (container,) = webhook["containers"]
+    for probe in ("livenessProbe", "startupProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {
+            "path": "/healthz",
+            "port": "https",
+            "scheme": "HTTPS",
+        }
+    assert "--rdma-resource=rdma/rdma_shared_device_a" in container["args"]
+    budgets = {d["metadata"]["name"]: d for d in objects if d["kind"] == "PodDisruptionBudget"}
+    assert set(budgets) == {"tpfabric-operator", "tpfabric-scheduler", "tpfabric-gang-webhook"}
+    assert budgets["tpfabric-gang-webhook"]["spec"]["minAvailable"] == 1
+    scheduler = deployments["tpfabric-scheduler"]["spec"]["template"]["spec"]
+    assert scheduler["priorityClassName"] == "system-cluster-critical"
+    agent = next(d for d in objects if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    assert agent["priorityClassName"] == "system-node-critical"
+    quotas = {
+        d["metadata"]["namespace"]: d["spec"] for d in objects if d["kind"] == "ResourceQuota"
+    }
+    scope = {ns: q["scopeSelector"]["matchExpressions"][0]["values"] for ns, q in quotas.items()}
+    assert scope == {
+        RELEASE_NAMESPACE: ["system-cluster-critical"],
+        "tpfabric-agents": ["system-node-critical"],
+    }
+
+
+def _gang_webhook_objects(helm: Path, env: dict[str, str], **hook: Any) -> list[dict[str, Any]]:
+    done = render(helm, env, {"gangWebhook": {"enabled": True, **hook}})
+    assert done.returncode == 0, done.stderr
+    return [
+        d
+        for d in documents(done.stdout)
+        if (d["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "gang-webhook"
+    ]
+
+
+def test_the_webhooks_ca_bundle_is_in_the_rendered_output_and_the_webhook_takes_the_pair(
+    helm_binary: Path, helm_env: dict[str, str]
+) -> None:
+    objects = _gang_webhook_objects(helm_binary, helm_env)
+    (secret,) = [d for d in objects if d["kind"] == "Secret"]
+    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    (configuration,) = [d for d in objects if d["kind"] == "MutatingWebhookConfiguration"]
+    bundles = {w["clientConfig"]["caBundle"] for w in configuration["webhooks"]}
+    assert bundles == {secret["data"]["ca.crt"]}
+    ca, serving = KeyPair(data["ca.crt"], data["ca.key"]), KeyPair(data["tls.crt"], data["tls.key"])
+    names = service_names("tpfabric-gang-webhook", RELEASE_NAMESPACE)
+    now = dt.datetime.now(dt.UTC)
+    # the webhook's own check: nothing to renew, so it serves this pair as the chart made it
+    assert renewal_due(ca, serving, names, now) == ""
+    assert renewal_due(ca, serving, names, now + dt.timedelta(days=340)) != ""
+    renewed = issue_serving(ca, names, now)  # and it renews it with the chart's CA
+    assert renewal_due(ca, renewed, names, now) == ""
+
+
+def test_with_cert_manager_the_certificate_and_its_ca_are_cert_managers(
+    helm_binary: Path, helm_env: dict[str, str]
+) -> None:
+    objects = _gang_webhook_objects(helm_binary, helm_env, certManager={"enabled": True})
+    kinds = {d["kind"] for d in objects}
+    assert {"Certificate", "Issuer"} <= kinds
+    assert "Secret" not in kinds  # cert-manager writes it
+    assert "Role" not in kinds  # the webhook neither reads nor writes it: it mounts it
+    (certificate,) = [d for d in objects if d["kind"] == "Certificate"]
+    assert certificate["spec"]["secretName"] == "tpfabric-gang-webhook-tls"
+    assert certificate["spec"]["dnsNames"] == service_names(
+        "tpfabric-gang-webhook", RELEASE_NAMESPACE
+    )
+    assert certificate["spec"]["issuerRef"]["name"] == "tpfabric-gang-webhook-selfsigned"
+    (configuration,) = [d for d in objects if d["kind"] == "MutatingWebhookConfiguration"]
+    assert configuration["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": f"{RELEASE_NAMESPACE}/tpfabric-gang-webhook"
+    }
+    assert all("caBundle" not in w["clientConfig"] for w in configuration["webhooks"])
+    (role,) = [d for d in objects if d["kind"] == "ClusterRole"]
+    assert all("mutatingwebhookconfigurations" not in r["resources"] for r in role["rules"])
+    (container,) = _containers(objects).values()
+    args = webhook_args(["--init-image=i", *container["args"]])
+    assert (str(args.cert_dir), args.manage_certs) == ("/certs", False)
+    assert {"name": "certs", "mountPath": "/certs", "readOnly": True} in container["volumeMounts"]
+    corp = {"enabled": True, "issuerRef": {"name": "corp", "kind": "ClusterIssuer"}}
+    issued = _gang_webhook_objects(helm_binary, helm_env, certManager=corp)
+    assert "Issuer" not in {d["kind"] for d in issued}
+    (certificate,) = [d for d in issued if d["kind"] == "Certificate"]
+    assert certificate["spec"]["issuerRef"] == {
+        "name": "corp",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
 
 
 def test_the_kind_script_parses() -> None:
@@ -596,7 +809,11 @@ def test_helm_install_is_accepted_and_uninstall_leaves_nothing(
     # the release's CRD serves TensorParallelJobs (deleting it unserved can stall: wait_serving)
     wait_serving(local_cluster)
 
-    removed = run_helm(helm_binary, helm_env, "uninstall", "tpf", "-n", namespace, kubeconfig)
+    # --no-hooks: this cluster has no node to run the cleanup hook's Job on (helm would wait for
+    # it); test_upgrade_uninstall.py runs the hook on nodes
+    removed = run_helm(
+        helm_binary, helm_env, "uninstall", "tpf", "-n", namespace, kubeconfig, "--no-hooks"
+    )
     assert removed.returncode == 0, removed.stderr
     wait_for(
         lambda: kubectl(
@@ -620,7 +837,9 @@ def test_helm_uninstall_keeps_the_crd_by_default(
         helm_binary, helm_env, "install", "tpk", str(CHART), "-n", namespace, kubeconfig
     )
     assert installed.returncode == 0, installed.stderr
-    removed = run_helm(helm_binary, helm_env, "uninstall", "tpk", "-n", namespace, kubeconfig)
+    removed = run_helm(  # no node runs the cleanup hook's Job here: test_upgrade_uninstall.py
+        helm_binary, helm_env, "uninstall", "tpk", "-n", namespace, kubeconfig, "--no-hooks"
+    )
     assert removed.returncode == 0, removed.stderr
     assert "tensorparalleljobs.tpfabric.io" in removed.stdout + removed.stderr  # "kept" notice
     assert _crd_exists(local_cluster)

@@ -17,7 +17,7 @@ from click.testing import Result
 from kubernetes import client
 from typer.testing import CliRunner
 
-from control_plane_fixtures import FabricFactory
+from control_plane_fixtures import FabricFactory, run_kubectl
 from tpfabric_cli.main import app
 from tpfabric_core import labels
 from tpfabric_core.fabric.generator import (
@@ -29,6 +29,7 @@ from tpfabric_core.fabric.generator import (
 from tpfabric_core.fabric.node_labels import fabric_node_labels
 from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION, parse_rail_ports
 from tpfabric_localcluster.cluster import LocalCluster
+from tpfabric_localcluster.toolchain import find_toolchain
 
 STALE = labels.rail_key(7)  # the generated nodes have rails 0-3 only
 FOREIGN = "example.com/rack"
@@ -207,3 +208,47 @@ def test_a_dump_gives_each_node_its_rail_map_by_port_guid(
     assert f"- annotation {RAIL_PORTS_ANNOTATION}" in result.stdout
     for name in nodes:
         assert RAIL_PORTS_ANNOTATION not in (core.read_node(name).metadata.annotations or {})
+
+
+def test_topology_levels_reads_a_kueue_topology_from_the_cluster(
+    local_cluster: LocalCluster,
+) -> None:
+    """Kueue's own Topology CRD (the toolchain's copy of Kueue's manifests): a Topology the API
+    server accepted is read back and printed as tpfabric's levels."""
+    crd = (
+        find_toolchain(("kueue",)).path("kueue").parent
+        / "config" / "bases" / "kueue.x-k8s.io_topologies.yaml"
+    )  # fmt: skip
+    applied = run_kubectl(local_cluster, "apply", "--server-side", "-f", str(crd))
+    assert applied.returncode == 0, applied.stderr
+    waited = run_kubectl(
+        local_cluster, "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/topologies.kueue.x-k8s.io",
+    )  # fmt: skip
+    assert waited.returncode == 0, waited.stderr
+    topology = (
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Topology\nmetadata: {name: tpfabric-levels}\n"
+        "spec:\n  levels:\n  - nodeLabel: topology.tpfabric.io/spine\n"
+        "  - nodeLabel: topology.tpfabric.io/leaf\n  - nodeLabel: kubernetes.io/hostname\n"
+    )
+    made = run_kubectl(local_cluster, "apply", "-f", "-", stdin=topology)
+    assert made.returncode == 0, made.stderr
+    try:
+        result = CliRunner().invoke(
+            app,
+            ["topology", "levels", "--kueue-topology-name", "tpfabric-levels", "-o", "levels",
+             "--kubeconfig", str(local_cluster.kubeconfig)],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert result.stdout.strip() == (
+            "spine=topology.tpfabric.io/spine,leaf=topology.tpfabric.io/leaf"
+        )
+        missing = CliRunner().invoke(
+            app,
+            ["topology", "levels", "--kueue-topology-name", "nope",
+             "--kubeconfig", str(local_cluster.kubeconfig)],
+        )  # fmt: skip
+        assert missing.exit_code == 2
+        assert "Topology nope: not found" in missing.stderr
+    finally:
+        run_kubectl(local_cluster, "delete", "topologies.kueue.x-k8s.io", "tpfabric-levels")

@@ -60,20 +60,65 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{- /*
+An image reference: (dict "ctx" $ "image" .Values.image "tag" TAG). The registry of
+`global.imageRegistry` (a parent chart's, or set here) replaces the repository's own, as Docker
+reads one: the first path element when it has a `.` or a `:` or is `localhost`
+(`registry.k8s.io/kube-scheduler` -> `mirror.example.com/kube-scheduler`), else it is put in
+front (`tpfabric/tpfabric` -> `mirror.example.com/tpfabric/tpfabric`). A `digest` pins the image
+(`repo@sha256:...`) and the tag is then left out.
+*/ -}}
+{{- define "tpfabric.imageRef" -}}
+{{- $repository := .image.repository }}
+{{- $registry := (.ctx.Values.global | default dict).imageRegistry | default "" }}
+{{- if $registry }}
+{{- $parts := splitList "/" $repository }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- $repository = join "/" (rest $parts) }}
+{{- end }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" $registry) $repository }}
+{{- end }}
+{{- if .image.digest }}
+{{- printf "%s@%s" $repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repository .tag }}
+{{- end }}
+{{- end }}
+
 {{- define "tpfabric.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- include "tpfabric.imageRef" (dict "ctx" . "image" .Values.image "tag" (default .Chart.AppVersion .Values.image.tag)) }}
 {{- end }}
 
 {{- define "tpfabric.rdmaInitImage" -}}
 {{- $image := .Values.operator.rdmaInit.image }}
-{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) }}
+{{- include "tpfabric.imageRef" (dict "ctx" . "image" $image "tag" (default .Chart.AppVersion $image.tag)) }}
 {{- end }}
 
 {{/* kube-scheduler must not be newer than the API server: default to the cluster's version. */}}
 {{- define "tpfabric.kubeSchedulerImage" -}}
 {{- $image := .Values.scheduler.kubeScheduler.image }}
 {{- $tag := $image.tag | default (regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) }}
-{{- printf "%s:%s" $image.repository (required "scheduler.kubeScheduler.image.tag: cannot read the cluster's version; set it, e.g. v1.30.4" $tag) }}
+{{- if not $image.digest }}
+{{- $tag = required "scheduler.kubeScheduler.image.tag: cannot read the cluster's version; set it, e.g. v1.30.4" $tag }}
+{{- end }}
+{{- include "tpfabric.imageRef" (dict "ctx" . "image" $image "tag" $tag) }}
+{{- end }}
+
+{{- /*
+The topology levels, one setting for every component: `topology.levels` (`name=label-key` pairs,
+top level first; the placer's --levels). The settings it replaced fail with what to set.
+*/ -}}
+{{- define "tpfabric.levels" -}}
+{{- with .Values.scheduler.topologyLevels }}
+{{- fail (printf "scheduler.topologyLevels moved to topology.levels (one setting for the placer and the gang webhook): set topology.levels=%q and remove scheduler.topologyLevels" .) }}
+{{- end }}
+{{- with .Values.gangWebhook.levels }}
+{{- $pairs := list }}
+{{- range $name, $key := . }}{{ $pairs = append $pairs (printf "%s=%s" $name $key) }}{{ end }}
+{{- fail (printf "gangWebhook.levels moved to topology.levels, in the placer's format (name=label-key pairs, top level first, e.g. %q): set topology.levels and remove gangWebhook.levels" (join "," $pairs)) }}
+{{- end }}
+{{- .Values.topology.levels }}
 {{- end }}
 
 {{/* Pod security context meeting the Pod Security "restricted" profile. */}}
@@ -181,4 +226,12 @@ variables.new{{ .field | title }}.filter(k, !(k in variables.old{{ .field | titl
   expression: {{ include "tpfabric.cel.changedKeys" (dict "field" "labels") | quote }}
 - name: changedAnnotations
   expression: {{ include "tpfabric.cel.changedKeys" (dict "field" "annotations") | quote }}
+{{- end }}
+
+{{/* Annotations of the uninstall cleanup's objects (a post-delete hook, weight .): made just
+before the Job, deleted once it succeeded, or before the next one. */}}
+{{- define "tpfabric.uninstallHook" -}}
+helm.sh/hook: post-delete
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}

@@ -1,4 +1,5 @@
-"""The ``tpfabric topology`` commands: discover, show, label, export, and their shared flags.
+"""The ``tpfabric topology`` commands: discover, show, label, export, profile, levels (from a
+Kueue Topology: :mod:`.kueue_levels`), and their shared flags.
 
 Each command reads one source (:mod:`.sources`), arranges it (:mod:`.domains`, :mod:`.labelling`)
 and prints it (:mod:`.rendering`); none of them computes topology itself.
@@ -17,7 +18,9 @@ import yaml
 from rich.markup import escape
 
 from tpfabric_cli.errors import user_errors
+from tpfabric_cli.options import KubeconfigOpt
 from tpfabric_cli.topology.domains import domain_tree
+from tpfabric_cli.topology.kueue_levels import levels_command
 from tpfabric_cli.topology.labelling import plan_labels, print_plan
 from tpfabric_cli.topology.rendering import (
     err,
@@ -101,13 +104,6 @@ CountersOpt = Annotated[
 ClusterOpt = Annotated[
     bool, typer.Option("--cluster", help="Read the live nodes' topology.tpfabric.io/ labels.")
 ]
-KubeconfigOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--kubeconfig", metavar="FILE",
-        help="Kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).",
-    ),
-]  # fmt: skip
 
 
 class OutputFormat(StrEnum):
@@ -416,3 +412,6 @@ def profile_command(
         markup=False,
         highlight=False,
     )
+
+
+app.command("levels")(levels_command)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 import sys
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
@@ -60,7 +60,10 @@ from tpfabric_core.input_limits import check_yaml_text
 from tpfabric_core.rail_ports import RAIL_PORTS_ANNOTATION, rail_ports_of
 from tpfabric_fabric_agent.link_read import read_sysfs_counters
 
-__all__ = ["Discovery", "Sources", "discover", "fabric_from_labels"]
+if TYPE_CHECKING:
+    from tpfabric_cli.kube_nodes import NodeState
+
+__all__ = ["Discovery", "Sources", "discover", "fabric_from_labels", "nodes_discovery"]
 
 # -- what a source yields ----------------------------------------------------------------------
 
@@ -364,7 +367,12 @@ def _from_cluster(kubeconfig: Path | None) -> Discovery:
     from tpfabric_cli.kube_nodes import node_api, read_nodes  # noqa: PLC0415
 
     with node_api(kubeconfig) as core:
-        nodes = read_nodes(core)
+        return nodes_discovery(read_nodes(core))
+
+
+def nodes_discovery(nodes: Sequence[NodeState]) -> Discovery:
+    """Return the discovery of the tpfabric labels and fabric health of ``nodes`` (read from
+    the cluster: every node, or those of one job)."""
     ours = {
         node.name: {k: v for k, v in node.labels.items() if k.startswith(labels.PREFIX)}
         for node in nodes

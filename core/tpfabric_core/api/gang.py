@@ -113,6 +113,8 @@ class GangStatus(_Model):
     """The persisted gang plan, or why the gang waits."""
     conditions: list[Condition] = Field(default_factory=list)
     """`Ready` (every pod of the group exists and is Ready: the leader and each worker),
+    `PodsCreated` (every pod of the gang exists; False, reason `PodsMissing`, while some do not:
+    how many exist and which ranks are missing, since the transition time),
     `Degraded` (a node under the group is degraded: rank, node and the fabric agent's reasons),
     `Surge` (an extra group of an LWS rolling update, deleted when the update ends), `Moving`
     (with `tpfabric.io/on-degraded-link: restart-elsewhere`: whether and why the group is moved

@@ -44,6 +44,8 @@ def apply_intent(
 ) -> bool:
     """Write what ``intent`` says for gang ``key`` (``first``: its first pod, whose owner's
     group moves); return whether the gang was settled (nothing written, nothing pending)."""
+    if intent.warn is not None:
+        gangs.api.warn_pods(key, pods, reason=intent.warn.reason, words=intent.warn.words)
     for name, rank in intent.ranks.items():
         gangs.api.label_rank(key, name, rank)
     member = first.member

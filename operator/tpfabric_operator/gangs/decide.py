@@ -28,6 +28,7 @@ from tpfabric_operator.gangs.records import (
     record_status,
 )
 from tpfabric_operator.gangs.serving import LwsView, Moving, RecordLife, Unready, record_life
+from tpfabric_operator.gangs.waits import SHORT_REASON, short_notice
 
 __all__ = [
     "GangIntent",
@@ -108,6 +109,8 @@ class SyncFacts:
     #: the wall clock and the monotonic one, at this sync
     now: float
     monotonic: float
+    #: how long a gang may be short of pods before its pods are told (:mod:`.waits`)
+    short_notice_seconds: float = float("inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,8 @@ class GangIntent:
     status: dict[str, Any] | None
     #: nothing was written and nothing is pending: the tick need not look again
     settled: bool
+    #: tell the gang's pods it has long been short of pods (None: nothing)
+    warn: PodWarning | None = None
 
 
 def sync_intent(
@@ -161,10 +166,13 @@ def sync_intent(
     )
     status["conditions"] = life.conditions
     status["nearBy"] = facts.near_by
+    notice = short_notice(life.conditions, identity.first.member.gang, facts.now,
+                          facts.short_notice_seconds)  # fmt: skip
+    warn = PodWarning(SHORT_REASON, notice) if notice is not None else None
     if any(stored.get(k) != v for k, v in status.items()):
-        return GangIntent(ranks, life, status, settled=False)
+        return GangIntent(ranks, life, status, settled=False, warn=warn)
     # a gang short of pods is never settled: a namesake in another namespace (elsewhere_problem)
     # shows in no event of its own; nor is one on a degraded node (the node's recovery is no
     # event of the gang's)
     settled = not made and not ranks and len(pods) >= size and life.settled
-    return GangIntent(ranks, life, None, settled=settled)
+    return GangIntent(ranks, life, None, settled=settled, warn=warn)

@@ -37,6 +37,7 @@ from tpfabric_core.rdma_default import rdma_condition
 from tpfabric_core.timestamps import rfc3339
 from tpfabric_operator.fabric_health import RankOnDegradedNode, room_elsewhere, straggler_message
 from tpfabric_operator.gangs.records import GangPod
+from tpfabric_operator.gangs.waits import pods_created
 
 __all__ = [
     "LwsView",
@@ -323,6 +324,7 @@ def record_life(
             + (f" (not ready: {', '.join(sorted(not_ready)[:3])})" if not_ready else ""),
         )
     ]
+    conditions.append(pods_created(pods, size))  # a gang short of pods says so
     transport = rdma_condition(p.rdma for p in pods)
     if transport is not None:  # the RDMA the pods got (the gang webhook's decision), and why
         conditions.append(transport)

@@ -40,7 +40,8 @@ class GangState:
 
     ``sync`` brings one gang's record in step (:func:`.sync.sync_gang`); ``sync_seconds``: how
     often a gang not found settled is looked at again, ``idle_seconds``: how long a record
-    outlives its pods; ``wall`` and ``monotonic``: the clocks a sync reads.
+    outlives its pods, ``short_notice_seconds``: how long a gang may be short of pods before its
+    pods are told (:mod:`.waits`); ``wall`` and ``monotonic``: the clocks a sync reads.
     """
 
     def __init__(
@@ -50,6 +51,7 @@ class GangState:
         *,
         sync_seconds: float,
         idle_seconds: float,
+        short_notice_seconds: float = float("inf"),
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -58,6 +60,7 @@ class GangState:
         self.monotonic = monotonic
         self.sync_seconds = sync_seconds
         self.idle_seconds = idle_seconds
+        self.short_notice_seconds = short_notice_seconds
         self._sync = sync
         #: every gang pod, by gang (None until started)
         self.watch: GangPods | None = None

@@ -104,4 +104,5 @@ def _facts(
         near_by=gangs.near.lines(member.namespace, member.owner, key[1]),
         now=gangs.wall(),
         monotonic=gangs.monotonic(),
+        short_notice_seconds=gangs.short_notice_seconds,
     )

@@ -16,8 +16,11 @@ JobSet, a labelled pod group) is given what the operator gives a TensorParallelJ
   where the rank is known at creation).
 
 The webhook never refuses a pod: what it cannot take in (a gang label without a size, a level
-that is not configured, another scheduler named) is admitted unchanged, with a warning that
-names the label and says what would fix it; ``kubectl`` and the owner's controller show it. A
+that is not configured, another scheduler named) is admitted unwired, with a warning that names
+the label and says what would fix it (``kubectl`` shows it to whoever created the pod), and
+marked with the label ``tpfabric.io/gang-problem`` and its problems in an annotation, so that the
+operator writes them into an Event on the pod (``kubectl describe pod``): a controller's pods
+have no one to read the warning. A
 pod wired already (a reinvocation, a pod re-created from a wired manifest) is left as it is. A
 request that is not an AdmissionReview raises :class:`BadReviewError` (the server answers 400).
 """
@@ -32,7 +35,15 @@ from typing import Any, Protocol, TypeVar
 
 from tpfabric_core import labels as topology_labels
 from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
-from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL, GangMember, GangSettings, gang_of
+from tpfabric_core.gangs import (
+    GANG_LABEL,
+    GANG_PROBLEM_LABEL,
+    GANG_PROBLEMS_ANNOTATION,
+    RANK_LABEL,
+    GangMember,
+    GangSettings,
+    gang_of,
+)
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.placement.pod_fit import node_matcher, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE, NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
@@ -45,6 +56,7 @@ __all__ = [
     "WebhookSettings",
     "admit",
     "default_levels",
+    "mark_problems",
     "mutate_pod",
     "rdma_decision",
 ]
@@ -53,6 +65,8 @@ RDMA_COUNT_ANNOTATION = "tpfabric.io/rdma-count"
 GPU_DIRECT_ANNOTATION = "tpfabric.io/gpu-direct"
 _GPU_DIRECT = ("required", "preferred", "disabled")
 _DEFAULT_SCHEDULERS = ("", "default-scheduler")
+#: the most characters of problems a pod's annotation holds (a few lines, each naming a label)
+_PROBLEMS_CHARACTERS = 4096
 T = TypeVar("T")
 
 
@@ -91,7 +105,7 @@ class WebhookSettings:
 
 
 def _problems(pod: Mapping[str, Any], member: GangMember, settings: WebhookSettings) -> list[str]:
-    """Return why the pod is admitted unchanged (empty: it is wired)."""
+    """Return why the pod is admitted unwired (empty: it is wired)."""
     problems = [p.words() for p in member.problems]
     spec = pod.get("spec") or {}
     scheduler = str(spec.get("schedulerName") or "")
@@ -236,6 +250,18 @@ def mutate_pod(
     return {**pod, "metadata": meta, "spec": spec}
 
 
+def mark_problems(pod: Mapping[str, Any], problems: list[str]) -> dict[str, Any]:
+    """Return the pod, unwired, marked as admitted with ``problems`` (the label
+    ``tpfabric.io/gang-problem`` and the problems in an annotation, one a line); a new dict."""
+    meta = dict(pod.get("metadata") or {})
+    meta["labels"] = {**(meta.get("labels") or {}), GANG_PROBLEM_LABEL: "true"}
+    meta["annotations"] = {
+        **(meta.get("annotations") or {}),
+        GANG_PROBLEMS_ANNOTATION: "\n".join(problems)[:_PROBLEMS_CHARACTERS],
+    }
+    return {**pod, "metadata": meta}
+
+
 def _patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Return the JSON patch from ``before`` to ``after`` on the pod's labels, annotations and
     spec fields."""
@@ -280,9 +306,14 @@ def admit(review: Mapping[str, Any], settings: WebhookSettings) -> dict[str, Any
     problems = _problems(pod, member, settings)
     if problems:
         response["warnings"] = [
-            f"tpfabric: pod admitted unchanged, not placed as gang {member.gang!r}: {p}"
+            f"tpfabric: pod admitted unwired, not placed as gang {member.gang!r}: {p}"
             for p in problems
         ]
+        # marked, so that the operator tells the pod itself (an Event): a controller's pods
+        # have no one to read the warning
+        response["patchType"] = "JSONPatch"
+        ops = _patch(pod, mark_problems(pod, problems))
+        response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
         return answer
     ops = _patch(pod, mutate_pod(pod, member, settings))
     if ops:

@@ -64,9 +64,9 @@ def _outcome(answer: dict[str, object]) -> str:
     response = answer.get("response")
     if not isinstance(response, dict):
         return "unchanged"
-    if "patch" in response:
-        return "wired"
-    return "warned" if response.get("warnings") else "unchanged"
+    if response.get("warnings"):  # admitted unwired (only marked with its problems)
+        return "warned"
+    return "wired" if "patch" in response else "unchanged"
 
 
 def _pod_of(review: object) -> dict[str, Any]:

@@ -137,6 +137,14 @@ def test_the_field_reference_is_the_generators_output() -> None:
     assert "| `spec.topology.level` |" in reference.read_text()
 
 
+def test_the_gang_reference_is_the_generators_output() -> None:
+    from tpfabric_core.api.reference import render_gang_reference  # noqa: PLC0415
+
+    reference = CRD_FILE.parents[1] / "docs" / "gang-reference.md"
+    assert reference.read_text() == render_gang_reference(), "run `tpfabric crds generate`"
+    assert "| `status.placement.state` |" in reference.read_text()
+
+
 @pytest.mark.parametrize("level", ["leaf", "nvlink", "zone", "gce-subblock", "cluster"])
 def test_any_configured_level_name_is_a_valid_policy_level(level: str) -> None:
     manifest = valid_jobs()["llama-405b-tp16x4"]

@@ -18,12 +18,12 @@ def scheduler_values() -> dict[str, Any]:
 
 
 def levels_pattern() -> re.Pattern[str]:
-    schema = values_schema()["properties"]["scheduler"]["properties"]["topologyLevels"]
+    schema = values_schema()["properties"]["topology"]["properties"]["levels"]
     return re.compile(schema["pattern"])
 
 
 def test_the_default_topology_levels_are_the_extenders_default() -> None:
-    text = scheduler_values()["topologyLevels"]
+    text = load_yaml(CHART / "values.yaml")["topology"]["levels"]
     assert text == DEFAULT_LEVELS_TEXT
     assert parse_levels(text) == DEFAULT_LEVELS
 

@@ -316,3 +316,65 @@ def test_a_picture_of_another_format_is_refused_before_the_cluster_is_read() -> 
     assert "--picture: cannot draw job.jpg: unknown format; name a .png or .svg file" in (
         result.stderr
     )
+
+
+def unranked(name: str, gang: str) -> dict[str, Any]:
+    """A gang pod before its rank is given (ranks by creation, once every pod exists)."""
+    return {
+        "metadata": {"name": name, "labels": {GANG_LABEL: gang}},
+        "spec": {"schedulingGates": [{"name": "tpfabric.io/gang"}]},
+        "status": {"phase": "Pending"},
+    }
+
+
+def pod_group(name: str, workers: int) -> dict[str, Any]:
+    return {
+        "kind": "Gang",
+        "metadata": {"name": name, "namespace": "team-b"},
+        "spec": {"owner": {"kind": "PodGroup", "name": name}, "workers": workers},
+        "status": {"phase": "Pending", "ready": f"0/{workers}", "pods": 3},
+    }
+
+
+def test_a_gang_short_of_unranked_pods_counts_the_pods_that_exist_not_empty_ranks() -> None:
+    pods = [unranked(f"train-{i}", "train") for i in range(3)]
+    explanation = explain_object(pod_group("train", 4), pods, NODES)
+    text = text_of(explanation)
+    assert [(row.rank, row.pod) for row in explanation.ranks] == [
+        (None, "train-0"), (None, "train-1"), (None, "train-2")
+    ]  # fmt: skip
+    assert "(no pod)" not in text
+    assert "? " not in text
+    assert "- (not given yet)" in text
+    assert "pods: 3 of 4 pods exist; 1 missing (ranks follow the order of creation" in text
+    document = explanation.document()
+    assert document["pods"]["present"] == 3
+    assert document["pods"]["missingRanks"] is None
+
+
+def test_a_gang_short_of_ranked_pods_names_the_missing_ranks() -> None:
+    gang = pod_group("lws-a-0", 4)
+    gang["spec"]["owner"] = {"kind": "LeaderWorkerSet", "name": "lws-a"}
+    pods = [pod(f"lws-a-0-{r}", r, None, key=RANK_LABEL, job="lws-a-0") for r in (0, 1, 3)]
+    explanation = explain_object(gang, pods, NODES)
+    text = text_of(explanation)
+    assert (
+        "pods: 3 of 4 pods exist; missing rank 2: the gang waits until LeaderWorkerSet lws-a"
+        in (text)
+    )
+    assert [(row.rank, row.pod) for row in explanation.ranks][2] == (2, None)
+    assert explanation.document()["pods"]["missingRanks"] == [2]
+
+
+def test_without_node_rights_the_rows_are_shown_and_the_node_details_said_hidden() -> None:
+    job = tpj(**planned(["n1", "n2"]))
+    pods = [pod("llama-w-0", 0, "n1"), pod("llama-w-1", 1, "n2")]
+    explanation = explain_object(job, pods, {}, {}, nodes_hidden=True)
+    text = text_of(explanation)
+    assert "node details hidden: no permission to read nodes" in text
+    assert [(row.rank, row.bound, row.leaf) for row in explanation.ranks] == [
+        (0, "n1", None), (1, "n2", None)
+    ]  # fmt: skip
+    assert (
+        explanation.document()["nodeDetails"] == "node details hidden: no permission to read nodes"
+    )

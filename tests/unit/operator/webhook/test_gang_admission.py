@@ -12,7 +12,14 @@ import pytest
 
 from tpfabric_core import labels
 from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
-from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
+from tpfabric_core.gangs import (
+    GANG_LABEL,
+    GANG_NAME_LABEL,
+    GANG_PROBLEM_LABEL,
+    GANG_PROBLEMS_ANNOTATION,
+    GANG_SIZE_LABEL,
+    RANK_LABEL,
+)
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, parse_decision
 from tpfabric_operator.webhook.admission import (
     RDMA_COUNT_ANNOTATION,
@@ -235,16 +242,25 @@ def test_a_pod_wired_already_is_left_as_it_is() -> None:
         (GANG, {}, {"schedulerName": "volcano"}, "spec.schedulerName: the pod names 'volcano'"),
     ],
 )
-def test_bad_input_is_admitted_unchanged_with_a_warning_naming_the_field(
+def test_bad_input_is_admitted_unwired_with_a_warning_naming_the_field_and_marked(
     pod_labels: dict[str, str], annotations: dict[str, str], spec: dict[str, Any], words: str
 ) -> None:
-    answer = admit(review(pod(pod_labels, annotations, **spec)), SETTINGS)
+    obj = pod(pod_labels, annotations, **spec)
+    answer = admit(review(obj), SETTINGS)
     response = answer["response"]
     assert response["allowed"] is True
-    assert "patch" not in response
     assert len(response["warnings"]) == 1
     assert words in response["warnings"][0]
-    assert "admitted unchanged" in response["warnings"][0]
+    assert "admitted unwired" in response["warnings"][0]
+    # unwired: only marked, so that the operator tells the pod (an Event)
+    marked = patched(obj, answer)
+    assert marked["spec"] == obj["spec"]
+    assert marked["metadata"]["labels"] == {**pod_labels, GANG_PROBLEM_LABEL: "true"}
+    problems = marked["metadata"]["annotations"][GANG_PROBLEMS_ANNOTATION]
+    assert words in problems
+    assert {
+        k: v for k, v in marked["metadata"]["annotations"].items() if k != GANG_PROBLEMS_ANNOTATION
+    } == annotations
 
 
 def test_only_pod_creations_are_changed() -> None:
