@@ -719,8 +719,11 @@ log "helm uninstall: nothing of the release is left"
 "$HELM" uninstall "$RELEASE" --kubeconfig "$KUBECONFIG_FILE" --namespace "$NAMESPACE" --wait --timeout 3m
 for _ in $(seq 60); do
   left=$(kubectl get all,serviceaccounts,configmaps,secrets,roles,rolebindings,poddisruptionbudgets,clusterroles,clusterrolebindings,mutatingwebhookconfigurations \
-    -A -l "app.kubernetes.io/instance=$RELEASE" -o name 2>/dev/null; kubectl -n "$NAMESPACE" get pods,secrets -o name)
+    -A -l "app.kubernetes.io/instance=$RELEASE" -o name 2>/dev/null; kubectl -n "$NAMESPACE" get pods,secrets,jobs,leases -o name)
   left+=$(kubectl get crd tensorparalleljobs.tpfabric.io -o name --ignore-not-found)
+  # the post-delete hook (tpfabric uninstall-cleanup, run by helm as a Job from the real image)
+  # removed the components' leader Leases and the agents' node health; helm fails on a failed hook
+  left+=$(kubectl get nodes -o name -l topology.tpfabric.io/health)
   [[ -z $left ]] && break
   sleep 1
 done
