@@ -3,8 +3,8 @@
 A gang is due when it has gated or unbound workers, or a planned rank whose worker does not
 exist yet. It waits out of the queue while the pods of a dropped plan are still going; until
 every worker exists when the API server refused one of them (a quota) or its pods carry no
-attempt label (a JobSet's or a PodGroup's, which the gang webhook cannot number: a worker
-created after an early plan would look like a replacement); until the operator has written a Gang's ranks; and while a Gang record says what
+attempt label (made by another controller: a worker created after an early plan would look like
+a replacement); until the operator has written a Gang's ranks; and while a Gang record says what
 is wrong with it (``problems``). A Gang record of a namespace that has not opted in is not
 placed. Gangs go by pod priority, then arrival (``creationTimestamp``); in a cycle, released
 gangs first, so that their bind bound is checked every cycle, never behind planning.
