@@ -31,7 +31,7 @@ def gang_pod(rank: int, attempt: int) -> dict[str, Any]:
 
 def watches() -> tuple[GangPlans, GangRecords, GangPodRanks]:
     plans = GangPlans()
-    return plans, GangRecords(None, None, plans), GangPodRanks(None, plans)  # type: ignore[arg-type]
+    return plans, GangRecords(None, None, plans), GangPodRanks(None, plans)
 
 
 def test_a_rank_another_replica_admitted_makes_this_replicas_pod_of_it_a_replacement() -> None:
