@@ -19,11 +19,13 @@ its planned node cannot take it (:mod:`tpfabric_core.gang_attempts`).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import ATTEMPT_LABEL, GROUP, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
@@ -34,6 +36,9 @@ from tpfabric_core.input_limits import whole_number
 from tpfabric_operator.pod_watch import PodWatch
 
 __all__ = ["GangPlans", "GangPodRanks", "GangRecords"]
+
+log = logging.getLogger("tpfabric.webhook")
+_NOT_FOUND = 404
 
 GangKey = tuple[str, str]  # (namespace, gang record's name)
 #: gangs remembered at most (their records' deletions forget them sooner)
@@ -112,6 +117,22 @@ class GangRecords(PodWatch):
 
     def _call(self, **kwargs: Any) -> Any:
         return self.custom.list_cluster_custom_object(GROUP, VERSION, GANG_PLURAL, **kwargs)
+
+    def _list(self) -> str:
+        """List the records; without the Gang CRD there are none (the webhook serves, and no
+        pod is born released), and the list is tried again until the CRD is there."""
+        try:
+            return super()._list()
+        except ApiException as err:
+            if err.status != _NOT_FOUND:
+                raise
+            if not self.synced.is_set():
+                log.warning(
+                    "no Gang CRD (gangs.%s): no gang pod is born released until it is", GROUP
+                )
+                self._replace([])
+                self.synced.set()
+            raise
 
     def _slim(self, obj: Mapping[str, Any]) -> tuple[str, Any]:
         meta = obj.get("metadata") or {}

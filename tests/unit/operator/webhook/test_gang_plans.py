@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import ATTEMPT_LABEL
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
@@ -64,4 +65,19 @@ def test_a_plan_that_is_not_planned_releases_nothing() -> None:
     plans, records, _ = watches()
     records._event("serving/chat-0", record("Waiting"))
     given, _ = plans.stamp(*KEY, 1)
+    assert not given.born_released
+
+
+def test_without_the_gang_crd_the_view_is_listed_empty_and_listed_again() -> None:
+    class NoCrd:
+        def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+            raise ApiException(status=404, reason="Not Found")
+
+    plans = GangPlans()
+    records = GangRecords(None, NoCrd(), plans)
+    with pytest.raises(ApiException):
+        records._list()  # raised: the watch loop lists again after its backoff
+    assert records.synced.is_set(), "the webhook serves meanwhile"
+    given, plan = plans.stamp(*KEY, 0)
+    assert plan is None
     assert not given.born_released
