@@ -12,7 +12,7 @@ pods and from its own admissions) and the gang's plan (its Gang record):
 
 - a pod whose rank has not been seen in the gang's current attempt belongs to it;
 - a pod whose rank has been seen in the current attempt is a replacement: it begins the next
-  attempt (every later pod of the same rank-less slots joins that attempt);
+  attempt, which the pods of the other ranks that follow it join;
 - a pod of the attempt a plan was made for, admitted after the plan, is born released onto its
   rank's planned node (:func:`stamp`); any other pod comes gated, and the placer checks it
   (a replacement returns to its planned node while that node holds it, else it moves).

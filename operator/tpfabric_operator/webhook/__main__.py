@@ -150,7 +150,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--born-released",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="number each gang pod whose rank is known with its gang attempt, and create the "
+        help="number each LeaderWorkerSet gang pod with its gang attempt, and create the "
         "pods admitted after their gang's plan released onto it (reads the Gang records and "
         "the gang pods: list and watch)",
     )

@@ -258,11 +258,18 @@ def _onto_plan(
     """Return the wired ``pod`` numbered with its gang attempt, and released onto the gang's
     plan when that plan was made for its attempt (:mod:`tpfabric_core.gang_attempts`).
 
-    Only a pod whose gang size and rank are known at admission is numbered (an LWS group's,
-    a pod group's that names its rank): the placer plans such a gang from its first pod. The
-    others carry no attempt and are planned once every pod exists.
+    Only a LeaderWorkerSet group's pod is numbered: its gang size and rank are known at
+    admission, and its owner makes again whatever the placer deletes (a plan dropped at its
+    bind bound), so the placer may plan it from its first pod. The others carry no attempt and
+    are planned once every pod exists: a JobSet's ranks follow from its Jobs, and a plain pod
+    group's pods deleted with a dropped plan would not come back.
     """
-    if settings.plans is None or member.rank is None or member.size is None:
+    if (
+        settings.plans is None
+        or member.kind != "LeaderWorkerSet"
+        or member.rank is None
+        or member.size is None
+    ):
         return pod
     given, plan = settings.plans.stamp(member.namespace, member.gang, member.rank)
     pod["metadata"]["labels"][ATTEMPT_LABEL] = str(given.attempt)

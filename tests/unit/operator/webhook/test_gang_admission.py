@@ -381,9 +381,18 @@ def test_a_replacement_of_a_rank_already_admitted_is_a_later_attempt_and_gated()
     assert "affinity" not in again["spec"], "the placer checks its node before releasing it"
 
 
-def test_a_pod_whose_rank_is_known_only_once_the_gang_is_whole_is_not_numbered() -> None:
+@pytest.mark.parametrize(
+    "group",
+    [
+        {GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "6"},  # rank: the order of creation
+        GANG,  # ranked, but no owner makes its pods again after a dropped plan
+    ],
+)
+def test_a_pod_group_is_not_numbered_and_waits_gated_for_its_whole_gang(
+    group: dict[str, str],
+) -> None:
     settings = replace(SETTINGS, plans=Plans(LWS_PLAN))
-    obj = pod({GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "6"})  # rank: the order of creation
+    obj = pod(group)
     wired = patched(obj, admit(review(obj), settings))
     assert ATTEMPT_LABEL not in wired["metadata"]["labels"]
     assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
