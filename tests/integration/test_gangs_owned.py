@@ -19,7 +19,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from control_plane_fixtures import FabricFactory, clear_jobs_and_pods, opt_in, wait_for
-from tpfabric_core.api import GROUP, SCHEDULER_NAME, VERSION
+from tpfabric_core import labels
+from tpfabric_core.api import ATTEMPT_LABEL, GROUP, SCHEDULER_NAME, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision
@@ -115,16 +116,20 @@ def create_lws(
     *,
     replicas: int,
     recreate_groups: bool = False,
+    restart_policy: str | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> None:
     """Create a LeaderWorkerSet of ``replicas`` groups of 4 pods of 8 GPUs (plain: nothing of
     tpfabric in it)."""
     template: dict[str, Any] = {"size": 4, "workerTemplate": {"spec": {"containers": [CONTAINER]}}}
     if recreate_groups:
         template["restartPolicy"] = "RecreateGroupOnPodRestart"
+    if restart_policy is not None:
+        template["restartPolicy"] = restart_policy
     lws = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "annotations": annotations or {}},
         "spec": {"replicas": replicas, "leaderWorkerTemplate": template},
     }
     custom.create_namespaced_custom_object(
@@ -433,6 +438,9 @@ def test_a_recreated_lws_group_returns_to_the_leaf_it_left(
     after = wait_for(recreated, 120, what="the group made again and bound")
     assert {leaf_of(p.spec.node_name) for p in after} == {left}, "whole, in the leaf it left"
     assert sorted(p.metadata.labels[RANK_LABEL] for p in after) == ["0", "1", "2", "3"]
+    assert {p.metadata.labels[ATTEMPT_LABEL] for p in after} == {"1"}, (
+        "the group made again is the gang webhook's next attempt, not the planned one"
+    )
 
 
 def test_a_record_deleted_while_its_group_is_made_again_does_not_wedge_the_group(
@@ -455,3 +463,73 @@ def test_a_record_deleted_while_its_group_is_made_again_does_not_wedge_the_group
 
     pods = wait_for(placed, 120, what="the group made again and placed whole")
     assert len({leaf_of(p.spec.node_name) for p in pods}) == 1
+
+
+def spec_writes(pod: client.V1Pod) -> list[str]:
+    """Return the managers that wrote the pod's object itself (its creation, a release patch),
+    not its status or its binding."""
+    return [
+        f"{entry.manager}/{entry.operation}"
+        for entry in pod.metadata.managed_fields or []
+        if not entry.subresource
+    ]
+
+
+def test_a_groups_pods_after_its_plan_are_created_released_onto_it_one_write_each(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """The group is planned from its leader; LeaderWorkerSet makes the workers once the leader
+    is bound (its exclusive placement), and the gang webhook creates each released onto the
+    plan: ungated, narrowed to the planned leaf, no release patch after."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    exclusive = {"leaderworkerset.sigs.k8s.io/exclusive-topology": labels.LEAF}
+    create_lws(custom, enabled, "born", replicas=1, annotations=exclusive)
+    pods = bound_pods(core, enabled, "leaderworkerset.sigs.k8s.io/name=born", 4)
+    assert len({leaf_of(p.spec.node_name) for p in pods}) == 1
+    by_rank = {int(p.metadata.labels[RANK_LABEL]): p for p in pods}
+    assert {p.metadata.labels[ATTEMPT_LABEL] for p in pods} == {"0"}
+    assert len(spec_writes(by_rank[0])) == 2, "the leader: created gated, released by a patch"
+    record = custom.get_namespaced_custom_object(GROUP, VERSION, enabled, GANG_PLURAL, "born-0")
+    plan = record["status"]["placement"]
+    for rank in (1, 2, 3):
+        worker = by_rank[rank]
+        assert spec_writes(worker) == spec_writes(worker)[:1], (
+            f"rank {rank}: one write, its creation ({spec_writes(worker)})"
+        )
+        terms = (
+            worker.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+        )
+        expressions = [e.to_dict() for e in terms.node_selector_terms[0].match_expressions]
+        assert {"key": labels.LEAF, "operator": "In", "values": [plan["domain"]]} in [
+            {k: e[k] for k in ("key", "operator", "values")} for e in expressions
+        ]
+        assert worker.spec.node_name == plan["nodes"][rank], "on its rank's planned node"
+
+
+def test_a_worker_made_again_after_a_deletion_is_a_replacement_not_the_planned_attempt(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """restartPolicy None: a deleted worker is made again alone by its StatefulSet, with the
+    same name and labels. The webhook numbers it as the next attempt and leaves it gated: the
+    placer checks its planned node before it releases it there."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    exclusive = {"leaderworkerset.sigs.k8s.io/exclusive-topology": labels.LEAF}
+    create_lws(custom, enabled, "mend", replicas=1, restart_policy="None", annotations=exclusive)
+    selector = "leaderworkerset.sigs.k8s.io/name=mend"
+    before = {int(p.metadata.labels[RANK_LABEL]): p for p in bound_pods(core, enabled, selector, 4)}
+    gone = before[2]
+    assert len(spec_writes(gone)) == 1, "born released"
+    core.delete_namespaced_pod(gone.metadata.name, enabled, grace_period_seconds=0)
+
+    def made_again() -> client.V1Pod | None:
+        try:
+            pod = core.read_namespaced_pod(gone.metadata.name, enabled)
+        except ApiException:
+            return None
+        fresh = pod.metadata.uid != gone.metadata.uid and pod.spec.node_name
+        return pod if fresh else None
+
+    again = wait_for(made_again, 120, what="the worker made again and bound")
+    assert again.metadata.labels[ATTEMPT_LABEL] == "1", "a later attempt than the plan's"
+    assert len(spec_writes(again)) == 2, "created gated, released by the placer after its check"
+    assert again.spec.node_name == gone.spec.node_name, "back on its planned node"

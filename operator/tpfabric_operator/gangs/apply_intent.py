@@ -36,7 +36,10 @@ def apply_record_step(gangs: GangState, key: GangKey, pods: list[GangPod], step:
         log.info("gang %s/%s: no record: its %s is gone", key[0], key[1], step.owner_gone)
     if step.make is None:
         return None
-    return gangs.api.make_record(key, step.make)
+    made = gangs.api.make_record(key, step.make)
+    if made is not None:
+        gangs.keep_record(key, made)
+    return made
 
 
 def apply_intent(
@@ -66,7 +69,9 @@ def apply_intent(
             gangs.moving.pop(owner_key, None)
             raise
     if intent.status is not None:
-        gangs.api.write_status(key, intent.status)
+        written = gangs.api.write_status(key, intent.status)
+        if written is not None:
+            gangs.keep_record(key, written)
     return intent.settled
 
 
@@ -80,4 +85,5 @@ def forget_idle(gangs: GangState, key: GangKey, record: Any) -> None:
     gangs.idle_since[key] = step.since
     if step.delete:
         gangs.api.delete_record(key, record)
+        gangs.bodies[key] = None
         gangs.idle_since.pop(key, None)

@@ -213,9 +213,10 @@ class GangApi:
             if err.status != _NOT_FOUND:
                 raise
 
-    def write_status(self, key: GangKey, status: Mapping[str, Any]) -> None:
-        """Patch the record's status (the placer's ``placement`` is left as it is)."""
-        self.custom.patch_namespaced_custom_object_status(
+    def write_status(self, key: GangKey, status: Mapping[str, Any]) -> Any:
+        """Patch the record's status (the placer's ``placement`` is left as it is); return the
+        record as written."""
+        return self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, key[0], GANG_PLURAL, key[1], {"status": status}
         )
 

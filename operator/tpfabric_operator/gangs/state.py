@@ -71,6 +71,9 @@ class GangState:
         #: not grant, and a record that could hold up the deletion of its namespace or of the
         #: CRD while no operator runs
         self.records: set[GangKey] = set()
+        #: each record as its last event or this operator's own write showed it (None: known
+        #: to be absent), so that a sync reads no record from the API server once it has one
+        self.bodies: dict[GangKey, Mapping[str, Any] | None] = {}
         #: kopf's index of degraded nodes (kopf hands it to handlers only), once seen
         self.degraded_index: Mapping[str, Any] | None = None
         #: gang -> when it was first seen without a live pod (monotonic seconds)
@@ -142,9 +145,20 @@ class GangState:
                     self.syncer.dirty(gang_key)
         if deleted:
             self.records.discard(key)
+            self.bodies[key] = None
         else:
             self.records.add(key)
+            if body is not None:
+                self.keep_record(key, body)
         self.dirty(key)
+
+    def keep_record(self, key: GangKey, body: Mapping[str, Any]) -> None:
+        """Keep ``body`` as record ``key`` unless a newer version of it is kept already (a
+        watch event may come after this operator's own write)."""
+        kept = self.bodies.get(key)
+        if kept is not None and _uid(kept) == _uid(body) and _version(kept) > _version(body):
+            return
+        self.bodies[key] = dict(body)
 
     def on_degraded_node(self, name: str) -> None:
         """A node labelled degraded changed: every gang with a pod on it is looked at again."""
@@ -155,6 +169,16 @@ class GangState:
                 self.syncer.dirty(key)
 
     # -- what a sync reads of the state ---------------------------------------------------------
+
+    def record(self, key: GangKey) -> Any:
+        """Return the Gang record ``key`` (None: there is none) as its watch events and this
+        operator's writes showed it; read from the API server only for a gang not seen yet."""
+        if key in self.bodies:
+            return self.bodies[key]
+        record = self.api.record(key)
+        if key not in self.bodies:  # an event may have come meanwhile
+            self.bodies[key] = record
+        return record
 
     def pods_of(self, key: GangKey) -> list[GangPod]:
         """Return the live pods of gang ``key``: from the pod watch once it has listed, else
@@ -194,3 +218,14 @@ class GangState:
                 continue
             groups[index] = (key[1], serving.group_ready([p.ready for p in members], size))
         return serving.others_unready(view, groups, own)
+
+
+def _uid(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("uid") or "")
+
+
+def _version(body: Mapping[str, Any]) -> int:
+    """Return the record's resourceVersion as a number (etcd's revision; 0 when unreadable),
+    only to keep the newer of two versions of one record."""
+    text = str((body.get("metadata") or {}).get("resourceVersion") or "")
+    return int(text) if text.isdigit() else 0

@@ -60,7 +60,7 @@ def sync_gang(gangs: GangState, key: GangKey) -> bool:
 def _sync(gangs: GangState, key: GangKey) -> bool:
     api = gangs.api
     pods = gangs.pods_of(key)  # 1.
-    record = api.record(key)
+    record = gangs.record(key)
     if not pods:  # 2.
         forget_idle(gangs, key, record)
         return False

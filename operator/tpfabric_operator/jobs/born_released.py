@@ -27,7 +27,6 @@ released onto which plan. It never patches a pod.
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
@@ -44,9 +43,7 @@ from tpfabric_core.api.placement import (
     read_placement,
 )
 from tpfabric_core.input_limits import whole_number
-from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
-from tpfabric_core.pod_wiring import GPU_RESOURCE
-from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION, pod_rails
+from tpfabric_core.placement.born_released import release_onto_plan
 from tpfabric_core.rdma_default import NodeOffer
 
 __all__ = [
@@ -169,36 +166,9 @@ def born_released(
     if attempt is None or labels.get(ATTEMPT_LABEL) != str(attempt):
         return None
     index = whole_number(labels.get(WORKER_INDEX_LABEL))
-    if index is None or index >= len(plan.nodes):
+    if index is None:
         return None
-    expressions = plan_expressions(plan)
-    if expressions is None:  # a plan without its domain's labels (an older placer)
-        return None
-    released = copy.deepcopy(manifest)
-    spec = released["spec"]
-    if expressions:  # a cluster-wide plan narrows nothing
-        spec["affinity"] = narrow_affinity(spec.get("affinity"), expressions)
-    notes = released["metadata"].setdefault("annotations", {})
-    if level := plan.plan_level:
-        notes[PLAN_LEVEL_ANNOTATION] = level
-    offer = (nodes or {}).get(plan.nodes[index])
-    if offer is not None:
-        gpus = max((_gpus(c) for c in spec.get("containers") or []), default=0)
-        rails = pod_rails(offer.rails, gpus, offer.resources.get(GPU_RESOURCE, 0))
-        if rails is not None:
-            notes[RAILS_ANNOTATION] = rails
-    gates = remaining_gates(spec.get("schedulingGates"))
-    if gates:
-        spec["schedulingGates"] = gates
-    else:
-        spec.pop("schedulingGates", None)
-    return released
-
-
-def _gpus(container: Mapping[str, Any]) -> int:
-    """Return the GPUs a worker container's limits take (the operator writes whole numbers)."""
-    text = str(((container.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE, "0"))
-    return int(text) if text.isdigit() else 0
+    return release_onto_plan(manifest, plan, index, nodes)
 
 
 def placement_state(status: Mapping[str, Any] | None) -> str | None:

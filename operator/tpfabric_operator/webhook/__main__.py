@@ -12,7 +12,10 @@ Why a component of its own, not a part of the operator: the webhook is in the pa
 opted-in pod creation, so it must answer in milliseconds from any replica. It decides alone and
 writes nothing to the API server; what it reads is one list+watch of the nodes
 (:class:`.node_offers.NodeOffers`), kept in memory for the default RDMA devices of a gang pod
-(``--rdma-count auto``), and it serves only once that view is listed. So it runs as many
+(``--rdma-count auto``), and one of the Gang records' plans and of the gang pods' ranks
+(:class:`.gang_plans.GangPlans`: a pod admitted after its gang's plan is created released onto
+it; ``--no-born-released`` leaves every gang pod gated), and it serves only once those views are
+listed. So it runs as many
 replicas as wanted without leader election, and an operator's leader change, a long reconcile
 or a kopf restart never slows an admission. It ships in the operator's image.
 
@@ -49,6 +52,7 @@ from tpfabric_kube.request_timeouts import with_default_timeout
 from tpfabric_kube.structured_logs import add_log_flags, configure_logging
 from tpfabric_operator.webhook.admission import WebhookSettings, default_levels
 from tpfabric_operator.webhook.certs import CertKeeper
+from tpfabric_operator.webhook.gang_plans import GangPlans
 from tpfabric_operator.webhook.node_offers import NodeOffers
 from tpfabric_operator.webhook.server import WebhookMetrics, serve
 
@@ -143,6 +147,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "WorkloadPodGroup: pods naming a scheduling.k8s.io PodGroup in spec.schedulingGroup)",
     )
     parser.add_argument("--max-gang-size", type=int, default=1024)
+    parser.add_argument(
+        "--born-released",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="number each LeaderWorkerSet gang pod with its gang attempt, and create the "
+        "pods admitted after their gang's plan released onto it (reads the Gang records and "
+        "the gang pods: list and watch)",
+    )
     certs = parser.add_argument_group(
         "certificate management (without cert-manager): a CA and a serving certificate kept in a "
         "Secret, rotated, and trusted by the webhook configuration"
@@ -174,17 +186,22 @@ def main(argv: list[str] | None = None) -> None:
     """Parse flags and serve until SIGTERM."""
     args = parse_args(argv)
     configure_logging("gang-webhook", args.log_level, args.log_format)
-    nodes = None
-    if args.rdma_count is None:
+    nodes, plans = None, None
+    if args.rdma_count is None or args.born_released:
         try:
             api = _api_client(args.kubeconfig)
         except config.ConfigException as err:
             raise SystemExit(
-                f"tpfabric-webhook: --rdma-count auto reads the nodes, but no API server is "
-                f"configured ({err}): give --kubeconfig, run it in a pod, or set --rdma-count N"
+                f"tpfabric-webhook: --rdma-count auto and --born-released read the API server, "
+                f"but none is configured ({err}): give --kubeconfig, run it in a pod, or set "
+                f"--rdma-count N and --no-born-released"
             ) from err
-        nodes = NodeOffers(client.CoreV1Api(api))
-        nodes.start()
+        if args.rdma_count is None:
+            nodes = NodeOffers(client.CoreV1Api(api))
+            nodes.start()
+        if args.born_released:
+            plans = GangPlans()
+            plans.start(client.CoreV1Api(api), client.CustomObjectsApi(api))
     settings = WebhookSettings(
         init_image=args.init_image,
         gangs=GangSettings(
@@ -198,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         gpu_direct=args.gpu_direct,
         fabric_profile=args.fabric_profile,
         nodes=nodes,
+        plans=plans,
     )
     metrics = WebhookMetrics()
     start_metrics_server(
@@ -228,6 +246,7 @@ def main(argv: list[str] | None = None) -> None:
                 renew_seconds=args.renew_check_seconds,
                 metrics=metrics,
                 nodes=nodes,
+                plans=plans,
             )
         )
     )

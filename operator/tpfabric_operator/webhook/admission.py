@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from tpfabric_core import labels as topology_labels
-from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
+from tpfabric_core.api import ATTEMPT_LABEL, GANG_GATE, SCHEDULER_NAME
+from tpfabric_core.api.placement import StoredPlacement
+from tpfabric_core.gang_attempts import Stamp
 from tpfabric_core.gangs import (
     GANG_LABEL,
     GANG_PROBLEM_LABEL,
@@ -45,6 +47,7 @@ from tpfabric_core.gangs import (
     gang_of,
 )
 from tpfabric_core.input_limits import whole_number
+from tpfabric_core.placement.born_released import release_onto_plan
 from tpfabric_core.placement.pod_fit import node_matcher, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE, NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, decide_rdma
@@ -52,6 +55,7 @@ from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision,
 __all__ = [
     "RDMA_COUNT_ANNOTATION",
     "BadReviewError",
+    "GangView",
     "NodeView",
     "WebhookSettings",
     "admit",
@@ -87,6 +91,15 @@ class NodeView(Protocol):
         ...
 
 
+class GangView(Protocol):
+    """What the webhook reads of the gangs (:class:`.gang_plans.GangPlans`, or a test's)."""
+
+    def stamp(self, namespace: str, gang: str, rank: int) -> tuple[Stamp, StoredPlacement | None]:
+        """Return the attempt of the gang's pod of ``rank`` admitted now (noting it seen) and
+        the gang's plan."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class WebhookSettings:
     """The chart's values the webhook needs."""
@@ -102,6 +115,8 @@ class WebhookSettings:
     fabric_profile: str | None = None
     #: the nodes, for ``auto`` (None: no view, as if no node offered RDMA devices)
     nodes: NodeView | None = None
+    #: the gangs' plans and the ranks seen (None: no pod is born released, none is numbered)
+    plans: GangView | None = None
 
 
 def _problems(pod: Mapping[str, Any], member: GangMember, settings: WebhookSettings) -> list[str]:
@@ -247,7 +262,43 @@ def mutate_pod(
     if member.rank is not None:
         labels[RANK_LABEL] = str(member.rank)
     meta["labels"] = labels
-    return {**pod, "metadata": meta, "spec": spec}
+    wired = {**pod, "metadata": meta, "spec": spec}
+    return _onto_plan(wired, member, settings) if settings.plans is not None else wired
+
+
+def _onto_plan(
+    pod: dict[str, Any], member: GangMember, settings: WebhookSettings
+) -> dict[str, Any]:
+    """Return the wired ``pod`` numbered with its gang attempt, and released onto the gang's
+    plan when that plan was made for its attempt (:mod:`tpfabric_core.gang_attempts`).
+
+    Only a LeaderWorkerSet group's pod is numbered: its gang size and rank are known at
+    admission, and its owner makes again whatever the placer deletes (a plan dropped at its
+    bind bound), so the placer may plan it from its first pod. The others carry no attempt and
+    are planned once every pod exists: a JobSet's ranks follow from its Jobs, and a plain pod
+    group's pods deleted with a dropped plan would not come back.
+    """
+    if (
+        settings.plans is None
+        or member.kind != "LeaderWorkerSet"
+        or member.rank is None
+        or member.size is None
+    ):
+        return pod
+    given, plan = settings.plans.stamp(member.namespace, member.gang, member.rank)
+    pod["metadata"]["labels"][ATTEMPT_LABEL] = str(given.attempt)
+    if not given.born_released or plan is None:
+        return pod
+    nodes = (
+        settings.nodes.remember(_BY_NAME, lambda offers: {o.name: o for o in offers})
+        if settings.nodes is not None
+        else None
+    )
+    return release_onto_plan(pod, plan, member.rank, nodes) or pod
+
+
+#: the key of the nodes' offers by name in the node view's memo
+_BY_NAME = ("offers by node name",)
 
 
 def mark_problems(pod: Mapping[str, Any], problems: list[str]) -> dict[str, Any]:
@@ -278,6 +329,8 @@ def _patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str
         for key, value in new_spec.items()
         if old_spec.get(key) != value
     )
+    # a pod born released may drop a field the pod came with (its only gate, ours)
+    ops.extend({"op": "remove", "path": f"/spec/{key}"} for key in old_spec if key not in new_spec)
     return ops
 
 

@@ -27,6 +27,7 @@ from tpfabric_core.gangs import GANG_LABEL
 from tpfabric_kube.structured_logs import about
 from tpfabric_operator.webhook.admission import BadReviewError, WebhookSettings, admit
 from tpfabric_operator.webhook.certs import CertKeeper
+from tpfabric_operator.webhook.gang_plans import GangPlans
 from tpfabric_operator.webhook.node_offers import NodeOffers
 
 __all__ = ["MAX_BODY", "WebhookMetrics", "make_app", "serve"]
@@ -164,9 +165,18 @@ async def serve(
     renew_seconds: float = 3600.0,
     metrics: WebhookMetrics | None = None,
     nodes: NodeOffers | None = None,
+    plans: GangPlans | None = None,
 ) -> None:
     """Serve the webhook until cancelled; ``keeper`` makes and rotates the certificate;
-    ``nodes`` (the view of ``--rdma-count auto``) is listed before the first admission."""
+    ``nodes`` (the view of ``--rdma-count auto``) and ``plans`` (the gangs' plans and ranks)
+    are listed before the first admission."""
+    for watch in plans.watches if plans is not None else ():
+        while not await asyncio.to_thread(watch.synced.wait, NODES_SYNC_LOG_SECONDS):
+            log.warning(
+                "waiting for the first list of %s (the webhook serves once it has one): "
+                "can its ServiceAccount list and watch gangs and pods?",
+                watch.name,
+            )
     if nodes is not None:
         while not await asyncio.to_thread(nodes.synced.wait, NODES_SYNC_LOG_SECONDS):
             log.warning(

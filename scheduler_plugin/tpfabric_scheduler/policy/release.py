@@ -4,10 +4,11 @@ A planned job with gated pods is the rest of its attempt (workers the operator c
 the plan), a restart mid-release, a resume, or a replacement worker (a pod of a later attempt):
 each gated pod is released onto its rank's node while that node still holds the rank's
 reservation. A replacement, or a rank whose node no longer holds it, moves to another node of
-the domain (:mod:`.mend`); a Gang record's pod made again returns to its planned node
-(:mod:`.returning`). A plan that can no longer be honoured is dropped when part of the gang
-runs or is on its way, and planned afresh when nothing of it runs (:mod:`.plan`). Pure: writes
-nothing, returns the releases (and the moved plan) to apply.
+the domain (:mod:`.mend`); a Gang record's pod made again (of a later attempt than the plan's,
+or any pod of a plan made without one) returns to its planned node (:mod:`.returning`). A
+plan that can no longer be honoured is dropped when part of the gang runs or is on its way,
+and planned afresh when nothing of it runs (:mod:`.plan`). Pure: writes nothing, returns the
+releases (and the moved plan) to apply.
 """
 
 from __future__ import annotations
@@ -42,12 +43,13 @@ def decide(
     bound = running(item.members, cycle.snapshot.topology)
     moves: list[PodRecord] = []
     held: list[PodRecord] = []  # a Gang's pods whose planned node an old pod still leaves
-    again = job.kind == GANG_KIND and plan_attempt is None
+    again = False
     for pod in item.gated:
         rank = pod.worker_index
         if rank is None or rank >= len(nodes):
             continue
-        if again:
+        if job.kind == GANG_KIND and made_by_owner_again(pod, plan_attempt):
+            again = True
             way = made_again(item, cycle, nodes[rank], memory)
             if way != "release":
                 (held if way == "wait" else moves).append(pod)
@@ -81,3 +83,13 @@ def decide(
     if again and not held:
         memory.leaving_since.pop(job.uid, None)
     return replace(intent, release=tuple(p for p in item.gated if p not in held))
+
+
+def made_by_owner_again(pod: PodRecord, plan_attempt: int | None) -> bool:
+    """Return whether a gated pod of a planned Gang record is one its owner made again (it
+    returns to its planned node, :mod:`.returning`), not one of the attempt the plan was made
+    for: the plan has no attempt (made once the whole gang existed), or the gang webhook
+    numbered the pod with a later one (a replacement, :mod:`tpfabric_core.gang_attempts`)."""
+    if plan_attempt is None or pod.attempt is None:
+        return True
+    return pod.attempt > plan_attempt

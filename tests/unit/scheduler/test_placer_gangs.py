@@ -10,7 +10,7 @@ from typing import Any
 from placer_world import RecordingWriter, a_node, a_worker, gang, placement, two_leaves
 
 from tpfabric_core import labels
-from tpfabric_core.api import GANG_GATE
+from tpfabric_core.api import ATTEMPT_LABEL, GANG_GATE
 from tpfabric_core.api.placement import replanning as replanning_placement
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.rail_ports import (
@@ -601,3 +601,51 @@ def test_a_pod_on_a_node_without_a_rail_map_gets_its_rails_by_index(world: Any) 
     placer.run_cycle()
     annotations = writer.pods["ns/bare-0"]["metadata"]["annotations"]
     assert annotations[RAILS_ANNOTATION] == "0,1,2,3,4,5,6,7"
+
+
+# -- pods numbered by the gang webhook: planned from the first, replacements told apart --------
+
+
+def numbered(pod: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """``pod`` as the gang webhook numbers it (its rank known at admission: an LWS pod)."""
+    pod["metadata"]["labels"][ATTEMPT_LABEL] = str(attempt)
+    return pod
+
+
+def test_a_gang_whose_pods_are_numbered_is_planned_from_its_first_pod(world: Any) -> None:
+    store, writer, placer, _ = world
+    two_leaves(store, per_leaf=4)
+    writer.add_job(a_gang_record("chat-0", 4))
+    writer.add_pod(numbered(gang_pod("chat-0", 0), 0))  # the leader alone
+    placer.run_cycle()
+    plan = gang_placement(writer, "chat-0")
+    assert plan["state"] == "Planned"
+    assert plan["attempt"] == 0
+    assert len(plan["nodes"]) == 4, "every rank planned, the later ones born onto it"
+    assert writer.released == ["chat-0-0"]
+    # a later pod of the attempt that came before the webhook saw the plan: released onto it
+    writer.add_pod(numbered(gang_pod("chat-0", 2), 0))
+    placer.run_cycle()
+    assert writer.released == ["chat-0-0", "chat-0-2"]
+    assert gang_placement(writer, "chat-0")["nodes"] == plan["nodes"], "nothing moved"
+
+
+def test_a_numbered_replacement_returns_to_its_planned_node(world: Any) -> None:
+    """A pod of a later attempt (the webhook saw its rank already) is one its owner made
+    again: it returns to its rank's planned node, as any Gang pod made again does."""
+    store, writer, placer, _ = world
+    two_leaves(store, per_leaf=2)
+    writer.add_job(a_gang_record("chat-0", 2))
+    for rank in range(2):
+        writer.add_pod(numbered(gang_pod("chat-0", rank), 0))
+    placer.run_cycle()
+    nodes = gang_placement(writer, "chat-0")["nodes"]
+    writer.delete_pod("ns", "chat-0-1")
+    again = numbered(gang_pod("chat-0", 1), 1)
+    again["metadata"]["uid"] = "uid-chat-0-1-again"
+    writer.add_pod(again)
+    placer.run_cycle()
+    plan = gang_placement(writer, "chat-0")
+    assert plan["nodes"] == nodes
+    assert not plan.get("replacedRanks"), "returned, not moved"
+    assert writer.released.count("chat-0-1") == 2

@@ -157,10 +157,11 @@ class RecordingApi:
     def move_group(self, key: GangKey, leader: GangPod) -> None:
         self.calls.append(("delete pod", leader.name))
 
-    def write_status(self, key: GangKey, status: dict[str, Any]) -> None:
+    def write_status(self, key: GangKey, status: dict[str, Any]) -> Any:
         self.calls.append(("write status", key[1], status.get("phase")))
         record = self.records[key]
         record["status"] = {**(record.get("status") or {}), **copy.deepcopy(status)}
+        return copy.deepcopy(record)
 
     def delete_record(self, key: GangKey, record: dict[str, Any]) -> None:
         self.calls.append(("delete record", key[1], record["metadata"]["uid"]))

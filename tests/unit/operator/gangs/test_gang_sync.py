@@ -142,6 +142,7 @@ def moving_world() -> tuple[Any, Any, Any]:
     sync_gang(gangs, CHAT_1)
     room = {"found": True, "degradedNodes": ["n1"], "message": "room on leaf l2"}
     api.records[CHAT_1]["status"]["placement"] = {"state": "Planned", "healthyRoom": room}
+    gangs.on_record(CHAT_1, api.records[CHAT_1], deleted=False)  # the record's watch event
     gangs.keep_index(degraded("n1"))
     api.calls.clear()
     return gangs, api, clock
@@ -186,6 +187,24 @@ def test_a_group_placed_back_on_its_degraded_node_is_not_moved_again() -> None:
     assert ("delete pod", "chat-1") not in api.calls
     moving = {c["type"]: c for c in api.records[CHAT_1]["status"]["conditions"]}["Moving"]
     assert "not moved again" in moving["message"]
+
+
+def test_a_sync_reads_a_record_from_the_api_server_once_then_from_its_events() -> None:
+    gangs, api, _ = a_gang_world()
+    api.owners["LeaderWorkerSet", "chat"] = an_lws("chat")
+    api.pods[CHAT_1] = pods_of(lws_pod("chat", 1, 0))
+    sync_gang(gangs, CHAT_1)  # the gang's first pod: is there a record? (none: it is made)
+    api.pods[CHAT_1] = pods_of(lws_pod("chat", 1, 0), lws_pod("chat", 1, 1))
+    for _ in range(3):
+        sync_gang(gangs, CHAT_1)
+    assert api.calls.count(("get record", "chat-1")) == 1
+    assert api.records[CHAT_1]["status"]["pods"] == 2, "the record kept is the one written"
+    api.records[CHAT_1]["status"]["placement"] = {"state": "Planned", "nodes": ["n1", "n2"]}
+    gangs.on_record(CHAT_1, api.records[CHAT_1], deleted=False)
+    sync_gang(gangs, CHAT_1)
+    assert api.calls.count(("get record", "chat-1")) == 1
+    gangs.on_record(CHAT_1, None, deleted=True)
+    assert gangs.record(CHAT_1) is None, "a deleted record is known gone without a read"
 
 
 def test_a_follower_reads_and_writes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

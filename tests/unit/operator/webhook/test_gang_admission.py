@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from tpfabric_core import labels
-from tpfabric_core.api import GANG_GATE, SCHEDULER_NAME
+from tpfabric_core.api import ATTEMPT_LABEL, GANG_GATE, SCHEDULER_NAME
+from tpfabric_core.api.placement import StoredPlacement, read_placement
 from tpfabric_core.gangs import (
     GANG_LABEL,
     GANG_NAME_LABEL,
@@ -20,6 +21,7 @@ from tpfabric_core.gangs import (
     GANG_SIZE_LABEL,
     RANK_LABEL,
 )
+from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, parse_decision
 from tpfabric_operator.webhook.admission import (
     RDMA_COUNT_ANNOTATION,
@@ -27,6 +29,7 @@ from tpfabric_operator.webhook.admission import (
     WebhookSettings,
     admit,
 )
+from tpfabric_operator.webhook.gang_plans import GangPlans
 
 pytestmark = pytest.mark.unit
 
@@ -314,3 +317,98 @@ def test_the_webhook_refuses_a_bad_fabric_profile_at_start_naming_the_field(
     assert "--fabric-profile: fabric.profile.roce.trafficClass" in err
     assert "less than or equal to 255" in err
     assert parse_args(["--cert-dir=/tmp", "--init-image=i"]).fabric_profile is None
+
+
+# -- born released ---------------------------------------------------------------------------
+
+LWS_PLAN = read_placement(
+    {
+        "state": "Planned",
+        "attempt": 0,
+        "level": "leaf",
+        "domain": "leaf-1",
+        "domainLabels": {"topology.tpfabric.io/leaf": "leaf-1"},
+        "nodes": ["n0", "n1", "n2", "n3"],
+    }
+)
+
+
+def lws_pod(worker: int) -> dict[str, Any]:
+    """A pod of group 0 of LeaderWorkerSet ``chat`` (size 4), as LWS creates it."""
+    obj = pod(
+        {
+            "leaderworkerset.sigs.k8s.io/name": "chat",
+            "leaderworkerset.sigs.k8s.io/group-index": "0",
+            "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
+        },
+        {"leaderworkerset.sigs.k8s.io/size": "4"},
+    )
+    obj["metadata"]["name"] = "chat-0" if worker == 0 else f"chat-0-{worker}"
+    return obj
+
+
+class Plans:
+    """The webhook's view of the gangs, as a test gives it (:class:`.gang_plans.GangPlans`)."""
+
+    def __init__(self, plan: StoredPlacement | None = None) -> None:
+        self.book = GangPlans()
+        if plan is not None:
+            self.book.plan(("train", "chat-0"), plan)
+
+    def stamp(self, namespace: str, gang: str, rank: int) -> Any:
+        return self.book.stamp(namespace, gang, rank)
+
+
+def test_a_pod_admitted_after_its_gangs_plan_is_created_released_onto_it() -> None:
+    plans = Plans(LWS_PLAN)
+    plans.book.saw(("train", "chat-0"), 0, 0)  # the leader, from which the gang was planned
+    nodes = Nodes(dgx("n2"))
+    settings = replace(SETTINGS, plans=plans, nodes=nodes)
+    obj = lws_pod(2)
+    wired = patched(obj, admit(review(obj), settings))
+    meta, spec = wired["metadata"], wired["spec"]
+    assert meta["labels"][ATTEMPT_LABEL] == "0"
+    assert "schedulingGates" not in spec, "ungated: no release patch follows"
+    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert {"key": "topology.tpfabric.io/leaf", "operator": "In", "values": ["leaf-1"]} in (
+        term["nodeSelectorTerms"][0]["matchExpressions"]
+    )
+    assert meta["annotations"][PLAN_LEVEL_ANNOTATION] == "leaf"
+    assert spec["schedulerName"] == SCHEDULER_NAME
+    assert spec["initContainers"][0]["name"] == "rdma-init", "wired as every gang pod"
+
+
+def test_a_gangs_pods_before_its_plan_are_numbered_and_gated() -> None:
+    settings = replace(SETTINGS, plans=Plans())
+    obj = lws_pod(0)
+    wired = patched(obj, admit(review(obj), settings))
+    assert wired["metadata"]["labels"][ATTEMPT_LABEL] == "0"
+    assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
+
+
+def test_a_replacement_of_a_rank_already_admitted_is_a_later_attempt_and_gated() -> None:
+    plans = Plans(LWS_PLAN)
+    settings = replace(SETTINGS, plans=plans)
+    first = patched(lws_pod(1), admit(review(lws_pod(1)), settings))
+    assert "schedulingGates" not in first["spec"]
+    again = patched(lws_pod(1), admit(review(lws_pod(1)), settings))  # its StatefulSet's new pod
+    assert again["metadata"]["labels"][ATTEMPT_LABEL] == "1"
+    assert again["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
+    assert "affinity" not in again["spec"], "the placer checks its node before releasing it"
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        {GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "6"},  # rank: the order of creation
+        GANG,  # ranked, but no owner makes its pods again after a dropped plan
+    ],
+)
+def test_a_pod_group_is_not_numbered_and_waits_gated_for_its_whole_gang(
+    group: dict[str, str],
+) -> None:
+    settings = replace(SETTINGS, plans=Plans(LWS_PLAN))
+    obj = pod(group)
+    wired = patched(obj, admit(review(obj), settings))
+    assert ATTEMPT_LABEL not in wired["metadata"]["labels"]
+    assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]

@@ -30,5 +30,5 @@ def test_auto_without_an_api_server_stops_at_start_saying_what_to_give(
     with pytest.raises(SystemExit) as stopped:
         main([f"--cert-dir={tmp_path}", "--init-image=rdma-init:1"])
     words = str(stopped.value)
-    assert "--rdma-count auto reads the nodes" in words
+    assert "--rdma-count auto and --born-released read the API server" in words
     assert "--kubeconfig" in words

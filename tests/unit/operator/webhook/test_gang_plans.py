@@ -1,0 +1,83 @@
+"""The gang webhook's view of the gangs: the plans its Gang record watch keeps and the ranks its
+gang pod watch notes, which tell a pod of the plan from a replacement admitted by any replica."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from tpfabric_core.api import ATTEMPT_LABEL
+from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_operator.webhook.gang_plans import GangPlans, GangPodRanks, GangRecords
+
+pytestmark = pytest.mark.unit
+
+KEY = ("serving", "chat-0")
+
+
+def record(state: str = "Planned") -> dict[str, Any]:
+    placement = {"state": state, "attempt": 0, "nodes": ["n0", "n1"]}
+    return {
+        "metadata": {"namespace": "serving", "name": "chat-0"},
+        "status": {"placement": placement},
+    }
+
+
+def gang_pod(rank: int, attempt: int) -> dict[str, Any]:
+    labels = {GANG_LABEL: "chat-0", RANK_LABEL: str(rank), ATTEMPT_LABEL: str(attempt)}
+    return {"metadata": {"namespace": "serving", "name": f"chat-0-{rank}", "labels": labels}}
+
+
+def watches() -> tuple[GangPlans, GangRecords, GangPodRanks]:
+    plans = GangPlans()
+    return plans, GangRecords(None, None, plans), GangPodRanks(None, plans)
+
+
+def test_a_rank_another_replica_admitted_makes_this_replicas_pod_of_it_a_replacement() -> None:
+    plans, records, ranks = watches()
+    records._replace([records._slim(record())])
+    ranks._event("serving/chat-0-1", gang_pod(1, 0))  # admitted by the other replica
+    other, plan = plans.stamp(*KEY, 0)
+    assert other.born_released
+    assert plan is not None
+    assert list(plan.nodes) == ["n0", "n1"]
+    replacement, _ = plans.stamp(*KEY, 1)
+    assert (replacement.attempt, replacement.born_released) == (1, False)
+    after, _ = plans.stamp(*KEY, 0)
+    assert (after.attempt, after.born_released) == (1, False), "it joins the later attempt"
+
+
+def test_a_deleted_pods_rank_stays_seen_and_a_deleted_record_forgets_its_gang() -> None:
+    plans, records, ranks = watches()
+    records._replace([records._slim(record())])
+    ranks._replace([ranks._slim(gang_pod(0, 0))])
+    ranks._event("serving/chat-0-0", None)  # the pod deleted
+    assert plans.stamp(*KEY, 0)[0].attempt == 1, "its replacement is a later attempt"
+    records._event("serving/chat-0", None)  # the record deleted (its LWS with it)
+    again, plan = plans.stamp(*KEY, 0)
+    assert plan is None
+    assert (again.attempt, again.born_released) == (0, False), "a new gang of the same name"
+
+
+def test_a_plan_that_is_not_planned_releases_nothing() -> None:
+    plans, records, _ = watches()
+    records._event("serving/chat-0", record("Waiting"))
+    given, _ = plans.stamp(*KEY, 1)
+    assert not given.born_released
+
+
+def test_without_the_gang_crd_the_view_is_listed_empty_and_listed_again() -> None:
+    class NoCrd:
+        def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+            raise ApiException(status=404, reason="Not Found")
+
+    plans = GangPlans()
+    records = GangRecords(None, NoCrd(), plans)
+    with pytest.raises(ApiException):
+        records._list()  # raised: the watch loop lists again after its backoff
+    assert records.synced.is_set(), "the webhook serves meanwhile"
+    given, plan = plans.stamp(*KEY, 0)
+    assert plan is None
+    assert not given.born_released

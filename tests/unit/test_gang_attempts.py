@@ -1,0 +1,72 @@
+"""The gang webhook's numbering of another controller's pods: which attempt a pod belongs to,
+and which pods are born released onto their gang's plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpfabric_core.api.placement import StoredPlacement, read_placement
+from tpfabric_core.gang_attempts import GangHistory, stamp
+
+pytestmark = pytest.mark.unit
+
+
+def plan(attempt: int | None, state: str = "Planned") -> StoredPlacement:
+    return read_placement({"state": state, "attempt": attempt, "nodes": ["n0", "n1", "n2", "n3"]})
+
+
+def test_a_gangs_first_pods_are_attempt_0_and_gated_until_it_is_planned() -> None:
+    history = GangHistory()
+    for rank in range(2):
+        given = stamp(rank, history, None)
+        history.saw(given.attempt, rank)
+        assert (given.attempt, given.born_released) == (0, False)
+
+
+def test_a_pod_admitted_after_the_plan_of_its_attempt_is_born_released() -> None:
+    history = GangHistory.of([(0, 0)])  # the leader, from which the gang was planned
+    for rank in (1, 2, 3):
+        given = stamp(rank, history, plan(0))
+        history.saw(given.attempt, rank)
+        assert (given.attempt, given.born_released) == (0, True)
+
+
+def test_a_replacement_of_a_rank_seen_is_the_next_attempt_and_stays_gated() -> None:
+    history = GangHistory.of([(0, 0), (0, 1), (0, 2), (0, 3)])
+    given = stamp(2, history, plan(0))
+    assert (given.attempt, given.born_released) == (1, False)
+
+
+def test_a_group_made_again_is_one_later_attempt_every_pod_of_it_gated() -> None:
+    history = GangHistory.of([(0, 0), (0, 1), (0, 2), (0, 3)])
+    stamps = []
+    for rank in range(4):  # its leader first, as LeaderWorkerSet makes a group again
+        given = stamp(rank, history, plan(0))
+        history.saw(given.attempt, rank)
+        stamps.append((given.attempt, given.born_released))
+    assert stamps == [(1, False)] * 4
+    again = stamp(0, history, plan(0))
+    assert again.attempt == 2, "made again twice: two attempts later"
+
+
+def test_a_later_attempts_plan_releases_that_attempts_later_pods() -> None:
+    history = GangHistory.of([(0, 0), (0, 1), (1, 0)])
+    given = stamp(1, history, plan(1))
+    assert (given.attempt, given.born_released) == (1, True)
+
+
+def test_no_plan_or_one_without_an_attempt_releases_nothing() -> None:
+    history = GangHistory.of([(0, 0)])
+    assert not stamp(1, history, plan(0, "Waiting")).born_released
+    assert not stamp(1, history, plan(None)).born_released
+
+
+def test_a_webhook_that_saw_nothing_follows_the_plans_attempt() -> None:
+    given = stamp(3, GangHistory(), plan(2))
+    assert (given.attempt, given.born_released) == (2, True)
+
+
+def test_a_history_keeps_the_two_newest_attempts() -> None:
+    history = GangHistory.of([(0, 0), (1, 0), (2, 0)])
+    assert sorted(history.ranks) == [1, 2]
+    assert history.current == 2
