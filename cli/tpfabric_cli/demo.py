@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from tpfabric_core.api.placement import placement_of_status
 from tpfabric_core.fabric_description import FabricDescription
 from tpfabric_core.hostlist import compress_hostlist
 from tpfabric_core.placement.topology import ClusterTopology
+from tpfabric_core.rdma_default import NodeOffer, offered_count
 from tpfabric_localcluster.cluster import LocalCluster, api_client
 from tpfabric_localcluster.nodes import GPU_RESOURCE, apply_fake_nodes, wait_ready
 from tpfabric_localcluster.tpfabric import start_operator, start_scheduling
@@ -68,21 +69,31 @@ class _Job:
     name: str
     workers: int
     gpus: int
-    rdma: tuple[str, int] | None
     manifest: dict[str, Any]
+    #: what each worker asks of the RDMA resource (:meth:`with_rdma`; None: nothing)
+    rdma: tuple[str, int] | None = None
 
     @classmethod
     def load(cls, path: Path) -> _Job:
         manifest: dict[str, Any] = yaml.safe_load(path.read_text())
         spec = manifest["spec"]
-        rdma = spec.get("rdma")
         return cls(
             name=str(manifest["metadata"]["name"]),
             workers=int(spec["workers"]),
             gpus=int(spec.get("gpusPerWorker", 8)),
-            rdma=(rdma["resourceName"], int(rdma.get("count", 1))) if rdma else None,
             manifest=manifest,
         )
+
+    def with_rdma(self, resource: str, nodes: list[NodeOffer]) -> _Job:
+        """Return the job with its workers' RDMA ask as the operator makes it: the manifest's
+        ``spec.rdma`` where it names them, else the cluster's ``resource`` and what the nodes
+        offer a worker of its GPUs (``count: 0``: none, TCP)."""
+        rdma = self.manifest["spec"].get("rdma") or {}
+        name = str(rdma.get("resourceName") or resource)
+        count = rdma.get("count")
+        if count is None:
+            count, _ = offered_count(self.gpus, name, nodes)
+        return replace(self, rdma=(name, int(count)) if int(count) > 0 else None)
 
 
 def _plain_pod(name: str, job: _Job, *, label: str, node: str | None = None) -> dict[str, Any]:
@@ -138,7 +149,12 @@ def run_demo(
             _wait_default_service_account(core)
             node_labels = {n.metadata.name: n.metadata.labels for n in core.list_node().items}
             topology = ClusterTopology.from_node_labels(node_labels)
-            job = _Job.load(CONTRAST_JOB)
+            offers = [
+                offer
+                for node in core.list_node().items
+                if (offer := NodeOffer.from_node(api.sanitize_for_serialization(node)))
+            ]
+            job = _Job.load(CONTRAST_JOB).with_rdma(fabric.rdma_resource, offers)
             busy = _occupy(core, topology, job, seed, console)
             default, ours = _same_job_twice(api, core, topology, job, console)
             placed = {job.name: ours.nodes, **_place_other_examples(api, job.name, console)}
