@@ -35,15 +35,16 @@ from tpfabric_cli.placement_contrast import (
     verdict,
 )
 from tpfabric_core import labels
-from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_core.api import GROUP, PLURAL, VERSION, TensorParallelJob
 from tpfabric_core.api.placement import placement_of_status
 from tpfabric_core.fabric_description import FabricDescription
 from tpfabric_core.hostlist import compress_hostlist
 from tpfabric_core.placement.topology import ClusterTopology
-from tpfabric_core.rdma_default import NodeOffer, offered_count
+from tpfabric_core.rdma_default import NodeOffer
 from tpfabric_localcluster.cluster import LocalCluster, api_client
 from tpfabric_localcluster.nodes import GPU_RESOURCE, apply_fake_nodes, wait_ready
 from tpfabric_localcluster.tpfabric import start_operator, start_scheduling
+from tpfabric_operator.jobs.children import worker_rdma
 
 __all__ = ["DEFAULT_SEED", "run_demo"]
 
@@ -85,15 +86,12 @@ class _Job:
         )
 
     def with_rdma(self, resource: str, nodes: list[NodeOffer]) -> _Job:
-        """Return the job with its workers' RDMA ask as the operator makes it: the manifest's
-        ``spec.rdma`` where it names them, else the cluster's ``resource`` and what the nodes
-        offer a worker of its GPUs (``count: 0``: none, TCP)."""
-        rdma = self.manifest["spec"].get("rdma") or {}
-        name = str(rdma.get("resourceName") or resource)
-        count = rdma.get("count")
-        if count is None:
-            count, _ = offered_count(self.gpus, name, nodes)
-        return replace(self, rdma=(name, int(count)) if int(count) > 0 else None)
+        """Return the job with its workers' RDMA ask as the operator makes it (its own rule,
+        :func:`~tpfabric_operator.jobs.children.worker_rdma`): ``spec.rdma`` where it names
+        them, else the cluster's ``resource`` and what the nodes offer a worker (0: TCP)."""
+        decision = worker_rdma(TensorParallelJob.model_validate(self.manifest), nodes, resource)
+        rdma = (decision.resource, decision.count) if decision.count > 0 else None
+        return replace(self, rdma=rdma)
 
 
 def _plain_pod(name: str, job: _Job, *, label: str, node: str | None = None) -> dict[str, Any]:

@@ -32,7 +32,9 @@ def test_a_job_that_names_no_rdma_asks_the_clusters_resource_as_the_nodes_offer_
 
 def test_a_half_node_worker_asks_half_the_nodes_devices() -> None:
     job = _Job.load(CONTRAST_JOB)
-    half = _Job(job.name, job.workers, 4, job.manifest)
+    spec = {**job.manifest["spec"], "gpusPerWorker": 4, "pipelineParallelSize": 2}
+    manifest = {**job.manifest, "spec": spec}
+    half = _Job(job.name, job.workers, 4, manifest)
     assert half.with_rdma("rdma/ib", NODES).rdma == ("rdma/ib", 4)
 
 
