@@ -145,11 +145,12 @@ def run_demo(
             console.print("tpfabric placer/extender, its kube-scheduler and the operator are up")
             core = client.CoreV1Api(api)
             _wait_default_service_account(core)
-            node_labels = {n.metadata.name: n.metadata.labels for n in core.list_node().items}
+            nodes = core.list_node().items
+            node_labels = {n.metadata.name: n.metadata.labels for n in nodes}
             topology = ClusterTopology.from_node_labels(node_labels)
             offers = [
                 offer
-                for node in core.list_node().items
+                for node in nodes
                 if (offer := NodeOffer.from_node(api.sanitize_for_serialization(node)))
             ]
             job = _Job.load(CONTRAST_JOB).with_rdma(fabric.rdma_resource, offers)

@@ -129,7 +129,8 @@ def read_named_nodes(core: client.CoreV1Api, names: Iterable[str]) -> list[NodeS
     :class:`NodesHiddenError` when the API server refuses them."""
     wanted = sorted(set(names))
     if len(wanted) > _NAMED_READS:
-        return [node for node in read_nodes(core) if node.name in set(wanted)]
+        named = set(wanted)
+        return [node for node in read_nodes(core) if node.name in named]
     result = []
     for name in wanted:
         try:

@@ -1,6 +1,8 @@
-"""RFC 3339 UTC timestamps at seconds precision, as Kubernetes writes them in object fields.
+"""RFC 3339 UTC timestamps at seconds precision, as Kubernetes writes them in object fields, and
+the microsecond ``MicroTime`` of Lease times.
 
-Shared by the operator (status times) and the placer (plannedAt, releasedAt, waitingSince).
+Shared by the operator (status times), the placer (plannedAt, releasedAt, waitingSince) and every
+writer of a Lease (leader election, the fabric agent's heartbeat).
 """
 
 from __future__ import annotations
@@ -8,14 +10,20 @@ from __future__ import annotations
 import datetime as dt
 import functools
 
-__all__ = ["parse_rfc3339", "rfc3339"]
+__all__ = ["micro_time", "parse_rfc3339", "rfc3339"]
 
 _FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_MICRO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 def rfc3339(timestamp: float) -> str:
     """Return ``timestamp`` (seconds since the epoch) as RFC 3339 UTC, seconds precision."""
     return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime(_FORMAT)
+
+
+def micro_time(timestamp: float) -> str:
+    """Return ``timestamp`` as a ``metav1.MicroTime`` text (RFC 3339, microseconds, UTC)."""
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime(_MICRO_FORMAT)
 
 
 @functools.lru_cache(maxsize=65_536)

@@ -14,7 +14,6 @@ so that it writes its own condition back.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -23,19 +22,16 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.fabric.agent_heartbeat import HEARTBEAT_LABEL, lease_name
+from tpfabric_core.fabric.link_publish import AGENT_FIELD_MANAGER
+from tpfabric_core.timestamps import micro_time
 from tpfabric_kube.structured_logs import about
 
 __all__ = ["FIELD_MANAGER", "LeaseHeartbeat"]
 
-FIELD_MANAGER = "tpfabric-fabric-agent"
+FIELD_MANAGER = AGENT_FIELD_MANAGER
 _TIMEOUT_S = 10
 _MERGE_PATCH = "application/merge-patch+json"
 log = logging.getLogger("tpfabric.fabric_agent.heartbeat")
-
-
-def _micro_time(timestamp: float) -> str:
-    """Return a Lease's MicroTime (RFC 3339 with microseconds) of ``timestamp``."""
-    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaseHeartbeat:
@@ -71,7 +67,7 @@ class LeaseHeartbeat:
     def beat(self) -> None:
         """Renew the Lease (create it when missing); raise the API's error when it fails."""
         now = self._clock()
-        renewed = _micro_time(self._wall())
+        renewed = micro_time(self._wall())
         if not self._exists:
             self._create()
         try:

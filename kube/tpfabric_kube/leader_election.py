@@ -35,17 +35,14 @@ from typing import Any
 
 import orjson
 
+from tpfabric_core.timestamps import micro_time
+
 __all__ = ["LeaseElector", "add_timing_flags", "check_timing_flags"]
 
 log = logging.getLogger("tpfabric.leader_election")
 
 _CONFLICT = 409
 _NOT_FOUND = 404
-
-
-def _micro_time(timestamp: float) -> str:
-    """Return a ``metav1.MicroTime`` text (RFC 3339, microseconds, UTC)."""
-    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _status(err: Exception) -> Any:
@@ -198,8 +195,8 @@ class LeaseElector:
         return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": max(1, round(self.lease_seconds)),
-            "acquireTime": _micro_time(acquired),
-            "renewTime": _micro_time(now),
+            "acquireTime": micro_time(acquired),
+            "renewTime": micro_time(now),
             "leaseTransitions": transitions,
         }
 
@@ -258,7 +255,7 @@ class LeaseElector:
             if lease is None or spec.get("holderIdentity") != self.identity:
                 return False
             released = {**spec, "holderIdentity": None, "leaseDurationSeconds": 1}
-            self._write_over(lease, {**released, "renewTime": _micro_time(self.clock())})
+            self._write_over(lease, {**released, "renewTime": micro_time(self.clock())})
         except Exception as err:  # noqa: BLE001 - the lease then simply expires
             log.warning("lease %s: not released: %r", self.where, err)
             return False
