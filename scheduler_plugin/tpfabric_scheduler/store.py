@@ -277,13 +277,13 @@ class ClusterStore:
     def put_job(self, job: JobRecord) -> None:
         """Add or replace a TensorParallelJob record (parsed and validated outside the lock)."""
         old = self.jobs.get(job.key)
-        held = self.placement_of(old).nodes if old is not None else []
         self.jobs[job.key] = job
         self._kinds.add(job.kind)
         if old is None or planning_facts(old) != planning_facts(job):
             self.capacity_generation += 1
             if old is not None and holds_nodes(old) and not holds_nodes(job):
-                self.freed.record(*held)  # its plan's reservations went
+                # its plan's reservations went (read only here: every status write comes by)
+                self.freed.record(*self.placement_of(old).nodes)
         self.generation += 1
 
     def delete_job(self, key: str) -> None:

@@ -192,6 +192,7 @@ class WritePipeline:
         :func:`~tpfabric_core.api.placement.prepare_write`) and record ``event`` (if any);
         return the placement as written."""
         write = prepare_write(previous, placement, now=self.clock(), term=self.term)
+        written = write.written  # read once: the store, the metrics and the Event share it
         if write.send:
             self.fence()
             self.writer.patch_job_status(
@@ -203,9 +204,8 @@ class WritePipeline:
                 plural=job.plural,
             )
             with self.store.lock:
-                self.store.record_plan(job, write.placement)
-            self.metrics.placement_written(previous, write.written, self.clock())
-        written = write.written
+                self.store.record_plan(job, written)
+            self.metrics.placement_written(previous, written, self.clock())
         if event:
             self.event(job, event, written)
         return written
