@@ -92,13 +92,17 @@ def _facts(
     lws = None
     if member.kind == "LeaderWorkerSet":
         lws = gangs.api.lws(member.namespace, member.owner)
+    degraded = gangs.on_degraded_nodes(pods)
+    # the LWS's other groups are counted only where a move off a degraded link may be decided
+    # (serving.move_decision), not on every sync of every group
+    unready = Unready(0)
+    if lws is not None and degraded and lws.on_degraded_link == "restart-elsewhere":
+        unready = gangs.unready_groups(member.namespace, lws, identity.first)
     return SyncFacts(
         elsewhere=gangs.api.elsewhere(key, pods, size),
-        degraded=gangs.on_degraded_nodes(pods),
+        degraded=degraded,
         lws=lws,
-        unready=gangs.unready_groups(member.namespace, lws, identity.first)
-        if lws is not None
-        else Unready(0),
+        unready=unready,
         moving=gangs.moving.get((member.namespace, member.owner)),
         placed_back=gangs.moved_back.get((member.namespace, member.gang)),
         near_by=gangs.near.lines(member.namespace, member.owner, key[1]),

@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import TensorParallelJob
 from tpfabric_core.api.placement import CREATE_FAILED, StoredPlacement
+from tpfabric_core.gang_shortfall import ranges
 from tpfabric_core.rdma_default import NodeOffer, RdmaDecision
 from tpfabric_operator.jobs.born_released import create_gang
 from tpfabric_operator.jobs.children import headless_service, worker_pod
@@ -152,7 +153,7 @@ def apply_intent(  # noqa: PLR0912 - carries out one intent, step by step
     )
     intent.create = [index for index, (ok, _) in zip(intent.create, outcomes, strict=True) if ok]
     if intent.create:
-        log.info("job %s/%s: created worker pod(s) %s", namespace, name, _ranges(intent.create))
+        log.info("job %s/%s: created worker pod(s) %s", namespace, name, ranges(intent.create))
     refusal = next((why for _, why in outcomes if why), None)
     if refusal is not None:
         error = state.create_backoff.refused(uid, refusal, now).message()
@@ -318,17 +319,6 @@ def _post_until_refused(
         outcomes += pool.map(guarded, manifests[len(outcomes) : len(outcomes) + size])
         size *= 2
     return outcomes
-
-
-def _ranges(indexes: list[int]) -> str:
-    """Return worker indexes as short ranges: ``0-15`` or ``2,5-7``."""
-    runs: list[list[int]] = []
-    for index in sorted(indexes):
-        if runs and index == runs[-1][1] + 1:
-            runs[-1][1] = index
-        else:
-            runs.append([index, index])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _api_words(err: ApiException) -> str:
