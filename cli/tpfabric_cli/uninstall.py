@@ -324,7 +324,11 @@ def _pods(core: Any, scheduler: str, dry: bool, report: Report) -> None:
 
 
 def _nodes(core: Any, remove_topology: bool, dry: bool, report: Report) -> None:
-    from tpfabric_cli.kube_nodes import FIELD_MANAGER, read_nodes  # noqa: PLC0415
+    from tpfabric_cli.kube_nodes import (  # noqa: PLC0415
+        FIELD_MANAGER,
+        patch_node_labels,
+        read_nodes,
+    )
 
     for node in read_nodes(core):
         plan = node_cleanup(
@@ -337,16 +341,9 @@ def _nodes(core: Any, remove_topology: bool, dry: bool, report: Report) -> None:
         if plan is None:
             continue
         if not dry:
-            metadata: dict[str, Any] = {}
-            if plan.labels:
-                metadata["labels"] = dict.fromkeys(plan.labels)
-            if plan.annotations:
-                metadata["annotations"] = dict.fromkeys(plan.annotations)
-            if metadata:
-                core.patch_node(
-                    node.name, {"metadata": metadata}, field_manager=FIELD_MANAGER,
-                    _content_type="application/merge-patch+json", _request_timeout=_TIMEOUT_S,
-                )  # fmt: skip
+            if plan.labels or plan.annotations:
+                removed = dict.fromkeys(plan.annotations)
+                patch_node_labels(core, node.name, {}, list(plan.labels), removed or None)
             if plan.condition:  # conditions merge on their type: only this one goes
                 core.patch_node_status(
                     node.name,
