@@ -47,8 +47,10 @@ from tpfabric_cli.options import KubeconfigOpt
 from tpfabric_core import labels as topology
 from tpfabric_core.fabric.agent_heartbeat import HEARTBEAT_LABEL
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE, DETAIL_ANNOTATION
+from tpfabric_core.fabric.roce_contract import CONTRACT_CONDITION
 
 __all__ = [
+    "AGENT_CONDITIONS",
     "KOPF_FINALIZER",
     "KUEUE_FINALIZER",
     "NodeCleanup",
@@ -64,6 +66,9 @@ __all__ = [
 KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 #: the finalizer the operator keeps on the Kueue Workload of a queued job (Kueue's own name)
 KUEUE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
+#: the node conditions the fabric agent writes (its health, and its node against the fabric's
+#: contract): both go with the agent
+AGENT_CONDITIONS = (CONDITION_TYPE, CONTRACT_CONDITION)
 #: the components whose pods must be gone before anything is cleaned (they would write again)
 WRITERS = ("operator", "scheduler", "gang-webhook", "fabric-agent")
 _TIMEOUT_S = 30.0
@@ -80,13 +85,12 @@ class NodeCleanup:
     name: str
     labels: tuple[str, ...] = ()
     annotations: tuple[str, ...] = ()
-    condition: bool = False
+    #: the fabric agent's node conditions to remove (:data:`AGENT_CONDITIONS`)
+    conditions: tuple[str, ...] = ()
 
     def words(self) -> str:
         """Return what is removed, in one line."""
-        parts = [*self.labels, *self.annotations]
-        if self.condition:
-            parts.append(f"condition {CONDITION_TYPE}")
+        parts = [*self.labels, *self.annotations, *(f"condition {c}" for c in self.conditions)]
         return f"node {self.name}: {', '.join(parts)}"
 
 
@@ -106,10 +110,11 @@ def node_cleanup(
     else:
         gone_labels = (topology.HEALTH,) if topology.HEALTH in labels else ()
         gone_annotations = (DETAIL_ANNOTATION,) if DETAIL_ANNOTATION in annotations else ()
-    condition = CONDITION_TYPE in set(conditions)
-    if not (gone_labels or gone_annotations or condition):
+    present = set(conditions)
+    gone_conditions = tuple(c for c in AGENT_CONDITIONS if c in present)
+    if not (gone_labels or gone_annotations or gone_conditions):
         return None
-    return NodeCleanup(name, gone_labels, gone_annotations, condition)
+    return NodeCleanup(name, gone_labels, gone_annotations, gone_conditions)
 
 
 def stranded(pod: Mapping[str, Any], scheduler: str) -> str | None:
@@ -344,10 +349,11 @@ def _nodes(core: Any, remove_topology: bool, dry: bool, report: Report) -> None:
             if plan.labels or plan.annotations:
                 removed = dict.fromkeys(plan.annotations)
                 patch_node_labels(core, node.name, {}, list(plan.labels), removed or None)
-            if plan.condition:  # conditions merge on their type: only this one goes
+            if plan.conditions:  # conditions merge on their type: only these go
+                gone = [{"type": kind, "$patch": "delete"} for kind in plan.conditions]
                 core.patch_node_status(
                     node.name,
-                    {"status": {"conditions": [{"type": CONDITION_TYPE, "$patch": "delete"}]}},
+                    {"status": {"conditions": gone}},
                     field_manager=FIELD_MANAGER,
                     _content_type="application/strategic-merge-patch+json",
                     _request_timeout=_TIMEOUT_S,

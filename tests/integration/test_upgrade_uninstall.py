@@ -48,6 +48,7 @@ from tpfabric_core.api import GROUP, PLURAL, SCHEDULER_NAME, VERSION, TensorPara
 from tpfabric_core.api.gang import GANG_PLURAL, Gang
 from tpfabric_core.fabric.agent_heartbeat import HEARTBEAT_LABEL, lease_name
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE, DETAIL_ANNOTATION
+from tpfabric_core.fabric.roce_contract import CONTRACT_CONDITION
 from tpfabric_core.fabric_description import parse_fabric_description
 from tpfabric_core.gangs import GANG_NAME_LABEL, GANG_SIZE_LABEL, NAMESPACE_OPT_IN_LABEL
 from tpfabric_localcluster.cluster import LocalCluster, api_client, free_ports
@@ -452,7 +453,7 @@ def leftovers(api: client.ApiClient) -> dict[str, Any]:
         for n in core.list_node().items
         if labels.HEALTH in (n.metadata.labels or {})
         or DETAIL_ANNOTATION in (n.metadata.annotations or {})
-        or any(c.type == CONDITION_TYPE for c in n.status.conditions or [])
+        or any(c.type in (CONDITION_TYPE, CONTRACT_CONDITION) for c in n.status.conditions or [])
     )
     return {"leases": leases, "finalizers": finalized, "gangs": gangs, "waiting pods": waiting,
             "nodes with agent health": marked}  # fmt: skip
@@ -479,7 +480,9 @@ def test_an_uninstall_and_its_hook_leave_nothing_of_tpfabric(upgraded: Upgraded)
         core.patch_node_status(
             node,
             {"status": {"conditions": [{"type": CONDITION_TYPE, "status": "True",
-                                        "reason": "LinksHealthy", "message": "ok"}]}},
+                                        "reason": "LinksHealthy", "message": "ok"},
+                                       {"type": CONTRACT_CONDITION, "status": "True",
+                                        "reason": "SettingsMatch", "message": "ok"}]}},
             _content_type="application/strategic-merge-patch+json",
         )  # fmt: skip
         client.CoordinationV1Api(api).create_namespaced_lease(

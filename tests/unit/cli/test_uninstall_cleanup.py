@@ -12,6 +12,7 @@ from tpfabric_cli.uninstall import KOPF_FINALIZER, node_cleanup, stranded, witho
 from tpfabric_core import labels
 from tpfabric_core.api import SCHEDULER_NAME
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE, DETAIL_ANNOTATION
+from tpfabric_core.fabric.roce_contract import CONTRACT_CONDITION
 
 pytestmark = pytest.mark.unit
 
@@ -27,10 +28,10 @@ NODE_ANNOTATIONS = {DETAIL_ANNOTATION: "{}", "node.alpha.kubernetes.io/ttl": "0"
 def test_the_agents_health_goes_and_the_topology_stays_by_default() -> None:
     plan = node_cleanup("gpu-1", NODE_LABELS, NODE_ANNOTATIONS, ["Ready", CONDITION_TYPE])
     assert plan is not None
-    assert (plan.labels, plan.annotations, plan.condition) == (
+    assert (plan.labels, plan.annotations, plan.conditions) == (
         (labels.HEALTH,),
         (DETAIL_ANNOTATION,),
-        True,
+        (CONDITION_TYPE,),
     )
     assert plan.words() == (
         f"node gpu-1: {labels.HEALTH}, {DETAIL_ANNOTATION}, condition {CONDITION_TYPE}"
@@ -43,7 +44,19 @@ def test_remove_topology_takes_every_tpfabric_key_and_nothing_else() -> None:
     assert plan.labels == tuple(sorted(k for k in NODE_LABELS if k.startswith(labels.PREFIX)))
     assert "kubernetes.io/hostname" not in plan.labels
     assert plan.annotations == (DETAIL_ANNOTATION,)
-    assert plan.condition is False
+    assert plan.conditions == ()
+
+
+def test_the_agents_contract_condition_goes_with_its_health() -> None:
+    plan = node_cleanup("gpu-1", {}, {}, ["Ready", CONDITION_TYPE, CONTRACT_CONDITION])
+    assert plan is not None
+    assert plan.conditions == (CONDITION_TYPE, CONTRACT_CONDITION)
+    assert plan.words() == (
+        f"node gpu-1: condition {CONDITION_TYPE}, condition {CONTRACT_CONDITION}"
+    )
+    only_contract = node_cleanup("gpu-2", {}, {}, [CONTRACT_CONDITION])
+    assert only_contract is not None
+    assert only_contract.conditions == (CONTRACT_CONDITION,)
 
 
 def test_a_node_tpfabric_never_wrote_to_is_left_alone() -> None:
