@@ -14,6 +14,7 @@ from rich.markup import escape
 from tpfabric_cli.errors import user_errors
 from tpfabric_cli.options import KubeconfigOpt
 from tpfabric_cli.topology.rendering import err, out
+from tpfabric_cli.topology.sources import load_mapping
 from tpfabric_core.errors import InputError
 from tpfabric_core.kueue_topology import KUEUE_GROUP, KueueLevels, levels_from_kueue_topology
 
@@ -116,20 +117,7 @@ def levels_command(
         )
     if kueue_topology is not None:
         where = str(kueue_topology)
-        try:
-            text = (
-                typer.get_text_stream("stdin").read()
-                if where == "-"
-                else kueue_topology.read_text()
-            )
-        except OSError as error:
-            raise InputError(where, f"cannot read: {error.strerror}", "check the path") from error
-        try:
-            obj = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise InputError(
-                where, f"not YAML or JSON: {error}", "give the Topology's manifest"
-            ) from error
+        obj = load_mapping(kueue_topology, "Kueue Topology")
     else:
         assert kueue_topology_name is not None
         where = f"Topology {kueue_topology_name}"

@@ -63,7 +63,14 @@ from tpfabric_fabric_agent.link_read import read_sysfs_counters
 if TYPE_CHECKING:
     from tpfabric_cli.kube_nodes import NodeState
 
-__all__ = ["Discovery", "Sources", "discover", "fabric_from_labels", "nodes_discovery"]
+__all__ = [
+    "Discovery",
+    "Sources",
+    "discover",
+    "fabric_from_labels",
+    "load_mapping",
+    "nodes_discovery",
+]
 
 # -- what a source yields ----------------------------------------------------------------------
 
@@ -254,7 +261,7 @@ def _from_fabric(
     )
 
 
-def _load_mapping(path: Path, what: str) -> Any:
+def load_mapping(path: Path, what: str) -> Any:
     """Return the YAML/JSON document in ``path``; InputError with the line when malformed."""
     text = _read_text(path, what)
     try:
@@ -330,7 +337,7 @@ def _convention(name: str, nodes: Mapping[str, Mapping[str, str]], source: str) 
             "--convention",
             f"{name!r} is neither a preset ({', '.join(['auto', *sorted(PRESETS)])}) nor a file",
         )
-    data = _load_mapping(path, "convention")
+    data = load_mapping(path, "convention")
     try:
         return Convention.model_validate(data)
     except ValidationError as error:
@@ -340,7 +347,7 @@ def _convention(name: str, nodes: Mapping[str, Mapping[str, str]], source: str) 
 
 
 def _from_labels(path: Path, convention_name: str) -> Discovery:
-    nodes = _node_label_maps(_load_mapping(path, "node labels"), str(path))
+    nodes = _node_label_maps(load_mapping(path, "node labels"), str(path))
     convention = _convention(convention_name, nodes, str(path))
     canonical = canonical_labels(nodes, convention)
     warnings = []
