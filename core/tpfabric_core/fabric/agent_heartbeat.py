@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpfabric_core.fabric.link_publish import CONDITION_TYPE
+from tpfabric_core.fabric.node_condition import condition
 
 __all__ = [
     "AGENT_SILENT_REASON",
@@ -182,16 +183,11 @@ def silent_words(node: str, namespace: str, silent_for: float, grace: float) -> 
 def silent_condition(message: str, now: str, current: dict[str, Any] | None) -> dict[str, Any]:
     """Return the ``FabricHealthy`` condition of a node whose agent is silent (``Unknown``,
     reason :data:`AGENT_SILENT_REASON`), its transition time kept while it stays Unknown."""
-    since = (
-        current.get("lastTransitionTime")
-        if current is not None and current.get("status") == "Unknown"
-        else None
-    ) or now
-    return {
-        "type": CONDITION_TYPE,
-        "status": "Unknown",
-        "reason": AGENT_SILENT_REASON,
-        "message": message,
-        "lastTransitionTime": since,
-        "lastHeartbeatTime": now,
-    }
+    return condition(
+        CONDITION_TYPE,
+        status="Unknown",
+        reason=AGENT_SILENT_REASON,
+        message=message,
+        current=current,
+        now=now,
+    )

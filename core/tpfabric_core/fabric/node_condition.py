@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MESSAGE_LIMIT", "condition_to_write", "message_of"]
+__all__ = ["MESSAGE_LIMIT", "condition", "condition_to_write", "message_of"]
 
 #: characters of a condition's message: the reasons after it are counted, not written
 MESSAGE_LIMIT = 1024
@@ -45,6 +45,20 @@ def condition_to_write(
         current.get("message"),
     ) == (status, reason, message):
         return None
+    return condition(kind, status=status, reason=reason, message=message, current=current, now=now)
+
+
+def condition(
+    kind: str,
+    *,
+    status: str,
+    reason: str,
+    message: str,
+    current: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """Return the condition ``kind`` as of ``now``, its ``lastTransitionTime`` kept from
+    ``current`` (the node's condition as read) while its status stays the same."""
     since = (
         current.get("lastTransitionTime")
         if current is not None and current.get("status") == status
