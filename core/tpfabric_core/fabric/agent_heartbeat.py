@@ -32,7 +32,6 @@ from tpfabric_core.fabric.node_condition import condition
 
 __all__ = [
     "AGENT_SILENT_REASON",
-    "DEFAULT_GRACE_SECONDS",
     "HEARTBEAT_LABEL",
     "LEASE_PREFIX",
     "MIN_GRACE_SECONDS",
@@ -58,7 +57,6 @@ AGENT_SILENT_REASON = "AgentSilent"
 MIN_GRACE_SECONDS = 40.0
 #: renewals an agent may miss before it counts as silent
 MISSED_RENEWALS = 4
-DEFAULT_GRACE_SECONDS = MIN_GRACE_SECONDS
 
 
 def default_grace_seconds(interval_seconds: float) -> float:
