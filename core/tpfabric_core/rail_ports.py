@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tpfabric_core import labels
 
@@ -37,7 +37,6 @@ __all__ = [
     "format_rail_ports",
     "node_rails",
     "parse_rail_ports",
-    "plan_level",
     "pod_rails",
     "rail_ports_of",
 ]
@@ -144,13 +143,3 @@ def pod_rails(
     if pod_gpus > 0 and pod_gpus >= node_gpus:
         return ",".join(str(rail) for rail, _ in rails)
     return None
-
-
-def plan_level(placement: Mapping[str, Any]) -> str | None:
-    """Return the level whose one domain holds the whole planned gang: ``node`` when it is on one
-    node, else the plan's level (``cluster`` when it spans the top); None without a plan (read
-    through :class:`~tpfabric_core.api.placement.StoredPlacement`)."""
-    # imported here: the fabric agent reads rail annotations only and never loads the API models
-    from tpfabric_core.api.placement import read_placement  # noqa: PLC0415
-
-    return read_placement(placement).plan_level

@@ -31,10 +31,9 @@ from tpfabric_core.api.placement import NO_PLACEMENT, StoredPlacement, placement
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.placement.pod_fit import host_ports, pod_requests, repels_peers
-from tpfabric_core.placement.queue_order import GANG_KEY, gang_key
+from tpfabric_core.placement.queue_order import gang_key
 
 __all__ = [
-    "GANG_KEY",
     "JobRecord",
     "PodIndex",
     "PodRecord",

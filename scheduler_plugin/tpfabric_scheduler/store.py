@@ -20,7 +20,6 @@ from tpfabric_core.fabric.agent_heartbeat import HeartbeatLease, Heartbeats, nod
 from tpfabric_scheduler.freed import FreedLog
 from tpfabric_scheduler.node_record import NodeRecord, index_nodes
 from tpfabric_scheduler.records import (
-    GANG_KEY,
     JobRecord,
     PodIndex,
     PodRecord,
@@ -37,7 +36,6 @@ from tpfabric_scheduler.records import (
 #: the records are the store's vocabulary: importable from here, defined in :mod:`.records` and
 #: :mod:`.node_record`
 __all__ = [
-    "GANG_KEY",
     "ClusterStore",
     "JobRecord",
     "NodeRecord",

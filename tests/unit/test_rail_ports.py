@@ -12,7 +12,6 @@ from tpfabric_core.rail_ports import (
     format_rail_ports,
     node_rails,
     parse_rail_ports,
-    plan_level,
     pod_rails,
     rail_ports_of,
 )
@@ -75,13 +74,6 @@ def test_without_a_map_only_a_whole_node_pod_gets_bare_rails() -> None:
     assert pod_rails(rails, pod_gpus=8, node_gpus=8) == "0,1"
     assert pod_rails(rails, pod_gpus=4, node_gpus=8) is None
     assert pod_rails((), pod_gpus=8, node_gpus=8) is None
-
-
-def test_the_plan_level_is_node_on_one_node_else_the_plans_level() -> None:
-    assert plan_level({"nodes": ["a", "a"], "level": "leaf"}) == "node"
-    assert plan_level({"nodes": ["a", "b"], "level": "spine"}) == "spine"
-    assert plan_level({"nodes": ["a", "b"]}) == "cluster"
-    assert plan_level({"nodes": []}) is None
 
 
 DGX_DUMP = """\
