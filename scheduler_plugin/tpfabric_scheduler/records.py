@@ -31,7 +31,7 @@ from tpfabric_core.api.placement import NO_PLACEMENT, StoredPlacement, placement
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.placement.pod_fit import host_ports, pod_requests, repels_peers
-from tpfabric_core.placement.queue_order import gang_key
+from tpfabric_core.placement.queue_order import gang_key, job_key
 
 __all__ = [
     "JobRecord",
@@ -94,11 +94,11 @@ class PodRecord:
         labels = meta.get("labels") or {}
         namespace = meta.get("namespace", "default")
         job_name = labels.get(JOB_LABEL)
-        job_key = f"{namespace}/{job_name}" if job_name else None
+        owner_key = job_key(namespace, job_name, gang=False) if job_name else None
         index = labels.get(WORKER_INDEX_LABEL)
         if not job_name and labels.get(GANG_LABEL):  # a pod of a gang another controller made
             job_name = labels[GANG_LABEL]
-            job_key = gang_key(namespace, job_name)
+            owner_key = job_key(namespace, job_name, gang=True)
             index = labels.get(RANK_LABEL)
         scheduling = (
             {k: spec[k] for k in ("nodeSelector", "affinity", "tolerations") if spec.get(k)}
@@ -115,7 +115,7 @@ class PodRecord:
             requests=requests,
             terminal=status.get("phase") in {"Succeeded", "Failed"},
             gated=any(g.get("name") == GANG_GATE for g in spec.get("schedulingGates") or []),
-            job=job_key,
+            job=owner_key,
             worker_index=whole_number(index),
             priority=int(spec.get("priority") or 0),
             deleting=meta.get("deletionTimestamp") is not None,
@@ -161,9 +161,7 @@ class JobRecord:
     @property
     def key(self) -> str:
         """Return ``namespace/name`` (``namespace/gang:name`` for a Gang)."""
-        if self.kind == GANG_KIND:
-            return gang_key(self.namespace, self.name)
-        return f"{self.namespace}/{self.name}"
+        return job_key(self.namespace, self.name, gang=self.kind == GANG_KIND)
 
     @property
     def plural(self) -> str:
