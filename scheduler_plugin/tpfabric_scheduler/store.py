@@ -275,13 +275,15 @@ class ClusterStore:
     def put_job(self, job: JobRecord) -> None:
         """Add or replace a TensorParallelJob record (parsed and validated outside the lock)."""
         old = self.jobs.get(job.key)
+        # read on every event, not only when the plan went: placement_of also forgets the
+        # placer's fresh write once the watch has delivered it (a later event must not find it)
+        held = self.placement_of(old).nodes if old is not None else []
         self.jobs[job.key] = job
         self._kinds.add(job.kind)
         if old is None or planning_facts(old) != planning_facts(job):
             self.capacity_generation += 1
             if old is not None and holds_nodes(old) and not holds_nodes(job):
-                # its plan's reservations went (read only here: every status write comes by)
-                self.freed.record(*self.placement_of(old).nodes)
+                self.freed.record(*held)  # its plan's reservations went
         self.generation += 1
 
     def delete_job(self, key: str) -> None:
