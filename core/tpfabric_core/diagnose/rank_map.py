@@ -24,7 +24,7 @@ from typing import Any
 from tpfabric_core.diagnose.rdma_summary import GpuPair, PodPairing, pod_pairing
 from tpfabric_core.errors import InputError
 from tpfabric_core.input_limits import whole_number
-from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_core.placement.pod_fit import pod_gpus
 
 __all__ = ["GpuRank", "JobRanks", "Worker", "job_ranks"]
 
@@ -126,14 +126,6 @@ class JobRanks:
         )
 
 
-def _gpus_of(pod: Mapping[str, Any]) -> int:
-    total = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        limits = (container.get("resources") or {}).get("limits") or {}
-        total += whole_number(str(limits.get(GPU_RESOURCE, "0"))) or 0
-    return total
-
-
 def _started(pod: Mapping[str, Any]) -> float | None:
     text = (pod.get("status") or {}).get("startTime")
     if not isinstance(text, str):
@@ -166,7 +158,7 @@ def job_ranks(pods: Sequence[Mapping[str, Any]], rank_label: str) -> JobRanks:
             hostname=str(spec.get("hostname") or metadata.get("name") or ""),
             node=spec.get("nodeName") or None,
             addresses=addresses,
-            gpus=len(pairing.pairs) if pairing is not None and pairing.pairs else _gpus_of(pod),
+            gpus=len(pairing.pairs) if pairing is not None and pairing.pairs else pod_gpus(spec),
             pairing=pairing,
             pairing_problem=problem,
             rails=(metadata.get("annotations") or {}).get("tpfabric.io/rails"),

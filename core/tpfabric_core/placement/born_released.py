@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpfabric_core.api.placement import StoredPlacement
+from tpfabric_core.placement.pod_fit import pod_gpus
 from tpfabric_core.placement.steering import narrow_affinity, plan_expressions, remaining_gates
 from tpfabric_core.pod_wiring import GPU_RESOURCE
 from tpfabric_core.rail_ports import PLAN_LEVEL_ANNOTATION, RAILS_ANNOTATION, pod_rails
@@ -52,8 +53,7 @@ def release_onto_plan(
         notes[PLAN_LEVEL_ANNOTATION] = level
     offer = (nodes or {}).get(plan.nodes[rank])
     if offer is not None:
-        gpus = max((_gpus(c) for c in spec.get("containers") or []), default=0)
-        rails = pod_rails(offer.rails, gpus, offer.resources.get(GPU_RESOURCE, 0))
+        rails = pod_rails(offer.rails, pod_gpus(spec), offer.resources.get(GPU_RESOURCE, 0))
         if rails is not None:
             notes[RAILS_ANNOTATION] = rails
     gates = remaining_gates(spec.get("schedulingGates"))
@@ -62,9 +62,3 @@ def release_onto_plan(
     else:
         spec.pop("schedulingGates", None)
     return released
-
-
-def _gpus(container: Mapping[str, Any]) -> int:
-    """Return the GPUs a container's limits take (whole numbers; anything else counts none)."""
-    text = str(((container.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE, "0"))
-    return int(text) if text.isdigit() else 0

@@ -32,15 +32,19 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from tpfabric_core.pod_wiring import GPU_RESOURCE
+
 __all__ = [
     "HOSTNAME_KEY",
     "LabelSelectorError",
     "NodeAffinityMatcher",
+    "container_gpus",
     "format_amount",
     "host_ports",
     "label_selector",
     "node_matcher",
     "parse_quantity",
+    "pod_gpus",
     "pod_requests",
     "repels_peers",
     "resource_amount",
@@ -191,6 +195,24 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
     }
     result["pods"] = result.get("pods", 0) + 1
     return result
+
+
+def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
+    """Return the GPUs a pod takes, as kube-scheduler counts them (:func:`pod_requests`: its
+    containers' sum, an init container's peak); 0 when a quantity is malformed (the API server
+    refuses such a pod)."""
+    try:
+        return pod_requests(pod_spec).get(GPU_RESOURCE, 0)
+    except ValueError:
+        return 0
+
+
+def container_gpus(container: Mapping[str, Any]) -> int:
+    """Return the GPUs one container takes (its request, else its limit); 0 when malformed."""
+    try:
+        return _round_up(_requests_of(container.get("resources")).get(GPU_RESOURCE, Fraction(0)))
+    except ValueError:
+        return 0
 
 
 # -- node selection ------------------------------------------------------------------------------

@@ -23,32 +23,19 @@ from kubernetes import client
 
 from tpfabric_core.api import GANG_GATE
 from tpfabric_core.gangs import GANG_LABEL, gang_of
-from tpfabric_core.input_limits import whole_number
-from tpfabric_core.pod_wiring import GPU_RESOURCE
+from tpfabric_core.placement.pod_fit import pod_gpus
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision
 from tpfabric_kube.malformed import MalformedObjects
 from tpfabric_operator.gangs.owners import GANG_SETTINGS
 from tpfabric_operator.gangs.records import GangPod
 from tpfabric_operator.pod_watch import Grouped, PodWatch
 
-__all__ = ["GangKey", "GangPods", "GangSyncer", "gang_pod", "pod_gpus"]
+__all__ = ["GangKey", "GangPods", "GangSyncer", "gang_pod"]
 
 log = logging.getLogger("tpfabric.operator.gangs")
 
 GangKey = tuple[str, str]  # (namespace, gang record name)
 _Entry = tuple[GangKey, GangPod | None]
-
-
-def pod_gpus(pod: Mapping[str, Any]) -> int:
-    """Return the GPUs a pod's containers take (the largest limit: the gang's unit)."""
-    best = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
-            resources.get("requests") or {}
-        ).get(GPU_RESOURCE)
-        best = max(best, whole_number(str(amount or "0")) or 0)
-    return best
 
 
 def gang_pod(pod: Mapping[str, Any]) -> GangPod | None:
@@ -79,7 +66,7 @@ def gang_pod(pod: Mapping[str, Any]) -> GangPod | None:
         labels=meta.get("labels") or {},
         phase=str(status.get("phase") or "Pending"),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
-        gpus=pod_gpus(pod),
+        gpus=pod_gpus(pod.get("spec") or {}),
         gated=any(
             g.get("name") == GANG_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or []
         ),

@@ -48,8 +48,8 @@ from tpfabric_core.gangs import (
 )
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.placement.born_released import release_onto_plan
-from tpfabric_core.placement.pod_fit import node_matcher, resource_amount
-from tpfabric_core.pod_wiring import GPU_RESOURCE, NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
+from tpfabric_core.placement.pod_fit import container_gpus, node_matcher, pod_gpus, resource_amount
+from tpfabric_core.pod_wiring import NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, decide_rdma
 
 __all__ = [
@@ -144,7 +144,7 @@ def _with_rdma_devices(
 ) -> list[dict[str, Any]]:
     """Return ``containers`` with ``count`` RDMA devices on each that takes GPUs (else the
     first); a container that names the resource already keeps its own amount."""
-    takers = [i for i, c in enumerate(containers) if _gpus(c)] or [0]
+    takers = [i for i, c in enumerate(containers) if container_gpus(c)] or [0]
     result = []
     for index, container in enumerate(containers):
         resources = dict(container.get("resources") or {})
@@ -157,17 +157,6 @@ def _with_rdma_devices(
         else:
             result.append(container)
     return result
-
-
-def _gpus(container: Mapping[str, Any]) -> int:
-    resources = container.get("resources") or {}
-    amount = (resources.get("limits") or {}).get(GPU_RESOURCE)
-    if amount is None:
-        amount = (resources.get("requests") or {}).get(GPU_RESOURCE)
-    try:
-        return resource_amount(GPU_RESOURCE, amount) if amount is not None else 0
-    except ValueError:
-        return 0
 
 
 def _named_rdma(containers: list[dict[str, Any]], resource: str) -> int | None:
@@ -206,7 +195,7 @@ def rdma_decision(
         asked, asked_by = named, f"the pod's {resource} limit"
     elif settings.rdma_count is not None:
         asked, asked_by = settings.rdma_count, "the chart's gangWebhook.rdmaCount"
-    gpus = max((_gpus(c) for c in containers), default=0)
+    gpus = pod_gpus(spec)
 
     def decide(offers: tuple[NodeOffer, ...]) -> RdmaDecision:
         return decide_rdma(
@@ -243,7 +232,7 @@ def mutate_pod(
     containers = list(spec.get("containers") or [])
     if rdma.count:
         containers = _with_rdma_devices(containers, rdma.resource, rdma.count)
-    gpus = max((_gpus(c) for c in containers), default=0)
+    gpus = pod_gpus(spec)
     meta["annotations"] = {**annotations, RDMA_ANNOTATION: rdma.annotation()}
     wiring = RdmaWiring(
         init_image=settings.init_image,

@@ -14,7 +14,12 @@ from tpfabric_core.placement import (
     pod_requests,
     resource_amount,
 )
-from tpfabric_core.placement.pod_fit import LabelSelectorError, label_selector
+from tpfabric_core.placement.pod_fit import (
+    LabelSelectorError,
+    container_gpus,
+    label_selector,
+    pod_gpus,
+)
 
 GI = 2**30
 
@@ -134,6 +139,19 @@ def test_fractions_add_up_before_rounding() -> None:
 def test_a_bad_quantity_in_a_pod_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="lots"):
         pod_requests({"containers": [container({"cpu": "lots"})]})
+
+
+def test_a_pods_gpus_are_what_kube_scheduler_counts_and_junk_counts_none() -> None:
+    """One reading of a pod's GPUs for the webhook, the operator, a release at birth and the
+    rank map, the same as the placer's (``pod_requests``): two containers of 4 take a node's 8."""
+    gpu = "nvidia.com/gpu"
+    two = {"containers": [container({gpu: "4"}), container({gpu: "4"}), {"name": "side"}]}
+    assert pod_gpus(two) == pod_requests(two)[gpu] == 8
+    assert pod_gpus({"containers": [{"resources": {"requests": {gpu: "2"}}}]}) == 2
+    assert pod_gpus({"containers": [container({gpu: "lots"})]}) == 0
+    assert pod_gpus({}) == 0
+    assert [container_gpus(c) for c in two["containers"]] == [4, 4, 0]
+    assert container_gpus(container({gpu: "junk"})) == 0
 
 
 NODE = {"kubernetes.io/hostname": "n1", "gpu": "h100", "generation": "9"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tpfabric_operator.gangs.pods import GangKey, GangPods, GangSyncer, gang_pod, pod_gpus
+from tpfabric_operator.gangs.pods import GangKey, GangPods, GangSyncer, gang_pod
 
 pytestmark = pytest.mark.unit
 
@@ -131,12 +131,3 @@ def test_a_sync_that_raises_leaves_its_gang_unsettled() -> None:
         assert syncer.is_alive()
     finally:
         syncer.stop()
-
-
-def test_a_pods_gpus_are_its_largest_containers() -> None:
-    pod = {
-        "spec": {
-            "containers": [{"resources": {"limits": {"nvidia.com/gpu": "4"}}}, {"name": "side"}]
-        }
-    }
-    assert pod_gpus(pod) == 4
