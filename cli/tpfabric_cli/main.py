@@ -144,6 +144,21 @@ def generated_pages() -> dict[Path, str]:
     }
 
 
+def _write_or_check(path: Path, text: str, command: str, *, check: bool) -> bool:
+    """Write ``text`` to the generated file ``path``, or with ``check`` only compare; return
+    whether it was stale (said on stderr, naming ``command``, the one that makes it)."""
+    if check:
+        if not path.exists() or path.read_text() != text:
+            err_console.print(f"{path} is stale: run `{command}`")
+            return True
+        console.print(f"{path} is current")
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    console.print(f"wrote {path}")
+    return False
+
+
 @docs_app.command("generate")
 @user_errors
 def docs_generate(
@@ -153,16 +168,9 @@ def docs_generate(
 ) -> None:
     """Write the CLI reference and the chart values reference (docs/cli-reference.md,
     docs/chart-values.md) from the commands and from values.yaml."""
-    stale = False
-    for path, text in generated_pages().items():
-        if check:
-            if not path.exists() or path.read_text() != text:
-                err_console.print(f"{path} is stale: run `tpfabric docs generate`")
-                stale = True
-            continue
-        path.write_text(text)
-        console.print(f"wrote {path}")
-    if stale:
+    pages = generated_pages().items()
+    stale = [_write_or_check(p, t, "tpfabric docs generate", check=check) for p, t in pages]
+    if any(stale):
         raise typer.Exit(1)
 
 
@@ -181,51 +189,21 @@ def crds_generate(
     from the pydantic models."""
     from tpfabric_core.api.crd import crd_files  # noqa: PLC0415
 
-    stale = False
-    for folder in out or list(REPO_CRD_FOLDERS):
-        for name, text in crd_files().items():
-            path = folder / name
-            if check:
-                current = path.read_text() if path.exists() else ""
-                if current != text:
-                    err_console.print(f"{path} is stale: run `tpfabric crds generate`")
-                    stale = True
-                else:
-                    console.print(f"{path} is current")
-                continue
-            folder.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            console.print(f"wrote {path}")
-    if out is None:  # the chart's fabric.profile schema comes from the same kind of model
-        from tpfabric_core.fabric_profile import with_values_schema  # noqa: PLC0415
-
-        values_schema = _REPO / "charts" / "tpfabric" / "values.schema.json"
-        current = values_schema.read_text()
-        wanted = with_values_schema(current)
-        if check and current != wanted:
-            err_console.print(f"{values_schema} is stale: run `tpfabric crds generate`")
-            stale = True
-        elif not check:
-            values_schema.write_text(wanted)
-            console.print(f"wrote {values_schema} (fabric.profile)")
-    if out is None:  # the references are generated beside the repo's CRDs
+    files = {folder / name: text for folder in out or list(REPO_CRD_FOLDERS)
+             for name, text in crd_files().items()}  # fmt: skip
+    if out is None:  # the chart's fabric.profile schema and the references, beside the CRDs
         from tpfabric_core.api.reference import (  # noqa: PLC0415
             render_gang_reference,
             render_reference,
         )
+        from tpfabric_core.fabric_profile import with_values_schema  # noqa: PLC0415
 
-        for page, render in (("crd-reference.md", render_reference),
-                             ("gang-reference.md", render_gang_reference)):  # fmt: skip
-            reference = _REPO / "docs" / page
-            text = render()
-            if check and (not reference.exists() or reference.read_text() != text):
-                err_console.print(f"{reference} is stale: run `tpfabric crds generate`")
-                stale = True
-            elif not check:
-                reference.parent.mkdir(parents=True, exist_ok=True)
-                reference.write_text(text)
-                console.print(f"wrote {reference}")
-    if stale:
+        values_schema = _REPO / "charts" / "tpfabric" / "values.schema.json"
+        files[values_schema] = with_values_schema(values_schema.read_text())
+        files[_REPO / "docs" / "crd-reference.md"] = render_reference()
+        files[_REPO / "docs" / "gang-reference.md"] = render_gang_reference()
+    stale = [_write_or_check(p, t, "tpfabric crds generate", check=check) for p, t in files.items()]
+    if any(stale):
         raise typer.Exit(1)
 
 
@@ -240,15 +218,8 @@ def metrics_reference(
     from tpfabric_cli.metrics_reference import render_reference  # noqa: PLC0415
 
     page = _REPO / "docs" / "metrics.md"
-    text = render_reference()
-    if check:
-        if not page.exists() or page.read_text() != text:
-            err_console.print(f"{page} is stale: run `tpfabric metrics reference`")
-            raise typer.Exit(1)
-        console.print(f"{page} is current")
-        return
-    page.write_text(text)
-    console.print(f"wrote {page}")
+    if _write_or_check(page, render_reference(), "tpfabric metrics reference", check=check):
+        raise typer.Exit(1)
 
 
 @cluster_app.command("up")
