@@ -31,6 +31,7 @@ from typing import Any, Final, TypeVar
 from kubernetes.client.rest import ApiException
 from prometheus_client import Counter
 
+from tpfabric_kube.events import event_body
 from tpfabric_kube.structured_logs import about
 
 __all__ = [
@@ -215,7 +216,6 @@ def event_for(notice: Notice, *, api_versions: Mapping[str, str] | None = None) 
     digest = hashlib.sha256(
         f"{notice.component}/{notice.kind}/{notice.uid}/{notice.version}/{notice.field}".encode()
     ).hexdigest()[:16]
-    namespace = notice.namespace or "default"  # a cluster-scoped object's Events: default
     involved: dict[str, Any] = {
         "apiVersion": versions.get(notice.kind, "v1"),
         "kind": notice.kind,
@@ -225,18 +225,13 @@ def event_for(notice: Notice, *, api_versions: Mapping[str, str] | None = None) 
     }
     if notice.namespace:
         involved["namespace"] = notice.namespace
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{notice.name[:200]}.{digest}", "namespace": namespace},
-        "involvedObject": involved,
-        "type": "Warning",
-        "reason": "MalformedObject",
-        "message": notice.words()[:1024],
-        "source": {"component": notice.component},
-        "reportingComponent": notice.component,
-        "count": 1,
-    }
+    return event_body(
+        involved,
+        reason="MalformedObject",
+        message=notice.words(),
+        component=notice.component,
+        name=f"{notice.name[:200]}.{digest}",
+    )
 
 
 def event_writer(core: Any) -> Callable[[Notice], None]:

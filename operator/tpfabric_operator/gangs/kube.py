@@ -27,6 +27,7 @@ from tpfabric_core.gangs import (
     RANK_LABEL,
     GangMember,
 )
+from tpfabric_kube.events import event_body, pod_object
 from tpfabric_kube.malformed import MalformedObjects, event_writer
 from tpfabric_operator.gangs import serving
 from tpfabric_operator.gangs.owners import LWS_API, OwnerRead, owner_apis
@@ -251,22 +252,8 @@ class GangApi:
             self._told.clear()
         for pod in fresh:
             self._told.add((pod.uid, words))
-            body = {
-                "metadata": {"generateName": f"{pod.name[:200]}.", "namespace": namespace},
-                "involvedObject": {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": pod.name,
-                    "namespace": namespace,
-                    "uid": pod.uid,
-                },
-                "type": "Warning",
-                "reason": reason,
-                "message": words[:1024],
-                "source": {"component": "tpfabric-operator"},
-                "reportingComponent": "tpfabric-operator",
-                "count": 1,
-            }
+            involved = pod_object(pod.name, namespace, pod.uid)
+            body = event_body(involved, reason=reason, message=words, component="tpfabric-operator")
             try:
                 self.core.create_namespaced_event(namespace, body)
             except ApiException as err:  # a lost Event is only a lost note

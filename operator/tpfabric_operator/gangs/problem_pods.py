@@ -26,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.gangs import GANG_PROBLEM_LABEL, GANG_PROBLEMS_ANNOTATION
+from tpfabric_kube.events import event_body, pod_object
 from tpfabric_operator.pod_watch import PodWatch
 
 __all__ = ["NOT_WIRED_REASON", "ProblemPods", "problem_event"]
@@ -46,27 +47,16 @@ def problem_event(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     digest = hashlib.sha256(f"{_COMPONENT}/{NOT_WIRED_REASON}/{uid}".encode()).hexdigest()[:16]
     namespace = str(meta.get("namespace") or "default")
     words = "; ".join(problems.splitlines())
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name[:200]}.{digest}", "namespace": namespace},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": name,
-            "namespace": namespace,
-            "uid": uid,
-        },
-        "type": "Warning",
-        "reason": NOT_WIRED_REASON,
-        "message": (
+    return event_body(
+        pod_object(name, namespace, uid),
+        reason=NOT_WIRED_REASON,
+        message=(
             "tpfabric's gang webhook admitted this pod unwired (no gang gate, RDMA or placement "
             f"with its gang): {words}"
-        )[:1024],
-        "source": {"component": _COMPONENT},
-        "reportingComponent": _COMPONENT,
-        "count": 1,
-    }
+        ),
+        component=_COMPONENT,
+        name=f"{name[:200]}.{digest}",
+    )
 
 
 class ProblemPods(PodWatch):

@@ -7,7 +7,6 @@ what to send.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import GROUP, PLURAL, VERSION
+from tpfabric_kube.events import event_body, pod_object
 from tpfabric_scheduler.store import JobRecord, PodRecord
 
 if TYPE_CHECKING:
@@ -120,30 +120,18 @@ class KubeWriter:
     def pod_event(self, pod: PodRecord, reason: str, message: str) -> None:
         """Record a Normal Event on a worker pod (best effort, as :meth:`job_event`):
         ``kubectl describe pod`` shows it under Events."""
-        involved = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": pod.name,
-            "namespace": pod.namespace,
-            "uid": pod.uid,
-        }
-        self._event(involved, "Normal", reason, message)
+        self._event(pod_object(pod.name, pod.namespace, pod.uid), "Normal", reason, message)
 
     def _event(self, involved: dict[str, str], kind: str, reason: str, message: str) -> None:
         """Create a core/v1 Event about ``involved``; a refusal is logged, never raised."""
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         namespace, name = involved["namespace"], involved["name"]
-        body = {
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": involved,
-            "type": kind,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": "tpfabric-placer"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        body = event_body(
+            involved,
+            reason=reason,
+            message=message,
+            component="tpfabric-placer",
+            warning=kind == "Warning",
+        )
         try:
             self.core.create_namespaced_event(namespace, body, _preload_content=False).read()
         except ApiException as err:
