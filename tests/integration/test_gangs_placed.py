@@ -465,6 +465,76 @@ def test_pods_naming_a_workload_api_pod_group_are_placed_as_one_gang_of_its_size
     wait_for(lambda: record(custom, enabled, "llama-pg") is None, 60, what="the record collected")
 
 
+def test_an_indexed_jobs_pods_naming_a_workload_api_pod_group_after_its_plan_are_born_released(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """A PodGroup of 4 (``minCount``) and an Indexed Job of 4 completions naming it, run 2 at
+    a time at first: the record's size comes from the PodGroup, each pod's rank is its
+    completion index, so the gang is planned from its first two pods (kube-scheduler's own gang
+    plugin holds them unbound until 4 exist). The test then lets the Job run all 4: indices 2
+    and 3, created after the plan, are born released onto it, one write each."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    group, version, plural = PODGROUPS
+    custom.create_namespaced_custom_object(
+        group,
+        version,
+        enabled,
+        plural,
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "PodGroup",
+            "metadata": {"name": "wl-pg"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}},
+        },
+    )
+    template = gang_pod("x", {}, cpu="1")
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "wl"},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": 4,
+            "parallelism": 2,
+            "template": {
+                "spec": {
+                    **template["spec"],
+                    "restartPolicy": "Never",
+                    "schedulingGroup": {"podGroupName": "wl-pg"},
+                },
+            },
+        },
+    }
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(enabled, job)
+
+    def planned() -> dict[str, Any] | None:
+        placement = ((record(custom, enabled, "wl-pg") or {}).get("status") or {}).get("placement")
+        return placement if (placement or {}).get("state") == "Planned" else None
+
+    plan = wait_for(planned, 60, what="the gang planned from its first two pods")
+    assert plan["attempt"] == 0
+    assert len(gang_pods(core, enabled, "wl-pg")) == 2
+    batch.patch_namespaced_job("wl", enabled, {"spec": {"parallelism": 4}})
+
+    def bound() -> list[client.V1Pod] | None:
+        pods = gang_pods(core, enabled, "wl-pg")
+        return pods if len(pods) == 4 and all(p.spec.node_name for p in pods) else None
+
+    pods = wait_for(bound, 90, what="the Job's four pods bound")
+    by_rank = {int(p.metadata.labels[RANK_LABEL]): p for p in pods}
+    assert sorted(by_rank) == [0, 1, 2, 3]
+    assert all(p.metadata.labels[COMPLETION_INDEX] == str(r) for r, p in by_rank.items())
+    assert {p.metadata.labels[ATTEMPT_LABEL] for p in pods} == {"0"}
+    writes = {rank: spec_writes(pod) for rank, pod in by_rank.items()}
+    assert [len(writes[r]) for r in range(4)] == [2, 2, 1, 1], (
+        f"ranks 0 and 1 created gated and released by the placer, 2 and 3 born released: {writes}"
+    )
+    assert [by_rank[r].spec.node_name for r in range(4)] == plan["nodes"], "each on its node"
+    gang = record(custom, enabled, "wl-pg") or {}
+    assert gang["spec"]["workers"] == 4, "the PodGroup's minCount"
+
+
 def rail_map(node: str) -> dict[int, str]:
     """A port GUID per rail of ``node`` (as a dump would give its eight compute ports)."""
     base = 0xE09D730300000000 + (int(node.rsplit("-", 1)[1]) << 8) + (int(node[5]) << 16)
