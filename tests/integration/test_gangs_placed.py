@@ -193,13 +193,7 @@ def test_pods_a_job_controller_makes_one_by_one_without_a_rank_are_placed_once_a
     """A Job that is not Indexed gives its pods no rank: they are ranked by creation once all
     exist, carry no attempt and are planned whole (nothing of them is born released)."""
     client.BatchV1Api(api).create_namespaced_job(enabled, a_job("plain", "plain", 4, 4))
-    core = client.CoreV1Api(api)
-
-    def bound() -> list[client.V1Pod] | None:  # kwok runs a Job's pods to completion
-        pods = gang_pods(core, enabled, "plain")
-        return pods if len(pods) == 4 and all(p.spec.node_name for p in pods) else None
-
-    pods = wait_for(bound, 90, what="the Job's four pods bound")
+    pods = wait_bound(client.CoreV1Api(api), enabled, "plain", 4)
     assert len({leaf_of(p.spec.node_name) for p in pods}) == 1
     assert sorted(p.metadata.labels[RANK_LABEL] for p in pods) == ["0", "1", "2", "3"]
     assert all(ATTEMPT_LABEL not in p.metadata.labels for p in pods), "not numbered"
@@ -208,6 +202,40 @@ def test_pods_a_job_controller_makes_one_by_one_without_a_rank_are_placed_once_a
 
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def wait_bound(core: client.CoreV1Api, namespace: str, gang: str, size: int) -> list[client.V1Pod]:
+    """Return the gang's pods once all ``size`` are bound (kwok runs a Job's pods to completion
+    at once: bound, not Running)."""
+
+    def bound() -> list[client.V1Pod] | None:
+        pods = gang_pods(core, namespace, gang)
+        return pods if len(pods) == size and all(p.spec.node_name for p in pods) else None
+
+    pods: list[client.V1Pod] = wait_for(bound, 90, what=f"gang {gang}'s {size} pods bound")
+    return pods
+
+
+def placed_in_two_waves(api: client.ApiClient, namespace: str, gang: str) -> dict[str, Any]:
+    """Check an Indexed Job's gang of 4 whose indices 2 and 3 were made after its plan: each
+    pod's rank is its completion index, all of the plan's attempt, 0 and 1 created gated and
+    released by the placer, 2 and 3 born released (one write each), each on its planned node.
+    Return the Gang record."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    by_rank = {int(p.metadata.labels[RANK_LABEL]): p for p in wait_bound(core, namespace, gang, 4)}
+    assert sorted(by_rank) == [0, 1, 2, 3]
+    assert all(p.metadata.labels[COMPLETION_INDEX] == str(r) for r, p in by_rank.items())
+    assert {p.metadata.labels[ATTEMPT_LABEL] for p in by_rank.values()} == {"0"}
+    writes = {rank: spec_writes(pod) for rank, pod in by_rank.items()}
+    assert [len(writes[r]) for r in range(4)] == [2, 2, 1, 1], (
+        f"ranks 0 and 1 created gated and released by the placer, 2 and 3 born released: {writes}"
+    )
+    gang_record = record(custom, namespace, gang) or {}
+    plan = gang_record["status"]["placement"]
+    assert (plan["state"], plan["attempt"]) == ("Planned", 0)
+    assert [by_rank[r].spec.node_name for r in range(4)] == plan["nodes"], "each on its node"
+    assert len({leaf_of(p.spec.node_name) for p in by_rank.values()}) == 1
+    return gang_record
 
 
 def test_an_indexed_jobs_pod_group_is_planned_from_its_first_pods_and_the_rest_born_released(
@@ -222,26 +250,7 @@ def test_an_indexed_jobs_pod_group_is_planned_from_its_first_pods_and_the_rest_b
     job = a_job("waves", "waves", 4, 4)
     job["spec"].update(completionMode="Indexed", parallelism=2)
     client.BatchV1Api(api).create_namespaced_job(enabled, job)
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-
-    def bound() -> list[client.V1Pod] | None:
-        pods = gang_pods(core, enabled, "waves")
-        return pods if len(pods) == 4 and all(p.spec.node_name for p in pods) else None
-
-    pods = wait_for(bound, 90, what="the Job's four pods bound")
-    by_rank = {int(p.metadata.labels[RANK_LABEL]): p for p in pods}
-    assert sorted(by_rank) == [0, 1, 2, 3]
-    for rank, pod in by_rank.items():
-        assert pod.metadata.labels[COMPLETION_INDEX] == str(rank), "its rank: its index"
-        assert pod.metadata.labels[ATTEMPT_LABEL] == "0"
-    plan = (record(custom, enabled, "waves") or {})["status"]["placement"]
-    assert plan["state"] == "Planned"
-    writes = {rank: spec_writes(pod) for rank, pod in by_rank.items()}
-    assert [len(writes[r]) for r in range(4)] == [2, 2, 1, 1], (
-        f"ranks 0 and 1 created gated and released by the placer, 2 and 3 born released: {writes}"
-    )
-    assert [by_rank[r].spec.node_name for r in range(4)] == plan["nodes"], "each on its node"
-    assert len({leaf_of(p.spec.node_name) for p in pods}) == 1
+    placed_in_two_waves(api, enabled, "waves")
 
 
 HOLD = "example.com/hold"
@@ -414,6 +423,18 @@ def test_a_record_deleted_while_its_gang_runs_comes_back_with_its_placement(
 PODGROUPS = ("scheduling.k8s.io", "v1beta1", "podgroups")
 
 
+def create_pod_group(
+    custom: client.CustomObjectsApi, namespace: str, name: str, spec: dict[str, Any]
+) -> dict[str, Any]:
+    """Create a Workload API PodGroup; return it as created."""
+    group, version, plural = PODGROUPS
+    body = {"apiVersion": f"{group}/{version}", "kind": "PodGroup", "metadata": {"name": name}}
+    created: dict[str, Any] = custom.create_namespaced_custom_object(
+        group, version, namespace, plural, {**body, "spec": spec}
+    )
+    return created
+
+
 def test_pods_naming_a_workload_api_pod_group_are_placed_as_one_gang_of_its_size(
     api: client.ApiClient, enabled: str
 ) -> None:
@@ -425,19 +446,13 @@ def test_pods_naming_a_workload_api_pod_group_are_placed_as_one_gang_of_its_size
     the PodGroup and its pods deleted, the record goes with them."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     group, version, plural = PODGROUPS
-    created = custom.create_namespaced_custom_object(
-        group,
-        version,
+    created = create_pod_group(
+        custom,
         enabled,
-        plural,
+        "llama-pg",
         {
-            "apiVersion": f"{group}/{version}",
-            "kind": "PodGroup",
-            "metadata": {"name": "llama-pg"},
-            "spec": {
-                "schedulingPolicy": {"gang": {"minCount": 3}},
-                "schedulingConstraints": {"topology": [{"key": "topology.tpfabric.io/leaf"}]},
-            },
+            "schedulingPolicy": {"gang": {"minCount": 3}},
+            "schedulingConstraints": {"topology": [{"key": "topology.tpfabric.io/leaf"}]},
         },
     )
     for index in range(3):
@@ -474,37 +489,11 @@ def test_an_indexed_jobs_pods_naming_a_workload_api_pod_group_after_its_plan_are
     plugin holds them unbound until 4 exist). The test then lets the Job run all 4: indices 2
     and 3, created after the plan, are born released onto it, one write each."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    group, version, plural = PODGROUPS
-    custom.create_namespaced_custom_object(
-        group,
-        version,
-        enabled,
-        plural,
-        {
-            "apiVersion": f"{group}/{version}",
-            "kind": "PodGroup",
-            "metadata": {"name": "wl-pg"},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}},
-        },
-    )
-    template = gang_pod("x", {}, cpu="1")
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "wl"},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": 4,
-            "parallelism": 2,
-            "template": {
-                "spec": {
-                    **template["spec"],
-                    "restartPolicy": "Never",
-                    "schedulingGroup": {"podGroupName": "wl-pg"},
-                },
-            },
-        },
-    }
+    create_pod_group(custom, enabled, "wl-pg", {"schedulingPolicy": {"gang": {"minCount": 4}}})
+    job = a_job("wl", "unused", 4, 4)
+    job["spec"].update(completionMode="Indexed", parallelism=2)
+    job["spec"]["template"]["metadata"]["labels"] = {}  # nothing of tpfabric: the PodGroup only
+    job["spec"]["template"]["spec"]["schedulingGroup"] = {"podGroupName": "wl-pg"}
     batch = client.BatchV1Api(api)
     batch.create_namespaced_job(enabled, job)
 
@@ -516,23 +505,9 @@ def test_an_indexed_jobs_pods_naming_a_workload_api_pod_group_after_its_plan_are
     assert plan["attempt"] == 0
     assert len(gang_pods(core, enabled, "wl-pg")) == 2
     batch.patch_namespaced_job("wl", enabled, {"spec": {"parallelism": 4}})
-
-    def bound() -> list[client.V1Pod] | None:
-        pods = gang_pods(core, enabled, "wl-pg")
-        return pods if len(pods) == 4 and all(p.spec.node_name for p in pods) else None
-
-    pods = wait_for(bound, 90, what="the Job's four pods bound")
-    by_rank = {int(p.metadata.labels[RANK_LABEL]): p for p in pods}
-    assert sorted(by_rank) == [0, 1, 2, 3]
-    assert all(p.metadata.labels[COMPLETION_INDEX] == str(r) for r, p in by_rank.items())
-    assert {p.metadata.labels[ATTEMPT_LABEL] for p in pods} == {"0"}
-    writes = {rank: spec_writes(pod) for rank, pod in by_rank.items()}
-    assert [len(writes[r]) for r in range(4)] == [2, 2, 1, 1], (
-        f"ranks 0 and 1 created gated and released by the placer, 2 and 3 born released: {writes}"
-    )
-    assert [by_rank[r].spec.node_name for r in range(4)] == plan["nodes"], "each on its node"
-    gang = record(custom, enabled, "wl-pg") or {}
+    gang = placed_in_two_waves(api, enabled, "wl-pg")
     assert gang["spec"]["workers"] == 4, "the PodGroup's minCount"
+    assert gang["status"]["placement"]["nodes"] == plan["nodes"], "the plan of the first two"
 
 
 def rail_map(node: str) -> dict[int, str]:

@@ -321,16 +321,22 @@ def test_the_webhook_refuses_a_bad_fabric_profile_at_start_naming_the_field(
 
 # -- born released ---------------------------------------------------------------------------
 
-LWS_PLAN = read_placement(
-    {
-        "state": "Planned",
-        "attempt": 0,
-        "level": "leaf",
-        "domain": "leaf-1",
-        "domainLabels": {"topology.tpfabric.io/leaf": "leaf-1"},
-        "nodes": ["n0", "n1", "n2", "n3"],
-    }
-)
+
+def leaf_plan(size: int) -> StoredPlacement:
+    """A plan of attempt 0 onto nodes n0.. of leaf-1."""
+    return read_placement(
+        {
+            "state": "Planned",
+            "attempt": 0,
+            "level": "leaf",
+            "domain": "leaf-1",
+            "domainLabels": {"topology.tpfabric.io/leaf": "leaf-1"},
+            "nodes": [f"n{i}" for i in range(size)],
+        }
+    )
+
+
+LWS_PLAN = leaf_plan(4)
 
 
 def lws_pod(worker: int) -> dict[str, Any]:
@@ -426,16 +432,7 @@ def test_a_pod_group_is_not_numbered_and_waits_gated_for_its_whole_gang(
     assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
 
 
-BERT_PLAN = read_placement(
-    {
-        "state": "Planned",
-        "attempt": 0,
-        "level": "leaf",
-        "domain": "leaf-1",
-        "domainLabels": {"topology.tpfabric.io/leaf": "leaf-1"},
-        "nodes": ["n0", "n1", "n2", "n3", "n4", "n5"],
-    }
-)
+BERT_PLAN = leaf_plan(6)
 
 
 def indexed_job_pod(index: int) -> dict[str, Any]:
