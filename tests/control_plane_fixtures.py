@@ -564,3 +564,13 @@ def opt_in(api: client.ApiClient, namespace: str) -> str:
         namespace, {"metadata": {"labels": {NAMESPACE_LABEL: "enabled"}}}
     )
     return namespace
+
+
+def spec_writes(pod: client.V1Pod) -> list[str]:
+    """Return the managers that wrote the pod's object itself (its creation, a release patch),
+    not its status or its binding."""
+    return [
+        f"{entry.manager}/{entry.operation}"
+        for entry in pod.metadata.managed_fields or []
+        if not entry.subresource
+    ]

@@ -17,6 +17,20 @@ pods and from its own admissions) and the gang's plan (its Gang record):
   rank's planned node (:func:`stamp`); any other pod comes gated, and the placer checks it
   (a replacement returns to its planned node while that node holds it, else it moves).
 
+Which pods are numbered at all (:func:`numbered_rank`): those whose rank is known at admission
+and whose owner makes again whatever the placer deletes (a plan dropped at its bind bound, its
+node taken, deletes the gang's pods and relies on their owner to make them again, gated). Such a
+gang is planned from its first pods. The others carry no attempt and are planned once every pod
+exists:
+
+- a LeaderWorkerSet group's pods: numbered (size, group and worker index on every pod);
+- a pod group's (``tpfabric.io/gang-name``, Kueue's pod-group labels, a Workload API PodGroup):
+  numbered when the pod has a controller (an owner reference with ``controller: true``: a Job,
+  a ReplicaSet...) and its own rank (``tpfabric.io/rank``, or an Indexed Job's completion
+  index); a bare pod is not (deleted with a dropped plan, it would not come back), nor a pod
+  ranked by the order of creation (its rank is only known once the gang is whole);
+- a JobSet's: not numbered (its ranks follow from its Jobs).
+
 A pod is only ever mistaken in one direction when the webhook forgets (a restarted webhook
 whose watch no longer shows a pod deleted meanwhile): a replacement born onto its planned node,
 which the placer's bind bound drops if that node cannot take it. Never is a pod of the plan
@@ -29,8 +43,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tpfabric_core.api.placement import StoredPlacement
+from tpfabric_core.gangs import GangMember
 
-__all__ = ["GangHistory", "Stamp", "stamp"]
+__all__ = ["GangHistory", "Stamp", "numbered_rank", "stamp"]
+
+
+def numbered_rank(member: GangMember) -> int | None:
+    """Return the rank a gang pod is numbered by (its attempt, and born released onto its
+    gang's plan when that plan was made for its attempt), or None when it is not numbered: its
+    gang is planned once every pod exists (the rules above)."""
+    if member.rank is None:
+        return None
+    if member.kind == "LeaderWorkerSet":
+        return member.rank if member.size is not None else None
+    if member.kind in ("PodGroup", "WorkloadPodGroup"):
+        return member.rank if member.controlled else None
+    return None
 
 
 @dataclass(slots=True)

@@ -17,12 +17,13 @@ every pod it creates (checked against their sources):
   ``job-global-index`` (or ``job-index``), then the Job's completion index.
 - **Plain pods**: ``tpfabric.io/gang-name`` + ``tpfabric.io/gang-size`` (the shape of Kueue's
   ``pod-group-name`` / ``pod-group-total-count``, which are read too), rank from
-  ``tpfabric.io/rank`` or, without it, the order of creation.
+  ``tpfabric.io/rank``, else an Indexed Job's completion index (:func:`_own_rank`), else the
+  order of creation.
 - **The upstream Workload API** (``scheduling.k8s.io`` PodGroup, Kubernetes 1.36+ behind the
   ``GenericWorkload`` gate): a pod whose ``spec.schedulingGroup.podGroupName`` names a PodGroup
   is one gang per PodGroup; the size (its gang policy's ``minCount``) and any topology
   constraint (a node label key) come from the PodGroup object (:attr:`GangMember.size` is
-  None), the rank from ``tpfabric.io/rank`` or the order of creation.
+  None), the rank as a plain pod's.
 
 The topology request: ``tpfabric.io/topology-level`` / ``-mode`` / ``max-wait-seconds``, else
 the annotations users already have — Kueue's ``podset-required-topology`` /
@@ -210,6 +211,9 @@ class GangMember:
     #: a DisaggregatedSet's role (``prefill``, ``decode``) and the set, from its pod labels
     role: str = ""
     role_set: str = ""
+    #: the pod has a controller (an owner reference with ``controller: true``), which makes it
+    #: again when it is deleted; a bare pod deleted is gone
+    controlled: bool = False
 
 
 def record_name(*parts: str) -> str:
@@ -252,14 +256,16 @@ def gang_of(
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     namespace = str(meta.get("namespace") or namespace or "default")
     name = str(meta.get("name") or "")
+    controller = _controller(meta)
     if GANG_NAME_LABEL in labels or KUEUE_POD_GROUP in labels:
-        member = _pod_group(labels, annotations, namespace, settings)
+        member = _pod_group(labels, annotations, namespace, controller)
     elif LWS_NAME in labels and "LeaderWorkerSet" in settings.owners:
         member = _leader_worker_set(labels, annotations, namespace, name)
     elif JOBSET_NAME in labels and "JobSet" in settings.owners:
         member = _job_set(labels, annotations, namespace)
     elif scheduling_group(spec) and "WorkloadPodGroup" in settings.owners:
-        member = _workload_pod_group(labels, namespace, scheduling_group(spec))
+        group = scheduling_group(spec)
+        member = _workload_pod_group(labels, annotations, namespace, controller, group)
     else:
         return None
     topology, problems = _topology(annotations, settings)
@@ -278,6 +284,7 @@ def gang_of(
         near=near,
         role=str(labels.get(DISAGG_ROLE) or ""),
         role_set=str(labels.get(DISAGG_NAME) or ""),
+        controlled=controller is not None,
     )
 
 
@@ -318,7 +325,7 @@ def _pod_group(
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
     namespace: str,
-    settings: GangSettings,
+    controller: Mapping[str, Any] | None,
 ) -> GangMember:
     ours = GANG_NAME_LABEL in labels
     key = GANG_NAME_LABEL if ours else KUEUE_POD_GROUP
@@ -330,14 +337,15 @@ def _pod_group(
         )
     size_key = GANG_SIZE_LABEL if ours else KUEUE_POD_GROUP_TOTAL
     size_text = labels.get(size_key, annotations.get(size_key))
-    rank, rank_problems = _rank(labels)
+    size = _int(size_text) if size_text is not None else None
+    rank, rank_problems = _own_rank(labels, annotations, controller, size)
     problems.extend(rank_problems)
     return GangMember(
         kind="PodGroup",
         namespace=namespace,
         owner=value,
         gang=record_name(value) if not problems else value,
-        size=_int(size_text) if size_text is not None else None,
+        size=size,
         rank=rank,
         problems=tuple(problems),
     )
@@ -358,8 +366,46 @@ def _rank(labels: Mapping[str, str]) -> tuple[int | None, list[Problem]]:
     return rank, []
 
 
-def _workload_pod_group(labels: Mapping[str, str], namespace: str, group: str) -> GangMember:
+def _controller(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Return the pod's controlling owner reference (None: a bare pod)."""
+    refs = meta.get("ownerReferences") or []
+    return next((r for r in refs if isinstance(r, Mapping) and r.get("controller") is True), None)
+
+
+def _own_rank(
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    controller: Mapping[str, Any] | None,
+    size: int | None,
+) -> tuple[int | None, list[Problem]]:
+    """Return a pod group's pod's own rank (None: it follows from the order of creation) and
+    what is wrong with it.
+
+    ``tpfabric.io/rank`` when given; else, for the pod of an Indexed Job (its controller a
+    ``batch`` Job), its completion index, which the Job controller writes on every pod it makes,
+    the same again on the pod it makes to replace one: below the group's ``size`` when the pod
+    says it (a larger index, of a Job of more completions than the gang, ranks by creation).
+    """
     rank, problems = _rank(labels)
+    if RANK_LABEL in labels or controller is None:
+        return rank, problems
+    api = str(controller.get("apiVersion") or "")
+    if controller.get("kind") != "Job" or api.partition("/")[0] != "batch":
+        return None, []
+    index = _int(labels.get(COMPLETION_INDEX, annotations.get(COMPLETION_INDEX)))
+    if index is None or (size is not None and index >= size):
+        return None, []
+    return index, []
+
+
+def _workload_pod_group(
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    namespace: str,
+    controller: Mapping[str, Any] | None,
+    group: str,
+) -> GangMember:
+    rank, problems = _own_rank(labels, annotations, controller, None)
     return GangMember(
         kind="WorkloadPodGroup",
         namespace=namespace,

@@ -18,7 +18,13 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from control_plane_fixtures import FabricFactory, clear_jobs_and_pods, opt_in, wait_for
+from control_plane_fixtures import (
+    FabricFactory,
+    clear_jobs_and_pods,
+    opt_in,
+    spec_writes,
+    wait_for,
+)
 from tpfabric_core import labels
 from tpfabric_core.api import ATTEMPT_LABEL, GROUP, SCHEDULER_NAME, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
@@ -463,16 +469,6 @@ def test_a_record_deleted_while_its_group_is_made_again_does_not_wedge_the_group
 
     pods = wait_for(placed, 120, what="the group made again and placed whole")
     assert len({leaf_of(p.spec.node_name) for p in pods}) == 1
-
-
-def spec_writes(pod: client.V1Pod) -> list[str]:
-    """Return the managers that wrote the pod's object itself (its creation, a release patch),
-    not its status or its binding."""
-    return [
-        f"{entry.manager}/{entry.operation}"
-        for entry in pod.metadata.managed_fields or []
-        if not entry.subresource
-    ]
 
 
 def test_a_groups_pods_after_its_plan_are_created_released_onto_it_one_write_each(

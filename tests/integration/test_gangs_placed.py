@@ -25,10 +25,11 @@ from control_plane_fixtures import (
     operator_and_gang_webhook,
     opt_in,
     run_kubectl,
+    spec_writes,
     wait_for,
 )
 from tpfabric_core import labels
-from tpfabric_core.api import GROUP, VERSION
+from tpfabric_core.api import ATTEMPT_LABEL, GROUP, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.gangs import GANG_LABEL, GANG_NAME_LABEL, GANG_SIZE_LABEL, RANK_LABEL
 from tpfabric_core.rail_ports import (
@@ -186,21 +187,124 @@ def a_job(name: str, gang: str, size: int, pods: int) -> dict[str, Any]:
     }
 
 
-def test_pods_a_job_controller_makes_one_by_one_are_placed_once_all_exist(
+def test_pods_a_job_controller_makes_one_by_one_without_a_rank_are_placed_once_all_exist(
     api: client.ApiClient, enabled: str
 ) -> None:
-    job = a_job("indexed", "indexed", 4, 4)
-    job["spec"]["completionMode"] = "Indexed"
-    client.BatchV1Api(api).create_namespaced_job(enabled, job)
-    core = client.CoreV1Api(api)
-
-    def bound() -> list[client.V1Pod] | None:  # kwok runs a Job's pods to completion
-        pods = gang_pods(core, enabled, "indexed")
-        return pods if len(pods) == 4 and all(p.spec.node_name for p in pods) else None
-
-    pods = wait_for(bound, 90, what="the Job's four pods bound")
+    """A Job that is not Indexed gives its pods no rank: they are ranked by creation once all
+    exist, carry no attempt and are planned whole (nothing of them is born released)."""
+    client.BatchV1Api(api).create_namespaced_job(enabled, a_job("plain", "plain", 4, 4))
+    pods = wait_bound(client.CoreV1Api(api), enabled, "plain", 4)
     assert len({leaf_of(p.spec.node_name) for p in pods}) == 1
     assert sorted(p.metadata.labels[RANK_LABEL] for p in pods) == ["0", "1", "2", "3"]
+    assert all(ATTEMPT_LABEL not in p.metadata.labels for p in pods), "not numbered"
+    writes = {p.metadata.name: spec_writes(p) for p in pods}
+    assert all(len(w) == 2 for w in writes.values()), f"created gated, released: {writes}"
+
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def wait_bound(core: client.CoreV1Api, namespace: str, gang: str, size: int) -> list[client.V1Pod]:
+    """Return the gang's pods once all ``size`` are bound (kwok runs a Job's pods to completion
+    at once: bound, not Running)."""
+
+    def bound() -> list[client.V1Pod] | None:
+        pods = gang_pods(core, namespace, gang)
+        return pods if len(pods) == size and all(p.spec.node_name for p in pods) else None
+
+    pods: list[client.V1Pod] = wait_for(bound, 90, what=f"gang {gang}'s {size} pods bound")
+    return pods
+
+
+def placed_in_two_waves(api: client.ApiClient, namespace: str, gang: str) -> dict[str, Any]:
+    """Check an Indexed Job's gang of 4 whose indices 2 and 3 were made after its plan: each
+    pod's rank is its completion index, all of the plan's attempt, 0 and 1 created gated and
+    released by the placer, 2 and 3 born released (one write each), each on its planned node.
+    Return the Gang record."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    by_rank = {int(p.metadata.labels[RANK_LABEL]): p for p in wait_bound(core, namespace, gang, 4)}
+    assert sorted(by_rank) == [0, 1, 2, 3]
+    assert all(p.metadata.labels[COMPLETION_INDEX] == str(r) for r, p in by_rank.items())
+    assert {p.metadata.labels[ATTEMPT_LABEL] for p in by_rank.values()} == {"0"}
+    writes = {rank: spec_writes(pod) for rank, pod in by_rank.items()}
+    assert [len(writes[r]) for r in range(4)] == [2, 2, 1, 1], (
+        f"ranks 0 and 1 created gated and released by the placer, 2 and 3 born released: {writes}"
+    )
+    gang_record = record(custom, namespace, gang) or {}
+    plan = gang_record["status"]["placement"]
+    assert (plan["state"], plan["attempt"]) == ("Planned", 0)
+    assert [by_rank[r].spec.node_name for r in range(4)] == plan["nodes"], "each on its node"
+    assert len({leaf_of(p.spec.node_name) for p in by_rank.values()}) == 1
+    return gang_record
+
+
+def test_an_indexed_jobs_pod_group_is_planned_from_its_first_pods_and_the_rest_born_released(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """An Indexed Job of 4 completions, 2 at a time, its pods labelled one pod group of 4:
+    each pod's rank is its completion index, known at admission, and the Job makes a deleted
+    pod again, so the gang is numbered and planned from its first two pods. The Job makes
+    indices 2 and 3 only once 0 and 1 have run (kwok runs them to completion at once), so after
+    the plan: the gang webhook creates each released onto the plan, on its rank's planned
+    node in the same leaf, one write each and none by the placer."""
+    job = a_job("waves", "waves", 4, 4)
+    job["spec"].update(completionMode="Indexed", parallelism=2)
+    client.BatchV1Api(api).create_namespaced_job(enabled, job)
+    placed_in_two_waves(api, enabled, "waves")
+
+
+HOLD = "example.com/hold"
+
+
+def test_an_indexed_jobs_pod_deleted_is_made_again_as_a_later_attempt_checked_by_the_placer(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """The Job's pods carry a gate of the test's own, so that they stay unbound (kwok would run
+    a Job's bound pod to completion at once, and a completed index is not made again): the
+    gang is planned, its pods released of tpfabric's gate or born released. Index 1 deleted,
+    the Job makes it again with the same completion index: the gang webhook numbers it attempt
+    1, gated; the placer checks its planned node and releases it (its creation and the
+    placer's patch); once the test lifts its gate, all four bind on their planned nodes."""
+    job = a_job("mend", "mend", 4, 4)
+    job["spec"]["completionMode"] = "Indexed"
+    job["spec"]["template"]["spec"]["schedulingGates"] = [{"name": HOLD}]
+    client.BatchV1Api(api).create_namespaced_job(enabled, job)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+
+    def released() -> list[client.V1Pod] | None:
+        pods = gang_pods(core, enabled, "mend")
+        ours = [g for p in pods for g in p.spec.scheduling_gates or [] if g.name != HOLD]
+        return pods if len(pods) == 4 and not ours else None
+
+    pods = wait_for(released, 60, what="the Job's four pods released of tpfabric's gate")
+    plan = (record(custom, enabled, "mend") or {})["status"]["placement"]
+    gone = next(p for p in pods if p.metadata.labels[RANK_LABEL] == "1")
+    core.delete_namespaced_pod(gone.metadata.name, enabled, grace_period_seconds=0)
+
+    def made_again() -> client.V1Pod | None:
+        for pod in gang_pods(core, enabled, "mend"):
+            fresh = pod.metadata.uid != gone.metadata.uid and not pod.metadata.deletion_timestamp
+            if fresh and pod.metadata.labels[RANK_LABEL] == "1":
+                ours = [g for g in pod.spec.scheduling_gates or [] if g.name != HOLD]
+                return pod if not ours else None
+        return None
+
+    again = wait_for(made_again, 60, what="index 1 made again and released by the placer")
+    assert again.metadata.labels[ATTEMPT_LABEL] == "1", "a later attempt than the plan's"
+    assert len(spec_writes(again)) == 2, f"created gated, released: {spec_writes(again)}"
+    for pod in gang_pods(core, enabled, "mend"):
+        if not pod.metadata.deletion_timestamp:
+            core.patch_namespaced_pod(
+                pod.metadata.name, enabled, {"spec": {"schedulingGates": None}}
+            )
+
+    def bound() -> dict[int, str] | None:
+        live = [p for p in gang_pods(core, enabled, "mend") if not p.metadata.deletion_timestamp]
+        nodes = {int(p.metadata.labels[RANK_LABEL]): p.spec.node_name for p in live}
+        return nodes if len(live) == 4 and all(nodes.values()) else None
+
+    nodes = wait_for(bound, 60, what="the four pods bound once the test's gate is lifted")
+    assert [nodes[r] for r in range(4)] == plan["nodes"], "each on its planned node, rank 1 too"
 
 
 def test_a_gang_whose_pods_come_slowly_waits_for_the_last_and_its_record_goes_with_them(
@@ -319,6 +423,18 @@ def test_a_record_deleted_while_its_gang_runs_comes_back_with_its_placement(
 PODGROUPS = ("scheduling.k8s.io", "v1beta1", "podgroups")
 
 
+def create_pod_group(
+    custom: client.CustomObjectsApi, namespace: str, name: str, spec: dict[str, Any]
+) -> dict[str, Any]:
+    """Create a Workload API PodGroup; return it as created."""
+    group, version, plural = PODGROUPS
+    body = {"apiVersion": f"{group}/{version}", "kind": "PodGroup", "metadata": {"name": name}}
+    created: dict[str, Any] = custom.create_namespaced_custom_object(
+        group, version, namespace, plural, {**body, "spec": spec}
+    )
+    return created
+
+
 def test_pods_naming_a_workload_api_pod_group_are_placed_as_one_gang_of_its_size(
     api: client.ApiClient, enabled: str
 ) -> None:
@@ -330,19 +446,13 @@ def test_pods_naming_a_workload_api_pod_group_are_placed_as_one_gang_of_its_size
     the PodGroup and its pods deleted, the record goes with them."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     group, version, plural = PODGROUPS
-    created = custom.create_namespaced_custom_object(
-        group,
-        version,
+    created = create_pod_group(
+        custom,
         enabled,
-        plural,
+        "llama-pg",
         {
-            "apiVersion": f"{group}/{version}",
-            "kind": "PodGroup",
-            "metadata": {"name": "llama-pg"},
-            "spec": {
-                "schedulingPolicy": {"gang": {"minCount": 3}},
-                "schedulingConstraints": {"topology": [{"key": "topology.tpfabric.io/leaf"}]},
-            },
+            "schedulingPolicy": {"gang": {"minCount": 3}},
+            "schedulingConstraints": {"topology": [{"key": "topology.tpfabric.io/leaf"}]},
         },
     )
     for index in range(3):
@@ -368,6 +478,36 @@ def test_pods_naming_a_workload_api_pod_group_are_placed_as_one_gang_of_its_size
     for pod in pods:
         core.delete_namespaced_pod(pod.metadata.name, enabled, grace_period_seconds=0)
     wait_for(lambda: record(custom, enabled, "llama-pg") is None, 60, what="the record collected")
+
+
+def test_an_indexed_jobs_pods_naming_a_workload_api_pod_group_after_its_plan_are_born_released(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """A PodGroup of 4 (``minCount``) and an Indexed Job of 4 completions naming it, run 2 at
+    a time at first: the record's size comes from the PodGroup, each pod's rank is its
+    completion index, so the gang is planned from its first two pods (kube-scheduler's own gang
+    plugin holds them unbound until 4 exist). The test then lets the Job run all 4: indices 2
+    and 3, created after the plan, are born released onto it, one write each."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    create_pod_group(custom, enabled, "wl-pg", {"schedulingPolicy": {"gang": {"minCount": 4}}})
+    job = a_job("wl", "unused", 4, 4)
+    job["spec"].update(completionMode="Indexed", parallelism=2)
+    job["spec"]["template"]["metadata"]["labels"] = {}  # nothing of tpfabric: the PodGroup only
+    job["spec"]["template"]["spec"]["schedulingGroup"] = {"podGroupName": "wl-pg"}
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(enabled, job)
+
+    def planned() -> dict[str, Any] | None:
+        placement = ((record(custom, enabled, "wl-pg") or {}).get("status") or {}).get("placement")
+        return placement if (placement or {}).get("state") == "Planned" else None
+
+    plan = wait_for(planned, 60, what="the gang planned from its first two pods")
+    assert plan["attempt"] == 0
+    assert len(gang_pods(core, enabled, "wl-pg")) == 2
+    batch.patch_namespaced_job("wl", enabled, {"spec": {"parallelism": 4}})
+    gang = placed_in_two_waves(api, enabled, "wl-pg")
+    assert gang["spec"]["workers"] == 4, "the PodGroup's minCount"
+    assert gang["status"]["placement"]["nodes"] == plan["nodes"], "the plan of the first two"
 
 
 def rail_map(node: str) -> dict[int, str]:

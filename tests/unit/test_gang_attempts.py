@@ -3,10 +3,13 @@ and which pods are born released onto their gang's plan."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tpfabric_core.api.placement import StoredPlacement, read_placement
-from tpfabric_core.gang_attempts import GangHistory, stamp
+from tpfabric_core.gang_attempts import GangHistory, numbered_rank, stamp
+from tpfabric_core.gangs import GangMember
 
 pytestmark = pytest.mark.unit
 
@@ -70,3 +73,38 @@ def test_a_history_keeps_the_two_newest_attempts() -> None:
     history = GangHistory.of([(0, 0), (1, 0), (2, 0)])
     assert sorted(history.ranks) == [1, 2]
     assert history.current == 2
+
+
+def member(kind: str, *, rank: int | None, size: int | None = 4, controlled: bool = True) -> Any:
+    return GangMember(
+        kind=kind,  # type: ignore[arg-type]
+        namespace="train",
+        owner="o",
+        gang="g",
+        size=size,
+        rank=rank,
+        controlled=controlled,
+    )
+
+
+@pytest.mark.parametrize(
+    ("pod", "numbered", "why"),
+    [
+        (member("LeaderWorkerSet", rank=1), 1, "a group's worker: size and index on the pod"),
+        (member("LeaderWorkerSet", rank=1, size=None), None, "a worker that says no size"),
+        (member("PodGroup", rank=2), 2, "a controller's pod with its own rank"),
+        (member("WorkloadPodGroup", rank=2, size=None), 2, "size from the PodGroup object"),
+        (member("PodGroup", rank=2, controlled=False), None, "a bare pod: deleted, gone"),
+        (member("WorkloadPodGroup", rank=2, controlled=False), None, "a bare pod: deleted, gone"),
+        (
+            member("PodGroup", rank=None),
+            None,
+            "ranked by creation: no rank until the gang is whole",
+        ),
+        (member("JobSet", rank=None, size=None), None, "ranks follow from the JobSet's Jobs"),
+    ],
+)
+def test_only_pods_of_a_known_rank_that_their_owner_makes_again_are_numbered(
+    pod: GangMember, numbered: int | None, why: str
+) -> None:
+    assert numbered_rank(pod) == numbered, why

@@ -283,3 +283,61 @@ def test_tpfabrics_own_gang_label_wins_over_a_pod_group_in_the_spec() -> None:
     member = gang_of(meta, SETTINGS, spec={"schedulingGroup": {"podGroupName": "theirs"}})
     assert member is not None
     assert (member.kind, member.gang) == ("PodGroup", "mine")
+
+
+# -- a pod group's own rank: tpfabric.io/rank, else an Indexed Job's completion index ----------
+
+JOB = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u1", "controller": True}
+
+
+def job_pod(index: int, *, owner: dict[str, Any] | None = JOB, **extra: str) -> dict[str, Any]:
+    """A pod of an Indexed Job labelled a member of pod group ``bert`` of 4, as the Job
+    controller creates it (its completion index as a label and an annotation)."""
+    index_key = "batch.kubernetes.io/job-completion-index"
+    return {
+        "name": f"train-{index}-x7k2p",
+        "labels": {GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "4", index_key: str(index), **extra},
+        "annotations": {index_key: str(index)},
+        "ownerReferences": [owner] if owner is not None else [],
+    }
+
+
+def test_an_indexed_jobs_pod_group_pod_is_ranked_by_its_completion_index() -> None:
+    member = gang_of(job_pod(2), SETTINGS)
+    assert member is not None
+    assert (member.rank, member.controlled, member.problems) == (2, True, ())
+
+
+def test_a_pod_groups_rank_label_wins_over_the_completion_index() -> None:
+    member = gang_of(job_pod(2, **{RANK_LABEL: "0"}), SETTINGS)
+    assert member is not None
+    assert member.rank == 0
+
+
+@pytest.mark.parametrize(
+    ("pod", "why"),
+    [
+        (job_pod(2, owner=None), "a bare pod: no Job made it"),
+        (
+            job_pod(2, owner={**JOB, "controller": False}),
+            "the Job owns it but does not control it",
+        ),
+        (job_pod(2, owner={**JOB, "apiVersion": "example.com/v1"}), "not the batch Job"),
+        (job_pod(4), "an index beyond the gang's 4 pods: a Job of more completions than it"),
+    ],
+)
+def test_a_completion_index_is_no_rank_where_an_indexed_job_did_not_give_it(
+    pod: dict[str, Any], why: str
+) -> None:
+    member = gang_of(pod, SETTINGS)
+    assert member is not None
+    assert member.rank is None, why
+    assert member.problems == (), "ranked by creation, as before: nothing wrong"
+
+
+def test_a_workload_api_pod_groups_pod_of_an_indexed_job_is_ranked_by_its_index() -> None:
+    meta = job_pod(5)
+    del meta["labels"][GANG_NAME_LABEL], meta["labels"][GANG_SIZE_LABEL]
+    member = gang_of(meta, SETTINGS, spec={"schedulingGroup": {"podGroupName": "llama-pg"}})
+    assert member is not None
+    assert (member.kind, member.rank, member.controlled) == ("WorkloadPodGroup", 5, True)

@@ -7,8 +7,9 @@ gang's pods as they are (who owns the gang and how large it is: :mod:`.owners`):
 
 - the record: its size, each pod's GPUs, the topology request, the owner reference that lets
   garbage collection remove it with its owner (:func:`record_manifest`);
-- the ranks still to write, once every pod exists: pods without a rank take the free ranks in
-  their owner's order (a JobSet's job index then completion index), then by creation
+- the ranks still to write, once every pod exists: a pod that names its own rank
+  (:attr:`~tpfabric_core.gangs.GangMember.rank`) takes it, the others the free ranks in their
+  owner's order (a JobSet's job index then completion index), then by creation
   (:func:`ranks_to_write`);
 - the status the operator writes beside the placer's ``placement`` (:func:`record_status`);
 - what is wrong with the pods themselves: two owners claiming one name (:func:`owners_problem`),
@@ -92,17 +93,21 @@ def ranks_to_write(
 ) -> dict[str, int]:
     """Return pod name -> rank for the pods that carry none, once the gang is whole (else {}).
 
-    A JobSet's pods take ``layout``'s first rank of their Job plus their completion index;
-    others take the ranks no pod holds, in their owner's order, then by creation and name.
-    Two pods with one rank keep it (the record reports them); the gang waits for its owner.
+    A pod that names its own rank (:attr:`GangMember.rank`: ``tpfabric.io/rank``, an Indexed
+    Job's completion index; the webhook labels it so, unless it admitted the pod before it read
+    that rank) takes it. A JobSet's pods take ``layout``'s first rank of their Job plus their
+    completion index; others take the ranks no pod holds, in their owner's order, then by
+    creation and name. Two pods with one rank keep it (the record reports them); the gang waits
+    for its owner.
     """
     if len(pods) < size or all(p.rank is not None for p in pods):
         return {}
-    taken = {p.rank for p in pods if p.rank is not None}
+    result = {p.name: p.member.rank for p in pods if p.rank is None and p.member.rank is not None}
+    taken = {p.rank for p in pods if p.rank is not None} | set(result.values())
     missing = sorted(
-        (p for p in pods if p.rank is None), key=lambda p: (p.member.order, p.created, p.name)
+        (p for p in pods if p.rank is None and p.name not in result),
+        key=lambda p: (p.member.order, p.created, p.name),
     )
-    result: dict[str, int] = {}
     if layout is not None:
         for pod in missing:
             first = layout.get(_jobset_job(pod))

@@ -151,9 +151,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--born-released",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="number each LeaderWorkerSet gang pod with its gang attempt, and create the "
-        "pods admitted after their gang's plan released onto it (reads the Gang records and "
-        "the gang pods: list and watch)",
+        help="number each gang pod whose rank is known at admission and whose owner makes it "
+        "again (a LeaderWorkerSet group's; a pod group's with a controller and tpfabric.io/rank "
+        "or an Indexed Job's completion index) with its gang attempt, and create the pods "
+        "admitted after their gang's plan released onto it (reads the Gang records and the "
+        "gang pods: list and watch)",
     )
     certs = parser.add_argument_group(
         "certificate management (without cert-manager): a CA and a serving certificate kept in a "

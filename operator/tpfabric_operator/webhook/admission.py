@@ -36,7 +36,7 @@ from typing import Any, Protocol, TypeVar
 from tpfabric_core import labels as topology_labels
 from tpfabric_core.api import ATTEMPT_LABEL, GANG_GATE, SCHEDULER_NAME
 from tpfabric_core.api.placement import StoredPlacement
-from tpfabric_core.gang_attempts import Stamp
+from tpfabric_core.gang_attempts import Stamp, numbered_rank
 from tpfabric_core.gangs import (
     GANG_LABEL,
     GANG_PROBLEM_LABEL,
@@ -261,20 +261,18 @@ def _onto_plan(
     """Return the wired ``pod`` numbered with its gang attempt, and released onto the gang's
     plan when that plan was made for its attempt (:mod:`tpfabric_core.gang_attempts`).
 
-    Only a LeaderWorkerSet group's pod is numbered: its gang size and rank are known at
-    admission, and its owner makes again whatever the placer deletes (a plan dropped at its
-    bind bound), so the placer may plan it from its first pod. The others carry no attempt and
-    are planned once every pod exists: a JobSet's ranks follow from its Jobs, and a plain pod
-    group's pods deleted with a dropped plan would not come back.
+    Only a pod whose rank is known at admission and whose owner makes it again is numbered
+    (:func:`~tpfabric_core.gang_attempts.numbered_rank`): a LeaderWorkerSet group's pod, and a
+    pod group's pod with a controller and its own rank (``tpfabric.io/rank``, an Indexed Job's
+    completion index). The placer may plan such a gang from its first pod: a dropped plan deletes
+    the gang's pods, and their owner makes them again. The others carry no attempt and are
+    planned once every pod exists: a JobSet's ranks follow from its Jobs, a bare pod deleted with
+    a dropped plan would not come back, and a pod ranked by creation has no rank until then.
     """
-    if (
-        settings.plans is None
-        or member.kind != "LeaderWorkerSet"
-        or member.rank is None
-        or member.size is None
-    ):
+    rank = numbered_rank(member)
+    if settings.plans is None or rank is None:
         return pod
-    given, plan = settings.plans.stamp(member.namespace, member.gang, member.rank)
+    given, plan = settings.plans.stamp(member.namespace, member.gang, rank)
     pod["metadata"]["labels"][ATTEMPT_LABEL] = str(given.attempt)
     if not given.born_released or plan is None:
         return pod
@@ -283,7 +281,7 @@ def _onto_plan(
         if settings.nodes is not None
         else None
     )
-    return release_onto_plan(pod, plan, member.rank, nodes) or pod
+    return release_onto_plan(pod, plan, rank, nodes) or pod
 
 
 #: the key of the nodes' offers by name in the node view's memo

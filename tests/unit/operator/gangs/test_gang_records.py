@@ -70,6 +70,26 @@ def test_pods_without_ranks_take_the_free_ones_by_creation_once_the_gang_is_whol
     assert ranks_to_write(pods, 3) == {"b": 0, "c": 2}
 
 
+def test_an_indexed_jobs_pod_the_webhook_left_unranked_takes_its_completion_index() -> None:
+    """A pod admitted by a webhook that did not read its completion index (an older version)
+    takes that index once the gang is whole, as the webhook ranks its pods now: one rule."""
+    index = "batch.kubernetes.io/job-completion-index"
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}
+    pods = []
+    for name, created, completion in (("x", "10:00:01", 2), ("y", "10:00:02", 0)):
+        keys = {"tpfabric.io/gang-name": "grp", "tpfabric.io/gang-size": "3", index: completion}
+        meta = {
+            "name": name,
+            "labels": {**keys, index: str(completion)},
+            "ownerReferences": [owner],
+        }
+        member = gang_of(meta, SETTINGS)
+        assert member is not None
+        pods.append(GangPod(name=name, member=member, created=f"2026-12-04T{created}Z", labels={}))
+    pods.append(plain("z", "2026-12-04T10:00:00Z"))  # a bare pod: by creation, the free rank
+    assert ranks_to_write(pods, 3) == {"x": 2, "y": 0, "z": 1}
+
+
 def test_a_jobsets_ranks_follow_its_jobs_in_order_then_the_completion_index() -> None:
     layout = jobset_layout(JOBSET, None)
     assert layout == {"driver/0": 0, "workers/0": 1, "workers/1": 5, "": 9}

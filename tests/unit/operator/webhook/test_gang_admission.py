@@ -321,16 +321,22 @@ def test_the_webhook_refuses_a_bad_fabric_profile_at_start_naming_the_field(
 
 # -- born released ---------------------------------------------------------------------------
 
-LWS_PLAN = read_placement(
-    {
-        "state": "Planned",
-        "attempt": 0,
-        "level": "leaf",
-        "domain": "leaf-1",
-        "domainLabels": {"topology.tpfabric.io/leaf": "leaf-1"},
-        "nodes": ["n0", "n1", "n2", "n3"],
-    }
-)
+
+def leaf_plan(size: int) -> StoredPlacement:
+    """A plan of attempt 0 onto nodes n0.. of leaf-1."""
+    return read_placement(
+        {
+            "state": "Planned",
+            "attempt": 0,
+            "level": "leaf",
+            "domain": "leaf-1",
+            "domainLabels": {"topology.tpfabric.io/leaf": "leaf-1"},
+            "nodes": [f"n{i}" for i in range(size)],
+        }
+    )
+
+
+LWS_PLAN = leaf_plan(4)
 
 
 def lws_pod(worker: int) -> dict[str, Any]:
@@ -397,18 +403,95 @@ def test_a_replacement_of_a_rank_already_admitted_is_a_later_attempt_and_gated()
     assert "affinity" not in again["spec"], "the placer checks its node before releasing it"
 
 
+JOB_OWNER = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "name": "bert",
+    "uid": "u",
+    "controller": True,
+}
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
 @pytest.mark.parametrize(
-    "group",
+    ("group", "owners"),
     [
-        {GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "6"},  # rank: the order of creation
-        GANG,  # ranked, but no owner makes its pods again after a dropped plan
+        ({GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "6"}, []),  # rank: the order of creation
+        (GANG, []),  # ranked, but no owner makes its pods again after a dropped plan
+        ({GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "6"}, [JOB_OWNER]),  # a Job's, not Indexed
     ],
 )
 def test_a_pod_group_is_not_numbered_and_waits_gated_for_its_whole_gang(
-    group: dict[str, str],
+    group: dict[str, str], owners: list[dict[str, Any]]
 ) -> None:
-    settings = replace(SETTINGS, plans=Plans(LWS_PLAN))
+    settings = replace(SETTINGS, plans=Plans(BERT_PLAN))
     obj = pod(group)
+    obj["metadata"]["ownerReferences"] = owners
     wired = patched(obj, admit(review(obj), settings))
     assert ATTEMPT_LABEL not in wired["metadata"]["labels"]
     assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
+
+
+BERT_PLAN = leaf_plan(6)
+
+
+def indexed_job_pod(index: int) -> dict[str, Any]:
+    """A pod of an Indexed Job labelled a member of pod group ``bert`` of 6, as the Job
+    controller creates it (and creates it again, with the same index, to replace it)."""
+    obj = pod({GANG_NAME_LABEL: "bert", GANG_SIZE_LABEL: "6", COMPLETION_INDEX: str(index)})
+    obj["metadata"]["annotations"][COMPLETION_INDEX] = str(index)
+    obj["metadata"]["ownerReferences"] = [JOB_OWNER]
+    return obj
+
+
+def test_an_indexed_jobs_pod_group_is_numbered_and_its_pods_after_the_plan_born_released() -> None:
+    plans = Plans()
+    settings = replace(SETTINGS, plans=plans)
+    first = patched(indexed_job_pod(0), admit(review(indexed_job_pod(0)), settings))
+    assert first["metadata"]["labels"][RANK_LABEL] == "0", "its completion index"
+    assert first["metadata"]["labels"][ATTEMPT_LABEL] == "0"
+    assert first["spec"]["schedulingGates"] == [{"name": GANG_GATE}], "gated until planned"
+    plans.book.plan(("train", "bert"), BERT_PLAN)  # planned from its first pods
+    later = patched(indexed_job_pod(4), admit(review(indexed_job_pod(4)), settings))
+    assert later["metadata"]["labels"][RANK_LABEL] == "4"
+    assert later["metadata"]["labels"][ATTEMPT_LABEL] == "0"
+    assert "schedulingGates" not in later["spec"], "born released: no release patch follows"
+    term = later["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert {"key": "topology.tpfabric.io/leaf", "operator": "In", "values": ["leaf-1"]} in (
+        term["nodeSelectorTerms"][0]["matchExpressions"]
+    )
+
+
+def test_an_indexed_jobs_pod_made_again_with_its_index_is_a_later_attempt_and_gated() -> None:
+    plans = Plans()
+    plans.book.plan(("train", "bert"), BERT_PLAN)
+    settings = replace(SETTINGS, plans=plans)
+    patched(indexed_job_pod(3), admit(review(indexed_job_pod(3)), settings))
+    again = patched(indexed_job_pod(3), admit(review(indexed_job_pod(3)), settings))
+    assert again["metadata"]["labels"][ATTEMPT_LABEL] == "1", "a replacement"
+    assert again["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
+    assert "affinity" not in again["spec"], "the placer checks its node before releasing it"
+
+
+def test_a_workload_api_pod_groups_indexed_job_pod_after_the_plan_is_born_released() -> None:
+    plans = Plans()
+    plans.book.plan(("train", "llama-pg"), BERT_PLAN)
+    settings = replace(SETTINGS, plans=plans)
+    obj = pod(
+        {COMPLETION_INDEX: "1"},
+        {COMPLETION_INDEX: "1"},
+        schedulingGroup={"podGroupName": "llama-pg"},
+    )
+    obj["metadata"]["ownerReferences"] = [JOB_OWNER]
+    wired = patched(obj, admit(review(obj), settings))
+    assert wired["metadata"]["labels"][GANG_LABEL] == "llama-pg"
+    assert (
+        wired["metadata"]["labels"][RANK_LABEL],
+        wired["metadata"]["labels"][ATTEMPT_LABEL],
+    ) == (
+        "1",
+        "0",
+    )
+    assert "schedulingGates" not in wired["spec"]
