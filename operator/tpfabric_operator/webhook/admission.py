@@ -13,7 +13,10 @@ JobSet, a labelled pod group) is given what the operator gives a TensorParallelJ
   the pod offer (:mod:`tpfabric_core.rdma_default`, from the webhook's cached view of the nodes,
   :class:`.node_offers.NodeOffers`), with the decision and why on the pod (``tpfabric.io/rdma``);
 - the labels the placer finds the gang's pods by (``tpfabric.io/gang``, ``tpfabric.io/rank``
-  where the rank is known at creation).
+  where the rank is known at creation: a LeaderWorkerSet's worker index, a JobSet's Job and
+  completion index laid out by its JobSet);
+- where the rank is known, the gang attempt (``tpfabric.io/attempt``) and, for a pod of the
+  attempt its gang's plan was made for, that plan: it is created released onto it.
 
 The webhook never refuses a pod: what it cannot take in (a gang label without a size, a level
 that is not configured, another scheduler named) is admitted unwired, with a warning that names
@@ -35,9 +38,11 @@ from typing import Any, Protocol, TypeVar
 
 from tpfabric_core import labels as topology_labels
 from tpfabric_core.api import ATTEMPT_LABEL, GANG_GATE, SCHEDULER_NAME
+from tpfabric_core.api.gang import MAX_GANG_WORKERS
 from tpfabric_core.api.placement import StoredPlacement
 from tpfabric_core.gang_attempts import Stamp
 from tpfabric_core.gangs import (
+    COMPLETION_INDEX,
     GANG_LABEL,
     GANG_PROBLEM_LABEL,
     GANG_PROBLEMS_ANNOTATION,
@@ -47,6 +52,7 @@ from tpfabric_core.gangs import (
     gang_of,
 )
 from tpfabric_core.input_limits import whole_number
+from tpfabric_core.jobset_ranks import jobset_job, jobset_rank, member_layout
 from tpfabric_core.placement.born_released import release_onto_plan
 from tpfabric_core.placement.pod_fit import node_matcher, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE, NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
@@ -62,6 +68,7 @@ __all__ = [
     "default_levels",
     "mark_problems",
     "mutate_pod",
+    "rank_at_admission",
     "rdma_decision",
 ]
 
@@ -97,6 +104,10 @@ class GangView(Protocol):
     def stamp(self, namespace: str, gang: str, rank: int) -> tuple[Stamp, StoredPlacement | None]:
         """Return the attempt of the gang's pod of ``rank`` admitted now (noting it seen) and
         the gang's plan."""
+        ...
+
+    def jobset(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """Return the JobSet's replicated Jobs (None: not seen)."""
         ...
 
 
@@ -269,24 +280,22 @@ def mutate_pod(
 def _onto_plan(
     pod: dict[str, Any], member: GangMember, settings: WebhookSettings
 ) -> dict[str, Any]:
-    """Return the wired ``pod`` numbered with its gang attempt, and released onto the gang's
-    plan when that plan was made for its attempt (:mod:`tpfabric_core.gang_attempts`).
+    """Return the wired ``pod`` ranked and numbered with its gang attempt, and released onto
+    the gang's plan when that plan was made for its attempt (:mod:`tpfabric_core.gang_attempts`).
 
-    Only a LeaderWorkerSet group's pod is numbered: its gang size and rank are known at
-    admission, and its owner makes again whatever the placer deletes (a plan dropped at its
-    bind bound), so the placer may plan it from its first pod. The others carry no attempt and
-    are planned once every pod exists: a JobSet's ranks follow from its Jobs, and a plain pod
-    group's pods deleted with a dropped plan would not come back.
+    Only a pod whose rank is known at admission is numbered (:func:`rank_at_admission`): the
+    placer plans such a gang from its first pods. The others carry no attempt and are planned
+    once every pod exists.
     """
-    if (
-        settings.plans is None
-        or member.kind != "LeaderWorkerSet"
-        or member.rank is None
-        or member.size is None
-    ):
+    if settings.plans is None:
         return pod
-    given, plan = settings.plans.stamp(member.namespace, member.gang, member.rank)
-    pod["metadata"]["labels"][ATTEMPT_LABEL] = str(given.attempt)
+    rank = rank_at_admission(pod, member, settings.plans, settings.gangs.max_size)
+    if rank is None:
+        return pod
+    labels = pod["metadata"]["labels"]
+    labels[RANK_LABEL] = str(rank)
+    given, plan = settings.plans.stamp(member.namespace, member.gang, rank)
+    labels[ATTEMPT_LABEL] = str(given.attempt)
     if not given.born_released or plan is None:
         return pod
     nodes = (
@@ -294,7 +303,41 @@ def _onto_plan(
         if settings.nodes is not None
         else None
     )
-    return release_onto_plan(pod, plan, member.rank, nodes) or pod
+    return release_onto_plan(pod, plan, rank, nodes) or pod
+
+
+def rank_at_admission(
+    pod: Mapping[str, Any], member: GangMember, plans: GangView, max_size: int
+) -> int | None:
+    """Return the pod's rank in its gang as known at its admission, for a gang whose owner
+    makes again whatever the placer deletes (a plan dropped at its bind bound), so that the
+    placer may plan it from its first pods; None: the pod waits gated for its whole gang.
+
+    - a LeaderWorkerSet group's pod: its worker index (its group's size is on it);
+    - a JobSet's pod: its Job's first rank in the JobSet (:mod:`tpfabric_core.jobset_ranks`,
+      from the webhook's watch of the JobSets) plus its completion index; None while the watch
+      has not shown the JobSet, or for a gang of more than ``max_size`` pods (the operator
+      ranks those pods as before, or says what is wrong);
+    - a plain pod group's: None, as its pods deleted with a dropped plan would not come back.
+    """
+    if member.kind == "LeaderWorkerSet":
+        return member.rank if member.size is not None else None
+    if member.kind != "JobSet":
+        return None
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    completion_text = labels.get(
+        COMPLETION_INDEX, (meta.get("annotations") or {}).get(COMPLETION_INDEX)
+    )
+    completion = whole_number(completion_text)
+    jobset = plans.jobset(member.namespace, member.owner)
+    if completion is None or jobset is None:
+        return None
+    layout = member_layout(member, labels, jobset)
+    if layout is None or layout[""] > min(max_size, MAX_GANG_WORKERS):
+        return None
+    rank = jobset_rank(layout, jobset_job(labels), completion)
+    return rank if rank is not None and rank < layout[""] else None
 
 
 #: the key of the nodes' offers by name in the node view's memo
