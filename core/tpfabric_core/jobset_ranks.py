@@ -7,6 +7,10 @@ order they are listed, as JobSet numbers ``job-global-index``). A pod's rank is 
 rank plus its completion index (:func:`jobset_rank`). One rule for everyone who ranks a JobSet's
 pods: the gang webhook at admission (from its watch of the JobSets) and the operator for pods
 admitted before the webhook saw their JobSet (from the JobSet it reads).
+
+JobSet also counts its own restarts on every pod (:func:`jobset_restarts`): a restart deletes
+and makes again all its Jobs, so a pod with a higher count belongs to a later gang attempt
+(:mod:`tpfabric_core.gang_attempts`).
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ from tpfabric_core.gangs import (
     JOBSET_EXCLUSIVE,
     JOBSET_JOB_INDEX,
     JOBSET_REPLICATED_JOB,
+    JOBSET_RESTARTS,
     GangMember,
 )
 from tpfabric_core.input_limits import whole_number
 
-__all__ = ["jobset_job", "jobset_layout", "jobset_rank", "member_layout"]
+__all__ = ["jobset_job", "jobset_layout", "jobset_rank", "jobset_restarts", "member_layout"]
 
 
 def _count(value: object) -> int:
@@ -94,3 +99,9 @@ def jobset_rank(layout: Mapping[str, int], job: str, completion: int) -> int | N
     (None: ``layout`` has no such Job)."""
     first = layout.get(job)
     return None if first is None else first + completion
+
+
+def jobset_restarts(labels: Mapping[str, str]) -> int | None:
+    """Return the JobSet restart a pod was made for (``jobset.sigs.k8s.io/restart-attempt``;
+    None: not a JobSet's pod, or unreadable)."""
+    return whole_number(labels.get(JOBSET_RESTARTS))

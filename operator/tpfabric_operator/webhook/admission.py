@@ -52,7 +52,7 @@ from tpfabric_core.gangs import (
     gang_of,
 )
 from tpfabric_core.input_limits import whole_number
-from tpfabric_core.jobset_ranks import jobset_job, jobset_rank, member_layout
+from tpfabric_core.jobset_ranks import jobset_job, jobset_rank, jobset_restarts, member_layout
 from tpfabric_core.placement.born_released import release_onto_plan
 from tpfabric_core.placement.pod_fit import node_matcher, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE, NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
@@ -101,9 +101,11 @@ class NodeView(Protocol):
 class GangView(Protocol):
     """What the webhook reads of the gangs (:class:`.gang_plans.GangPlans`, or a test's)."""
 
-    def stamp(self, namespace: str, gang: str, rank: int) -> tuple[Stamp, StoredPlacement | None]:
+    def stamp(
+        self, namespace: str, gang: str, rank: int, restart: int | None = None
+    ) -> tuple[Stamp, StoredPlacement | None]:
         """Return the attempt of the gang's pod of ``rank`` admitted now (noting it seen) and
-        the gang's plan."""
+        the gang's plan (``restart``: the owner's restart count on the pod, where it has one)."""
         ...
 
     def jobset(self, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -294,7 +296,8 @@ def _onto_plan(
         return pod
     labels = pod["metadata"]["labels"]
     labels[RANK_LABEL] = str(rank)
-    given, plan = settings.plans.stamp(member.namespace, member.gang, rank)
+    restart = jobset_restarts(labels) if member.kind == "JobSet" else None
+    given, plan = settings.plans.stamp(member.namespace, member.gang, rank, restart)
     labels[ATTEMPT_LABEL] = str(given.attempt)
     if not given.born_released or plan is None:
         return pod

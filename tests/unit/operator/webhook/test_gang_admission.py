@@ -363,8 +363,8 @@ class Plans:
         if plan is not None:
             self.book.plan(("train", gang), plan)
 
-    def stamp(self, namespace: str, gang: str, rank: int) -> Any:
-        return self.book.stamp(namespace, gang, rank)
+    def stamp(self, namespace: str, gang: str, rank: int, restart: int | None = None) -> Any:
+        return self.book.stamp(namespace, gang, rank, restart)
 
     def jobset(self, namespace: str, name: str) -> Any:
         return self.jobsets.get(f"{namespace}/{name}")
@@ -456,14 +456,16 @@ def planned(workers: int) -> StoredPlacement:
 JOBSET_PLAN = planned(10)
 
 
-def jobset_pod(job: str, index: int, completion: int, **annotations: str) -> dict[str, Any]:
+def jobset_pod(
+    job: str, index: int, completion: int, restart: int = 0, **annotations: str
+) -> dict[str, Any]:
     """A pod of JobSet ``pretrain`` as its Job creates it (the labels JobSet v0.12 writes)."""
     obj = pod(
         {
             "jobset.sigs.k8s.io/jobset-name": "pretrain",
             "jobset.sigs.k8s.io/replicatedjob-name": job,
             "jobset.sigs.k8s.io/job-index": str(index),
-            "jobset.sigs.k8s.io/restart-attempt": "0",
+            "jobset.sigs.k8s.io/restart-attempt": str(restart),
             "batch.kubernetes.io/job-completion-index": str(completion),
         },
         {"batch.kubernetes.io/job-completion-index": str(completion), **annotations},
@@ -509,6 +511,22 @@ def test_a_jobset_pod_its_job_makes_again_is_a_later_attempt_and_gated() -> None
     assert wired["metadata"]["labels"][ATTEMPT_LABEL] == "1"
     assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
     assert "affinity" not in wired["spec"], "the placer checks its node before releasing it"
+
+
+def test_a_jobset_restart_begins_the_next_attempt_at_any_rank() -> None:
+    """JobSet restarted (its restart-attempt went up) before every pod of attempt 0 was made:
+    a new pod of a rank attempt 0 never had is of the next attempt all the same."""
+    plans = jobset_plans(JOBSET_PLAN)
+    settings = replace(SETTINGS, plans=plans)
+    for completion in range(2):
+        patched(
+            jobset_pod("driver", 0, completion),
+            admit(review(jobset_pod("driver", 0, completion)), settings),
+        )
+    obj = jobset_pod("workers", 1, 3, restart=1)
+    wired = patched(obj, admit(review(obj), settings))
+    assert wired["metadata"]["labels"][ATTEMPT_LABEL] == "1"
+    assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
 
 
 def test_a_jobset_placed_job_by_job_ranks_each_jobs_pods_from_zero() -> None:

@@ -149,3 +149,13 @@ def test_without_the_jobset_crd_or_the_right_to_list_it_the_webhook_still_serves
 
 def test_a_gang_view_never_started_knows_no_jobset() -> None:
     assert GangPlans().jobset("train", "pretrain") is None
+
+
+def test_the_pod_watch_notes_a_jobset_pods_restart_count() -> None:
+    plans, records, ranks = watches()
+    records._replace([records._slim(record())])
+    restarted = gang_pod(0, 0)
+    restarted["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] = "0"
+    ranks._event("serving/chat-0-0", restarted)
+    assert plans.stamp(*KEY, 1, 0)[0].attempt == 0, "the same restart: attempt 0"
+    assert plans.stamp(*KEY, 2, 1)[0].attempt == 1, "JobSet restarted: the next attempt"
