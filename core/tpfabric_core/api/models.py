@@ -449,12 +449,13 @@ class Placement(_Model):
     planned_at: str | None = None
     """When the plan was made (RFC 3339)."""
     attempt: int | None = None
-    """The attempt (`status.attempt`; for a LeaderWorkerSet group's Gang record, the number
-    the gang webhook gives its pods) whose worker pods the plan was made for: the placer plans
-    a gang once its first worker exists and releases the others as they are created (born
-    released, or released as they appear); a pod of a later attempt is a replacement. Absent
-    when the pods carry no `tpfabric.io/attempt` label (a JobSet's, a pod group's): such a gang
-    is planned once all its workers exist."""
+    """The attempt (`status.attempt`; for a LeaderWorkerSet group's or a JobSet's Gang record,
+    the number the gang webhook gives its pods) whose worker pods the plan was made for: the
+    placer plans a gang once its first worker exists and releases the others as they are
+    created (born released, or released as they appear); a pod of a later attempt is a
+    replacement. Absent when the pods carry no `tpfabric.io/attempt` label (a pod group's, or a
+    JobSet's pods admitted before the gang webhook saw their JobSet): such a gang is planned
+    once all its workers exist."""
     released_at: str | None = None
     """When worker pods were last released to the scheduler (RFC 3339); a released pod not
     bound within the placer's bind bound drops the plan."""
