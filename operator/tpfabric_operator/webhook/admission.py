@@ -38,11 +38,9 @@ from typing import Any, Protocol, TypeVar
 
 from tpfabric_core import labels as topology_labels
 from tpfabric_core.api import ATTEMPT_LABEL, GANG_GATE, SCHEDULER_NAME
-from tpfabric_core.api.gang import MAX_GANG_WORKERS
 from tpfabric_core.api.placement import StoredPlacement
 from tpfabric_core.gang_attempts import Stamp
 from tpfabric_core.gangs import (
-    COMPLETION_INDEX,
     GANG_LABEL,
     GANG_PROBLEM_LABEL,
     GANG_PROBLEMS_ANNOTATION,
@@ -52,11 +50,12 @@ from tpfabric_core.gangs import (
     gang_of,
 )
 from tpfabric_core.input_limits import whole_number
-from tpfabric_core.jobset_ranks import jobset_job, jobset_rank, jobset_restarts, member_layout
+from tpfabric_core.jobset_ranks import jobset_restarts
 from tpfabric_core.placement.born_released import release_onto_plan
 from tpfabric_core.placement.pod_fit import node_matcher, resource_amount
 from tpfabric_core.pod_wiring import GPU_RESOURCE, NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, decide_rdma
+from tpfabric_operator.webhook.ranks import rank_at_admission
 
 __all__ = [
     "RDMA_COUNT_ANNOTATION",
@@ -68,7 +67,6 @@ __all__ = [
     "default_levels",
     "mark_problems",
     "mutate_pod",
-    "rank_at_admission",
     "rdma_decision",
 ]
 
@@ -285,7 +283,7 @@ def _onto_plan(
     """Return the wired ``pod`` ranked and numbered with its gang attempt, and released onto
     the gang's plan when that plan was made for its attempt (:mod:`tpfabric_core.gang_attempts`).
 
-    Only a pod whose rank is known at admission is numbered (:func:`rank_at_admission`): the
+    Only a pod whose rank is known at admission is numbered (:func:`.ranks.rank_at_admission`): the
     placer plans such a gang from its first pods. The others carry no attempt and are planned
     once every pod exists.
     """
@@ -307,40 +305,6 @@ def _onto_plan(
         else None
     )
     return release_onto_plan(pod, plan, rank, nodes) or pod
-
-
-def rank_at_admission(
-    pod: Mapping[str, Any], member: GangMember, plans: GangView, max_size: int
-) -> int | None:
-    """Return the pod's rank in its gang as known at its admission, for a gang whose owner
-    makes again whatever the placer deletes (a plan dropped at its bind bound), so that the
-    placer may plan it from its first pods; None: the pod waits gated for its whole gang.
-
-    - a LeaderWorkerSet group's pod: its worker index (its group's size is on it);
-    - a JobSet's pod: its Job's first rank in the JobSet (:mod:`tpfabric_core.jobset_ranks`,
-      from the webhook's watch of the JobSets) plus its completion index; None while the watch
-      has not shown the JobSet, or for a gang of more than ``max_size`` pods (the operator
-      ranks those pods as before, or says what is wrong);
-    - a plain pod group's: None, as its pods deleted with a dropped plan would not come back.
-    """
-    if member.kind == "LeaderWorkerSet":
-        return member.rank if member.size is not None else None
-    if member.kind != "JobSet":
-        return None
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    completion_text = labels.get(
-        COMPLETION_INDEX, (meta.get("annotations") or {}).get(COMPLETION_INDEX)
-    )
-    completion = whole_number(completion_text)
-    jobset = plans.jobset(member.namespace, member.owner)
-    if completion is None or jobset is None:
-        return None
-    layout = member_layout(member, labels, jobset)
-    if layout is None or layout[""] > min(max_size, MAX_GANG_WORKERS):
-        return None
-    rank = jobset_rank(layout, jobset_job(labels), completion)
-    return rank if rank is not None and rank < layout[""] else None
 
 
 #: the key of the nodes' offers by name in the node view's memo
