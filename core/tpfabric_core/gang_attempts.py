@@ -13,6 +13,10 @@ pods and from its own admissions) and the gang's plan (its Gang record):
 - a pod whose rank has not been seen in the gang's current attempt belongs to it;
 - a pod whose rank has been seen in the current attempt is a replacement: it begins the next
   attempt, which the pods of the other ranks that follow it join;
+- where the owner counts its own restarts on its pods (a JobSet's ``restart-attempt``, which
+  goes up each time JobSet deletes and makes all its Jobs again), a pod whose count is higher
+  than the current attempt's pods carried begins the next attempt too, even when its rank was
+  not seen yet (a restart before every pod of the attempt was created);
 - a pod of the attempt a plan was made for, admitted after the plan, is born released onto its
   rank's planned node (:func:`stamp`); any other pod comes gated, and the placer checks it
   (a replacement returns to its planned node while that node holds it, else it moves).
@@ -29,7 +33,9 @@ exists:
   a ReplicaSet...) and its own rank (``tpfabric.io/rank``, or an Indexed Job's completion
   index); a bare pod is not (deleted with a dropped plan, it would not come back), nor a pod
   ranked by the order of creation (its rank is only known once the gang is whole);
-- a JobSet's: not numbered (its ranks follow from its Jobs).
+- a JobSet's: its rank follows from its JobSet's Jobs, which the pod does not carry, so
+  :func:`numbered_rank` alone says None; the gang webhook ranks it from its own watch of the
+  JobSets (:mod:`tpfabric_core.jobset_ranks`) and numbers it with that rank.
 
 A pod is only ever mistaken in one direction when the webhook forgets (a restarted webhook
 whose watch no longer shows a pod deleted meanwhile): a replacement born onto its planned node,
@@ -67,17 +73,23 @@ class GangHistory:
     no longer decide anything)."""
 
     ranks: dict[int, set[int]] = field(default_factory=dict)
+    #: the highest restart count of its owner each attempt's pods carried (where it counts one)
+    restarts: dict[int, int] = field(default_factory=dict)
 
     @property
     def current(self) -> int | None:
         """Return the newest attempt seen (None: no pod seen)."""
         return max(self.ranks, default=None)
 
-    def saw(self, attempt: int, rank: int) -> None:
-        """Note a pod of ``rank`` in ``attempt``."""
+    def saw(self, attempt: int, rank: int, restart: int | None = None) -> None:
+        """Note a pod of ``rank`` in ``attempt`` (``restart``: its owner's restart count, None
+        where the owner counts none)."""
         self.ranks.setdefault(attempt, set()).add(rank)
+        if restart is not None:
+            self.restarts[attempt] = max(restart, self.restarts.get(attempt, restart))
         for old in sorted(self.ranks)[:-2]:
             del self.ranks[old]
+            self.restarts.pop(old, None)
 
     def seen(self, attempt: int, rank: int) -> bool:
         """Return whether a pod of ``rank`` was seen in ``attempt``."""
@@ -101,13 +113,16 @@ class Stamp:
     born_released: bool
 
 
-def stamp(rank: int, history: GangHistory, plan: StoredPlacement | None) -> Stamp:
+def stamp(
+    rank: int, history: GangHistory, plan: StoredPlacement | None, restart: int | None = None
+) -> Stamp:
     """Return the attempt of the gang's pod of ``rank`` admitted now, and whether ``plan`` (the
     gang record's placement; None: no record yet) releases it at once.
 
     The gang's current attempt is the newest seen, or the plan's when that is newer (a webhook
-    that has seen nothing of a gang the placer planned), or 0. A rank already seen in it
-    makes the pod a replacement of the next attempt.
+    that has seen nothing of a gang the placer planned), or 0. A rank already seen in it, or an
+    owner's restart count (``restart``) above the one its pods carried, makes the pod one of
+    the next attempt.
     """
     planned = plan is not None and plan.planned and plan.attempt is not None
     plan_attempt = plan.attempt if planned and plan is not None else None
@@ -115,5 +130,7 @@ def stamp(rank: int, history: GangHistory, plan: StoredPlacement | None) -> Stam
         (a for a in (history.current, plan_attempt) if a is not None),
         default=0,
     )
-    attempt = current + 1 if history.seen(current, rank) else current
+    carried = history.restarts.get(current)
+    restarted = restart is not None and carried is not None and restart > carried
+    attempt = current + 1 if history.seen(current, rank) or restarted else current
     return Stamp(attempt, born_released=plan_attempt is not None and attempt == plan_attempt)

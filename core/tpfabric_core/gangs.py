@@ -121,6 +121,8 @@ JOBSET_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 JOBSET_JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 JOBSET_EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+#: JobSet's own count of its restarts (``failurePolicy``: all its Jobs deleted and made again)
+JOBSET_RESTARTS = "jobset.sigs.k8s.io/restart-attempt"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation and label
 
 # -- Kueue (pod groups and TAS requests) --------------------------------------------------------

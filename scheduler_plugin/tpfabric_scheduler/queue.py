@@ -3,11 +3,12 @@
 A gang is due when it has gated or unbound workers, or a planned rank whose worker does not
 exist yet. It waits out of the queue while the pods of a dropped plan are still going; until
 every worker exists when the API server refused one of them (a quota) or its pods carry no
-attempt label (a JobSet's, a bare pod group's or one ranked by creation, which nobody numbers: a
-worker created after an early plan would look like a replacement; the operator numbers a
-TensorParallelJob's pods, the gang webhook a LeaderWorkerSet group's and a pod group's whose
-pods have a controller and their own rank, :func:`tpfabric_core.gang_attempts.numbered_rank`);
-until the operator has written a Gang's ranks; and while a
+attempt label (a bare pod group's or one ranked by creation, which nobody numbers, or a JobSet's
+admitted before the gang webhook saw its JobSet: a worker created after an early plan would look
+like a replacement; the operator numbers a TensorParallelJob's pods, the gang webhook a
+LeaderWorkerSet group's, a JobSet's and a pod group's whose pods have a controller and their own
+rank, :func:`tpfabric_operator.webhook.ranks.rank_at_admission`); until the operator has written
+a Gang's ranks; and while a
 Gang record says what is wrong with it (``problems``). A Gang record of a namespace that has not
 opted in is not placed. Gangs go by pod priority, then arrival (``creationTimestamp``); in a
 cycle, released gangs first, so that their bind bound is checked every cycle, never behind
@@ -107,9 +108,9 @@ class Queue:
                 and (create_refused(job.raw_status) or attempt_unknown(gated))
             ):
                 # plan once all workers exist: the API server refuses some (a quota), or the
-                # pods lack the attempt label (a JobSet's, a bare or creation-ranked pod group's,
-                # or made by a version older than the label), so a worker created after an early
-                # plan would look like a replacement
+                # pods lack the attempt label (a bare or creation-ranked pod group's, a JobSet's
+                # the webhook could not rank, or made by a version older than the label), so a
+                # worker created after an early plan would look like a replacement
                 continue
             if job.kind == GANG_KIND and any(p.worker_index is None for p in live):
                 continue  # the operator writes a Gang's ranks once every pod of it exists

@@ -324,7 +324,8 @@ def test_the_gang_webhook_reads_the_nodes_with_the_charts_rbac(
     tpfabric_scheduling: LocalCluster, chart_identities: dict[str, RunAs]
 ) -> None:
     """With ``rdmaCount: auto`` the webhook lists and watches nodes before it serves: under its
-    own ServiceAccount, with exactly the chart's RBAC, it comes up (and may not write nodes)."""
+    own ServiceAccount, with exactly the chart's RBAC, it comes up (and may not write nodes);
+    it may list and watch JobSets, and not read one by one nor write them."""
     identity = chart_identities["gang-webhook"]
     hook = start_gang_webhook(tpfabric_scheduling, extra=(f"--kubeconfig={identity.kubeconfig}",))
     try:
@@ -335,5 +336,24 @@ def test_the_gang_webhook_reads_the_nodes_with_the_charts_rbac(
             with pytest.raises(ApiException) as refused:
                 core.patch_node("no-such-node", {"metadata": {"labels": {"x": "y"}}})
             assert refused.value.status == 403
+            # the JobSets' view that ranks a JobSet's pods at admission: read, never written
+            access = client.AuthorizationV1Api(api)
+            for verb, allowed in (
+                ("list", True),
+                ("watch", True),
+                ("get", False),
+                ("patch", False),
+            ):
+                review = {
+                    "spec": {
+                        "resourceAttributes": {
+                            "group": "jobset.x-k8s.io",
+                            "resource": "jobsets",
+                            "verb": verb,
+                        }
+                    }
+                }
+                answer = access.create_self_subject_access_review(review)
+                assert answer.status.allowed is allowed, f"{verb} jobsets"
     finally:
         hook.stop()

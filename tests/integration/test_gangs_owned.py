@@ -529,3 +529,151 @@ def test_a_worker_made_again_after_a_deletion_is_a_replacement_not_the_planned_a
     assert again.metadata.labels[ATTEMPT_LABEL] == "1", "a later attempt than the plan's"
     assert len(spec_writes(again)) == 2, "created gated, released by the placer after its check"
     assert again.spec.node_name == gone.spec.node_name, "back on its planned node"
+
+
+def create_jobset(
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    jobs: list[tuple[str, int]],
+    *,
+    in_order: bool = False,
+    gates: list[str] | None = None,
+    backoff_limit: int = 0,
+) -> None:
+    """Create a JobSet of one Job per ``(replicated Job, parallelism)``, Indexed, of pods of 8
+    GPUs (plain: nothing of tpfabric in it); ``gates``: scheduling gates of the pods' own."""
+    pod_spec: dict[str, Any] = {"containers": [CONTAINER], "restartPolicy": "Never"}
+    if gates:
+        pod_spec["schedulingGates"] = [{"name": gate} for gate in gates]
+    replicated = [
+        {
+            "name": job,
+            "replicas": 1,
+            "template": {
+                "spec": {
+                    "parallelism": pods,
+                    "completions": pods,
+                    "completionMode": "Indexed",
+                    "backoffLimit": backoff_limit,
+                    "template": {"spec": pod_spec},
+                }
+            },
+        }
+        for job, pods in jobs
+    ]
+    spec: dict[str, Any] = {"replicatedJobs": replicated}
+    if in_order:
+        spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    custom.create_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", jobset
+    )
+
+
+def gang_record(custom: client.CustomObjectsApi, namespace: str, name: str) -> Any:
+    def recorded() -> dict[str, Any] | None:
+        try:
+            return dict(
+                custom.get_namespaced_custom_object(GROUP, VERSION, namespace, GANG_PLURAL, name)
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            return None
+
+    return wait_for(recorded, 60, what=f"the Gang record {name}")
+
+
+def test_a_jobsets_later_jobs_are_created_released_onto_the_plan_one_write_each(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """``startupPolicy: InOrder``: JobSet makes the ``tail`` Job only once the ``head`` Job's
+    pods are ready (kwok then runs them to completion). The gang webhook ranks each pod from its
+    watch of the JobSet, so the placer plans the gang from the head's two pods, before it is
+    whole; the tail's pods are created released onto that plan, one write each."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    create_jobset(custom, enabled, "waves", [("head", 2), ("tail", 2)], in_order=True)
+    pods = bound_pods(core, enabled, "jobset.sigs.k8s.io/jobset-name=waves", 4)
+    record = gang_record(custom, enabled, "waves")
+    assert record["spec"]["workers"] == 4
+    plan = record["status"]["placement"]
+    assert plan["attempt"] == 0
+    by_rank = {int(p.metadata.labels[RANK_LABEL]): p for p in pods}
+    assert sorted(by_rank) == [0, 1, 2, 3]
+    assert {p.metadata.labels[ATTEMPT_LABEL] for p in pods} == {"0"}, "numbered at admission"
+    for rank, pod in by_rank.items():
+        job = "head" if rank < 2 else "tail"
+        assert pod.metadata.labels["jobset.sigs.k8s.io/replicatedjob-name"] == job
+        assert pod.spec.node_name == plan["nodes"][rank], f"rank {rank} on its planned node"
+        writes = spec_writes(pod)
+        if job == "head":  # planned from these two, the gang not yet whole
+            assert len(writes) == 2, f"rank {rank}: created gated, released ({writes})"
+        else:
+            assert writes == writes[:1], f"rank {rank}: one write, its creation ({writes})"
+            terms = (
+                pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+            )
+            expressions = [e.to_dict() for e in terms.node_selector_terms[0].match_expressions]
+            assert {"key": labels.LEAF, "operator": "In", "values": [plan["domain"]]} in [
+                {k: e[k] for k in ("key", "operator", "values")} for e in expressions
+            ]
+    assert len({leaf_of(p.spec.node_name) for p in pods}) == 1, "the gang on one leaf"
+
+
+HOLD = "example.com/hold"
+
+
+def test_a_jobset_pod_its_job_makes_again_is_a_later_attempt_checked_by_the_placer(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """A pod deleted before it ran (held by a gate of the test's own, so that kwok does not run
+    it to completion first) is made again by its Job, under another name with the same Job and
+    completion index. The webhook numbers it the next attempt and leaves it gated: the placer
+    checks its planned node, then releases it there."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    create_jobset(custom, enabled, "mend", [("workers", 2)], gates=[HOLD], backoff_limit=2)
+    selector = "jobset.sigs.k8s.io/jobset-name=mend"
+
+    def live() -> list[client.V1Pod]:
+        pods = core.list_namespaced_pod(enabled, label_selector=selector).items
+        return [p for p in pods if not p.metadata.deletion_timestamp]
+
+    def gates(pod: client.V1Pod) -> list[str]:
+        return [g.name for g in pod.spec.scheduling_gates or []]
+
+    def released() -> list[client.V1Pod] | None:
+        pods = live()
+        return pods if len(pods) == 2 and all(gates(p) == [HOLD] for p in pods) else None
+
+    before = {
+        int(p.metadata.labels[RANK_LABEL]): p
+        for p in wait_for(released, 60, what="both pods released, still held by the test")
+    }
+    plan = gang_record(custom, enabled, "mend")["status"]["placement"]
+    assert {p.metadata.labels[ATTEMPT_LABEL] for p in before.values()} == {"0"}
+    gone = before[1]
+    core.delete_namespaced_pod(gone.metadata.name, enabled, grace_period_seconds=0)
+
+    def made_again() -> client.V1Pod | None:
+        fresh = [
+            p for p in live() if p.metadata.uid not in {b.metadata.uid for b in before.values()}
+        ]
+        return fresh[0] if fresh and gates(fresh[0]) == [HOLD] else None
+
+    again = wait_for(made_again, 60, what="the pod made again and released by the placer")
+    assert again.metadata.labels[RANK_LABEL] == "1"
+    assert again.metadata.labels[ATTEMPT_LABEL] == "1", "a later attempt than the plan's"
+    writers = [w.split("/")[0] for w in spec_writes(again)]
+    assert len(writers) == 2, f"created gated, then the placer's release ({writers})"
+    for pod in live():  # the test lets them run
+        remove = [{"op": "remove", "path": "/spec/schedulingGates"}]  # a JSON patch
+        core.patch_namespaced_pod(pod.metadata.name, enabled, remove)
+    pods = bound_pods(core, enabled, selector, 2)
+    placed = {p.metadata.labels[RANK_LABEL]: p.spec.node_name for p in pods}
+    assert placed == {"0": plan["nodes"][0], "1": plan["nodes"][1]}, "back on its planned node"

@@ -108,3 +108,20 @@ def test_only_pods_of_a_known_rank_that_their_owner_makes_again_are_numbered(
     pod: GangMember, numbered: int | None, why: str
 ) -> None:
     assert numbered_rank(pod) == numbered, why
+
+
+def test_an_owners_restart_begins_the_next_attempt_even_at_a_rank_not_seen_yet() -> None:
+    """JobSet restarted before all of attempt 0's pods were created: the first new pod may be
+    of a rank attempt 0 never had; its restart count tells it from a pod of the plan."""
+    history = GangHistory()
+    for rank in (0, 1):  # restart-attempt 0; ranks 2 and 3 not created yet
+        history.saw(stamp(rank, history, None, restart=0).attempt, rank, restart=0)
+    given = stamp(3, history, plan(0), restart=1)
+    assert (given.attempt, given.born_released) == (1, False)
+    history.saw(given.attempt, 3, restart=1)
+    assert stamp(0, history, plan(0), restart=1).attempt == 1, "the restart's other pods join"
+
+
+def test_without_a_restart_count_only_the_ranks_seen_decide() -> None:
+    history = GangHistory.of([(0, 0)])
+    assert stamp(1, history, plan(0), restart=5).attempt == 0, "attempt 0 carried no count"

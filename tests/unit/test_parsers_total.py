@@ -30,9 +30,10 @@ from tpfabric_core.fabric.link_timeline import TIMELINE_ANNOTATION, read_timelin
 from tpfabric_core.fabric_description import parse_fabric_description
 from tpfabric_core.hostlist import HostlistError, expand_hostlist
 from tpfabric_core.input_limits import bounded_json, whole_number
+from tpfabric_core.jobset_ranks import jobset_layout
 from tpfabric_core.placement.topology import ClusterTopology
 from tpfabric_operator.gangs import serving
-from tpfabric_operator.gangs.owners import jobset_layout, pod_group_gang
+from tpfabric_operator.gangs.owners import pod_group_gang
 from tpfabric_operator.gangs.pods import gang_pod
 from tpfabric_operator.jobs.born_released import placement_state
 from tpfabric_operator.jobs.kueue.admission import admission_of

@@ -449,13 +449,14 @@ class Placement(_Model):
     planned_at: str | None = None
     """When the plan was made (RFC 3339)."""
     attempt: int | None = None
-    """The attempt (`status.attempt`; for the Gang record of a LeaderWorkerSet group, or of a
-    pod group whose pods have a controller and their own rank, the number the gang webhook
+    """The attempt (`status.attempt`; for the Gang record of a LeaderWorkerSet group, a JobSet,
+    or a pod group whose pods have a controller and their own rank, the number the gang webhook
     gives its pods) whose worker pods the plan was made for: the placer plans a gang once its
     first worker exists and releases the others as they are created (born released, or
     released as they appear); a pod of a later attempt is a replacement. Absent when the pods
-    carry no `tpfabric.io/attempt` label (a JobSet's, a bare pod group's or one ranked by
-    creation): such a gang is planned once all its workers exist."""
+    carry no `tpfabric.io/attempt` label (a bare pod group's or one ranked by creation, or a
+    JobSet's pods admitted before the gang webhook saw their JobSet): such a gang is planned
+    once all its workers exist."""
     released_at: str | None = None
     """When worker pods were last released to the scheduler (RFC 3339); a released pod not
     bound within the placer's bind bound drops the plan."""

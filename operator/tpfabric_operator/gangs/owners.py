@@ -4,10 +4,11 @@ A LeaderWorkerSet's group, a JobSet (or one of its Jobs) or a ``scheduling.k8s.i
 owns its pods; a plain pod group (``tpfabric.io/gang-name``, Kueue's pod-group labels) has no
 owner object. A sync reads the owner only when it needs it (:func:`owner_needed`): to make the
 gang's record (the owner's uid, so that garbage collection removes the record with it; a JobSet's
-or a PodGroup's size) or to rank a JobSet's pods (its Jobs' layout, :func:`jobset_layout`); every
-other pod event costs no read of it. :func:`identify` makes of the pods, the record and what was
-read of the owner the gang's :class:`Identity`: its first pod, size, rank layout, owner
-reference, and what is wrong, each named with its field and the fix.
+or a PodGroup's size) or to rank a JobSet's pods the gang webhook could not rank (its Jobs' layout,
+:mod:`tpfabric_core.jobset_ranks`); every other pod event costs no read of it.
+:func:`identify` makes of the pods, the record and what was read of the owner the gang's
+:class:`Identity`: its first pod, size, rank layout, owner reference, and what is wrong, each
+named with its field and the fix.
 """
 
 from __future__ import annotations
@@ -20,16 +21,14 @@ from tpfabric_core.api.gang import MAX_GANG_WORKERS
 from tpfabric_core.gangs import (
     GANG_SIZE_LABEL,
     JOBSET_EXCLUSIVE,
-    JOBSET_JOB_INDEX,
     JOBSET_NAME,
-    JOBSET_REPLICATED_JOB,
     KUEUE_POD_GROUP_TOTAL,
     LWS_SIZE,
     GangMember,
     GangSettings,
     TopologyAsk,
 )
-from tpfabric_core.input_limits import whole_number
+from tpfabric_core.jobset_ranks import member_layout
 from tpfabric_operator.gangs.records import GangPod, OwnerRef
 from tpfabric_operator.webhook.admission import default_levels
 
@@ -41,7 +40,6 @@ __all__ = [
     "OwnerRead",
     "first_pod",
     "identify",
-    "jobset_layout",
     "owner_apis",
     "owner_needed",
     "pod_group_gang",
@@ -59,55 +57,6 @@ PODGROUP_GROUP = "scheduling.k8s.io"
 PODGROUP_PLURAL = "podgroups"
 PODGROUP_VERSIONS = ("v1beta1", "v1alpha3")
 JOBSET_API = ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
-
-
-def _count(value: object) -> int:
-    """Return a replicated Job's ``replicas`` or ``parallelism`` (1 when unset, 0 or unreadable)."""
-    return whole_number(value) or 1
-
-
-def jobset_layout(jobset: Mapping[str, Any], replicated_job: str | None) -> dict[str, int] | None:
-    """Return, for a JobSet's gang, each child Job's first rank by ``<replicatedJob>/<index>``
-    and the gang's size under ``""`` (None when the JobSet does not say).
-
-    The whole JobSet (``replicated_job`` None): its replicated Jobs in order, each Job's pods
-    after the previous Job's. One child Job (per-Job placement): the Job's own pods.
-
-    A gang of more than :data:`MAX_GANG_WORKERS` pods is given by its size alone (``{"": size}``,
-    counted, not laid out): no Gang record holds it (:func:`too_large_problem` says so), and a
-    ``replicas`` of 2^31 is never walked Job by Job.
-    """
-    jobs = [
-        (
-            str(replicated.get("name") or ""),
-            _count(replicated.get("replicas")),
-            _count((((replicated.get("template") or {}).get("spec")) or {}).get("parallelism")),
-        )
-        for replicated in (jobset.get("spec") or {}).get("replicatedJobs") or []
-        if isinstance(replicated, Mapping)
-    ]
-    if replicated_job is not None:
-        name, _, index_text = replicated_job.rpartition("/")
-        index = whole_number(index_text)
-        if index is None or str(index) != index_text:
-            return None
-        for job_name, replicas, parallelism in jobs:
-            if job_name == name and index < replicas:
-                return {"": parallelism, replicated_job: 0}
-        return None
-    if not jobs:
-        return None
-    size = sum(replicas * parallelism for _, replicas, parallelism in jobs)
-    if size > MAX_GANG_WORKERS:
-        return {"": size}
-    layout: dict[str, int] = {}
-    offset = 0
-    for job_name, replicas, parallelism in jobs:
-        for index in range(replicas):
-            layout[f"{job_name}/{index}"] = offset
-            offset += parallelism
-    layout[""] = offset
-    return layout
 
 
 def too_large_problem(kind: str, owner: str, size: int) -> str:
@@ -173,7 +122,8 @@ class Identity:
     first: GangPod
     #: how many pods the gang has (None: nothing gives it, or more than a record holds)
     size: int | None
-    #: a JobSet's first rank of each child Job (:func:`jobset_layout`), when its owner was read
+    #: a JobSet's first rank of each child Job (:mod:`tpfabric_core.jobset_ranks`), when its
+    #: owner was read
     layout: dict[str, int] | None
     #: the owner, for the record's ``ownerReferences`` (None: not read, a pod group, or gone)
     owner: OwnerRef | None
@@ -220,9 +170,7 @@ def _size_of(
         return member.size, None
     if owner is None:
         return None, None
-    per_job = first.labels.get(JOBSET_EXCLUSIVE) or member.gang != member.owner
-    job = f"{first.labels.get(JOBSET_REPLICATED_JOB, '')}/{first.labels.get(JOBSET_JOB_INDEX, '')}"
-    layout = jobset_layout(owner, job if per_job else None)
+    layout = member_layout(member, first.labels, owner)
     return (layout[""] if layout else None), layout
 
 

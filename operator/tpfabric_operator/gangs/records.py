@@ -27,13 +27,12 @@ from tpfabric_core.api.gang import GANG_KIND
 from tpfabric_core.api.placement import StoredPlacement, read_placement, with_gang_problems
 from tpfabric_core.gangs import (
     GANG_NAME_LABEL,
-    JOBSET_JOB_INDEX,
-    JOBSET_REPLICATED_JOB,
     KUEUE_POD_GROUP,
     RANK_LABEL,
     GangMember,
 )
 from tpfabric_core.input_limits import whole_number
+from tpfabric_core.jobset_ranks import jobset_job, jobset_rank
 from tpfabric_core.rdma_default import RdmaDecision
 
 __all__ = [
@@ -84,10 +83,6 @@ class OwnerRef:
     uid: str
 
 
-def _jobset_job(pod: GangPod) -> str:
-    return f"{pod.labels.get(JOBSET_REPLICATED_JOB, '')}/{pod.labels.get(JOBSET_JOB_INDEX, '')}"
-
-
 def ranks_to_write(
     pods: Sequence[GangPod], size: int, layout: Mapping[str, int] | None = None
 ) -> dict[str, int]:
@@ -110,9 +105,11 @@ def ranks_to_write(
     )
     if layout is not None:
         for pod in missing:
-            first = layout.get(_jobset_job(pod))
-            if first is not None and pod.member.order:
-                result[pod.name] = first + pod.member.order[-1]
+            if not pod.member.order:
+                continue
+            rank = jobset_rank(layout, jobset_job(pod.labels), pod.member.order[-1])
+            if rank is not None:
+                result[pod.name] = rank
         return result
     free = (rank for rank in range(size) if rank not in taken)
     for pod, rank in zip(missing, free, strict=False):

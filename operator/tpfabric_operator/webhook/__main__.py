@@ -12,10 +12,11 @@ Why a component of its own, not a part of the operator: the webhook is in the pa
 opted-in pod creation, so it must answer in milliseconds from any replica. It decides alone and
 writes nothing to the API server; what it reads is one list+watch of the nodes
 (:class:`.node_offers.NodeOffers`), kept in memory for the default RDMA devices of a gang pod
-(``--rdma-count auto``), and one of the Gang records' plans and of the gang pods' ranks
-(:class:`.gang_plans.GangPlans`: a pod admitted after its gang's plan is created released onto
-it; ``--no-born-released`` leaves every gang pod gated), and it serves only once those views are
-listed. So it runs as many
+(``--rdma-count auto``), and one each of the Gang records' plans, of the gang pods' ranks and
+of the JobSets' replicated Jobs (:class:`.gang_plans.GangPlans`: a JobSet's pod is ranked at
+admission, and a pod admitted after its gang's plan is created released onto it;
+``--no-born-released`` leaves every gang pod gated), and it serves only once those views are
+listed (the JobSets' at once where the cluster has no JobSet CRD). So it runs as many
 replicas as wanted without leader election, and an operator's leader change, a long reconcile
 or a kopf restart never slows an admission. It ships in the operator's image.
 
@@ -152,10 +153,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="number each gang pod whose rank is known at admission and whose owner makes it "
-        "again (a LeaderWorkerSet group's; a pod group's with a controller and tpfabric.io/rank "
-        "or an Indexed Job's completion index) with its gang attempt, and create the pods "
-        "admitted after their gang's plan released onto it (reads the Gang records and the "
-        "gang pods: list and watch)",
+        "again (a LeaderWorkerSet group's; a JobSet's, ranked from its JobSet; a pod group's "
+        "with a controller and tpfabric.io/rank or an Indexed Job's completion index) with its "
+        "gang attempt, and create the pods admitted after their gang's plan released onto it "
+        "(reads the Gang records, the gang pods and the JobSets: list and watch)",
     )
     certs = parser.add_argument_group(
         "certificate management (without cert-manager): a CA and a serving certificate kept in a "

@@ -13,7 +13,10 @@ JobSet, a labelled pod group) is given what the operator gives a TensorParallelJ
   the pod offer (:mod:`tpfabric_core.rdma_default`, from the webhook's cached view of the nodes,
   :class:`.node_offers.NodeOffers`), with the decision and why on the pod (``tpfabric.io/rdma``);
 - the labels the placer finds the gang's pods by (``tpfabric.io/gang``, ``tpfabric.io/rank``
-  where the rank is known at creation).
+  where the rank is known at creation: a LeaderWorkerSet's worker index, a JobSet's Job and
+  completion index laid out by its JobSet);
+- where the rank is known, the gang attempt (``tpfabric.io/attempt``) and, for a pod of the
+  attempt its gang's plan was made for, that plan: it is created released onto it.
 
 The webhook never refuses a pod: what it cannot take in (a gang label without a size, a level
 that is not configured, another scheduler named) is admitted unwired, with a warning that names
@@ -36,7 +39,7 @@ from typing import Any, Protocol, TypeVar
 from tpfabric_core import labels as topology_labels
 from tpfabric_core.api import ATTEMPT_LABEL, GANG_GATE, SCHEDULER_NAME
 from tpfabric_core.api.placement import StoredPlacement
-from tpfabric_core.gang_attempts import Stamp, numbered_rank
+from tpfabric_core.gang_attempts import Stamp
 from tpfabric_core.gangs import (
     GANG_LABEL,
     GANG_PROBLEM_LABEL,
@@ -47,10 +50,12 @@ from tpfabric_core.gangs import (
     gang_of,
 )
 from tpfabric_core.input_limits import whole_number
+from tpfabric_core.jobset_ranks import jobset_restarts
 from tpfabric_core.placement.born_released import release_onto_plan
 from tpfabric_core.placement.pod_fit import container_gpus, node_matcher, pod_gpus, resource_amount
 from tpfabric_core.pod_wiring import NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, decide_rdma
+from tpfabric_operator.webhook.ranks import rank_at_admission
 
 __all__ = [
     "RDMA_COUNT_ANNOTATION",
@@ -94,9 +99,15 @@ class NodeView(Protocol):
 class GangView(Protocol):
     """What the webhook reads of the gangs (:class:`.gang_plans.GangPlans`, or a test's)."""
 
-    def stamp(self, namespace: str, gang: str, rank: int) -> tuple[Stamp, StoredPlacement | None]:
+    def stamp(
+        self, namespace: str, gang: str, rank: int, restart: int | None = None
+    ) -> tuple[Stamp, StoredPlacement | None]:
         """Return the attempt of the gang's pod of ``rank`` admitted now (noting it seen) and
-        the gang's plan."""
+        the gang's plan (``restart``: the owner's restart count on the pod, where it has one)."""
+        ...
+
+    def jobset(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """Return the JobSet's replicated Jobs (None: not seen)."""
         ...
 
 
@@ -258,22 +269,23 @@ def mutate_pod(
 def _onto_plan(
     pod: dict[str, Any], member: GangMember, settings: WebhookSettings
 ) -> dict[str, Any]:
-    """Return the wired ``pod`` numbered with its gang attempt, and released onto the gang's
-    plan when that plan was made for its attempt (:mod:`tpfabric_core.gang_attempts`).
+    """Return the wired ``pod`` ranked and numbered with its gang attempt, and released onto
+    the gang's plan when that plan was made for its attempt (:mod:`tpfabric_core.gang_attempts`).
 
-    Only a pod whose rank is known at admission and whose owner makes it again is numbered
-    (:func:`~tpfabric_core.gang_attempts.numbered_rank`): a LeaderWorkerSet group's pod, and a
-    pod group's pod with a controller and its own rank (``tpfabric.io/rank``, an Indexed Job's
-    completion index). The placer may plan such a gang from its first pod: a dropped plan deletes
-    the gang's pods, and their owner makes them again. The others carry no attempt and are
-    planned once every pod exists: a JobSet's ranks follow from its Jobs, a bare pod deleted with
-    a dropped plan would not come back, and a pod ranked by creation has no rank until then.
+    Only a pod whose rank is known at admission is numbered (:func:`.ranks.rank_at_admission`): the
+    placer plans such a gang from its first pods. The others carry no attempt and are planned
+    once every pod exists.
     """
-    rank = numbered_rank(member)
-    if settings.plans is None or rank is None:
+    if settings.plans is None:
         return pod
-    given, plan = settings.plans.stamp(member.namespace, member.gang, rank)
-    pod["metadata"]["labels"][ATTEMPT_LABEL] = str(given.attempt)
+    rank = rank_at_admission(pod, member, settings.plans, settings.gangs.max_size)
+    if rank is None:
+        return pod
+    labels = pod["metadata"]["labels"]
+    labels[RANK_LABEL] = str(rank)
+    restart = jobset_restarts(labels) if member.kind == "JobSet" else None
+    given, plan = settings.plans.stamp(member.namespace, member.gang, rank, restart)
+    labels[ATTEMPT_LABEL] = str(given.attempt)
     if not given.born_released or plan is None:
         return pod
     nodes = (

@@ -9,12 +9,14 @@ server per admission, so two list+watches keep what that needs, as the node view
 
 - :class:`GangRecords`: every Gang record's ``status.placement`` (the plan);
 - :class:`GangPodRanks`: every gang pod's (attempt, rank), so that a replacement is told from a
-  pod of the plan whichever webhook replica admitted the pod it replaces.
+  pod of the plan whichever webhook replica admitted the pod it replaces;
+- :class:`.jobsets.JobSetLayouts`: every JobSet's replicated Jobs, which rank a JobSet's pod at
+  its admission (its pods do not carry their rank, as a LeaderWorkerSet's do).
 
-Both feed one :class:`GangPlans`, which also notes each pod it stamps at once (its own replica's
-admissions never wait on the watch). What it forgets (a pod deleted while the webhook was down)
-can only make a replacement look like a pod of the plan: the placer's bind bound drops it if
-its planned node cannot take it (:mod:`tpfabric_core.gang_attempts`).
+The first two feed one :class:`GangPlans`, which also notes each pod it stamps at once (its own
+replica's admissions never wait on the watch). What it forgets (a pod deleted while the webhook
+was down) can only make a replacement look like a pod of the plan: the placer's bind bound drops
+it if its planned node cannot take it (:mod:`tpfabric_core.gang_attempts`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from tpfabric_core.api.placement import StoredPlacement, placement_of_status
 from tpfabric_core.gang_attempts import GangHistory, Stamp, stamp
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
+from tpfabric_core.jobset_ranks import jobset_restarts
 from tpfabric_operator.pod_watch import PodWatch
+from tpfabric_operator.webhook.jobsets import JobSetLayouts
 
 __all__ = ["GangPlans", "GangPodRanks", "GangRecords"]
 
@@ -53,26 +57,35 @@ class GangPlans:
         self._plans: dict[GangKey, StoredPlacement] = {}
         self._histories: dict[GangKey, GangHistory] = {}
         self.watches: tuple[PodWatch, ...] = ()
+        #: the JobSets' view (None: not started; no JobSet pod is ranked at admission)
+        self.jobsets: JobSetLayouts | None = None
 
     def start(self, core: client.CoreV1Api, custom: client.CustomObjectsApi) -> None:
-        """Start the two watches."""
-        self.watches = (GangRecords(core, custom, self), GangPodRanks(core, self))
+        """Start the three watches."""
+        self.jobsets = JobSetLayouts(core, custom)
+        self.watches = (GangRecords(core, custom, self), GangPodRanks(core, self), self.jobsets)
         for watch in self.watches:
             watch.start()
 
     def synced(self) -> bool:
-        """Return whether both watches have listed once."""
+        """Return whether every watch has listed once."""
         return all(w.synced.is_set() for w in self.watches)
 
-    def stamp(self, namespace: str, gang: str, rank: int) -> tuple[Stamp, StoredPlacement | None]:
+    def jobset(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """Return the JobSet's replicated Jobs as the watch keeps them (None: not seen)."""
+        return self.jobsets.jobset(namespace, name) if self.jobsets is not None else None
+
+    def stamp(
+        self, namespace: str, gang: str, rank: int, restart: int | None = None
+    ) -> tuple[Stamp, StoredPlacement | None]:
         """Return the stamp of the gang's pod of ``rank`` admitted now and the gang's plan, and
-        note the pod as seen."""
+        note the pod as seen (``restart``: its owner's restart count, where it has one)."""
         key = (namespace, gang)
         with self._lock:
             history = self._history(key)
             plan = self._plans.get(key)
-            answer = stamp(rank, history, plan)
-            history.saw(answer.attempt, rank)
+            answer = stamp(rank, history, plan, restart)
+            history.saw(answer.attempt, rank, restart)
         return answer, plan
 
     # -- what the watches bring -------------------------------------------------------------------
@@ -91,10 +104,10 @@ class GangPlans:
         with self._lock:
             self._plans = dict(entries)
 
-    def saw(self, key: GangKey, attempt: int, rank: int) -> None:
+    def saw(self, key: GangKey, attempt: int, rank: int, restart: int | None = None) -> None:
         """Note a pod of ``rank`` in ``attempt`` (a watch showed it)."""
         with self._lock:
-            self._history(key).saw(attempt, rank)
+            self._history(key).saw(attempt, rank, restart)
 
     def _history(self, key: GangKey) -> GangHistory:
         history = self._histories.get(key)
@@ -148,8 +161,8 @@ class GangRecords(PodWatch):
 
 
 class GangPodRanks(PodWatch):
-    """Every gang pod's (attempt, rank), noted in a :class:`GangPlans` (pods never forget:
-    a deleted pod's rank stays seen, which is what tells its replacement)."""
+    """Every gang pod's (attempt, rank, owner's restart count), noted in a :class:`GangPlans`
+    (pods never forget: a deleted pod's rank stays seen, which is what tells its replacement)."""
 
     def __init__(self, core: client.CoreV1Api, plans: GangPlans) -> None:
         super().__init__(core, f"{GANG_LABEL},{ATTEMPT_LABEL}", "gang-pod-ranks")
@@ -161,7 +174,8 @@ class GangPodRanks(PodWatch):
         attempt = whole_number(labels.get(ATTEMPT_LABEL))
         rank = whole_number(labels.get(RANK_LABEL))
         key = (str(meta.get("namespace") or ""), str(labels.get(GANG_LABEL) or ""))
-        seen = None if attempt is None or rank is None else (key, attempt, rank)
+        restart = jobset_restarts(labels)
+        seen = None if attempt is None or rank is None else (key, attempt, rank, restart)
         return f"{key[0]}/{meta.get('name')}", seen
 
     def _replace(self, entries: list[tuple[str, Any]]) -> None:

@@ -174,7 +174,7 @@ async def serve(
         while not await asyncio.to_thread(watch.synced.wait, NODES_SYNC_LOG_SECONDS):
             log.warning(
                 "waiting for the first list of %s (the webhook serves once it has one): "
-                "can its ServiceAccount list and watch gangs and pods?",
+                "can its ServiceAccount list and watch gangs, pods and jobsets?",
                 watch.name,
             )
     if nodes is not None:

@@ -9,7 +9,7 @@ import pytest
 
 from tpfabric_core import labels
 from tpfabric_core.gangs import GangSettings, gang_of
-from tpfabric_operator.gangs.owners import jobset_layout
+from tpfabric_core.jobset_ranks import jobset_layout
 from tpfabric_operator.gangs.records import (
     GangPod,
     OwnerRef,

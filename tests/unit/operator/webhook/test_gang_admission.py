@@ -30,6 +30,7 @@ from tpfabric_operator.webhook.admission import (
     admit,
 )
 from tpfabric_operator.webhook.gang_plans import GangPlans
+from tpfabric_operator.webhook.jobsets import slim_jobset
 
 pytestmark = pytest.mark.unit
 
@@ -356,13 +357,23 @@ def lws_pod(worker: int) -> dict[str, Any]:
 class Plans:
     """The webhook's view of the gangs, as a test gives it (:class:`.gang_plans.GangPlans`)."""
 
-    def __init__(self, plan: StoredPlacement | None = None) -> None:
+    def __init__(
+        self,
+        plan: StoredPlacement | None = None,
+        *,
+        gang: str = "chat-0",
+        jobsets: dict[str, Any] | None = None,
+    ) -> None:
         self.book = GangPlans()
+        self.jobsets = jobsets or {}
         if plan is not None:
-            self.book.plan(("train", "chat-0"), plan)
+            self.book.plan(("train", gang), plan)
 
-    def stamp(self, namespace: str, gang: str, rank: int) -> Any:
-        return self.book.stamp(namespace, gang, rank)
+    def stamp(self, namespace: str, gang: str, rank: int, restart: int | None = None) -> Any:
+        return self.book.stamp(namespace, gang, rank, restart)
+
+    def jobset(self, namespace: str, name: str) -> Any:
+        return self.jobsets.get(f"{namespace}/{name}")
 
 
 def test_a_pod_admitted_after_its_gangs_plan_is_created_released_onto_it() -> None:
@@ -495,3 +506,129 @@ def test_a_workload_api_pod_groups_indexed_job_pod_after_the_plan_is_born_releas
         "0",
     )
     assert "schedulingGates" not in wired["spec"]
+
+
+# -- a JobSet's pods: ranked at admission from the webhook's view of the JobSets ---------------
+
+#: JobSet ``pretrain``: a driver Job of 2 pods, then 2 worker Jobs of 4 (10 pods, ranks 0-9)
+PRETRAIN = slim_jobset(
+    {
+        "spec": {
+            "replicatedJobs": [
+                {"name": "driver", "replicas": 1, "template": {"spec": {"parallelism": 2}}},
+                {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4}}},
+            ]
+        }
+    }
+)
+
+
+JOBSET_PLAN = leaf_plan(10)
+
+
+def jobset_pod(
+    job: str, index: int, completion: int, restart: int = 0, **annotations: str
+) -> dict[str, Any]:
+    """A pod of JobSet ``pretrain`` as its Job creates it (the labels JobSet v0.12 writes)."""
+    obj = pod(
+        {
+            "jobset.sigs.k8s.io/jobset-name": "pretrain",
+            "jobset.sigs.k8s.io/replicatedjob-name": job,
+            "jobset.sigs.k8s.io/job-index": str(index),
+            "jobset.sigs.k8s.io/restart-attempt": str(restart),
+            "batch.kubernetes.io/job-completion-index": str(completion),
+        },
+        {"batch.kubernetes.io/job-completion-index": str(completion), **annotations},
+    )
+    obj["metadata"]["generateName"] = f"pretrain-{job}-{index}-{completion}-"
+    return obj
+
+
+def jobset_plans(plan: StoredPlacement | None = None, gang: str = "pretrain") -> Plans:
+    return Plans(plan, gang=gang, jobsets={"train/pretrain": PRETRAIN})
+
+
+def test_a_jobset_pod_is_ranked_by_its_jobs_place_in_the_jobset_and_numbered() -> None:
+    settings = replace(SETTINGS, plans=jobset_plans())
+    obj = jobset_pod("workers", 1, 3)
+    wired = patched(obj, admit(review(obj), settings))
+    assert wired["metadata"]["labels"][RANK_LABEL] == "9", "2 driver pods + 4 + completion 3"
+    assert wired["metadata"]["labels"][ATTEMPT_LABEL] == "0"
+    assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}], "no plan yet: gated"
+
+
+def test_a_jobset_pod_of_the_planned_attempt_is_created_released_onto_its_ranks_plan() -> None:
+    settings = replace(SETTINGS, plans=jobset_plans(JOBSET_PLAN))
+    obj = jobset_pod("workers", 0, 1)
+    wired = patched(obj, admit(review(obj), settings))
+    meta, spec = wired["metadata"], wired["spec"]
+    assert (meta["labels"][RANK_LABEL], meta["labels"][ATTEMPT_LABEL]) == ("3", "0")
+    assert "schedulingGates" not in spec, "ungated: no release patch follows"
+    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert {"key": "topology.tpfabric.io/leaf", "operator": "In", "values": ["leaf-1"]} in (
+        term["nodeSelectorTerms"][0]["matchExpressions"]
+    )
+
+
+def test_a_jobset_pod_its_job_makes_again_is_a_later_attempt_and_gated() -> None:
+    settings = replace(SETTINGS, plans=jobset_plans(JOBSET_PLAN))
+    first = patched(
+        jobset_pod("workers", 0, 1), admit(review(jobset_pod("workers", 0, 1)), settings)
+    )
+    assert "schedulingGates" not in first["spec"]
+    again = jobset_pod("workers", 0, 1)  # the Job's new pod for completion index 1
+    wired = patched(again, admit(review(again), settings))
+    assert wired["metadata"]["labels"][ATTEMPT_LABEL] == "1"
+    assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
+    assert "affinity" not in wired["spec"], "the placer checks its node before releasing it"
+
+
+def test_a_jobset_restart_begins_the_next_attempt_at_any_rank() -> None:
+    """JobSet restarted (its restart-attempt went up) before every pod of attempt 0 was made:
+    a new pod of a rank attempt 0 never had is of the next attempt all the same."""
+    plans = jobset_plans(JOBSET_PLAN)
+    settings = replace(SETTINGS, plans=plans)
+    for completion in range(2):
+        patched(
+            jobset_pod("driver", 0, completion),
+            admit(review(jobset_pod("driver", 0, completion)), settings),
+        )
+    obj = jobset_pod("workers", 1, 3, restart=1)
+    wired = patched(obj, admit(review(obj), settings))
+    assert wired["metadata"]["labels"][ATTEMPT_LABEL] == "1"
+    assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
+
+
+def test_a_jobset_placed_job_by_job_ranks_each_jobs_pods_from_zero() -> None:
+    per_job = "pretrain-workers-1"
+    settings = replace(SETTINGS, plans=jobset_plans(leaf_plan(4), gang=per_job))
+    obj = jobset_pod("workers", 1, 2, **{"tpfabric.io/gang-per": "job"})
+    wired = patched(obj, admit(review(obj), settings))
+    labels = wired["metadata"]["labels"]
+    assert (labels[GANG_LABEL], labels[RANK_LABEL]) == (per_job, "2")
+    assert "schedulingGates" not in wired["spec"], "its Job's gang was planned"
+
+
+@pytest.mark.parametrize(
+    ("jobsets", "obj", "max_size"),
+    [
+        ({}, jobset_pod("workers", 1, 3), 1024),  # the watch has not shown the JobSet yet
+        ({"train/pretrain": slim_jobset({"spec": "?"})}, jobset_pod("workers", 1, 3), 1024),
+        ({"train/pretrain": PRETRAIN}, jobset_pod("workers", 2, 0), 1024),  # no such Job
+        ({"train/pretrain": PRETRAIN}, jobset_pod("workers", 1, 4), 1024),  # past the Job
+        ({"train/pretrain": PRETRAIN}, jobset_pod("workers", 1, 3), 8),  # over the size limit
+    ],
+)
+def test_a_jobset_pod_whose_rank_is_unknown_at_admission_waits_gated_for_the_operator(
+    jobsets: dict[str, Any], obj: dict[str, Any], max_size: int
+) -> None:
+    plans = Plans(JOBSET_PLAN, gang="pretrain", jobsets=jobsets)
+    gangs = replace(SETTINGS.gangs, max_size=max_size)
+    settings = replace(SETTINGS, plans=plans, gangs=gangs)
+    answer = admit(review(obj), settings)
+    assert answer["response"]["allowed"] is True, "never refused"
+    wired = patched(obj, answer)
+    assert RANK_LABEL not in wired["metadata"]["labels"], "ranked by the operator once whole"
+    assert ATTEMPT_LABEL not in wired["metadata"]["labels"]
+    assert wired["spec"]["schedulingGates"] == [{"name": GANG_GATE}]
+    assert wired["spec"]["initContainers"][0]["name"] == "rdma-init", "wired all the same"

@@ -10,7 +10,9 @@ from kubernetes.client.rest import ApiException
 
 from tpfabric_core.api import ATTEMPT_LABEL
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_core.jobset_ranks import jobset_layout
 from tpfabric_operator.webhook.gang_plans import GangPlans, GangPodRanks, GangRecords
+from tpfabric_operator.webhook.jobsets import JobSetLayouts
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +83,79 @@ def test_without_the_gang_crd_the_view_is_listed_empty_and_listed_again() -> Non
     given, plan = plans.stamp(*KEY, 0)
     assert plan is None
     assert not given.born_released
+
+
+# -- the JobSets' view ---------------------------------------------------------------------------
+
+
+def jobset_object(workers: int) -> dict[str, Any]:
+    """A JobSet as the API server lists it (the parts the layout does not read included)."""
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"namespace": "train", "name": "pretrain", "uid": "u-1", "labels": {"a": "b"}},
+        "spec": {
+            "failurePolicy": {"maxRestarts": 3},
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 2,
+                    "template": {
+                        "spec": {
+                            "parallelism": workers,
+                            "completions": workers,
+                            "template": {"spec": {"containers": [{"name": "main", "image": "x"}]}},
+                        }
+                    },
+                }
+            ],
+        },
+        "status": {"restarts": 0},
+    }
+
+
+def test_a_jobset_is_kept_as_its_replicated_jobs_and_follows_the_watch() -> None:
+    layouts = JobSetLayouts(None, None)
+    layouts._replace([layouts._slim(jobset_object(4))])
+    assert layouts.jobset("train", "pretrain") == {
+        "spec": {
+            "replicatedJobs": [
+                {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4}}}
+            ]
+        }
+    }, "only what the rank layout reads"
+    layouts._event("train/pretrain", jobset_object(8))
+    kept = layouts.jobset("train", "pretrain")
+    assert kept is not None
+    assert jobset_layout(kept, None) == {"workers/0": 0, "workers/1": 8, "": 16}
+    layouts._event("train/pretrain", None)
+    assert layouts.jobset("train", "pretrain") is None
+
+
+@pytest.mark.parametrize("status", [404, 403])
+def test_without_the_jobset_crd_or_the_right_to_list_it_the_webhook_still_serves(
+    status: int,
+) -> None:
+    class NoJobSets:
+        def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+            raise ApiException(status=status, reason="Not Found")
+
+    layouts = JobSetLayouts(None, NoJobSets())
+    with pytest.raises(ApiException):
+        layouts._list()  # raised: the watch loop lists again after its backoff
+    assert layouts.synced.is_set(), "the webhook serves meanwhile"
+    assert layouts.jobset("train", "pretrain") is None
+
+
+def test_a_gang_view_never_started_knows_no_jobset() -> None:
+    assert GangPlans().jobset("train", "pretrain") is None
+
+
+def test_the_pod_watch_notes_a_jobset_pods_restart_count() -> None:
+    plans, records, ranks = watches()
+    records._replace([records._slim(record())])
+    restarted = gang_pod(0, 0)
+    restarted["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] = "0"
+    ranks._event("serving/chat-0-0", restarted)
+    assert plans.stamp(*KEY, 1, 0)[0].attempt == 0, "the same restart: attempt 0"
+    assert plans.stamp(*KEY, 2, 1)[0].attempt == 1, "JobSet restarted: the next attempt"
