@@ -29,6 +29,7 @@ from tpfabric_core import labels
 from tpfabric_core.api import ATTEMPT_LABEL, GROUP, SCHEDULER_NAME, VERSION
 from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
+from tpfabric_core.jobset_ranks import jobset_layout
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, parse_decision
 from tpfabric_localcluster.cluster import LocalCluster
 from tpfabric_localcluster.gang_webhook import GangWebhook, start_gang_webhook
@@ -39,6 +40,7 @@ from tpfabric_localcluster.workload_controllers import (
     LWS,
     start_workload_controller,
 )
+from tpfabric_operator.webhook.jobsets import JobSetLayouts
 
 pytestmark = pytest.mark.integration
 
@@ -624,6 +626,21 @@ def test_a_jobsets_later_jobs_are_created_released_onto_the_plan_one_write_each(
                 {k: e[k] for k in ("key", "operator", "values")} for e in expressions
             ]
     assert len({leaf_of(p.spec.node_name) for p in pods}) == 1, "the gang on one leaf"
+
+
+def test_a_jobset_the_webhooks_watch_has_not_shown_is_read_by_name_from_the_api_server(
+    api: client.ApiClient, enabled: str
+) -> None:
+    """The read on a miss (a watch event late behind the JobSet's first pods) against the real
+    API server: a list of one by ``metadata.name``, which the webhook's right to list covers."""
+    custom = client.CustomObjectsApi(api)
+    layouts = JobSetLayouts(client.CoreV1Api(api), custom)
+    layouts._list()  # listed once, before the JobSet; no watch runs to show it
+    create_jobset(custom, enabled, "late", [("head", 2), ("tail", 3)])
+    kept = layouts.jobset(enabled, "late")
+    assert kept is not None
+    assert jobset_layout(kept, None) == {"head/0": 0, "tail/0": 2, "": 5}
+    assert layouts.jobset(enabled, "no-such-jobset") is None
 
 
 HOLD = "example.com/hold"

@@ -8,15 +8,21 @@ answers in milliseconds and never reads a JobSet per admission: :class:`JobSetLa
 every JobSet, cut down to the names, ``replicas`` and ``parallelism`` of its replicated Jobs,
 from one list and a watch of ``jobsets.jobset.x-k8s.io`` (:class:`.pod_watch.PodWatch`).
 
-A JobSet the watch has not shown yet (its pods came first) or a cluster without the JobSet CRD
-(or without the right to list it) leaves the pods on the path they take without the view:
-gated without a rank, ranked by the operator once the gang is whole. Nothing is refused.
+A JobSet the watch has not shown yet (a watch event late behind the pods its Jobs made) is read
+once by name, a list of one (``metadata.name``, under the same right to list; at most
+:data:`MISS_READ_TIMEOUT_S`), and kept: for a JobSet started ``InOrder`` an unranked first pod
+would leave its gang waiting whole for Jobs that JobSet makes only once the first ones run. A
+JobSet that does not exist is not read again for :data:`MISS_MEMORY_S`. A cluster without the
+JobSet CRD (or without the right to list it), a read that fails, or a JobSet still unknown
+leaves the pods on the path they take without the view: gated without a rank, ranked by the
+operator once the gang is whole. Nothing is refused.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +40,12 @@ JOBSET_VERSION = "v1alpha2"
 JOBSET_PLURAL = "jobsets"
 #: what the API server answers without the JobSet CRD (404) or without the right to list it (403)
 _NO_VIEW = (403, 404)
+#: the longest a pod's admission waits on the read of a JobSet the watch has not shown
+MISS_READ_TIMEOUT_S = 0.5
+#: a JobSet read and not found is not read again for this long
+MISS_MEMORY_S = 10.0
+#: JobSets remembered as not found, at most
+_MISSES_LIMIT = 10_000
 
 
 def slim_jobset(jobset: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,11 +80,49 @@ class JobSetLayouts(PodWatch):
         self.custom = custom
         self._lock = threading.Lock()
         self._jobsets: dict[str, dict[str, Any]] = {}
+        #: the JobSets can be listed (the CRD is there and the right to list it given)
+        self._listable = False
+        #: JobSets read on a miss and not found: key -> when
+        self._missed: dict[str, float] = {}
 
     def jobset(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """Return what is kept of the JobSet (None: the watch has not shown it)."""
+        """Return what is kept of the JobSet; one the watch has not shown is read once by name
+        (None: not there, or not readable now)."""
+        key = f"{namespace}/{name}"
         with self._lock:
-            return self._jobsets.get(f"{namespace}/{name}")
+            kept = self._jobsets.get(key)
+            missed = self._missed.get(key)
+        if kept is not None or not self._listable or not namespace or not name:
+            return kept
+        if missed is not None and time.monotonic() - missed < MISS_MEMORY_S:
+            return None
+        return self._read(namespace, name, key)
+
+    def _read(self, namespace: str, name: str, key: str) -> dict[str, Any] | None:
+        """Read one JobSet by name (a list of one) and keep it; None when it is not there or
+        the read fails (the pod takes the path without the view)."""
+        try:
+            found = self.custom.list_namespaced_custom_object(
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                namespace,
+                JOBSET_PLURAL,
+                field_selector=f"metadata.name={name}",
+                _request_timeout=MISS_READ_TIMEOUT_S,
+            )
+        except Exception as err:  # noqa: BLE001 - any failure: the pod waits for the operator
+            log.info("JobSet %s not read on a miss: %s", key, err)
+            return None
+        items = [i for i in (found or {}).get("items") or [] if isinstance(i, Mapping)]
+        with self._lock:
+            if not items:
+                if len(self._missed) >= _MISSES_LIMIT:
+                    self._missed.clear()
+                self._missed[key] = time.monotonic()
+                return None
+            slim = self._jobsets.setdefault(key, slim_jobset(items[0]))
+            self._missed.pop(key, None)
+            return slim
 
     def _call(self, **kwargs: Any) -> Any:
         return self.custom.list_cluster_custom_object(
@@ -83,10 +133,11 @@ class JobSetLayouts(PodWatch):
         """List the JobSets; without the CRD (or the right to list it) there are none (the
         webhook serves, and JobSet pods are ranked by the operator), tried again until there."""
         try:
-            return super()._list()
+            version = super()._list()
         except ApiException as err:
             if err.status not in _NO_VIEW:
                 raise
+            self._listable = False
             if not self.synced.is_set():
                 log.warning(
                     "JobSets cannot be listed (%s %s): no JobSet pod is ranked or born released "
@@ -100,6 +151,8 @@ class JobSetLayouts(PodWatch):
                 self._replace([])
                 self.synced.set()
             raise
+        self._listable = True
+        return version
 
     def _slim(self, obj: Mapping[str, Any]) -> tuple[str, Any]:
         meta = obj.get("metadata") or {}
@@ -108,6 +161,7 @@ class JobSetLayouts(PodWatch):
     def _replace(self, entries: list[tuple[str, Any]]) -> None:
         with self._lock:
             self._jobsets = dict(entries)
+            self._missed.clear()
 
     def _event(self, key: str, obj: Mapping[str, Any] | None) -> None:
         with self._lock:
@@ -115,3 +169,4 @@ class JobSetLayouts(PodWatch):
                 self._jobsets.pop(key, None)
             else:
                 self._jobsets[key] = self._slim(obj)[1]
+                self._missed.pop(key, None)

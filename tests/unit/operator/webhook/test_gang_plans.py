@@ -3,6 +3,7 @@ gang pod watch notes, which tell a pod of the plan from a replacement admitted b
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -145,6 +146,66 @@ def test_without_the_jobset_crd_or_the_right_to_list_it_the_webhook_still_serves
         layouts._list()  # raised: the watch loop lists again after its backoff
     assert layouts.synced.is_set(), "the webhook serves meanwhile"
     assert layouts.jobset("train", "pretrain") is None
+
+
+class OneJobSet:
+    """The JobSets API as the webhook calls it: a list of the whole cluster (the watch) and a
+    list of one by name (a miss); the JobSet is there only once ``created``."""
+
+    def __init__(self) -> None:
+        self.created: dict[str, Any] | None = None
+        self.reads: list[str] = []
+        self.fail: Exception | None = None
+
+    def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        return SimpleNamespace(data=b'{"metadata": {"resourceVersion": "1"}, "items": []}')
+
+    def list_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads.append(f"{args[2]}/{kwargs['field_selector']}")
+        assert kwargs["_request_timeout"] <= 0.5, "an admission never waits long on it"
+        if self.fail is not None:
+            raise self.fail
+        return {"items": [self.created] if self.created else []}
+
+
+def test_a_jobset_the_watch_has_not_shown_is_read_once_by_name_and_kept() -> None:
+    """JobSet makes its Jobs and their pods as soon as it sees the JobSet: a watch event late
+    behind them would leave an InOrder JobSet's first pods unranked, its gang never whole."""
+    api = OneJobSet()
+    layouts = JobSetLayouts(None, api)
+    layouts._list()
+    api.created = jobset_object(4)
+    kept = layouts.jobset("train", "pretrain")
+    assert kept is not None
+    assert jobset_layout(kept, None) == {"workers/0": 0, "workers/1": 4, "": 8}
+    assert layouts.jobset("train", "pretrain") == kept
+    assert api.reads == ["train/metadata.name=pretrain"], "read once, then kept"
+
+
+def test_a_jobset_not_found_or_not_readable_leaves_its_pods_to_the_operator() -> None:
+    api = OneJobSet()
+    layouts = JobSetLayouts(None, api)
+    layouts._list()
+    assert layouts.jobset("train", "ghost") is None
+    assert layouts.jobset("train", "ghost") is None
+    assert len(api.reads) == 1, "a JobSet not found is not read again at once"
+    layouts._event("train/ghost", {**jobset_object(2), "metadata": {"name": "ghost"}})
+    assert layouts.jobset("train", "ghost") is not None, "the watch shows it later"
+    api.fail = ApiException(status=500, reason="Internal Server Error")
+    assert layouts.jobset("train", "slow") is None, "a failed read: the path without the view"
+
+
+def test_without_the_jobset_crd_nothing_is_read_on_a_miss() -> None:
+    class NoJobSets(OneJobSet):
+        def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+            raise ApiException(status=404, reason="Not Found")
+
+    api = NoJobSets()
+    layouts = JobSetLayouts(None, api)
+    with pytest.raises(ApiException):
+        layouts._list()
+    assert layouts.jobset("train", "pretrain") is None
+    assert api.reads == [], "no CRD, or no right to list it: no read per admission"
 
 
 def test_a_gang_view_never_started_knows_no_jobset() -> None:
