@@ -191,8 +191,12 @@ def queue_key(item: PlacementWork) -> QueueKey:
     return queue_order(item.priority, item.job.created, item.job.key)
 
 
-def _same(kept: tuple[object, ...] | None, inputs: tuple[object, ...]) -> bool:
-    return kept is not None and all(a is b for a, b in zip(kept, inputs, strict=True))
+def _same(
+    kept: tuple[object, object, object] | None, inputs: tuple[object, object, object]
+) -> bool:
+    return (
+        kept is not None and kept[0] is inputs[0] and kept[1] is inputs[1] and kept[2] is inputs[2]
+    )
 
 
 class _Kept:
@@ -201,7 +205,7 @@ class _Kept:
     store's topology generation (the nodes it may use). Only items that read nothing else are
     kept (:func:`_keepable`)."""
 
-    __slots__ = ("generation", "inputs", "work")
+    __slots__ = ("generation", "inputs", "uids", "work")
 
     def __init__(
         self, inputs: tuple[object, object, object], generation: int, work: PlacementWork
@@ -209,6 +213,7 @@ class _Kept:
         self.inputs = inputs
         self.generation = generation
         self.work = work
+        self.uids = frozenset(p.uid for p in work.members)
 
     def stands(
         self,
@@ -222,7 +227,7 @@ class _Kept:
             _same(self.inputs, inputs)
             and self.generation == store.topology_generation
             and self.work.job.key not in reservations
-            and not any(p.uid in released for p in self.work.members)
+            and not any(uid in released for uid in self.uids)
         )
 
 
