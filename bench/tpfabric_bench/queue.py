@@ -172,7 +172,8 @@ async def _drive(
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu_before
     timed.stop_profiling()
-    steady = [c for c in cycles[first_cycle:] if c[0] < started + wall]
+    # a cycle still running when the warm-up ended (its writes told the backlog) began before
+    steady = [c for c in cycles[first_cycle:] if started <= c[0] < started + wall]
     evaluated = _plan_attempts(placer.metrics) - attempts
     status_writes, events = writes.status_writes - writes_before, writes.events - events_before
     drain_start = time.perf_counter()
