@@ -214,7 +214,7 @@ class Snapshots:
         self._base: CapacitySnapshot | None = None
         #: per node index of the base's topology: the record and the use it was read from
         self._nodes: list[NodeRecord | None] = []
-        self._used: list[Mapping[str, int] | None] = []
+        self._used: list[dict[str, int] | None] = []
         #: node -> what reservations held there, and the silent nodes, as last read
         self._held: dict[str, dict[str, int]] = {}
         self._silent: frozenset[str] = frozenset()
