@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import logging
 import math
@@ -89,6 +90,39 @@ def stream_latency(
     return result
 
 
+class _TimedCycles:
+    """Times each of ``placer``'s cycles (wall and thread CPU time), and profiles them with
+    cProfile while ``profiling`` when given a ``path`` to write to."""
+
+    def __init__(self, placer: GangPlacer, path: Path | None) -> None:
+        #: (start, wall s, thread CPU s) of each cycle
+        self.cycles: list[tuple[float, float, float]] = []
+        self._run_cycle = placer.run_cycle
+        self._path = path
+        self._profile = cProfile.Profile() if path is not None else None
+        self.profiling = False
+        placer.run_cycle = self.cycle  # type: ignore[method-assign]
+
+    def cycle(self) -> bool:
+        """Run one placer cycle, timed (and profiled while profiling)."""
+        profile = self._profile if self.profiling else None
+        started, cpu = time.perf_counter(), time.thread_time()
+        if profile is not None:
+            profile.enable()
+        try:
+            return self._run_cycle()
+        finally:
+            if profile is not None:
+                profile.disable()
+            self.cycles.append((started, time.perf_counter() - started, time.thread_time() - cpu))
+
+    def stop_profiling(self) -> None:
+        """Stop profiling and write what was profiled."""
+        self.profiling = False
+        if self._profile is not None and self._path is not None:
+            self._profile.dump_stats(self._path)
+
+
 async def _drive(
     writes: AppliedWrites, placer: GangPlacer, args: argparse.Namespace, waiting: int
 ) -> dict[str, Any]:
@@ -100,16 +134,8 @@ async def _drive(
         loop.call_soon_threadsafe(placer_loop.changed.set)
 
     writes.wake = wake
-    cycles: list[tuple[float, float, float]] = []  # (start, wall s, thread CPU s)
-    run_cycle = placer.run_cycle
-
-    def timed_cycle() -> bool:
-        started, cpu = time.perf_counter(), time.thread_time()
-        more = run_cycle()
-        cycles.append((started, time.perf_counter() - started, time.thread_time() - cpu))
-        return more
-
-    placer.run_cycle = timed_cycle  # type: ignore[method-assign]
+    timed = _TimedCycles(placer, args.profile)
+    cycles = timed.cycles
     stop = asyncio.Event()
     runner = asyncio.create_task(placer_loop.run(stop))
     placer_loop.changed.set()
@@ -130,6 +156,7 @@ async def _drive(
     events_before = writes.events
     cpu_before, started = time.process_time(), time.perf_counter()
     first_cycle = len(cycles)
+    timed.profiling = True
     period = 1.0 / args.completions
     freed, k, tick = 0, 0, 0
     while (now := time.perf_counter()) - started < args.seconds:
@@ -144,7 +171,9 @@ async def _drive(
             k += 1
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu_before
-    steady = [c for c in cycles[first_cycle:] if c[0] < started + wall]
+    timed.stop_profiling()
+    # a cycle still running when the warm-up ended (its writes told the backlog) began before
+    steady = [c for c in cycles[first_cycle:] if started <= c[0] < started + wall]
     evaluated = _plan_attempts(placer.metrics) - attempts
     status_writes, events = writes.status_writes - writes_before, writes.events - events_before
     drain_start = time.perf_counter()
@@ -228,6 +257,7 @@ def _child_argv(args: argparse.Namespace, nodes: int, waiting: int) -> list[str]
         "--seed",
         str(args.seed),
         *(["--finished", str(args.finished)] if args.finished is not None else []),
+        *(["--profile", str(args.profile)] if args.profile is not None else []),
     ]
 
 
@@ -313,10 +343,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--finished", type=int, help="finished gangs (default: nodes / 8)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path, help="write the results as JSON here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="profile the placer's steady-state cycles (cProfile) into this file; one "
+        "configuration only (read it with python -m pstats)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.completions <= 0 or args.seconds <= 0:
         parser.error("--completions and --seconds must be > 0")
+    if args.profile is not None and len(args.nodes) * len(args.waiting) > 1 and not args.child:
+        parser.error("--profile takes one configuration: give one --nodes and one --waiting")
     return args
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import compress
+from operator import is_not, or_
 
 from tpfabric_core import labels
 from tpfabric_core.placement.cost import (
@@ -201,20 +203,21 @@ def build_snapshot(
     )
 
 
-#: what a node's free capacity was read from: its record, its use (the store replaces a node's
-#: use map whenever a pod on it changes, never edits it), the reservations on it and whether
-#: its agent is silent
-_NodeInputs = tuple[NodeRecord | None, Mapping[str, int] | None, dict[str, int] | None, bool]
-
-
 class Snapshots:
     """Builds each cycle's snapshot from the last one: only the nodes whose record, use or
-    reservations changed are read again (O(nodes) identity checks, not O(nodes x resources)
-    arithmetic); a new topology builds it whole. Same answer as :func:`build_snapshot`."""
+    reservations changed, or whose agent fell silent or spoke again, are read again (the records
+    and uses compared by identity, node by node, in C: O(nodes) pointer comparisons, not
+    O(nodes x resources) arithmetic); a new topology builds it whole. Same answer as
+    :func:`build_snapshot`."""
 
     def __init__(self) -> None:
         self._base: CapacitySnapshot | None = None
-        self._inputs: list[_NodeInputs] = []
+        #: per node index of the base's topology: the record and the use it was read from
+        self._nodes: list[NodeRecord | None] = []
+        self._used: list[dict[str, int] | None] = []
+        #: node -> what reservations held there, and the silent nodes, as last read
+        self._held: dict[str, dict[str, int]] = {}
+        self._silent: frozenset[str] = frozenset()
 
     def build(
         self,
@@ -224,27 +227,38 @@ class Snapshots:
     ) -> CapacitySnapshot:
         """Return this cycle's snapshot (a copy: the cycle's plans take from it)."""
         held = _held(reservations)
-        names, nodes, used, silent = (
-            topology.node_names,
-            store.nodes,
-            store.used,
-            store.silent_nodes,
-        )
+        names, silent = topology.node_names, store.silent_nodes
+        nodes = list(map(store.nodes.get, names))
+        used = list(map(store.used.get, names))
         base = self._base
+        self._nodes, was_nodes, self._used, was_used = nodes, self._nodes, used, self._used
+        self._held, was_held, self._silent, was_silent = held, self._held, silent, self._silent
         if base is None or base.topology is not topology:
             base = self._base = build_snapshot(store, topology, reservations)
-            self._inputs = [(nodes.get(n), used.get(n), held.get(n), n in silent) for n in names]
             return base.copy()
-        inputs = self._inputs
-        for i, name in enumerate(names):
-            node, use, taken = nodes.get(name), used.get(name), held.get(name)
-            quiet = name in silent
-            was = inputs[i]
-            if was[0] is node and was[1] is use and was[2] == taken and was[3] == quiet:
-                continue
-            inputs[i] = (node, use, taken, quiet)
+        changed = set(
+            compress(
+                range(len(names)),
+                map(or_, map(is_not, nodes, was_nodes), map(is_not, used, was_used)),
+            )
+        )
+        changed.update(
+            name_index
+            for name in {*held, *was_held}
+            if held.get(name) != was_held.get(name)
+            and (name_index := topology.index_of.get(name)) is not None
+        )
+        changed.update(
+            name_index
+            for name in silent ^ was_silent
+            if (name_index := topology.index_of.get(name)) is not None
+        )
+        for i in changed:
+            name, node = names[i], nodes[i]
             if node is None:
                 base.put_state(NodeState(name=name, free_gpus=0, free_rdma=0, ready=False))
             else:
-                base.put_state(_node_state(name, node, use or {}, taken or {}, quiet))
+                base.put_state(
+                    _node_state(name, node, used[i] or {}, held.get(name) or {}, name in silent)
+                )
         return base.copy()

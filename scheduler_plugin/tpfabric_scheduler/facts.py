@@ -122,4 +122,4 @@ def attempt_unknown(pods: Iterable[PodRecord]) -> bool:
 
 def members_of(item: PlacementWork) -> Members:
     """Return what of a gang's own pods a plan attempt depends on."""
-    return frozenset((p.uid, p.gated, p.node) for p in item.members)
+    return item.member_states

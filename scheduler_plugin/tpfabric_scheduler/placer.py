@@ -193,6 +193,8 @@ class GangPlacer:
         needed = (
             bool(unrecorded)
             or any(m.degraded for m in movers)
+            # a gang never tried is told at a glance (in a deep queue, it comes last)
+            or any(not item.planned and item.job.uid not in memory.attempts for item in work)
             or any(
                 needs_snapshot(item, now, freed, topology, rules=rules, memory=memory)
                 for item in work

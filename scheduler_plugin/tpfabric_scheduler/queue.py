@@ -35,7 +35,7 @@ from tpfabric_scheduler.policy.near import near_target
 from tpfabric_scheduler.policy.refusals import refused_nodes
 from tpfabric_scheduler.policy.requeue import Freed
 from tpfabric_scheduler.policy.waiting import still_waiting
-from tpfabric_scheduler.store import ClusterStore, JobRecord
+from tpfabric_scheduler.store import ClusterStore, JobRecord, PodRecord
 from tpfabric_scheduler.work import PlacementWork, PlacerMemory, Rules, plan_nodes
 
 __all__ = ["Queue", "QueueKey", "cycle_order", "needs_snapshot", "queue_key"]
@@ -58,6 +58,9 @@ class Queue:
         #: job key -> (its record, its pods' map, its fresh plan) when it was last settled: the
         #: store replaces each of them on any change, so the same three mean settled still
         self._settled: dict[str, tuple[object, object, object]] = {}
+        #: job key -> the work item of a gang not planned yet, kept while what it is read from
+        #: stands (:class:`_Kept`): a deep queue's waiting gangs are not built again each cycle
+        self._waiting: dict[str, _Kept] = {}
 
     def pending(
         self,
@@ -81,6 +84,11 @@ class Queue:
             inputs = (job, pods, store.fresh_plans.get(job.uid))
             if _same(self._settled.get(key), inputs):
                 continue  # settled, and nothing it is read from changed since
+            kept = self._waiting.get(key)
+            if kept is not None and kept.stands(inputs, store, reservations, released):
+                work.append(kept.work)
+                continue  # not planned, and nothing its work item is read from changed since
+            self._waiting.pop(key, None)
             members = sorted((pods or {}).values(), key=lambda p: p.name)
             live = [p for p in members if not p.terminal and not p.deleting]
             gated = [p for p in live if p.gated and p.uid not in released]
@@ -117,23 +125,51 @@ class Queue:
             if job.kind == GANG_KIND and not planned and gang_problems(job.raw_status):
                 continue  # its record says what is wrong (two owners, one rank twice...)
             worker = (gated or live or members)[0]
-            work.append(
-                PlacementWork(
-                    job=job,
-                    members=members,
-                    gated=gated,
-                    placement=placement,
-                    reservations=reservations.get(key, []),
-                    eligible=self.eligible.of(store, job, worker),
-                    priority=max((p.priority for p in members), default=0),
-                    refused=refused_nodes(store, placement, worker, now),
-                    near=near_target(store, job, topology),
-                )
+            item = PlacementWork(
+                job=job,
+                members=members,
+                gated=gated,
+                placement=placement,
+                reservations=reservations.get(key, []),
+                eligible=self.eligible.of(store, job, worker),
+                priority=max((p.priority for p in members), default=0),
+                refused=refused_nodes(store, placement, worker, now),
+                near=near_target(store, job, topology),
+            )
+            work.append(item)
+            self._keep(
+                item,
+                inputs,
+                store=store,
+                worker=worker,
+                reservations=reservations,
+                released=released,
             )
         work.sort(key=queue_key)
+        self._trim(store)
+        return work
+
+    def _keep(
+        self,
+        item: PlacementWork,
+        inputs: tuple[object, object, object],
+        *,
+        store: ClusterStore,
+        worker: PodRecord,
+        reservations: Container[str],
+        released: Container[str],
+    ) -> None:
+        """Keep ``item`` for the next cycles if it reads nothing but ``inputs`` and the nodes
+        it may use (:func:`_keepable`)."""
+        if _keepable(item, worker, reservations, released):
+            self._waiting[item.job.key] = _Kept(inputs, store.topology_generation, item)
+
+    def _trim(self, store: ClusterStore) -> None:
+        """Forget what is kept of jobs gone, once it outgrows the store's jobs."""
         if len(self._settled) > 2 * len(store.jobs) + 1024:
             self._settled = {k: v for k, v in self._settled.items() if k in store.jobs}
-        return work
+        if len(self._waiting) > 2 * len(store.jobs) + 1024:
+            self._waiting = {k: v for k, v in self._waiting.items() if k in store.jobs}
 
     def _note_not_opted_in(self, job: JobRecord) -> None:
         """Log once per record that its namespace has not opted in (the operator tells its
@@ -158,8 +194,64 @@ def queue_key(item: PlacementWork) -> QueueKey:
     return queue_order(item.priority, item.job.created, item.job.key)
 
 
-def _same(kept: tuple[object, ...] | None, inputs: tuple[object, ...]) -> bool:
-    return kept is not None and all(a is b for a, b in zip(kept, inputs, strict=True))
+def _same(
+    kept: tuple[object, object, object] | None, inputs: tuple[object, object, object]
+) -> bool:
+    return (
+        kept is not None and kept[0] is inputs[0] and kept[1] is inputs[1] and kept[2] is inputs[2]
+    )
+
+
+class _Kept:
+    """A gang's work item not planned yet, with what it was read from: its record, its pods'
+    map and its fresh plan (replaced by the store on any change, so compared by identity) and the
+    store's topology generation (the nodes it may use). Only items that read nothing else are
+    kept (:func:`_keepable`)."""
+
+    __slots__ = ("generation", "inputs", "uids", "work")
+
+    def __init__(
+        self, inputs: tuple[object, object, object], generation: int, work: PlacementWork
+    ) -> None:
+        self.inputs = inputs
+        self.generation = generation
+        self.work = work
+        self.uids = frozenset(p.uid for p in work.members)
+
+    def stands(
+        self,
+        inputs: tuple[object, object, object],
+        store: ClusterStore,
+        reservations: Container[str],
+        released: Container[str],
+    ) -> bool:
+        """Return whether building the work item from ``store`` would give the same one."""
+        return (
+            _same(self.inputs, inputs)
+            and self.generation == store.topology_generation
+            and self.work.job.key not in reservations
+            and not any(uid in released for uid in self.uids)
+        )
+
+
+def _keepable(
+    item: PlacementWork,
+    worker: PodRecord,
+    reservations: Container[str],
+    released: Container[str],
+) -> bool:
+    """Return whether ``item`` reads nothing but its job's record, pods and fresh plan and the
+    nodes it may use: not planned, no reservation, no pod this placer released, no host port
+    (the nodes refused read every node's ports), no refusal (they expire with time) and no
+    partner (where another gang runs)."""
+    return (
+        not item.planned
+        and item.job.key not in reservations
+        and not worker.host_ports
+        and not item.placement.refused_nodes
+        and item.near is None
+        and not any(p.uid in released for p in item.members)
+    )
 
 
 def cycle_order(

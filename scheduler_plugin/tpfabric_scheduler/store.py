@@ -19,6 +19,7 @@ from tpfabric_core.api.placement import StoredPlacement, finished, read_placemen
 from tpfabric_core.fabric.agent_heartbeat import HeartbeatLease, Heartbeats, node_of_lease
 from tpfabric_scheduler.freed import FreedLog
 from tpfabric_scheduler.node_record import NodeRecord, index_nodes
+from tpfabric_scheduler.plan_memo import PlanMemo
 from tpfabric_scheduler.records import (
     JobRecord,
     PodIndex,
@@ -85,6 +86,10 @@ class ClusterStore:
         #: the clock heartbeats are timed by (monotonic seconds)
         self.clock: Callable[[], float] = time.monotonic
         self._reservations: tuple[int, dict[str, tuple[tuple[str, int], ...]]] = (-1, {})
+        #: what each job's plan reads, remembered from one change of it to the next
+        #: (:class:`~.plan_memo.PlanMemo`): shared with every view, each entry checked by the
+        #: identity of the records it was read from (the store replaces them, never changes them)
+        self._memo = PlanMemo()
 
     def view(self) -> ClusterStore:
         """Return a copy of the store to read without its lock (call with the lock held).
@@ -111,6 +116,7 @@ class ClusterStore:
         copy.capacity_generation = self.capacity_generation
         copy.freed = self.freed.view()
         copy._reservations = self._reservations  # immutable once made
+        copy._memo = self._memo  # every entry names the records it was read from
         return copy
 
     @property
@@ -357,7 +363,7 @@ class ClusterStore:
         fresh = self.fresh_plans.get(job.uid)
         if fresh is None:
             return stored
-        if _same_plan(stored, fresh):
+        if self._memo.same_plan(job.uid, stored, fresh):
             del self.fresh_plans[job.uid]  # the watch caught up
             return stored
         return fresh
@@ -365,13 +371,14 @@ class ClusterStore:
     def holding_plans(self) -> Iterator[tuple[str, JobRecord, StoredPlacement]]:
         """Yield (key, job, placement) of every job whose plan holds nodes: valid, not
         suspended, not finished (a finished job holds nothing, whatever its plan says)."""
+        memo = self._memo
+        memo.trim(len(self.jobs))
         for key, job in self.jobs.items():
-            if job.job is None or job.job.spec.suspend:
-                continue
-            if finished(job.raw_status):
-                continue
             placement = self.placement_of(job)
-            if placement.planned:
+            kept = memo.holding.get(key)
+            if kept is None or kept[0] is not job or kept[1] is not placement:
+                kept = memo.holding[key] = (job, placement, _holds(job, placement))
+            if kept[2]:
                 yield key, job, placement
 
     def reservations(self) -> dict[str, tuple[tuple[str, int], ...]]:
@@ -389,15 +396,23 @@ class ClusterStore:
             return cached
         held: dict[str, list[tuple[str, int]]] = {}
         for key, _, placement in self.holding_plans():
-            # a rank holds its node unless its pod is bound there or has finished
-            settled = {
-                pod.worker_index
-                for pod in self.workers.get(key, {}).values()
-                if pod.node is not None or pod.terminal
-            }
-            for rank, node in enumerate(placement.nodes):
-                if rank not in settled:
-                    held.setdefault(node, []).append((key, rank))
+            pods = self.workers.get(key)
+            kept = self._memo.unbound.get(key)
+            if kept is not None and kept[0] is placement and kept[1] is pods:
+                ranks = kept[2]
+            else:
+                # a rank holds its node unless its pod is bound there or has finished
+                settled = {
+                    pod.worker_index
+                    for pod in (pods or {}).values()
+                    if pod.node is not None or pod.terminal
+                }
+                ranks = tuple(
+                    (rank, node) for rank, node in enumerate(placement.nodes) if rank not in settled
+                )
+                self._memo.unbound[key] = (placement, pods, ranks)
+            for rank, node in ranks:
+                held.setdefault(node, []).append((key, rank))
         frozen = {node: tuple(holders) for node, holders in held.items()}
         self._reservations = (self.capacity_generation, frozen)
         return frozen
@@ -412,8 +427,8 @@ class ClusterStore:
         return record.allocatable.get(resource, 0) - self.used.get(node, {}).get(resource, 0)
 
 
-def _same_plan(stored: StoredPlacement, fresh: StoredPlacement) -> bool:
-    """Return whether the stored placement is the fresh one (or a later write of the placer)."""
-    if not fresh.present:
-        return not stored.planned
-    return stored.state == fresh.state and stored.nodes == fresh.nodes
+def _holds(job: JobRecord, placement: StoredPlacement) -> bool:
+    """Return whether ``job``'s ``placement`` holds nodes (:meth:`ClusterStore.holding_plans`)."""
+    if job.job is None or job.job.spec.suspend:
+        return False
+    return not finished(job.raw_status) and placement.planned

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from tpfabric_core.api.placement import StoredPlacement
@@ -56,6 +57,13 @@ class PlacementWork:
     def planned(self) -> bool:
         """Return whether the job has a plan (persisted or just written)."""
         return self.placement.planned
+
+    @cached_property
+    def member_states(self) -> frozenset[tuple[str, bool, str | None]]:
+        """Return each of its pods' uid, whether gated, and node: what of the gang's own pods a
+        plan attempt depends on (worked out once per item: a waiting gang's item is kept from
+        cycle to cycle while its pods stand)."""
+        return frozenset((p.uid, p.gated, p.node) for p in self.members)
 
 
 @dataclass(frozen=True)

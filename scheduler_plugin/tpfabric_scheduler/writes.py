@@ -67,6 +67,9 @@ class WritePipeline:
     term: int
     #: pod uid -> monotonic time this placer ungated it (until the store sees it ungated)
     released: dict[str, float] = field(default_factory=dict, init=False)
+    #: pod uid -> its key (``namespace/name``) for each of ``released``: looked up alone, not
+    #: found among every pod of the store
+    _released_keys: dict[str, str] = field(default_factory=dict, init=False)
     #: the cycle's persisting pool (None outside a cycle: persist inline)
     _persisting: ThreadPoolExecutor | None = field(default=None, init=False)
     _persisted: list[Future[bool]] = field(default_factory=list, init=False)
@@ -165,21 +168,29 @@ class WritePipeline:
             self._persisted.append(pool.submit(release))
         self._to_release = []
 
+    def _note_released(self, pod: PodRecord) -> None:
+        """Remember that this placer ungated ``pod`` (until the store sees it ungated)."""
+        self._released_keys[pod.uid] = pod.key
+        self.released[pod.uid] = time.monotonic()
+
     def forget_released(self) -> None:
         """Forget released pods the store sees ungated (or gone), and any after the memory."""
         if not self.released:
             return
         now = time.monotonic()
+        released = list(self.released.items())  # releases of this cycle may still be going
+        keys = self._released_keys
         with self.store.lock:
+            pods = self.store.pods
             gated = {
-                pod.uid
-                for members in self.store.workers.values()
-                for pod in members.values()
-                if pod.gated
+                uid
+                for uid, _ in released
+                if (pod := pods.get(keys.get(uid, ""))) is not None and pod.uid == uid and pod.gated
             }
-        for uid, when in list(self.released.items()):
+        for uid, when in released:
             if uid not in gated or now - when > RELEASED_MEMORY_SECONDS:
-                del self.released[uid]
+                self.released.pop(uid, None)
+                keys.pop(uid, None)
 
     def write(
         self,
@@ -320,7 +331,7 @@ class WritePipeline:
                         raise
                 else:
                     self.metrics.release_write_seconds.observe(time.perf_counter() - started)
-                    self.released[pod.uid] = time.monotonic()
+                    self._note_released(pod)
                     return
             current = self.writer.read_pod(pod.namespace, pod.name)
             if current["metadata"].get("uid") != pod.uid:
@@ -341,7 +352,7 @@ class WritePipeline:
                 annotations=notes,
                 annotated=bool(current["metadata"].get("annotations")),
             )
-            self.released[pod.uid] = time.monotonic()
+            self._note_released(pod)
 
         # a gang's writes go out together (RELEASE_CONCURRENCY at a time over every gang being
         # persisted): one by one, a 256-worker gang waits 256 round trips before kube-scheduler

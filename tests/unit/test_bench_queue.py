@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import math
+import pstats
+from pathlib import Path
 
 import pytest
 from kubernetes.client.rest import ApiException
@@ -88,3 +90,18 @@ def test_the_command_line_takes_lists_of_sizes_and_refuses_nonsense() -> None:
         parse_args(["--nodes", "0"])
     with pytest.raises(SystemExit):
         parse_args(["--completions", "0"])
+
+
+def test_a_profiled_run_writes_the_placer_s_steady_state_cycles(tmp_path: Path) -> None:
+    out = tmp_path / "queue.pstats"
+    size = ["--nodes", "64", "--waiting", "4"]
+    args = parse_args([*size, "--seconds", "1", "--drain-seconds", "2", "--profile", str(out)])
+    args.nodes, args.waiting = 64, 4
+    run_child(args)
+    stats = pstats.Stats(str(out))
+    assert any(name == "run_cycle" for _, _, name in stats.stats)  # type: ignore[attr-defined]
+
+
+def test_a_profile_takes_one_configuration() -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--nodes", "5000,16000", "--profile", "out.pstats"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from builders import a_job
 from placer_world import a_node, a_worker, two_leaves
 
 from tpfabric_core.placement.snapshot import CapacitySnapshot
@@ -86,4 +87,26 @@ def test_a_node_whose_agent_falls_silent_or_speaks_again_is_read_again() -> None
     with store.lock:
         store.mark_silent(frozenset())
     assert not snapshots.build(store.view(), topology, {}).degraded[index]
+    same_as_whole(store, snapshots, topology)
+
+
+def test_a_plan_s_reservations_coming_and_going_and_a_node_leaving_are_read_again() -> None:
+    store = ClusterStore()
+    two_leaves(store)
+    topology = topology_of(store)
+    snapshots = Snapshots()
+    same_as_whole(store, snapshots, topology)
+    with store.lock:  # a plan holds two nodes for its workers, not bound yet
+        store.upsert_job(a_job("held", 2, plan=("leaf", "leaf-a", ["leaf-a-n1", "leaf-a-n3"])))
+        for rank in range(2):
+            store.upsert_pod(a_worker("held", rank, gated=False))
+    same_as_whole(store, snapshots, topology)
+    index = topology.node_names.index("leaf-a-n3")
+    assert snapshots.build(store.view(), topology, reservations_by_job(store)).free_gpus[index] == 0
+    with store.lock:  # worker 1 binds where its rank held: the hold is its use now
+        store.upsert_pod(a_worker("held", 1, node="leaf-a-n3", gated=False))
+    same_as_whole(store, snapshots, topology)
+    with store.lock:  # the plan goes; a node leaves the cluster
+        store.upsert_job(a_job("held", 2))
+        store.delete_node("leaf-b-n0")
     same_as_whole(store, snapshots, topology)
