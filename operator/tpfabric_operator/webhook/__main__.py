@@ -14,11 +14,12 @@ writes nothing to the API server; what it reads is one list+watch of the nodes
 (:class:`.node_offers.NodeOffers`), kept in memory for the default RDMA devices of a gang pod
 (``--rdma-count auto``), and one each of the Gang records' plans, of the gang pods' ranks and
 of the JobSets' replicated Jobs (:class:`.gang_plans.GangPlans`: a JobSet's pod is ranked at
-admission, and a pod admitted after its gang's plan is created released onto it;
-``--no-born-released`` leaves every gang pod gated), and it serves only once those views are
-listed (the JobSets' at once where the cluster has no JobSet CRD). So it runs as many
-replicas as wanted without leader election, and an operator's leader change, a long reconcile
-or a kopf restart never slows an admission. It ships in the operator's image.
+admission, its JobSet read once by name if the watch has not shown it yet, and a pod admitted
+after its gang's plan is created released onto it; ``--no-born-released`` leaves every gang
+pod gated), and it serves only once those views are listed (the JobSets' at once where the
+cluster has no JobSet CRD). So it runs as many replicas as wanted without leader election, and
+an operator's leader change, a long reconcile or a kopf restart never slows an admission. It
+ships in the operator's image.
 
 TLS: ``--cert-dir`` holds ``tls.crt`` and ``tls.key``; the files are read again when they change
 (checked every ``--reload-seconds``), so a rotated certificate is served without a restart. With
