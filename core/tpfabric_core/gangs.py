@@ -61,6 +61,7 @@ __all__ = [
     "Near",
     "Problem",
     "TopologyAsk",
+    "completion_index",
     "gang_of",
     "not_opted_in",
     "record_name",
@@ -368,6 +369,12 @@ def _rank(labels: Mapping[str, str]) -> tuple[int | None, list[Problem]]:
     return rank, []
 
 
+def completion_index(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> int | None:
+    """Return the completion index the Job controller writes on an Indexed Job's pod (its label,
+    else its annotation); None: not an Indexed Job's pod, or unreadable."""
+    return _int(labels.get(COMPLETION_INDEX, annotations.get(COMPLETION_INDEX)))
+
+
 def _controller(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """Return the pod's controlling owner reference (None: a bare pod)."""
     refs = meta.get("ownerReferences") or []
@@ -394,7 +401,7 @@ def _own_rank(
     api = str(controller.get("apiVersion") or "")
     if controller.get("kind") != "Job" or api.partition("/")[0] != "batch":
         return None, []
-    index = _int(labels.get(COMPLETION_INDEX, annotations.get(COMPLETION_INDEX)))
+    index = completion_index(labels, annotations)
     if index is None or (size is not None and index >= size):
         return None, []
     return index, []
@@ -455,7 +462,7 @@ def _job_set(
     owner = str(labels[JOBSET_NAME])
     job_index = _int(read(JOBSET_JOB_INDEX))
     global_index = _int(read(JOBSET_JOB_GLOBAL_INDEX))
-    completion = _int(read(COMPLETION_INDEX))
+    completion = completion_index(labels, annotations)
     replicated = read(JOBSET_REPLICATED_JOB) or ""
     per_job = annotations.get(GANG_PER_ANNOTATION) == "job" or bool(
         annotations.get(JOBSET_EXCLUSIVE)

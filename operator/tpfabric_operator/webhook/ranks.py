@@ -14,8 +14,7 @@ from typing import Any, Protocol
 
 from tpfabric_core.api.gang import MAX_GANG_WORKERS
 from tpfabric_core.gang_attempts import numbered_rank
-from tpfabric_core.gangs import COMPLETION_INDEX, GangMember
-from tpfabric_core.input_limits import whole_number
+from tpfabric_core.gangs import GangMember, completion_index
 from tpfabric_core.jobset_ranks import jobset_job, jobset_rank, member_layout
 
 __all__ = ["JobSetView", "rank_at_admission"]
@@ -50,10 +49,7 @@ def rank_at_admission(
         return numbered_rank(member)
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
-    completion_text = labels.get(
-        COMPLETION_INDEX, (meta.get("annotations") or {}).get(COMPLETION_INDEX)
-    )
-    completion = whole_number(completion_text)
+    completion = completion_index(labels, meta.get("annotations") or {})
     jobset = plans.jobset(member.namespace, member.owner)
     if completion is None or jobset is None:
         return None
