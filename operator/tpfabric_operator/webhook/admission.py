@@ -55,7 +55,7 @@ from tpfabric_core.placement.born_released import release_onto_plan
 from tpfabric_core.placement.pod_fit import container_gpus, node_matcher, pod_gpus, resource_amount
 from tpfabric_core.pod_wiring import NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
 from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, decide_rdma
-from tpfabric_operator.webhook.ranks import rank_at_admission
+from tpfabric_operator.webhook.ranks import JobSetView, rank_at_admission
 
 __all__ = [
     "RDMA_COUNT_ANNOTATION",
@@ -96,18 +96,15 @@ class NodeView(Protocol):
         ...
 
 
-class GangView(Protocol):
-    """What the webhook reads of the gangs (:class:`.gang_plans.GangPlans`, or a test's)."""
+class GangView(JobSetView, Protocol):
+    """What the webhook reads of the gangs (:class:`.gang_plans.GangPlans`, or a test's): the
+    JobSets too (:class:`.ranks.JobSetView`)."""
 
     def stamp(
         self, namespace: str, gang: str, rank: int, restart: int | None = None
     ) -> tuple[Stamp, StoredPlacement | None]:
         """Return the attempt of the gang's pod of ``rank`` admitted now (noting it seen) and
         the gang's plan (``restart``: the owner's restart count on the pod, where it has one)."""
-        ...
-
-    def jobset(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """Return the JobSet's replicated Jobs (None: not seen)."""
         ...
 
 
