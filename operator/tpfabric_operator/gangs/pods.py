@@ -7,15 +7,17 @@ in a handler thread; in a burst of 100 LeaderWorkerSet groups (800 pods, ``tpfab
 gangs``) the record timers took every handler thread, 31 groups never got a record, and nothing
 looked at them again (a gang without a record has no timer). Here every change of a gang's pods
 marks the gang dirty; :class:`GangSyncer`'s threads sync each dirty gang once however many of
-its pods changed meanwhile, from the cached pods, and every ``every`` seconds each gang whose
-last sync did not find it settled (:meth:`GangSyncer.settled`) is marked again: a gang whose
-record could not be made, a write that failed.
+its pods changed meanwhile, from the cached pods, at most once a second, and every ``every``
+seconds each gang whose last sync did not find it settled (:meth:`GangSyncer.settled`) is
+marked again: a gang whose record could not be made, a write that failed.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -134,7 +136,15 @@ class GangPods(PodWatch):
 
 class GangSyncer:
     """Threads that sync dirty gangs, each once per batch of changes, and look again every
-    ``every`` seconds at the gangs a sync did not find settled."""
+    ``every`` seconds at the gangs a sync did not find settled.
+
+    A gang synced less than ``batch`` seconds ago is synced again only once ``batch`` seconds
+    have passed since: the changes meanwhile (a LeaderWorkerSet group's pods created and made
+    ready one after another, the record's own watch events) make one sync and at most one
+    status write, as kube-controller-manager's Job controller batches a Job's pod events
+    (``syncJobBatchPeriod``, one second). A gang's first change, or one after a quiet
+    ``batch``, is synced at once: its record is made without delay.
+    """
 
     def __init__(
         self,
@@ -143,12 +153,20 @@ class GangSyncer:
         *,
         every: float,
         threads: int = 4,
+        batch: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sync = sync
         self._gangs = gangs
         self._every = every
+        self._batch = batch
+        self._clock = clock
         self._cond = threading.Condition()
         self._dirty: dict[GangKey, None] = {}  # an ordered set: first changed, first synced
+        #: gang -> when it may be synced again (dirty within ``batch`` of its last sync)
+        self._later: dict[GangKey, float] = {}
+        #: gang -> when its last sync began (kept ``batch`` seconds)
+        self._synced: dict[GangKey, float] = {}
         self._settled: set[GangKey] = set()
         self._stop = threading.Event()
         self._threads = [
@@ -173,10 +191,17 @@ class GangSyncer:
             self._cond.notify_all()
 
     def dirty(self, key: GangKey) -> None:
-        """Mark gang ``key`` for a sync (its pods or its record changed)."""
+        """Mark gang ``key`` for a sync (its pods or its record changed): at once, or once
+        ``batch`` seconds have passed since its last sync."""
         with self._cond:
             self._settled.discard(key)
-            self._dirty[key] = None
+            if key in self._dirty or key in self._later:
+                return
+            due = self._synced.get(key, -math.inf) + self._batch
+            if due > self._clock():
+                self._later[key] = due
+            else:
+                self._dirty[key] = None
             self._cond.notify()
 
     def settled(self, key: GangKey) -> bool:
@@ -185,13 +210,19 @@ class GangSyncer:
 
     def _take(self) -> GangKey | None:
         with self._cond:
-            while not self._dirty and not self._stop.is_set():
-                self._cond.wait()
-            if self._stop.is_set():
-                return None
-            key = next(iter(self._dirty))
-            del self._dirty[key]
-            return key
+            while not self._stop.is_set():
+                now = self._clock()
+                for key, due in list(self._later.items()):
+                    if due <= now:
+                        del self._later[key]
+                        self._dirty[key] = None
+                if self._dirty:
+                    key = next(iter(self._dirty))
+                    del self._dirty[key]
+                    self._synced[key] = now
+                    return key
+                self._cond.wait(min(self._later.values(), default=now + 60.0) - now)
+            return None
 
     def _work(self) -> None:
         while (key := self._take()) is not None:
@@ -201,11 +232,15 @@ class GangSyncer:
                 log.exception("gang %s/%s: sync failed", *key)
                 settled = False
             with self._cond:
-                if settled and key not in self._dirty:
+                if settled and key not in self._dirty and key not in self._later:
                     self._settled.add(key)
 
     def _tick(self) -> None:
         while not self._stop.wait(self._every):
+            with self._cond:  # forget the syncs too old to hold a gang back
+                now = self._clock()
+                for key in [k for k, t in self._synced.items() if now - t >= self._batch]:
+                    del self._synced[key]
             for key in self._gangs():
                 if key not in self._settled:
                     self.dirty(key)

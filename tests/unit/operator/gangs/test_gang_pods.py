@@ -81,7 +81,7 @@ def test_a_burst_of_changes_costs_one_sync_per_gang_not_one_per_change() -> None
         synced.append(key)
         return True
 
-    syncer = GangSyncer(sync, list, every=60, threads=1)
+    syncer = GangSyncer(sync, list, every=60, threads=1, batch=0)
     syncer.start()
     try:
         syncer.dirty(("ns", "first"))  # taken at once: its sync waits
@@ -106,7 +106,7 @@ def test_the_tick_looks_again_only_at_gangs_not_found_settled() -> None:
         synced.append(key)
         return results[key]
 
-    syncer = GangSyncer(sync, lambda: list(results), every=0.05, threads=2)
+    syncer = GangSyncer(sync, lambda: list(results), every=0.05, threads=2, batch=0)
     syncer.start()
     try:
         wait_until(lambda: synced.count(("ns", "no-record")) >= 3)
@@ -129,5 +129,78 @@ def test_a_sync_that_raises_leaves_its_gang_unsettled() -> None:
         time.sleep(0.05)
         assert not syncer.settled(("ns", "a"))
         assert syncer.is_alive()
+    finally:
+        syncer.stop()
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_changes_within_the_batch_after_a_sync_wait_for_it_and_make_one_sync() -> None:
+    """A gang's first change is synced at once; its changes within ``batch`` seconds of that
+    sync wait until the batch is over and then make one sync (a LeaderWorkerSet group's pods
+    created and made ready one after another: one status write a second at most)."""
+    clock = Clock()
+    synced: list[tuple[GangKey, float]] = []
+
+    def sync(key: GangKey) -> bool:
+        synced.append((key, clock.now))
+        return True
+
+    syncer = GangSyncer(sync, list, every=60, threads=1, batch=1.0, clock=clock)
+    syncer.start()
+    try:
+        syncer.dirty(("ns", "a"))
+        wait_until(lambda: len(synced) == 1)
+        assert synced == [(("ns", "a"), 100.0)], "a first change is synced at once"
+        for _ in range(20):  # within the batch: held back, not synced
+            syncer.dirty(("ns", "a"))
+        syncer.dirty(("ns", "b"))  # another gang is not held back by this one's batch
+        wait_until(lambda: len(synced) == 2)
+        time.sleep(0.1)
+        assert synced[1] == (("ns", "b"), 100.0)
+        assert not syncer.settled(("ns", "a")), "a change waits: the gang is not settled"
+        clock.now = 100.5
+        with syncer._cond:
+            syncer._cond.notify_all()
+        time.sleep(0.1)
+        assert len(synced) == 2, "still within the batch"
+        clock.now = 101.0
+        with syncer._cond:
+            syncer._cond.notify_all()
+        wait_until(lambda: len(synced) == 3)
+        time.sleep(0.1)
+        assert synced[2] == (("ns", "a"), 101.0), "the twenty changes made one sync"
+        assert syncer.settled(("ns", "a"))
+        clock.now = 103.0  # quiet for longer than the batch: the next change is synced at once
+        syncer.dirty(("ns", "a"))
+        wait_until(lambda: len(synced) == 4)
+        assert synced[3] == (("ns", "a"), 103.0)
+    finally:
+        syncer.stop()
+
+
+def test_a_held_back_change_is_synced_when_its_batch_ends_on_the_real_clock() -> None:
+    synced: list[float] = []
+
+    def sync(key: GangKey) -> bool:
+        synced.append(time.monotonic())
+        return True
+
+    syncer = GangSyncer(sync, list, every=60, threads=2, batch=0.2)
+    syncer.start()
+    try:
+        syncer.dirty(("ns", "a"))
+        wait_until(lambda: len(synced) == 1)
+        syncer.dirty(("ns", "a"))
+        wait_until(lambda: len(synced) == 2)
+        assert synced[1] - synced[0] >= 0.19, "no sooner than the batch after the last sync"
     finally:
         syncer.stop()
