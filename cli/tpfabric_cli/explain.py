@@ -43,7 +43,7 @@ from tpfabric_cli.topology.node_health import NodeHealth
 from tpfabric_core import labels
 from tpfabric_core.api.placement import StoredPlacement, gang_problems, placement_of_status
 from tpfabric_core.errors import InputError
-from tpfabric_core.gang_shortfall import Shortfall, shortfall
+from tpfabric_core.gang_shortfall import Shortfall, numbered, shortfall
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.hostlist import compress_hostlist
 from tpfabric_core.input_limits import whole_number
@@ -190,9 +190,18 @@ class Explanation:
     """A Gang short of pods: how many exist and which ranks are missing (None: none missing)."""
     owner_words: str = ""
     """What makes a Gang's pods (``LeaderWorkerSet x``), named when it is short of pods."""
+    numbered: bool = False
+    """A Gang's pods carry their attempt: it is planned from its first pods, not once whole."""
     nodes_hidden: bool = False
     """The nodes could not be read (the user may not read nodes): no leaf, spine, rails or
     health in the rows."""
+
+    @property
+    def short_words(self) -> str:
+        """Return what a Gang short of pods waits for, in words ("": none missing)."""
+        if self.short is None:
+            return ""
+        return self.short.words(self.owner_words, numbered=self.numbered)
 
     @property
     def off_plan(self) -> tuple[RankRow, ...]:
@@ -227,7 +236,7 @@ class Explanation:
                 "missingRanks": list(self.short.missing_ranks)
                 if self.short.missing_ranks is not None
                 else None,
-                "message": self.short.words(self.owner_words),
+                "message": self.short_words,
             }
         document["nodeDetails"] = NODES_HIDDEN if self.nodes_hidden else "shown"
         document["rdma"] = dict(self.rdma) if self.rdma is not None else None
@@ -352,6 +361,7 @@ def explain_object(
         rdma=_rdma(status),
         short=short,
         owner_words=owner_words(spec.get("owner") or {}) if is_gang else "",
+        numbered=is_gang and numbered((p.get("metadata") or {}).get("labels") for p in pods),
         nodes_hidden=nodes_hidden,
     )
 
@@ -485,9 +495,7 @@ def print_explanation(explanation: Explanation, console: Console) -> None:
     if explanation.degraded is not None:
         console.print(f"[yellow]degraded: {escape(explanation.degraded)}[/]")
     if explanation.short is not None:
-        console.print(
-            f"[yellow]pods: {escape(explanation.short.words(explanation.owner_words))}[/]"
-        )
+        console.print(f"[yellow]pods: {escape(explanation.short_words)}[/]")
     if explanation.nodes_hidden:
         console.print(f"[dim]{NODES_HIDDEN}[/]")
     if explanation.problems:

@@ -32,7 +32,7 @@ from tpfabric_cli.errors import user_errors
 from tpfabric_cli.explain import api_failure, context_namespace, owner_words, print_uncropped
 from tpfabric_cli.options import KubeconfigOpt
 from tpfabric_core.api.placement import INVALID, gang_problems, placement_of_status
-from tpfabric_core.gang_shortfall import shortfall
+from tpfabric_core.gang_shortfall import numbered, shortfall
 from tpfabric_core.gangs import GANG_LABEL, RANK_LABEL
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.placement.queue_order import job_key, queue_order
@@ -153,7 +153,8 @@ def _entry(
         problems = "; ".join(gang_problems(status))
         shown, words = "Invalid", message or problems or "invalid"
     elif gang and (short := shortfall((_rank(p) for p in live), workers)) is not None:
-        shown, words = "Pending", short.words(owner_words(spec.get("owner") or {}))
+        early = numbered((p.get("metadata") or {}).get("labels") for p in live)
+        shown, words = "Pending", short.words(owner_words(spec.get("owner") or {}), numbered=early)
     elif state:
         shown, words = state, message or state
     elif not live:

@@ -1,10 +1,14 @@
 """A gang short of pods: how many of its pods exist, which ranks are missing, and the words that
 say so. Pure.
 
-The placer plans a gang of another controller only once every pod of it exists (a plan for part
-of a gang would hold nodes for pods that may never come). Until then the gang waits, and this
-module says for what, in one set of words the Gang record's ``PodsCreated`` condition, the Event
-on its pods, ``tpfabric explain`` and ``tpfabric queue`` all print:
+A gang of another controller short of pods waits for them. Most are planned only once every pod
+exists (a plan for part of a gang would hold nodes for pods that may never come); a gang whose
+pods are numbered at admission (``tpfabric.io/attempt``: a LeaderWorkerSet group, a JobSet, a
+pod group with a controller and its own ranks, :mod:`tpfabric_core.gang_attempts`) is planned
+whole from its first pods and the rest are placed onto that plan as they come, but it still
+cannot run before they exist. This module says what the gang waits for, in one set of words the
+Gang record's ``PodsCreated`` condition, the Event on its pods, ``tpfabric explain`` and
+``tpfabric queue`` all print:
 
 - the pods that exist, counted, and the gang's size;
 - the missing ranks, named, when every pod that exists carries its rank (a LeaderWorkerSet's
@@ -15,10 +19,12 @@ on its pods, ``tpfabric explain`` and ``tpfabric queue`` all print:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["PODS_CREATED", "Shortfall", "ranges", "shortfall"]
+from tpfabric_core.api.models import ATTEMPT_LABEL
+
+__all__ = ["PODS_CREATED", "Shortfall", "numbered", "ranges", "shortfall"]
 
 #: the Gang record's condition type: True once every pod of the gang exists
 PODS_CREATED = "PodsCreated"
@@ -35,6 +41,12 @@ def ranges(numbers: Iterable[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
+def numbered(labels: Iterable[Mapping[str, str] | None]) -> bool:
+    """Return whether a gang whose pods carry ``labels`` is planned from its first pods: one of
+    them carries its attempt (``tpfabric.io/attempt``, stamped at admission)."""
+    return any(ATTEMPT_LABEL in (each or {}) for each in labels)
+
+
 @dataclass(frozen=True, slots=True)
 class Shortfall:
     """How far a gang is from whole."""
@@ -49,10 +61,11 @@ class Shortfall:
         """Return how many pods are missing."""
         return max(self.size - self.present, 0)
 
-    def words(self, owner: str = "") -> str:
+    def words(self, owner: str = "", *, numbered: bool = False) -> str:
         """Return one line: the pods that exist, the missing ranks (or why they are not known
-        yet), and that the gang is placed once whole; ``owner`` (``LeaderWorkerSet x``) is named
-        as what makes the missing pods."""
+        yet), and when the gang is placed: once whole, or (``numbered``: its pods carry their
+        attempt) from its first pods, the rest as they come; ``owner`` (``LeaderWorkerSet x``)
+        is named as what makes the missing pods."""
         head = f"{self.present} of {self.size} pods exist"
         if self.missing_ranks:
             noun = "rank" if len(self.missing_ranks) == 1 else "ranks"
@@ -63,7 +76,11 @@ class Shortfall:
                 "once every pod exists)"
             )
         maker = f" until {owner} creates the rest" if owner else " for the rest"
-        return f"{head}: the gang waits{maker}; tpfabric places a gang only once all its pods exist"
+        if numbered:
+            placed = "tpfabric plans it from its first pods and places the rest as they come"
+        else:
+            placed = "tpfabric places a gang only once all its pods exist"
+        return f"{head}: the gang waits{maker}; {placed}"
 
 
 def shortfall(ranks: Iterable[int | None], size: int) -> Shortfall | None:

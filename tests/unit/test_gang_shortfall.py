@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpfabric_core.gang_shortfall import ranges, shortfall
+from tpfabric_core.gang_shortfall import numbered, ranges, shortfall
 
 
 def test_a_whole_gang_is_not_short() -> None:
@@ -33,3 +33,20 @@ def test_many_missing_ranks_fold_into_runs() -> None:
     assert short is not None
     assert "missing ranks 1-4,6-8" in short.words()
     assert ranges([3, 1, 2, 7]) == "1-3,7"
+
+
+def test_a_gang_numbered_at_admission_is_said_to_be_planned_from_its_first_pods() -> None:
+    """A LeaderWorkerSet group (its pods carry ``tpfabric.io/attempt``) is planned from its first
+    pods: its words must not say it is placed only once whole."""
+    labels = [{"tpfabric.io/attempt": "0", "tpfabric.io/rank": "0"}, None]
+    assert numbered(labels)
+    assert not numbered([{"tpfabric.io/rank": "0"}, None])
+    short = shortfall([0], 8)
+    assert short is not None
+    early = short.words("LeaderWorkerSet serve", numbered=True)
+    assert early.endswith(
+        "the gang waits until LeaderWorkerSet serve creates the rest; tpfabric plans it from its "
+        "first pods and places the rest as they come"
+    )
+    assert "only once all its pods exist" not in early
+    assert short.words("LeaderWorkerSet serve").endswith("only once all its pods exist")

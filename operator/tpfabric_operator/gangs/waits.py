@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpfabric_core.gang_shortfall import PODS_CREATED, shortfall
+from tpfabric_core.gang_shortfall import PODS_CREATED, numbered, shortfall
 from tpfabric_core.timestamps import parse_rfc3339
 from tpfabric_operator.gangs.records import GangPod
 
@@ -38,7 +38,9 @@ def pods_created(pods: Sequence[GangPod], size: int) -> dict[str, str]:
     short = shortfall((p.rank for p in pods), size)
     if short is None:
         return _condition(True, "AllPodsExist", f"all {size} pods of the gang exist")
-    return _condition(False, SHORT_REASON, short.words(_owner(pods[0]) if pods else ""))
+    early = numbered(p.labels for p in pods)
+    words = short.words(_owner(pods[0]) if pods else "", numbered=early)
+    return _condition(False, SHORT_REASON, words)
 
 
 def short_notice(

@@ -18,13 +18,15 @@ SETTINGS = GangSettings(levels={"leaf": labels.LEAF})
 SINCE = "2026-12-04T10:00:00Z"
 
 
-def lws_pod(rank: int) -> GangPod:
+def lws_pod(rank: int, *, attempt: str | None = None) -> GangPod:
     pod_labels = {
         "leaderworkerset.sigs.k8s.io/name": "vllm",
         "leaderworkerset.sigs.k8s.io/group-index": "0",
         "leaderworkerset.sigs.k8s.io/worker-index": str(rank),
         "tpfabric.io/rank": str(rank),
     }
+    if attempt is not None:  # numbered by the gang webhook at admission
+        pod_labels["tpfabric.io/attempt"] = attempt
     meta = {"name": f"vllm-0-{rank}", "namespace": "ns", "labels": pod_labels,
             "annotations": {"leaderworkerset.sigs.k8s.io/size": "4"}}  # fmt: skip
     member = gang_of(meta, SETTINGS)
@@ -40,6 +42,15 @@ def test_a_gang_short_of_pods_says_how_many_exist_which_ranks_miss_and_who_makes
     assert condition["message"].startswith(
         "3 of 4 pods exist; missing rank 2: the gang waits until LeaderWorkerSet vllm creates"
     )
+
+
+def test_a_gang_numbered_at_admission_is_not_said_to_wait_until_whole_to_be_placed() -> None:
+    message = pods_created([lws_pod(r, attempt="0") for r in (0, 1)], 4)["message"]
+    assert message.endswith(
+        "tpfabric plans it from its first pods and places the rest as they come"
+    )
+    unnumbered = pods_created([lws_pod(r) for r in (0, 1)], 4)["message"]
+    assert unnumbered.endswith("tpfabric places a gang only once all its pods exist")
 
 
 def test_a_whole_gang_has_its_pods() -> None:
