@@ -512,19 +512,30 @@ def placer_metrics_url(cluster: Any) -> str:
     return str(metrics_url(state.components[EXTENDER].argv))
 
 
+#: the operator's settings the local cluster shortens for its tests, run here at their defaults
+#: (the chart's): a gang record looked at every 2 s and a Warning Event on each pod of a gang
+#: short of pods for 4 s would measure the test settings, not the product
+OPERATOR_DEFAULTS = (
+    "TPFABRIC_GANG_SYNC_SECONDS",
+    "TPFABRIC_GANG_IDLE_SECONDS",
+    "TPFABRIC_GANG_SHORT_NOTICE_SECONDS",
+)
+
+
 def start_components(cluster: Any) -> int:
     """Start the extender/placer, the tpfabric kube-scheduler (the chart's configuration, its
-    client QPS/burst included) and the operator (its default reconcile interval); return the
-    extender's port."""
+    client QPS/burst included) and the operator (its default reconcile interval and gang
+    settings, :data:`OPERATOR_DEFAULTS`); return the extender's port."""
     from tpfabric_localcluster.tpfabric import TPFABRIC_SCHEDULER, start_operator  # noqa: PLC0415
-    from tpfabric_operator.settings import RECONCILE_SECONDS  # noqa: PLC0415
+    from tpfabric_operator.settings import KNOBS, RECONCILE_SECONDS  # noqa: PLC0415
     from tpfabric_scheduler.kube_scheduler_config import scheduler_configuration  # noqa: PLC0415
 
     port = start_placer(cluster)
     cluster.start_scheduler(
         TPFABRIC_SCHEDULER, scheduler_configuration(f"http://127.0.0.1:{port}"), timeout=120
     )
-    start_operator(cluster, reconcile_seconds=RECONCILE_SECONDS)
+    defaults = {knob.env: knob.default for knob in KNOBS if knob.env in OPERATOR_DEFAULTS}
+    start_operator(cluster, reconcile_seconds=RECONCILE_SECONDS, env=defaults)
     return port
 
 

@@ -19,7 +19,12 @@ COMPONENTS = (
     "kwok",
 )
 #: the phase's scheduler: the default one schedules the plain pods, tpfabric's the workers
-SCHEDULER = {"baseline": "kube-scheduler", "tpfabric": "kube-scheduler-tpfabric"}
+SCHEDULER = {
+    "baseline": "kube-scheduler",
+    # the gangs benchmark's arm of pods wired by hand: no tpfabric, the default scheduler
+    "wired": "kube-scheduler",
+    "tpfabric": "kube-scheduler-tpfabric",
+}
 #: the stages of a gang, in order, and what each one measures
 STAGES = (
     ("created", "operator: create call → all workers exist"),

@@ -12,6 +12,10 @@ from rich.table import Table
 
 from tpfabric_bench._operator_run import COMPONENTS, NODES_PER_LEAF, SCHEDULER, STAGES
 
+#: the phases (arms) a result may hold, in the order their columns show (``wired``: the gangs
+#: benchmark's pods wired by hand)
+PHASES = ("baseline", "wired", "tpfabric")
+
 __all__ = [
     "breakdown_table",
     "idle_table",
@@ -132,7 +136,7 @@ def breakdown_table(result: dict[str, Any]) -> Table:
 
 def process_table(result: dict[str, Any]) -> Table:
     """Return the rich table of every component's CPU and peak memory per phase."""
-    phases = [p for p in ("baseline", "tpfabric") if p in result]
+    phases = [p for p in PHASES if p in result]
     columns = [f"{p}: CPU s / peak RSS MiB" for p in phases]
     table = Table("component", *columns, "VmHWM MiB", title="CPU (user+system) and memory")
     for name in COMPONENTS:
@@ -147,7 +151,7 @@ def process_table(result: dict[str, Any]) -> Table:
 
 def requests_table(result: dict[str, Any], top: int = 10) -> Table:
     """Return the rich table of the API server's busiest request kinds per phase."""
-    phases = [p for p in ("baseline", "tpfabric") if p in result]
+    phases = [p for p in PHASES if p in result]
     table = Table("request (verb resource code)", *phases, title="API server requests")
     counts = [result[p]["api_requests"] for p in phases]
     keys = sorted(set().union(*counts), key=lambda k: -sum(c.get(k, 0) for c in counts))
@@ -158,7 +162,7 @@ def requests_table(result: dict[str, Any], top: int = 10) -> Table:
 
 def server_time_table(result: dict[str, Any], top: int = 8) -> Table:
     """Return the rich table of the API server's mean time per request of the busiest kinds."""
-    phases = [p for p in ("baseline", "tpfabric") if p in result]
+    phases = [p for p in PHASES if p in result]
     table = Table(
         "request (verb resource)",
         *(f"{p}: count / mean ms" for p in phases),
@@ -185,7 +189,7 @@ def server_time_table(result: dict[str, Any], top: int = 8) -> Table:
 
 def scheduler_time_table(result: dict[str, Any]) -> Table:
     """Return the rich table of each phase's kube-scheduler's own mean time per pod."""
-    phases = [p for p in ("baseline", "tpfabric") if p in result]
+    phases = [p for p in PHASES if p in result]
     table = Table(
         "kube-scheduler's own time",
         *(f"{p} ({SCHEDULER[p]}): pods / mean ms" for p in phases),

@@ -7,18 +7,26 @@ One local control plane with N kwok nodes (``uniform_fabric``, 8 per leaf, label
 ``tpfabric bench operator``) runs the real LeaderWorkerSet controller (v0.9.0, its own webhooks on
 loopback) beside tpfabric as a cluster runs it for gangs of other controllers: the gang webhook
 (its configuration applied), the operator (gang records), the extender/placer and the
-``tpfabric-scheduler`` kube-scheduler. Two arms, same nodes, same LeaderWorkerSet manifest
+``tpfabric-scheduler`` kube-scheduler. Three arms, same nodes, same LeaderWorkerSet manifest
 (nothing of tpfabric in it; each pod asks for 8 GPUs, a whole node):
 
 1. **without tpfabric**: created in a namespace that is not opted in, so the gang webhook never
    sees its pods and the default kube-scheduler places them one by one;
-2. **with tpfabric**: created in a namespace labelled ``tpfabric.io/gangs=enabled``: every pod is
+2. **wired by hand**: the same, with the RDMA wiring the gang webhook gives each pod written into
+   the pod template by hand (:func:`wired_manifests`: core's ``wire_rdma``, so the rdma-init init
+   container, its volumes and environment, 8 RDMA devices beside the 8 GPUs, the
+   ``tpfabric.io/rdma`` annotation) and nothing else of tpfabric: no gate, no gang, no Gang
+   record, the default kube-scheduler. What every pod that rides the fabric carries costs the
+   control plane by itself (a larger pod on every write, watch and decode of every component);
+   this arm tells that cost from tpfabric's machinery;
+3. **with tpfabric**: created in a namespace labelled ``tpfabric.io/gangs=enabled``: every pod is
    gated and wired by the webhook, each group gets a Gang record, the placer plans it whole and
    the tpfabric-scheduler binds it.
 
 Each arm is timed from the first create call to the last pod ``Running`` (a watch stamps every
 pod in ms: created, ungated, bound, Running) and deleted before the next. Reported per arm: time to
-all Running (the headline is the ratio, target <= 1.3x), time to each group Running, and how many
+all Running (the headline is the ratio to the first arm, target <= 1.3x; beside it the ratio to
+the second, tpfabric's machinery alone), time to each group Running, and how many
 groups have pods under more than one leaf switch. The webhook's admission latency (target p99 <=
 10 ms) comes from its own ``/metrics`` histogram (the handler's time) over the burst, and, as the
 client sees it, from kube-apiserver's ``apiserver_admission_webhook_admission_duration_seconds``
@@ -37,6 +45,7 @@ process it starts listens on 127.0.0.1 alone.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -69,6 +78,8 @@ from tpfabric_core.api.gang import GANG_PLURAL
 from tpfabric_core.api.models import GROUP, VERSION
 from tpfabric_core.api.placement import placement_of_status
 from tpfabric_core.fabric_description import uniform_fabric
+from tpfabric_core.pod_wiring import NCCL_CONF_ENV, RdmaWiring, wire_rdma
+from tpfabric_core.rdma_default import NODES_OFFER, RDMA_ANNOTATION, RdmaDecision
 
 __all__ = [
     "admission_latency",
@@ -82,14 +93,23 @@ __all__ = [
     "run_gangs",
     "summary_table",
     "webhook_table",
+    "wired_manifests",
 ]
 
 #: the arms, in the order they run: (key, namespace, opted in to the gang webhook)
-ARMS = (("baseline", "bench-gangs-plain", False), ("tpfabric", "bench-gangs-tpfabric", True))
+ARMS = (
+    ("baseline", "bench-gangs-plain", False),
+    ("wired", "bench-gangs-wired", False),
+    ("tpfabric", "bench-gangs-tpfabric", True),
+)
 ARM_TITLES = {
     "baseline": "without tpfabric (default scheduler)",
+    "wired": "wired by hand, no tpfabric (default scheduler)",
     "tpfabric": "with tpfabric (webhook, placer, tpfabric-scheduler)",
 }
+#: the rdma-init image the local cluster's gang webhook writes (never pulled: kwok runs no image)
+INIT_IMAGE = "tpfabric/rdma-init:dev"
+RDMA_RESOURCE = "rdma/ib"
 LWS_API = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
@@ -142,6 +162,53 @@ def lws_manifests(groups: int, size: int, sets: int = 1) -> list[dict[str, Any]]
         }
         for k in range(sets)
     ]
+
+
+def wired_manifests(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return ``manifests`` (:func:`lws_manifests`) with the RDMA wiring the gang webhook gives
+    each pod written into their pod template: core's ``wire_rdma`` (the rdma-init init container,
+    the shared and downward-API volumes, the NCCL environment), 8 RDMA devices beside each
+    container's GPUs and the ``tpfabric.io/rdma`` annotation; nothing else (no gate, no gang
+    label, the default scheduler). New dicts."""
+    wiring = RdmaWiring(
+        init_image=INIT_IMAGE,
+        gpus=GPUS_PER_POD,
+        rdma_resource=RDMA_RESOURCE,
+        rdma_count=GPUS_PER_POD,
+    )
+    decision = RdmaDecision(
+        resource=RDMA_RESOURCE,
+        count=GPUS_PER_POD,
+        reason=NODES_OFFER,
+        message=f"{GPUS_PER_POD} {RDMA_RESOURCE} per pod, written into the template by hand",
+    )
+    wired = []
+    for manifest in manifests:
+        template = manifest["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+        containers = []
+        for container in template["spec"]["containers"]:
+            limits = {**container["resources"]["limits"], RDMA_RESOURCE: str(GPUS_PER_POD)}
+            containers.append(
+                {**container, "resources": {**container["resources"], "limits": limits}}
+            )
+        spec = wire_rdma(
+            {**template["spec"], "containers": containers}, wiring, [dict(NCCL_CONF_ENV)]
+        )
+        meta = {"annotations": {RDMA_ANNOTATION: decision.annotation()}}
+        lws = manifest["spec"]["leaderWorkerTemplate"]
+        wired.append(
+            {
+                **manifest,
+                "spec": {
+                    **manifest["spec"],
+                    "leaderWorkerTemplate": {
+                        **lws,
+                        "workerTemplate": {"metadata": meta, "spec": spec},
+                    },
+                },
+            }
+        )
+    return wired
 
 
 def group_of(pod: Mapping[str, Any]) -> str | None:
@@ -438,14 +505,14 @@ def run_gangs(
     with local_cluster(fabric, ARMS[0][1], log, result) as (cluster, api):
         port, hook = start_gang_components(cluster, api)
         core = client.CoreV1Api(api)
-        core.create_namespace(
-            {"metadata": {"name": ARMS[1][1], "labels": {NAMESPACE_LABEL: "enabled"}}}
-        )
-        wait(
-            lambda: bool(core.list_namespaced_service_account(ARMS[1][1]).items),
-            60,
-            "the default service account",
-        )
+        for _, namespace, opted_in in ARMS[1:]:
+            labels = {NAMESPACE_LABEL: "enabled"} if opted_in else {}
+            core.create_namespace({"metadata": {"name": namespace, "labels": labels}})
+            wait(
+                functools.partial(_has_service_account, core, namespace),
+                60,
+                f"the default service account of {namespace}",
+            )
         state = cluster.state()
         assert state is not None
         pids = {name: state.components[name].pid for name in PROCESSES}
@@ -457,7 +524,7 @@ def run_gangs(
                     found = _burst(
                         api,
                         namespace,
-                        manifests,
+                        wired_manifests(manifests) if arm == "wired" else manifests,
                         size=size,
                         leaf_of=leaf_of,
                         timeout=timeout,
@@ -477,9 +544,21 @@ def run_gangs(
                 _delete(api, namespace, timeout, log)
                 time.sleep(3)
         result["vm_hwm_mib"] = {name: vm_hwm_mib(pid) for name, pid in pids.items()}
-    base, ours = result["baseline"]["all_running_s"], result["tpfabric"]["all_running_s"]
-    result["ratio"] = round(ours / base, 2) if base and ours else None
+    result["ratio"] = _ratio(result, "tpfabric", "baseline")
+    result["ratio_to_wired"] = _ratio(result, "tpfabric", "wired")
+    result["wiring_ratio"] = _ratio(result, "wired", "baseline")
     return result
+
+
+def _has_service_account(core: Any, namespace: str) -> bool:
+    return bool(core.list_namespaced_service_account(namespace).items)
+
+
+def _ratio(result: Mapping[str, Any], arm: str, to: str) -> float | None:
+    """Return arm ``arm``'s time to every pod Running over arm ``to``'s (None: one never got
+    there)."""
+    ours, theirs = result[arm]["all_running_s"], result[to]["all_running_s"]
+    return round(ours / theirs, 2) if ours and theirs else None
 
 
 def _admission(before: tuple[str, str | None], after: tuple[str, str | None]) -> dict[str, Any]:
@@ -504,7 +583,7 @@ def _seconds(value: float | None) -> str:
 
 
 def summary_table(result: dict[str, Any]) -> Table:
-    """Return the rich table of both arms side by side."""
+    """Return the rich table of the arms side by side."""
     arms = [result[arm] for arm, _, _ in ARMS]
     table = Table(
         "measure",
@@ -550,14 +629,27 @@ def summary_table(result: dict[str, Any]) -> Table:
     ]
     for words, cell in rows:
         table.add_row(words, *(cell(arm) for arm in arms))
+
+    def times(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
     table.add_row(
-        f"ratio of every pod Running (target <= {RATIO_TARGET}x)",
+        f"ratio of every pod Running to the plain pods' (target <= {RATIO_TARGET}x)",
         "",
-        "-" if ratio is None else f"{ratio:.2f}x",
+        times(result.get("wiring_ratio")),
+        times(ratio),
+    )
+    table.add_row(
+        "ratio to the pods wired by hand (tpfabric's machinery alone)",
+        "",
+        "",
+        times(result.get("ratio_to_wired")),
     )
     states = result["tpfabric"].get("gang_states")
     if states:
-        table.add_row("Gang records by state", "", ", ".join(f"{k} {v}" for k, v in states.items()))
+        table.add_row(
+            "Gang records by state", "", "", ", ".join(f"{k} {v}" for k, v in states.items())
+        )
     return table
 
 

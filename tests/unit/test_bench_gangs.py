@@ -26,7 +26,10 @@ from tpfabric_bench.gangs import (
     parse_args,
     summary_table,
     webhook_table,
+    wired_manifests,
 )
+from tpfabric_core.pod_wiring import is_wired
+from tpfabric_core.rdma_default import parse_decision
 
 LEAF_OF = {"n1": "leaf-1", "n2": "leaf-1", "n3": "leaf-2", "n4": "leaf-2"}
 
@@ -264,7 +267,7 @@ def arm(opted_in: bool, running_s: float, spanning: int) -> dict[str, Any]:
     }
 
 
-def two_arms() -> dict[str, Any]:
+def three_arms() -> dict[str, Any]:
     return {
         "nodes": 1000,
         "leaves": 125,
@@ -277,16 +280,22 @@ def two_arms() -> dict[str, Any]:
         "cluster_up_s": 15.0,
         "nodes_ready_s": 40.0,
         "baseline": arm(opted_in=False, running_s=40.0, spanning=87),
+        "wired": arm(opted_in=False, running_s=46.0, spanning=90),
         "tpfabric": arm(opted_in=True, running_s=50.0, spanning=0)
         | {"gang_states": {"Planned": 100}},
         "ratio": 1.25,
+        "ratio_to_wired": 1.09,
+        "wiring_ratio": 1.15,
     }
 
 
-def test_the_summary_shows_both_arms_the_ratio_and_the_leaf_spans() -> None:
-    text = render(summary_table(two_arms()))
+def test_the_summary_shows_the_arms_the_ratios_and_the_leaf_spans() -> None:
+    text = render(summary_table(three_arms()))
     assert "100 LeaderWorkerSet groups x 8 pods (800 pods of 8 GPUs, 1 LWS)" in text
-    assert "1.25x" in text
+    assert "1.25x" in text, "with tpfabric over the plain pods"
+    assert "1.09x" in text, "over the pods wired by hand: tpfabric's machinery alone"
+    assert "1.15x" in text, "the wiring alone"
+    assert "wired by hand" in text
     assert "87 of 100" in text
     assert "0 of 100" in text
     assert "(never gated)" in text
@@ -295,7 +304,7 @@ def test_the_summary_shows_both_arms_the_ratio_and_the_leaf_spans() -> None:
 
 
 def test_the_webhook_table_has_its_own_and_the_api_servers_view() -> None:
-    result = two_arms()
+    result = three_arms()
     text = render(webhook_table(result))
     assert "4.50" in text, "the webhook's p99"
     assert "99.94%" in text
@@ -306,7 +315,7 @@ def test_the_webhook_table_has_its_own_and_the_api_servers_view() -> None:
 
 
 def test_the_cpu_table_has_a_row_per_process_and_the_cores_each_arm_kept_busy() -> None:
-    text = render(cpu_table(two_arms() | {"vm_hwm_mib": {"kube-apiserver": 1234.0}}))
+    text = render(cpu_table(three_arms() | {"vm_hwm_mib": {"kube-apiserver": 1234.0}}))
     assert "kube-apiserver" in text
     assert "20.0 / 900" in text, "without tpfabric: 40 s of 20 CPU s"
     assert "25.0 / 900" in text
@@ -314,10 +323,11 @@ def test_the_cpu_table_has_a_row_per_process_and_the_cores_each_arm_kept_busy() 
     assert "lws-controller" in text
     assert "0.0 / 0" in text, "a process not sampled"
     assert "40.0 (1.00)" in text, "40 CPU s over 40 s: one core"
+    assert "23.0 / 900" in text, "the arm wired by hand"
 
 
 def test_a_result_is_json() -> None:
-    assert json.loads(json.dumps(two_arms()))["tpfabric"]["groups_spanning_leaves"] == 0
+    assert json.loads(json.dumps(three_arms()))["tpfabric"]["groups_spanning_leaves"] == 0
 
 
 def test_the_sizes_are_flags_and_must_fit_the_nodes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -328,3 +338,25 @@ def test_the_sizes_are_flags_and_must_fit_the_nodes(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         parse_args(["--nodes", "64", "--groups", "9", "--size", "8"])
     assert "need 72 nodes" in capsys.readouterr().err
+
+
+def test_the_wired_arm_carries_the_webhooks_rdma_wiring_and_nothing_else_of_tpfabric() -> None:
+    plain = lws_manifests(groups=4, size=2)
+    wired = wired_manifests(plain)
+    assert plain == lws_manifests(groups=4, size=2), "the plain manifests are left as they were"
+    template = wired[0]["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    spec = template["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["rdma-init"]
+    assert is_wired(spec), "the webhook would take it for wired already"
+    main = spec["containers"][0]
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "8", "cpu": "1", "rdma/ib": "8"}
+    assert {"name": "NCCL_CONF_FILE", "value": "/tpfabric/nccl.conf"} in main["env"]
+    assert {v["name"] for v in spec["volumes"]} >= {"tpfabric-shared", "tpfabric-podinfo"}
+    decision = parse_decision(template["metadata"]["annotations"]["tpfabric.io/rdma"])
+    assert decision is not None
+    assert (decision.resource, decision.count) == ("rdma/ib", 8)
+    text = json.dumps(wired)
+    for of_tpfabric in ("schedulingGates", "schedulerName", "tpfabric.io/gang", "tpfabric.io/rank"):
+        assert of_tpfabric not in text
+    assert wired[0]["spec"]["replicas"] == 4
+    assert wired[0]["spec"]["leaderWorkerTemplate"]["size"] == 2
