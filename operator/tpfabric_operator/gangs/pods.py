@@ -14,6 +14,7 @@ marked again: a gang whose record could not be made, a write that failed.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import threading
@@ -163,8 +164,10 @@ class GangSyncer:
         self._clock = clock
         self._cond = threading.Condition()
         self._dirty: dict[GangKey, None] = {}  # an ordered set: first changed, first synced
-        #: gang -> when it may be synced again (dirty within ``batch`` of its last sync)
+        #: gang -> when it may be synced again (dirty within ``batch`` of its last sync), and the
+        #: same as a heap of (when, gang), soonest first
         self._later: dict[GangKey, float] = {}
+        self._due: list[tuple[float, GangKey]] = []
         #: gang -> when its last sync began (kept ``batch`` seconds)
         self._synced: dict[GangKey, float] = {}
         self._settled: set[GangKey] = set()
@@ -200,6 +203,7 @@ class GangSyncer:
             due = self._synced.get(key, -math.inf) + self._batch
             if due > self._clock():
                 self._later[key] = due
+                heapq.heappush(self._due, (due, key))
             else:
                 self._dirty[key] = None
             self._cond.notify()
@@ -212,8 +216,9 @@ class GangSyncer:
         with self._cond:
             while not self._stop.is_set():
                 now = self._clock()
-                for key, due in list(self._later.items()):
-                    if due <= now:
+                while self._due and self._due[0][0] <= now:
+                    due, key = heapq.heappop(self._due)
+                    if self._later.get(key) == due:
                         del self._later[key]
                         self._dirty[key] = None
                 if self._dirty:
@@ -221,7 +226,7 @@ class GangSyncer:
                     del self._dirty[key]
                     self._synced[key] = now
                     return key
-                self._cond.wait(min(self._later.values(), default=now + 60.0) - now)
+                self._cond.wait(self._due[0][0] - now if self._due else None)
             return None
 
     def _work(self) -> None:
