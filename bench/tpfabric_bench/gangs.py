@@ -1,4 +1,4 @@
-"""A LeaderWorkerSet burst: the same groups without and with tpfabric, in one run.
+"""A LeaderWorkerSet burst: the same groups plain, wired by hand and with tpfabric, in one run.
 
 ``tpfabric bench gangs [--nodes 1000] [--groups 100] [--size 8] [--sets 1] [--timeout 900]
 [--json FILE]``
@@ -734,7 +734,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Return the options (the sizes, an arm's timeout, the JSON file); exits on a bad one."""
     parser = argparse.ArgumentParser(
         prog="tpfabric bench gangs",
-        description="A burst of LeaderWorkerSet groups without and with tpfabric, on kwok nodes.",
+        description=("A burst of LeaderWorkerSet groups: plain, wired by hand and with tpfabric."),
     )
     for flag, default, words in SIZE_FLAGS:
         parser.add_argument(flag, type=int, default=default, help=words)

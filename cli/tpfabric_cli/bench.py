@@ -66,7 +66,7 @@ def queue(ctx: typer.Context) -> None:
 
 @app.command("gangs", context_settings=_PASS_THROUGH, add_help_option=False)
 def gangs(ctx: typer.Context) -> None:
-    """100 LWS groups x 8 pods on 1,000 kwok nodes, without and with tpfabric (--json F)."""
+    """100 LWS groups x 8 pods on 1,000 kwok nodes: plain, wired, with tpfabric (--json F)."""
     from tpfabric_bench.gangs import main  # noqa: PLC0415
 
     raise typer.Exit(main(list(ctx.args)))
