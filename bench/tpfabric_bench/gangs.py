@@ -79,7 +79,12 @@ from tpfabric_core.api.models import GROUP, VERSION
 from tpfabric_core.api.placement import placement_of_status
 from tpfabric_core.fabric_description import uniform_fabric
 from tpfabric_core.pod_wiring import NCCL_CONF_ENV, RdmaWiring, wire_rdma
-from tpfabric_core.rdma_default import NODES_OFFER, RDMA_ANNOTATION, RdmaDecision
+from tpfabric_core.rdma_default import (
+    NODES_OFFER,
+    RDMA_ANNOTATION,
+    RdmaDecision,
+    with_rdma_devices,
+)
 
 __all__ = [
     "admission_latency",
@@ -167,9 +172,9 @@ def lws_manifests(groups: int, size: int, sets: int = 1) -> list[dict[str, Any]]
 def wired_manifests(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Return ``manifests`` (:func:`lws_manifests`) with the RDMA wiring the gang webhook gives
     each pod written into their pod template: core's ``wire_rdma`` (the rdma-init init container,
-    the shared and downward-API volumes, the NCCL environment), 8 RDMA devices beside each
-    container's GPUs and the ``tpfabric.io/rdma`` annotation; nothing else (no gate, no gang
-    label, the default scheduler). New dicts."""
+    the shared and downward-API volumes, the NCCL environment), 8 RDMA devices on each container
+    that takes GPUs (``with_rdma_devices``, as the webhook) and the ``tpfabric.io/rdma``
+    annotation; nothing else (no gate, no gang label, the default scheduler). New dicts."""
     wiring = RdmaWiring(
         init_image=INIT_IMAGE,
         gpus=GPUS_PER_POD,
@@ -185,12 +190,7 @@ def wired_manifests(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     wired = []
     for manifest in manifests:
         template = manifest["spec"]["leaderWorkerTemplate"]["workerTemplate"]
-        containers = []
-        for container in template["spec"]["containers"]:
-            limits = {**container["resources"]["limits"], RDMA_RESOURCE: str(GPUS_PER_POD)}
-            containers.append(
-                {**container, "resources": {**container["resources"], "limits": limits}}
-            )
+        containers = with_rdma_devices(template["spec"]["containers"], RDMA_RESOURCE, GPUS_PER_POD)
         spec = wire_rdma(
             {**template["spec"], "containers": containers}, wiring, [dict(NCCL_CONF_ENV)]
         )

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tpfabric_core.placement.pod_fit import resource_amount
+from tpfabric_core.placement.pod_fit import container_gpus, resource_amount
 from tpfabric_core.rail_ports import node_rails
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "offered_count",
     "parse_decision",
     "rdma_condition",
+    "with_rdma_devices",
 ]
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -167,6 +168,27 @@ def _share(rdma: int, node_gpus: int, pod_gpus: int) -> int:
     if pod_gpus >= node_gpus:
         return rdma
     return max(1, rdma * pod_gpus // node_gpus)
+
+
+def with_rdma_devices(
+    containers: list[dict[str, Any]], resource: str, count: int
+) -> list[dict[str, Any]]:
+    """Return ``containers`` with ``count`` RDMA devices (their limit of ``resource``) on each
+    that takes GPUs (else the first); a container that names the resource already keeps its own
+    amount. New dicts where changed; ``containers`` is left as it was."""
+    takers = [i for i, c in enumerate(containers) if container_gpus(c)] or [0]
+    result = []
+    for index, container in enumerate(containers):
+        resources = dict(container.get("resources") or {})
+        limits = dict(resources.get("limits") or {})
+        requests = resources.get("requests") or {}
+        if index in takers and resource not in limits and resource not in requests:
+            limits[resource] = str(count)
+            resources["limits"] = limits
+            result.append({**container, "resources": resources})
+        else:
+            result.append(container)
+    return result
 
 
 def offered_count(

@@ -52,9 +52,15 @@ from tpfabric_core.gangs import (
 from tpfabric_core.input_limits import whole_number
 from tpfabric_core.jobset_ranks import jobset_restarts
 from tpfabric_core.placement.born_released import release_onto_plan
-from tpfabric_core.placement.pod_fit import container_gpus, node_matcher, pod_gpus, resource_amount
+from tpfabric_core.placement.pod_fit import node_matcher, pod_gpus, resource_amount
 from tpfabric_core.pod_wiring import NCCL_CONF_ENV, RdmaWiring, is_wired, wire_rdma
-from tpfabric_core.rdma_default import RDMA_ANNOTATION, NodeOffer, RdmaDecision, decide_rdma
+from tpfabric_core.rdma_default import (
+    RDMA_ANNOTATION,
+    NodeOffer,
+    RdmaDecision,
+    decide_rdma,
+    with_rdma_devices,
+)
 from tpfabric_operator.webhook.ranks import JobSetView, rank_at_admission
 
 __all__ = [
@@ -147,26 +153,6 @@ def _problems(pod: Mapping[str, Any], member: GangMember, settings: WebhookSetti
     return problems
 
 
-def _with_rdma_devices(
-    containers: list[dict[str, Any]], resource: str, count: int
-) -> list[dict[str, Any]]:
-    """Return ``containers`` with ``count`` RDMA devices on each that takes GPUs (else the
-    first); a container that names the resource already keeps its own amount."""
-    takers = [i for i, c in enumerate(containers) if container_gpus(c)] or [0]
-    result = []
-    for index, container in enumerate(containers):
-        resources = dict(container.get("resources") or {})
-        limits = dict(resources.get("limits") or {})
-        requests = resources.get("requests") or {}
-        if index in takers and resource not in limits and resource not in requests:
-            limits[resource] = str(count)
-            resources["limits"] = limits
-            result.append({**container, "resources": resources})
-        else:
-            result.append(container)
-    return result
-
-
 def _named_rdma(containers: list[dict[str, Any]], resource: str) -> int | None:
     """Return the RDMA devices the pod's containers name themselves (the most of any), None
     when none names ``resource``."""
@@ -239,7 +225,7 @@ def mutate_pod(
     rdma = rdma_decision(annotations, spec, member, settings)
     containers = list(spec.get("containers") or [])
     if rdma.count:
-        containers = _with_rdma_devices(containers, rdma.resource, rdma.count)
+        containers = with_rdma_devices(containers, rdma.resource, rdma.count)
     gpus = pod_gpus(spec)
     meta["annotations"] = {**annotations, RDMA_ANNOTATION: rdma.annotation()}
     wiring = RdmaWiring(
