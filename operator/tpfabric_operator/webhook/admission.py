@@ -175,8 +175,10 @@ def rdma_decision(
     spec: Mapping[str, Any],
     member: GangMember,
     settings: WebhookSettings,
+    gpus: int,
 ) -> RdmaDecision:
-    """Return the RDMA devices of a gang pod and why (:mod:`tpfabric_core.rdma_default`)."""
+    """Return the RDMA devices of a gang pod of ``gpus`` GPUs and why
+    (:mod:`tpfabric_core.rdma_default`)."""
     resource = settings.rdma_resource
     containers = list(spec.get("containers") or [])
     count_text = annotations.get(RDMA_COUNT_ANNOTATION)
@@ -189,7 +191,6 @@ def rdma_decision(
         asked, asked_by = named, f"the pod's {resource} limit"
     elif settings.rdma_count is not None:
         asked, asked_by = settings.rdma_count, "the chart's gangWebhook.rdmaCount"
-    gpus = pod_gpus(spec)
 
     def decide(offers: tuple[NodeOffer, ...]) -> RdmaDecision:
         return decide_rdma(
@@ -222,11 +223,11 @@ def mutate_pod(
     meta = dict(pod.get("metadata") or {})
     annotations = meta.get("annotations") or {}
     spec = dict(pod.get("spec") or {})
-    rdma = rdma_decision(annotations, spec, member, settings)
+    gpus = pod_gpus(spec)
+    rdma = rdma_decision(annotations, spec, member, settings, gpus)
     containers = list(spec.get("containers") or [])
     if rdma.count:
         containers = with_rdma_devices(containers, rdma.resource, rdma.count)
-    gpus = pod_gpus(spec)
     meta["annotations"] = {**annotations, RDMA_ANNOTATION: rdma.annotation()}
     wiring = RdmaWiring(
         init_image=settings.init_image,
